@@ -1,0 +1,126 @@
+# gptoss: one shared library, build/gptoss/core.so (Lua module gptoss.core),
+# plus the pure-Lua package in lua/gptoss/.
+#
+#   make                      build for the detected platform
+#   make HIP_PLATFORM=cpu     CPU golden engine only
+#   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90"
+#   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
+#   make test | demo | platforms | deps | clean
+#
+# HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present,
+# else cpu. Flags of our own live in GPTOSS_* variables because luarocks
+# passes CFLAGS on the command line.
+
+BUILD      ?= build
+LUA        ?= lua5.4
+BUSTED     ?= /usr/bin/busted
+LUA_INCDIR ?= /usr/include/lua5.4
+HIP_INCDIR ?= /usr/include
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HIPCC      ?= hipcc
+CFLAGS     ?= -O2
+# extra include folders (the GPU machine's private Debian prefix)
+EXTRA_INC  ?=
+
+ifeq ($(strip $(HIP_PLATFORM)),)
+  ifneq ($(and $(NVCC),$(wildcard $(HIP_INCDIR)/hip/hip_runtime.h)),)
+    HIP_PLATFORM := nvidia
+  else
+    HIP_PLATFORM := cpu
+  endif
+endif
+ifeq ($(HIP_PLATFORM),nvidia)
+  GPU_ARCH ?= sm_80 sm_90
+else ifeq ($(HIP_PLATFORM),amd)
+  GPU_ARCH ?= gfx90a
+else ifneq ($(HIP_PLATFORM),cpu)
+  $(error HIP_PLATFORM must be nvidia, amd or cpu (got '$(HIP_PLATFORM)'))
+endif
+
+OBJ := $(BUILD)/obj/$(HIP_PLATFORM)
+LIB := $(BUILD)/gptoss/core.so
+
+# Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
+GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
+                 -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC))
+# a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
+HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
+
+C_SRC   := $(wildcard src/core/*.c) $(wildcard src/lua/*.c)
+HIP_SRC := $(wildcard src/hip/*.hip) $(wildcard kernels/*.hip)
+ifeq ($(HIP_PLATFORM),cpu)
+  C_SRC += src/hip/cpu_only.c
+  HIP_SRC :=
+endif
+OBJS := $(patsubst %.c,$(OBJ)/%.o,$(C_SRC)) $(patsubst %.hip,$(OBJ)/%.o,$(HIP_SRC))
+
+NV_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(subst sm_,,$(a)),code=$(a)) \
+              -gencode arch=compute_$(subst sm_,,$(lastword $(GPU_ARCH))),code=compute_$(subst sm_,,$(lastword $(GPU_ARCH)))
+NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GENCODE) \
+              -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
+AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(HIP_INC)
+
+.PHONY: all test demo platforms deps clean install
+all: $(LIB)
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(GPTOSS_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+ifeq ($(HIP_PLATFORM),nvidia)
+$(OBJ)/%.o: %.hip
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(LIB): $(OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ -lm -lpthread
+else ifeq ($(HIP_PLATFORM),amd)
+$(OBJ)/%.o: %.hip
+	@mkdir -p $(dir $@)
+	$(HIPCC) $(AMD_FLAGS) -MMD -MP -c $< -o $@
+$(LIB): $(OBJS)
+	@mkdir -p $(dir $@)
+	$(HIPCC) -shared -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(OBJS) -o $@ -lm -lpthread
+else
+$(LIB): $(OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(OBJS) -o $@ -lm -lpthread
+endif
+
+-include $(OBJS:.o=.d)
+
+# Lua paths for running from the source tree
+RUN_ENV = LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
+          LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;'
+
+# The closing line "N passed, N failed" comes from tests/summary.lua.
+test: $(LIB)
+	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua tests
+
+demo: $(LIB)
+	$(RUN_ENV) $(LUA) examples/demo.lua
+
+# Compile and link every platform into its own build folder (CI).
+platforms:
+	$(MAKE) BUILD=$(BUILD)/platform-cpu HIP_PLATFORM=cpu
+	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90"
+	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
+
+# Debian packages the GPU machine lacks (no network there): carry .deps/
+DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
+             lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
+             lua-penlight lua-say lua-system lua-term
+deps:
+	@mkdir -p .deps
+	cd .deps && apt-get download $(DEPS_DEBS)
+
+# luarocks (build.type = "make") installs through these
+INST_LIBDIR ?= $(BUILD)/install/lib
+INST_LUADIR ?= $(BUILD)/install/lua
+install: $(LIB)
+	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss
+	cp $(LIB) $(INST_LIBDIR)/gptoss/core.so
+	cp lua/gptoss/*.lua $(INST_LUADIR)/gptoss/
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,104 @@
+--- gptoss: gpt-oss inference from Lua.
+-- The C module gptoss.core holds the model loader, the synthetic-weight
+-- recipe, host tensors and the engines; this file gives them their Lua shape.
+local core = require "gptoss.core"
+
+local gptoss = {
+  VERSION = "0.1.0",
+  platform = core.platform, -- what core.so was built for: "cpu", "nvidia" or "amd"
+}
+
+--- Loads a course .bin model file (read-only mmap, validated).
+function gptoss.load(path)
+  if type(path) ~= "string" then
+    error(("load: path must be a string (got %s)"):format(type(path)), 2)
+  end
+  return core.load(path)
+end
+
+local function named_config(name)
+  local config = core.named_config(name)
+  if not config then
+    error(("synthetic: unknown model shape '%s' (known: 7m, 20b, 20b-2l, 120b)"):format(name), 3)
+  end
+  return config
+end
+
+--- Returns the config table of a named shape ("7m", "20b", "20b-2l", "120b").
+function gptoss.config(name)
+  return named_config(name)
+end
+
+--- A synthetic model: a named shape or a config table (fields not given
+-- take the "7m" values), with weights from the seeded recipe.
+-- opts.seed: integer, default 0.
+function gptoss.synthetic(shape, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then
+    error(("synthetic: options must be a table (got %s)"):format(type(opts)), 2)
+  end
+  local seed = opts.seed or 0
+  if math.type(seed) ~= "integer" then
+    error(("synthetic: seed must be an integer (got %s)"):format(tostring(seed)), 2)
+  end
+  local config
+  if type(shape) == "string" then
+    config = named_config(shape)
+  elseif type(shape) == "table" then
+    config = named_config("7m")
+    for k, v in pairs(shape) do config[k] = v end
+  else
+    error(("synthetic: expected a shape name or a config table (got %s)"):format(type(shape)), 2)
+  end
+  return core.synthetic(config, seed)
+end
+
+--- GPUs visible to this build: { {id=1, name=..., memory=..., warp=..., arch=...}, ... }.
+function gptoss.devices()
+  return core.devices()
+end
+
+local function infer_shape(values, shape, depth)
+  local n = #values
+  shape[depth] = n
+  if n > 0 and type(values[1]) == "table" then
+    infer_shape(values[1], shape, depth + 1)
+  end
+  return shape
+end
+
+local function flatten(values, shape, depth, out)
+  if #values ~= shape[depth] then
+    error(("tensor: ragged nested table: %d values where %d were expected at depth %d")
+      :format(#values, shape[depth], depth), 4)
+  end
+  for i = 1, #values do
+    if depth < #shape then
+      if type(values[i]) ~= "table" then
+        error(("tensor: expected a table at depth %d, got %s"):format(depth + 1, type(values[i])), 4)
+      end
+      flatten(values[i], shape, depth + 1, out)
+    else
+      out[#out + 1] = values[i]
+    end
+  end
+  return out
+end
+
+--- Host tensors (f32, i32), 1-based indexing.
+gptoss.tensor = {
+  --- zeros of a shape: tensor.zeros({2, 3}, "f32")
+  zeros = function(shape, dtype) return core.tensor(dtype or "f32", shape) end,
+  --- from (nested) Lua tables: tensor.from({{1, 2}, {3, 4}}, "f32")
+  from = function(values, dtype)
+    if type(values) ~= "table" then
+      error(("tensor.from: expected a table (got %s)"):format(type(values)), 2)
+    end
+    local shape = infer_shape(values, {}, 1)
+    return core.tensor(dtype or "f32", shape, flatten(values, shape, 1, {}))
+  end,
+  --- raw little-endian values; shape defaults to 1-D
+  load = function(path, dtype, shape) return core.tensor_load(path, dtype or "f32", shape) end,
+}
+
+return gptoss

@@ -1,0 +1,72 @@
+#include "batch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+
+int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, const int *lengths,
+                       char *err) {
+    if (b->n < 1) {
+        snprintf(err, GPTOSS_ERR_LEN, "step: empty batch (no rows)");
+        return -1;
+    }
+    /* last row index seen per slot, -1 if none */
+    int *last = malloc(sizeof(int) * (size_t)n_slots);
+    if (!last) {
+        snprintf(err, GPTOSS_ERR_LEN, "step: out of host memory");
+        return -1;
+    }
+    for (int s = 0; s < n_slots; s++)
+        last[s] = -1;
+    int rc = -1;
+    for (int r = 0; r < b->n; r++) {
+        int s = b->slots[r], p = b->positions[r], t = b->tokens[r];
+        if (s < 0 || s >= n_slots) {
+            snprintf(err, GPTOSS_ERR_LEN, "step: slots[%d] = %d is out of range 1..%d", r + 1, s + 1,
+                     n_slots);
+            goto out;
+        }
+        if (t < 0 || t >= vocab) {
+            snprintf(err, GPTOSS_ERR_LEN, "step: tokens[%d] = %d is out of range 0..%d", r + 1, t,
+                     vocab - 1);
+            goto out;
+        }
+        if (p < 0) {
+            snprintf(err, GPTOSS_ERR_LEN, "step: positions[%d] = %d is negative", r + 1, p);
+            goto out;
+        }
+        if (p >= ctx) {
+            snprintf(err, GPTOSS_ERR_LEN,
+                     "step: positions[%d] = %d is past the context: slot %d holds ctx = %d positions",
+                     r + 1, p, s + 1, ctx);
+            goto out;
+        }
+        if (last[s] < 0) {
+            if (p > lengths[s]) {
+                snprintf(err, GPTOSS_ERR_LEN,
+                         "step: positions[%d] = %d leaves a gap: slot %d holds %d positions, so "
+                         "the next one is %d",
+                         r + 1, p, s + 1, lengths[s], lengths[s]);
+                goto out;
+            }
+        } else if (p != b->positions[last[s]] + 1) {
+            snprintf(err, GPTOSS_ERR_LEN,
+                     "step: positions[%d] = %d does not follow positions[%d] = %d of slot %d (rows "
+                     "of one slot must be consecutive positions)",
+                     r + 1, p, last[s] + 1, b->positions[last[s]], s + 1);
+            goto out;
+        }
+        last[s] = r;
+    }
+    rc = 0;
+out:
+    free(last);
+    return rc;
+}
+
+void gptoss_batch_commit(const gptoss_batch *b, int *lengths) {
+    /* a slot's rows are increasing, so its last row sets the length */
+    for (int r = 0; r < b->n; r++)
+        lengths[b->slots[r]] = b->positions[r] + 1;
+}

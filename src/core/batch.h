@@ -1,0 +1,25 @@
+/* One ragged batch of rows (slot, position, token) and the rules every
+ * backend applies before running it: slots and tokens in range, positions
+ * inside ctx, no gap after a slot's current length, and several rows of one
+ * slot only as consecutive positions (a prefill chunk). Writing at a position
+ * below the slot's length truncates the sequence there. */
+#ifndef GPTOSS_BATCH_H
+#define GPTOSS_BATCH_H
+
+typedef struct {
+    int n;
+    const int *slots;     /* 0-based */
+    const int *positions; /* 0-based */
+    const int *tokens;
+} gptoss_batch;
+
+/* Checks the batch against n_slots slots of ctx positions whose current
+ * lengths are given. Messages use the API's 1-based slot and row numbers. */
+int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, const int *lengths,
+                       char *err);
+
+/* After a successful check: each touched slot's length becomes its last
+ * position + 1. */
+void gptoss_batch_commit(const gptoss_batch *b, int *lengths);
+
+#endif

@@ -1,0 +1,194 @@
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rope.h"
+
+#define FIELD(n, t) {#n, t, offsetof(gptoss_config, n)}
+const gptoss_field gptoss_fields[GPTOSS_N_FIELDS] = {
+    FIELD(vocab_size, GPTOSS_FIELD_INT),
+    FIELD(hidden_dim, GPTOSS_FIELD_INT),
+    FIELD(n_experts, GPTOSS_FIELD_INT),
+    FIELD(experts_per_token, GPTOSS_FIELD_INT),
+    FIELD(intermediate_dim, GPTOSS_FIELD_INT),
+    FIELD(n_layers, GPTOSS_FIELD_INT),
+    FIELD(head_dim, GPTOSS_FIELD_INT),
+    FIELD(n_attn_heads, GPTOSS_FIELD_INT),
+    FIELD(n_kv_heads, GPTOSS_FIELD_INT),
+    FIELD(seq_len, GPTOSS_FIELD_INT),
+    FIELD(initial_context_length, GPTOSS_FIELD_INT),
+    FIELD(rope_theta, GPTOSS_FIELD_FLOAT),
+    FIELD(rope_scaling_factor, GPTOSS_FIELD_FLOAT),
+    FIELD(sliding_window, GPTOSS_FIELD_INT),
+    FIELD(swiglu_limit, GPTOSS_FIELD_FLOAT),
+};
+#undef FIELD
+
+static const char *const tensor_names[GPTOSS_N_TENSORS] = {
+    "token_embedding_table", "out", "rms_attn_w", "rms_ffn_w", "rms_out_w", "w_qkv",
+    "b_qkv", "w_o", "b_o", "attn_sinks", "w_router", "b_router", "w_mlp1",
+    "b_mlp1", "w_mlp2", "b_mlp2",
+};
+
+int gptoss_tensor_by_name(const char *name) {
+    for (int i = 0; i < GPTOSS_N_TENSORS; i++)
+        if (strcmp(tensor_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+int gptoss_config_validate(const gptoss_config *c, char *err) {
+    /* sizes that must be >= 1 */
+    static const size_t positive[] = {
+        offsetof(gptoss_config, vocab_size), offsetof(gptoss_config, hidden_dim),
+        offsetof(gptoss_config, n_experts), offsetof(gptoss_config, experts_per_token),
+        offsetof(gptoss_config, intermediate_dim), offsetof(gptoss_config, n_layers),
+        offsetof(gptoss_config, head_dim), offsetof(gptoss_config, n_attn_heads),
+        offsetof(gptoss_config, n_kv_heads), offsetof(gptoss_config, seq_len),
+        offsetof(gptoss_config, initial_context_length),
+    };
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
+        int32_t v;
+        memcpy(&v, (const char *)c + positive[i], sizeof v);
+        if (v <= 0) {
+            const char *name = "?";
+            for (int f = 0; f < GPTOSS_N_FIELDS; f++)
+                if (gptoss_fields[f].offset == positive[i])
+                    name = gptoss_fields[f].name;
+            snprintf(err, GPTOSS_ERR_LEN, "config: %s = %d must be positive", name, v);
+            return -1;
+        }
+    }
+    if (c->n_attn_heads % c->n_kv_heads != 0) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "config: n_attn_heads = %d is not a multiple of n_kv_heads = %d",
+                 c->n_attn_heads, c->n_kv_heads);
+        return -1;
+    }
+    if (c->head_dim % 2 != 0) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: head_dim = %d must be even (half-split RoPE)",
+                 c->head_dim);
+        return -1;
+    }
+    if (c->experts_per_token > c->n_experts) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: experts_per_token = %d exceeds n_experts = %d",
+                 c->experts_per_token, c->n_experts);
+        return -1;
+    }
+    if (c->sliding_window < 0) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: sliding_window = %d must be >= 0 (0: no window)",
+                 c->sliding_window);
+        return -1;
+    }
+    if (!(isfinite(c->rope_theta) && c->rope_theta > 1.0f)) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: rope_theta = %g must be a finite number > 1",
+                 c->rope_theta);
+        return -1;
+    }
+    if (!(isfinite(c->rope_scaling_factor) && c->rope_scaling_factor > 0.0f)) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: rope_scaling_factor = %g must be finite and > 0",
+                 c->rope_scaling_factor);
+        return -1;
+    }
+    if (!(isfinite(c->swiglu_limit) && c->swiglu_limit > 0.0f)) {
+        snprintf(err, GPTOSS_ERR_LEN, "config: swiglu_limit = %g must be finite and > 0",
+                 c->swiglu_limit);
+        return -1;
+    }
+    /* qkv rows are computed in int by every engine */
+    int64_t qkv = (int64_t)c->head_dim * ((int64_t)c->n_attn_heads + 2 * (int64_t)c->n_kv_heads);
+    if (qkv > INT32_MAX || 2 * (int64_t)c->intermediate_dim > INT32_MAX) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "config: head_dim*(n_attn_heads+2*n_kv_heads) = %lld or 2*intermediate_dim "
+                 "exceeds 2^31-1",
+                 (long long)qkv);
+        return -1;
+    }
+    return gptoss_rope_check(c, err);
+}
+
+/* dims multiplied with overflow detection; then *4 bytes */
+static int tensor_count(gptoss_tensor_desc *d, char *err) {
+    uint64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) {
+        if (__builtin_mul_overflow(n, (uint64_t)d->dims[i], &n))
+            goto overflow;
+    }
+    uint64_t bytes;
+    if (__builtin_mul_overflow(n, (uint64_t)4, &bytes))
+        goto overflow;
+    d->count = n;
+    return 0;
+overflow:
+    snprintf(err, GPTOSS_ERR_LEN, "config: the byte size of tensor %s overflows 64 bits", d->name);
+    return -1;
+}
+
+int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err) {
+    int64_t V = c->vocab_size, H = c->hidden_dim, L = c->n_layers, E = c->n_experts;
+    int64_t I = c->intermediate_dim, Q = gptoss_qkv_dim(c);
+    int64_t HqD = (int64_t)c->n_attn_heads * c->head_dim;
+    /* name, ndim, dims, per_layer, per_expert */
+    const struct { int nd; int64_t d[4]; int pl, pe; } shapes[GPTOSS_N_TENSORS] = {
+        [GPTOSS_T_EMBEDDING] = {2, {V, H}, 0, 0},
+        [GPTOSS_T_OUT] = {2, {V, H}, 0, 0},
+        [GPTOSS_T_RMS_ATTN] = {2, {L, H}, 1, 0},
+        [GPTOSS_T_RMS_FFN] = {2, {L, H}, 1, 0},
+        [GPTOSS_T_RMS_OUT] = {1, {H}, 0, 0},
+        [GPTOSS_T_W_QKV] = {3, {L, Q, H}, 1, 0},
+        [GPTOSS_T_B_QKV] = {2, {L, Q}, 1, 0},
+        [GPTOSS_T_W_O] = {3, {L, H, HqD}, 1, 0},
+        [GPTOSS_T_B_O] = {2, {L, H}, 1, 0},
+        [GPTOSS_T_SINKS] = {2, {L, c->n_attn_heads}, 1, 0},
+        [GPTOSS_T_W_ROUTER] = {3, {L, E, H}, 1, 0},
+        [GPTOSS_T_B_ROUTER] = {2, {L, E}, 1, 0},
+        [GPTOSS_T_W_MLP1] = {4, {L, E, 2 * I, H}, 1, 1},
+        [GPTOSS_T_B_MLP1] = {3, {L, E, 2 * I}, 1, 1},
+        [GPTOSS_T_W_MLP2] = {4, {L, E, H, I}, 1, 1},
+        [GPTOSS_T_B_MLP2] = {3, {L, E, H}, 1, 1},
+    };
+    uint64_t offset = GPTOSS_HEADER_BYTES;
+    for (int i = 0; i < GPTOSS_N_TENSORS; i++) {
+        gptoss_tensor_desc *d = &out->t[i];
+        d->name = tensor_names[i];
+        d->ndim = shapes[i].nd;
+        memcpy(d->dims, shapes[i].d, sizeof d->dims);
+        d->per_layer = shapes[i].pl;
+        d->per_expert = shapes[i].pe;
+        if (tensor_count(d, err))
+            return -1;
+        d->offset = offset;
+        if (__builtin_add_overflow(offset, d->count * 4, &offset)) {
+            snprintf(err, GPTOSS_ERR_LEN, "config: the file size overflows 64 bits at tensor %s",
+                     d->name);
+            return -1;
+        }
+    }
+    out->total_bytes = offset;
+    return 0;
+}
+
+int gptoss_config_named(const char *name, gptoss_config *out) {
+    /* course-spec §1.4; "20b-2l" keeps the 20b widths with two layers */
+    static const gptoss_config m7 = {201088, 32, 32, 4, 64, 2, 32, 2, 1, 2048, 4096,
+                                     150000.0f, 32.0f, 128, 7.0f};
+    static const gptoss_config b20 = {201088, 2880, 32, 4, 2880, 24, 64, 64, 8, 2048, 4096,
+                                      150000.0f, 32.0f, 128, 7.0f};
+    if (strcmp(name, "7m") == 0) {
+        *out = m7;
+    } else if (strcmp(name, "20b") == 0) {
+        *out = b20;
+    } else if (strcmp(name, "20b-2l") == 0) {
+        *out = b20;
+        out->n_layers = 2;
+    } else if (strcmp(name, "120b") == 0) {
+        *out = b20;
+        out->n_experts = 128;
+        out->n_layers = 36;
+    } else {
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* Model configuration: the course .bin header, its validation, and the tensor
+ * layout it implies (course-spec §1). Plain C11, no Lua, no HIP. */
+#ifndef GPTOSS_CONFIG_H
+#define GPTOSS_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPTOSS_ERR_LEN 512
+#define GPTOSS_HEADER_BYTES 60
+
+/* Field order and types are the file's: 15 little-endian 4-byte fields. */
+typedef struct {
+    int32_t vocab_size;
+    int32_t hidden_dim;
+    int32_t n_experts;
+    int32_t experts_per_token;
+    int32_t intermediate_dim;
+    int32_t n_layers;
+    int32_t head_dim;
+    int32_t n_attn_heads;
+    int32_t n_kv_heads;
+    int32_t seq_len;
+    int32_t initial_context_length;
+    float rope_theta;
+    float rope_scaling_factor;
+    int32_t sliding_window;
+    float swiglu_limit;
+} gptoss_config;
+
+_Static_assert(sizeof(gptoss_config) == GPTOSS_HEADER_BYTES, "header is 60 bytes");
+
+typedef enum { GPTOSS_FIELD_INT, GPTOSS_FIELD_FLOAT } gptoss_field_type;
+
+typedef struct {
+    const char *name; /* the course's C name */
+    gptoss_field_type type;
+    size_t offset;    /* byte offset in the header and in gptoss_config */
+} gptoss_field;
+
+enum { GPTOSS_N_FIELDS = 15 };
+extern const gptoss_field gptoss_fields[GPTOSS_N_FIELDS];
+
+/* The 16 tensors the course loader knows, in file order. */
+typedef enum {
+    GPTOSS_T_EMBEDDING,
+    GPTOSS_T_OUT,
+    GPTOSS_T_RMS_ATTN,
+    GPTOSS_T_RMS_FFN,
+    GPTOSS_T_RMS_OUT,
+    GPTOSS_T_W_QKV,
+    GPTOSS_T_B_QKV,
+    GPTOSS_T_W_O,
+    GPTOSS_T_B_O,
+    GPTOSS_T_SINKS,
+    GPTOSS_T_W_ROUTER,
+    GPTOSS_T_B_ROUTER,
+    GPTOSS_T_W_MLP1,
+    GPTOSS_T_B_MLP1,
+    GPTOSS_T_W_MLP2,
+    GPTOSS_T_B_MLP2,
+    GPTOSS_N_TENSORS
+} gptoss_tensor_id;
+
+/* Leading dimensions are "per layer" and "per expert" where present, so a
+ * (layer, expert) slice is the trailing matrix or vector. */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t dims[4];
+    int per_layer;  /* dims[0] is n_layers */
+    int per_expert; /* dims[1] is n_experts */
+    uint64_t count; /* elements */
+    uint64_t offset; /* byte offset in the file, header included */
+} gptoss_tensor_desc;
+
+typedef struct {
+    gptoss_tensor_desc t[GPTOSS_N_TENSORS];
+    uint64_t total_bytes; /* header + all 16 tensors */
+} gptoss_layout;
+
+/* Checks every field; on failure writes a message naming the field and the
+ * values into err and returns -1. */
+int gptoss_config_validate(const gptoss_config *c, char *err);
+
+/* Computes shapes, counts and offsets; fails (-1, err) when a byte count
+ * does not fit in 64 bits. Call after validation. */
+int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err);
+
+/* Named shapes: "7m", "20b", "120b", "20b-2l". Returns -1 if unknown. */
+int gptoss_config_named(const char *name, gptoss_config *out);
+
+/* Derived sizes used by engines. */
+static inline int gptoss_qkv_dim(const gptoss_config *c) {
+    return c->head_dim * (c->n_attn_heads + 2 * c->n_kv_heads);
+}
+static inline int gptoss_kv_dim(const gptoss_config *c) { return c->head_dim * c->n_kv_heads; }
+
+/* Looks a tensor up by its course name; -1 if unknown. */
+int gptoss_tensor_by_name(const char *name);
+
+#endif

@@ -1,0 +1,208 @@
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "synth_params.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the course .bin format is little-endian; big-endian hosts are not supported"
+#endif
+
+static gptoss_model *model_new(const gptoss_config *c, char *err) {
+    gptoss_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, GPTOSS_ERR_LEN, "out of host memory");
+        return NULL;
+    }
+    m->config = *c;
+    if (gptoss_config_validate(c, err) || gptoss_layout_compute(c, &m->layout, err)) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int gptoss_model_open(const char *path, gptoss_model **out, char *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot open model file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot read model file '%s': not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < GPTOSS_HEADER_BYTES) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "model file '%s' truncated: expected at least %d bytes (the header), file has %llu",
+                 path, GPTOSS_HEADER_BYTES, (unsigned long long)size);
+        close(fd);
+        return -1;
+    }
+    gptoss_config c;
+    if (pread(fd, &c, sizeof c, 0) != (ssize_t)sizeof c) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot read the header of '%s': %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    char why[GPTOSS_ERR_LEN];
+    gptoss_model *m = model_new(&c, why);
+    if (!m) {
+        snprintf(err, GPTOSS_ERR_LEN, "model file '%.180s': %.300s", path, why);
+        close(fd);
+        return -1;
+    }
+    if (size < m->layout.total_bytes) {
+        snprintf(err, GPTOSS_ERR_LEN, "model file '%s' truncated: expected %llu bytes, file has %llu",
+                 path, (unsigned long long)m->layout.total_bytes, (unsigned long long)size);
+        free(m);
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot map model file '%s': %s", path, strerror(errno));
+        free(m);
+        return -1;
+    }
+    m->map = map;
+    m->map_bytes = (size_t)size;
+    m->trailing_bytes = size - m->layout.total_bytes;
+    m->path = strdup(path);
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
+        m->tensor[t] = (const float *)(m->map + m->layout.t[t].offset);
+    *out = m;
+    return 0;
+}
+
+int gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out, char *err) {
+    gptoss_model *m = model_new(c, err);
+    if (!m)
+        return -1;
+    m->synthetic = 1;
+    m->seed = seed;
+    *out = m;
+    return 0;
+}
+
+uint64_t gptoss_host_memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                break;
+        fclose(f);
+    }
+    if (kb)
+        return (uint64_t)kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
+int gptoss_model_weights(gptoss_model *m, char *err) {
+    if (!m->synthetic || m->owned)
+        return 0;
+    uint64_t bytes = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+    uint64_t avail = gptoss_host_memory_available();
+    if (bytes > avail || bytes > SIZE_MAX) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "synthetic weights need %.2f GiB of host memory, %.2f GiB available",
+                 bytes / 1073741824.0, avail / 1073741824.0);
+        return -1;
+    }
+    float *data = malloc((size_t)bytes);
+    if (!data) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot allocate %.2f GiB of host memory for synthetic weights",
+                 bytes / 1073741824.0);
+        return -1;
+    }
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
+        float *dst = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
+        gptoss_model_read(m, t, 0, m->layout.t[t].count, dst);
+        m->tensor[t] = dst;
+    }
+    m->owned = data;
+    return 0;
+}
+
+void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out) {
+    if (m->synthetic && !m->owned) {
+        gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, tensor);
+        gptoss_synth_fill(&p, first, count, out);
+    } else {
+        memcpy(out, m->tensor[tensor] + first, (size_t)count * sizeof(float));
+    }
+}
+
+static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
+
+int gptoss_model_save(const gptoss_model *m, const char *path, char *err) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) {
+        snprintf(err, GPTOSS_ERR_LEN, "out of host memory");
+        return -1;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot write '%s': %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    enum { CHUNK = 1 << 20 };
+    float *buf = malloc(CHUNK * sizeof(float));
+    int bad = !buf || write_all(f, &m->config, sizeof m->config);
+    for (int t = 0; t < GPTOSS_N_TENSORS && !bad; t++) {
+        uint64_t n = m->layout.t[t].count;
+        for (uint64_t first = 0; first < n && !bad; first += CHUNK) {
+            uint64_t k = n - first < CHUNK ? n - first : CHUNK;
+            gptoss_model_read(m, t, first, k, buf);
+            bad = write_all(f, buf, (size_t)k * sizeof(float));
+        }
+    }
+    if (!bad && m->trailing_bytes)
+        bad = write_all(f, m->map + m->layout.total_bytes, (size_t)m->trailing_bytes);
+    int saved_errno = errno;
+    free(buf);
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        saved_errno = errno;
+    }
+    if (!bad && rename(tmp, path) != 0) {
+        bad = 1;
+        saved_errno = errno;
+    }
+    if (bad) {
+        snprintf(err, GPTOSS_ERR_LEN, "cannot write model file '%s': %s", path,
+                 saved_errno ? strerror(saved_errno) : "out of host memory");
+        unlink(tmp);
+    }
+    free(tmp);
+    return bad ? -1 : 0;
+}
+
+void gptoss_model_free(gptoss_model *m) {
+    if (!m)
+        return;
+    if (m->map)
+        munmap((void *)m->map, m->map_bytes);
+    free(m->owned);
+    free(m->path);
+    free(m);
+}

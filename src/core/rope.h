@@ -1,0 +1,32 @@
+/* YaRN rotary embedding tables, computed exactly as the course's run.cpp does
+ * (course-spec §4, step 4): float arithmetic throughout, unrounded low/high
+ * bounds, both cos and sin multiplied by the concentration. The GPU engine
+ * uploads the same inv_freq table so that angles agree bit for bit. */
+#ifndef GPTOSS_ROPE_H
+#define GPTOSS_ROPE_H
+
+#include "config.h"
+
+typedef struct {
+    int half;            /* head_dim / 2 */
+    float concentration; /* 0.1*ln(s)+1 with YaRN, else 1 */
+    float *inv_freq;     /* half entries */
+} gptoss_rope;
+
+/* The NTK-by-parts bounds (low, high); only meaningful when
+ * rope_scaling_factor > 1. */
+void gptoss_rope_bounds(const gptoss_config *c, float *low, float *high);
+
+/* Validates the bounds run.cpp asserts (0 < low < high < half - 1). */
+int gptoss_rope_check(const gptoss_config *c, char *err);
+
+int gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err);
+void gptoss_rope_free(gptoss_rope *r);
+
+/* cos/sin (half entries each) for one position. */
+void gptoss_rope_cos_sin(const gptoss_rope *r, int pos, float *cos_out, float *sin_out);
+
+/* Half-split rotation of n_heads heads of head_dim values, in place. */
+void gptoss_rope_apply(float *x, const float *cos_v, const float *sin_v, int n_heads, int head_dim);
+
+#endif

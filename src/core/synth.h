@@ -1,0 +1,86 @@
+/* Synthetic weights: a counter-based hash of (seed, tensor, index) turned
+ * into a value. Every function here is branch-light integer and exact float
+ * arithmetic, header-only and marked for host and device, so that a GPU
+ * kernel fills a replica of a 20b/120b synthetic model with exactly the bits
+ * the CPU produces, without a host copy.
+ *
+ * The recipe (documented in README "Synthetic models"):
+ *   h(seed, tensor, i) = mix64(key(seed, tensor) + (i + 1) * 0x9E3779B97F4A7C15)
+ *   mix64 is the SplitMix64 finaliser; key(seed, tensor) = mix64(seed ^ (tensor+1) * 0xD1B54A32D192ED03).
+ *   unit(h) = (h >> 40) * 2^-23 - 1, a value of [-1, 1) on a 2^-23 grid.
+ *   UNIFORM tensors: unit(h) * 2^scale_exp
+ *   NORM tensors (RMSNorm scales): 1 + unit(h) * 2^scale_exp
+ *   MXFP4 tensors (MoE weights): e2m1[code] * 2^(scale_exp + d - 1), where code is the low 4 bits of
+ *     h(seed, tensor, i) and d = h(seed, tensor + 64, block) mod 3 is shared by the block of 32
+ *     consecutive inputs of a row: block = row * ceil(n_in / 32) + col / 32.
+ * Multiplying by a power of two is exact, so a fused multiply-add on the GPU
+ * cannot change any result. */
+#ifndef GPTOSS_SYNTH_H
+#define GPTOSS_SYNTH_H
+
+#include <stdint.h>
+
+#if defined(__HIPCC__) || defined(__CUDACC__)
+#define GPTOSS_HD __host__ __device__
+#else
+#define GPTOSS_HD
+#endif
+
+typedef enum { GPTOSS_SYNTH_UNIFORM, GPTOSS_SYNTH_NORM, GPTOSS_SYNTH_MXFP4 } gptoss_synth_kind;
+
+/* What one tensor's generator needs; computed on the host by
+ * gptoss_synth_params (synth.c) and passed to kernels as is. */
+typedef struct {
+    uint64_t key;      /* key(seed, tensor) */
+    uint64_t block_key; /* key(seed, tensor + 64), MXFP4 block exponents */
+    int32_t kind;
+    int32_t scale_exp;
+    int64_t n_in;      /* row length (the input dimension) for MXFP4 blocks */
+} gptoss_synth_param;
+
+GPTOSS_HD static inline uint64_t gptoss_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+GPTOSS_HD static inline uint64_t gptoss_synth_key(uint64_t seed, uint64_t tensor) {
+    return gptoss_mix64(seed ^ ((tensor + 1) * 0xD1B54A32D192ED03ull));
+}
+
+GPTOSS_HD static inline uint64_t gptoss_synth_hash(uint64_t key, uint64_t index) {
+    return gptoss_mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+/* 2^e for small |e| as an exact float, without libm. */
+GPTOSS_HD static inline float gptoss_pow2f(int e) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)(e + 127) << 23;
+    return v.f;
+}
+
+GPTOSS_HD static inline float gptoss_synth_unit(uint64_t h) {
+    return (float)(int32_t)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+/* e2m1 code -> value: +0 .5 1 1.5 2 3 4 6, then the same negated */
+GPTOSS_HD static inline float gptoss_e2m1_value(unsigned code) {
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float m = mag[code & 7u];
+    return (code & 8u) ? -m : m;
+}
+
+GPTOSS_HD static inline float gptoss_synth_value(const gptoss_synth_param *p, uint64_t index) {
+    uint64_t h = gptoss_synth_hash(p->key, index);
+    if (p->kind == GPTOSS_SYNTH_MXFP4) {
+        uint64_t n_in = (uint64_t)p->n_in;
+        uint64_t blocks_per_row = (n_in + 31) / 32;
+        uint64_t block = (index / n_in) * blocks_per_row + (index % n_in) / 32;
+        int d = (int)(gptoss_synth_hash(p->block_key, block) % 3u);
+        return gptoss_e2m1_value((unsigned)(h & 15u)) * gptoss_pow2f(p->scale_exp + d - 1);
+    }
+    float u = gptoss_synth_unit(h) * gptoss_pow2f(p->scale_exp);
+    return p->kind == GPTOSS_SYNTH_NORM ? 1.0f + u : u;
+}
+
+#endif

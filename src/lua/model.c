@@ -1,0 +1,230 @@
+/* gptoss.model: a course .bin mapped read-only, or a synthetic model. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/model.h"
+#include "binding.h"
+
+typedef struct {
+    gptoss_model *m;
+} lua_model;
+
+gptoss_model *gptoss_check_model(lua_State *L, int idx);
+
+gptoss_model *gptoss_check_model(lua_State *L, int idx) {
+    return ((lua_model *)luaL_checkudata(L, idx, GPTOSS_MODEL_MT))->m;
+}
+
+/* gptoss.core.load(path) */
+int gptoss_lua_load(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_model *m;
+    lua_model *u = lua_newuserdatauv(L, sizeof *u, 0); /* allocated first: no leak on error */
+    u->m = NULL;
+    if (gptoss_model_open(path, &m, err))
+        return luaL_error(L, "load: %s", err);
+    u->m = m;
+    luaL_setmetatable(L, GPTOSS_MODEL_MT);
+    return 1;
+}
+
+static void read_config(lua_State *L, int idx, gptoss_config *c) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    memset(c, 0, sizeof *c);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        const gptoss_field *f = NULL;
+        for (int i = 0; key && i < GPTOSS_N_FIELDS; i++)
+            if (strcmp(gptoss_fields[i].name, key) == 0)
+                f = &gptoss_fields[i];
+        if (!f)
+            luaL_error(L, "synthetic: unknown config field '%s'", luaL_tolstring(L, -2, NULL));
+        int ok;
+        if (f->type == GPTOSS_FIELD_INT) {
+            lua_Integer v = lua_tointegerx(L, -1, &ok);
+            if (!ok || v < INT32_MIN || v > INT32_MAX)
+                luaL_error(L, "synthetic: config field %s must be a 32-bit integer (got %s)", key,
+                           luaL_tolstring(L, -1, NULL));
+            int32_t iv = (int32_t)v;
+            memcpy((char *)c + f->offset, &iv, sizeof iv);
+        } else {
+            lua_Number v = lua_tonumberx(L, -1, &ok);
+            if (!ok)
+                luaL_error(L, "synthetic: config field %s must be a number (got %s)", key,
+                           luaL_typename(L, -1));
+            float fv = (float)v;
+            memcpy((char *)c + f->offset, &fv, sizeof fv);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+static void push_config(lua_State *L, const gptoss_config *c) {
+    lua_createtable(L, 0, GPTOSS_N_FIELDS);
+    for (int i = 0; i < GPTOSS_N_FIELDS; i++) {
+        const gptoss_field *f = &gptoss_fields[i];
+        if (f->type == GPTOSS_FIELD_INT) {
+            int32_t v;
+            memcpy(&v, (const char *)c + f->offset, sizeof v);
+            lua_pushinteger(L, v);
+        } else {
+            float v;
+            memcpy(&v, (const char *)c + f->offset, sizeof v);
+            lua_pushnumber(L, v);
+        }
+        lua_setfield(L, -2, f->name);
+    }
+}
+
+/* gptoss.core.named_config(name) -> config table or nil */
+int gptoss_lua_named_config(lua_State *L) {
+    gptoss_config c;
+    if (gptoss_config_named(luaL_checkstring(L, 1), &c))
+        return 0;
+    push_config(L, &c);
+    return 1;
+}
+
+/* gptoss.core.synthetic(config_table, seed): every field must be given */
+int gptoss_lua_synthetic(lua_State *L) {
+    gptoss_config c;
+    read_config(L, 1, &c);
+    lua_Integer seed = luaL_checkinteger(L, 2);
+    lua_model *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->m = NULL;
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_model_synthetic(&c, (uint64_t)seed, &u->m, err))
+        return luaL_error(L, "synthetic: %s", err);
+    luaL_setmetatable(L, GPTOSS_MODEL_MT);
+    return 1;
+}
+
+static void push_shape(lua_State *L, const int64_t *dims, int ndim) {
+    lua_createtable(L, ndim, 0);
+    for (int i = 0; i < ndim; i++) {
+        lua_pushinteger(L, dims[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* model.tensors: records in file order, also reachable by name */
+static void push_tensors(lua_State *L, const gptoss_model *m) {
+    lua_createtable(L, GPTOSS_N_TENSORS, GPTOSS_N_TENSORS);
+    for (int i = 0; i < GPTOSS_N_TENSORS; i++) {
+        const gptoss_tensor_desc *d = &m->layout.t[i];
+        lua_createtable(L, 0, 4);
+        lua_pushstring(L, d->name);
+        lua_setfield(L, -2, "name");
+        push_shape(L, d->dims, d->ndim);
+        lua_setfield(L, -2, "shape");
+        lua_pushinteger(L, (lua_Integer)(d->count * 4));
+        lua_setfield(L, -2, "bytes");
+        lua_pushinteger(L, (lua_Integer)d->offset);
+        lua_setfield(L, -2, "offset");
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, d->name);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* model:tensor(name [, layer [, expert]]) -> host copy of the tensor or slice */
+static int m_tensor(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    int id = gptoss_tensor_by_name(name);
+    if (id < 0)
+        return luaL_error(L, "tensor: unknown tensor '%s'", name);
+    const gptoss_tensor_desc *d = &m->layout.t[id];
+    int skip = 0;
+    uint64_t first = 0, count = d->count;
+    for (int arg = 3; arg <= 4 && !lua_isnoneornil(L, arg); arg++) {
+        const char *what = arg == 3 ? "layer" : "expert";
+        int allowed = arg == 3 ? d->per_layer : d->per_expert;
+        if (!allowed)
+            return luaL_error(L, "tensor: %s has no %s dimension", name, what);
+        lua_Integer i = luaL_checkinteger(L, arg);
+        if (i < 1 || i > d->dims[skip])
+            return luaL_error(L, "tensor: %s %d is out of range 1..%d", what, (int)i,
+                              (int)d->dims[skip]);
+        count /= (uint64_t)d->dims[skip];
+        first += (uint64_t)(i - 1) * count;
+        skip++;
+    }
+    lua_tensor *t = gptoss_new_tensor(L, GPTOSS_F32, d->ndim - skip, d->dims + skip);
+    gptoss_model_read(m, id, first, count, gptoss_tensor_data(t));
+    return 1;
+}
+
+static int m_save(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_model_save(m, path, err))
+        return luaL_error(L, "save: %s", err);
+    return 0;
+}
+
+static int m_getter(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (!k)
+        return 0;
+    if (strcmp(k, "config") == 0)
+        push_config(L, &m->config);
+    else if (strcmp(k, "bytes") == 0)
+        lua_pushinteger(L, (lua_Integer)m->layout.total_bytes);
+    else if (strcmp(k, "trailing_bytes") == 0)
+        lua_pushinteger(L, (lua_Integer)m->trailing_bytes);
+    else if (strcmp(k, "path") == 0)
+        m->path ? (void)lua_pushstring(L, m->path) : lua_pushnil(L);
+    else if (strcmp(k, "synthetic") == 0)
+        lua_pushboolean(L, m->synthetic);
+    else if (strcmp(k, "seed") == 0)
+        m->synthetic ? lua_pushinteger(L, (lua_Integer)m->seed) : lua_pushnil(L);
+    else if (strcmp(k, "tensors") == 0)
+        push_tensors(L, m);
+    else
+        return 0;
+    return 1;
+}
+
+static int m_tostring(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    const gptoss_config *c = &m->config;
+    char src[300];
+    if (m->synthetic)
+        snprintf(src, sizeof src, "synthetic seed=%llu", (unsigned long long)m->seed);
+    else
+        snprintf(src, sizeof src, "%s", m->path);
+    lua_pushfstring(L,
+                    "gptoss.model(%s: %d layers, hidden %d, %d experts (top %d), intermediate %d, "
+                    "%d q heads / %d kv heads of %d, vocab %d, %f GB)",
+                    src, c->n_layers, c->hidden_dim, c->n_experts, c->experts_per_token,
+                    c->intermediate_dim, c->n_attn_heads, c->n_kv_heads, c->head_dim,
+                    c->vocab_size, (double)m->layout.total_bytes / 1e9);
+    return 1;
+}
+
+static int m_gc(lua_State *L) {
+    lua_model *u = luaL_checkudata(L, 1, GPTOSS_MODEL_MT);
+    gptoss_model_free(u->m);
+    u->m = NULL;
+    return 0;
+}
+
+int gptoss_lua_replica(lua_State *L); /* replica.c */
+
+void gptoss_open_model(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"tensor", m_tensor}, {"save", m_save}, {"replica", gptoss_lua_replica}, {NULL, NULL},
+    };
+    gptoss_new_class(L, GPTOSS_MODEL_MT, methods, m_getter);
+    luaL_getmetatable(L, GPTOSS_MODEL_MT);
+    lua_pushcfunction(L, m_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, m_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+}

@@ -1,0 +1,107 @@
+/* luaopen_gptoss_core: the C module behind require "gptoss". */
+#include <string.h>
+
+#include "../hip/backend.h"
+#include "binding.h"
+
+static int class_index(lua_State *L) {
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1));
+    if (!lua_isnil(L, -1))
+        return 1;
+    lua_settop(L, 2);
+    return lua_tocfunction(L, lua_upvalueindex(2))(L);
+}
+
+void gptoss_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction getter) {
+    luaL_newmetatable(L, mt);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_pushcfunction(L, getter);
+    lua_pushcclosure(L, class_index, 2);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}
+
+lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char *field,
+                               lua_Integer dflt) {
+    lua_getfield(L, idx, field);
+    lua_Integer v = dflt;
+    if (!lua_isnil(L, -1)) {
+        int ok;
+        v = lua_tointegerx(L, -1, &ok);
+        if (!ok)
+            luaL_error(L, "%s: %s must be an integer (got %s)", fn, field, luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
+                      const char *const *choices, int dflt) {
+    lua_getfield(L, idx, field);
+    int v = dflt;
+    if (!lua_isnil(L, -1)) {
+        const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        v = -1;
+        for (int i = 0; s && choices[i]; i++)
+            if (strcmp(s, choices[i]) == 0)
+                v = i;
+        if (v < 0) {
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (int i = 0; choices[i]; i++) {
+                luaL_addstring(&b, i ? ", " : "");
+                luaL_addstring(&b, choices[i]);
+            }
+            luaL_pushresult(&b);
+            luaL_error(L, "%s: %s must be one of %s (got %s)", fn, field, lua_tostring(L, -1),
+                       luaL_tolstring(L, -2, NULL));
+        }
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* gptoss.core.devices() -> { {id=1, name=..., memory=..., warp=..., arch=...}, ... } */
+static int l_devices(lua_State *L) {
+    int n = gptoss_hip_device_count();
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        gptoss_device_info d;
+        if (gptoss_hip_device_info(i, &d) != 0)
+            continue;
+        lua_createtable(L, 0, 5);
+        lua_pushinteger(L, i + 1);
+        lua_setfield(L, -2, "id");
+        lua_pushstring(L, d.name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, (lua_Integer)d.memory);
+        lua_setfield(L, -2, "memory");
+        lua_pushinteger(L, d.warp);
+        lua_setfield(L, -2, "warp");
+        lua_pushstring(L, d.arch);
+        lua_setfield(L, -2, "arch");
+        lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    }
+    return 1;
+}
+
+int luaopen_gptoss_core(lua_State *L) {
+    gptoss_open_tensor(L);
+    gptoss_open_model(L);
+    gptoss_open_replica(L);
+    static const luaL_Reg fns[] = {
+        {"load", gptoss_lua_load},
+        {"synthetic", gptoss_lua_synthetic},
+        {"named_config", gptoss_lua_named_config},
+        {"tensor", gptoss_lua_tensor_new},
+        {"tensor_load", gptoss_lua_tensor_load},
+        {"devices", l_devices},
+        {NULL, NULL},
+    };
+    luaL_newlib(L, fns);
+    lua_pushstring(L, gptoss_hip_platform());
+    lua_setfield(L, -2, "platform");
+    return 1;
+}

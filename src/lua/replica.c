@@ -1,0 +1,360 @@
+/* gptoss.replica: a model placed on a device with a pool of KV slots, and
+ * gptoss.step: the handle of one step. Only the CPU golden engine exists in
+ * this version; GPU device numbers are checked and refused clearly. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/golden.h"
+#include "../hip/backend.h"
+#include "binding.h"
+
+gptoss_model *gptoss_check_model(lua_State *L, int idx);
+
+typedef struct {
+    gptoss_golden *g;
+} lua_replica;
+
+typedef struct {
+    gptoss_storage *logits; /* [rows][vocab] */
+    int rows, vocab;
+} lua_step;
+
+static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
+
+static gptoss_golden *check_open(lua_State *L, int idx) {
+    lua_replica *r = luaL_checkudata(L, idx, GPTOSS_REPLICA_MT);
+    if (!r->g)
+        luaL_error(L, "replica: used after close");
+    return r->g;
+}
+
+/* model:replica{device="cpu", slots=1, ctx=seq_len, weights="fp32", kv="fp32", threads=0} */
+int gptoss_lua_replica(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    if (lua_isnoneornil(L, 2))
+        lua_newtable(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    static const char *const known[] = {"device", "slots", "ctx", "weights", "kv", "threads", NULL};
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), known[i]) == 0;
+        if (!ok)
+            return luaL_error(L, "replica: unknown option '%s'", luaL_tolstring(L, -2, NULL));
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, 2, "device");
+    if (lua_isinteger(L, -1)) {
+        lua_Integer dev = lua_tointeger(L, -1);
+        int n = gptoss_hip_device_count();
+        if (n == 0)
+            return luaL_error(L, "replica: device %d: no GPU is available (gptoss.devices() is empty)",
+                              (int)dev);
+        if (dev < 1 || dev > n)
+            return luaL_error(L, "replica: device %d is out of range 1..%d", (int)dev, n);
+        return luaL_error(L, "replica: device %d: the GPU engine is not part of this version; use "
+                             "device=\"cpu\"", (int)dev);
+    }
+    if (!lua_isnil(L, -1) && !(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "cpu") == 0))
+        return luaL_error(L, "replica: device must be \"cpu\" or a GPU number (got %s)",
+                          luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 1);
+    gptoss_golden_opts o;
+    lua_Integer slots = gptoss_opt_integer(L, 2, "replica", "slots", 1);
+    lua_Integer ctx = gptoss_opt_integer(L, 2, "replica", "ctx", m->config.seq_len);
+    lua_Integer threads = gptoss_opt_integer(L, 2, "replica", "threads", 0);
+    if (slots < 1 || slots > 1 << 20)
+        return luaL_error(L, "replica: slots = %d must be in 1..%d", (int)slots, 1 << 20);
+    if (ctx < 1 || ctx > INT32_MAX / 2)
+        return luaL_error(L, "replica: ctx = %d must be positive", (int)ctx);
+    if (threads < 0 || threads > 1024)
+        return luaL_error(L, "replica: threads = %d must be in 0..1024 (0: all CPUs)", (int)threads);
+    o.slots = (int)slots;
+    o.ctx = (int)ctx;
+    o.threads = (int)threads;
+    o.weights_bf16 = gptoss_opt_choice(L, 2, "replica", "weights", dtype_modes, 0);
+    o.kv_bf16 = gptoss_opt_choice(L, 2, "replica", "kv", dtype_modes, 0);
+    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 1);
+    r->g = NULL;
+    luaL_setmetatable(L, GPTOSS_REPLICA_MT);
+    lua_pushvalue(L, 1); /* the replica keeps its model alive */
+    lua_setiuservalue(L, -2, 1);
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_golden_new(m, &o, &r->g, err))
+        return luaL_error(L, "replica: %s", err);
+    return 1;
+}
+
+/* reads t[field] as an array of n integers into out (n < 0: sets n) */
+static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
+    lua_getfield(L, tbl, field);
+    if (!lua_istable(L, -1))
+        luaL_error(L, "step: %s must be a table of integers (got %s)", field, luaL_typename(L, -1));
+    int len = (int)luaL_len(L, -1);
+    if (*n >= 0 && len != *n)
+        luaL_error(L, "step: slots, positions and tokens must have the same length (%s has %d, "
+                      "slots has %d)", field, len, *n);
+    *n = len;
+    int *out = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
+    for (int i = 0; i < len; i++) {
+        lua_geti(L, -2, i + 1);
+        int ok;
+        lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if (!ok || v < INT32_MIN || v > INT32_MAX)
+            luaL_error(L, "step: %s[%d] must be an integer (got %s)", field, i + 1,
+                       luaL_tolstring(L, -1, NULL));
+        out[i] = (int)v;
+        lua_pop(L, 1);
+    }
+    lua_remove(L, -2); /* keep the buffer on the stack, drop the table */
+    return out;
+}
+
+static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
+    luaL_checktype(L, tbl, LUA_TTABLE);
+    int n = -1;
+    int *slots = int_array(L, tbl, "slots", &n);
+    b->positions = int_array(L, tbl, "positions", &n);
+    b->tokens = int_array(L, tbl, "tokens", &n);
+    for (int i = 0; i < n; i++)
+        slots[i]--; /* 1-based in Lua */
+    b->slots = slots;
+    b->n = n;
+}
+
+static lua_step *push_step(lua_State *L, int rows, int vocab) {
+    lua_step *h = lua_newuserdatauv(L, sizeof *h, 0);
+    h->logits = gptoss_storage_new(GPTOSS_F32, (size_t)rows * (size_t)vocab);
+    if (!h->logits)
+        luaL_error(L, "step: cannot allocate %f MiB for logits",
+                   (double)rows * vocab * 4 / 1048576.0);
+    h->rows = rows;
+    h->vocab = vocab;
+    luaL_setmetatable(L, GPTOSS_STEP_MT);
+    return h;
+}
+
+static int r_step(lua_State *L) {
+    gptoss_golden *g = check_open(L, 1);
+    gptoss_batch b;
+    read_batch(L, 2, &b);
+    int vocab = 0;
+    lua_getiuservalue(L, 1, 1);
+    vocab = gptoss_check_model(L, -1)->config.vocab_size;
+    lua_pop(L, 1);
+    lua_step *h = push_step(L, b.n, vocab);
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_golden_step(g, &b, h->logits->data, NULL, err))
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
+/* 0-based slot from a 1-based argument, range-checked */
+static int check_slot(lua_State *L, gptoss_golden *g, int idx, const char *fn) {
+    lua_Integer s = luaL_checkinteger(L, idx);
+    int n = gptoss_golden_options(g)->slots;
+    if (s < 1 || s > n)
+        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, n);
+    return (int)s - 1;
+}
+
+static void push_stage(lua_State *L, const gptoss_stage *s) {
+    gptoss_storage *st = malloc(sizeof *st);
+    if (!st)
+        luaL_error(L, "trace: out of host memory");
+    st->refs = 1;
+    st->dtype = s->is_int ? GPTOSS_I32 : GPTOSS_F32;
+    st->count = (size_t)s->dims[0] * (size_t)(s->ndim == 2 ? s->dims[1] : 1);
+    st->data = s->data; /* ownership moves to the tensor */
+    gptoss_push_tensor(L, st, 0, s->ndim, s->dims);
+    gptoss_storage_release(st);
+}
+
+/* r:trace(slot, token, pos): one row run like a step, every stage recorded */
+static int r_trace(lua_State *L) {
+    gptoss_golden *g = check_open(L, 1);
+    int slot = check_slot(L, g, 2, "trace");
+    int token = (int)luaL_checkinteger(L, 3);
+    int pos = (int)luaL_checkinteger(L, 4);
+    gptoss_batch b = {1, &slot, &pos, &token};
+    lua_getiuservalue(L, 1, 1);
+    const gptoss_config *c = &gptoss_check_model(L, -1)->config;
+    int n_layers = c->n_layers, vocab = c->vocab_size;
+    lua_pop(L, 1);
+    float *logits = lua_newuserdatauv(L, sizeof(float) * (size_t)vocab, 0);
+    gptoss_trace tr = {0};
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_golden_step(g, &b, logits, &tr, err)) {
+        gptoss_trace_clear(&tr);
+        return luaL_error(L, "%s", err);
+    }
+    if (tr.failed) {
+        gptoss_trace_clear(&tr);
+        return luaL_error(L, "trace: out of host memory while recording stages");
+    }
+    lua_createtable(L, 0, 4);
+    lua_createtable(L, n_layers, 0);
+    for (int l = 0; l < n_layers; l++) {
+        lua_createtable(L, 0, 20);
+        lua_rawseti(L, -2, l + 1);
+    }
+    lua_setfield(L, -2, "layers");
+    int result = lua_gettop(L);
+    /* stages move into tensors one by one; clear what is left afterwards */
+    for (int i = 0; i < tr.n; i++) {
+        gptoss_stage *s = &tr.stages[i];
+        if (s->layer >= 0) {
+            lua_getfield(L, result, "layers");
+            lua_rawgeti(L, -1, s->layer + 1);
+        } else {
+            lua_pushvalue(L, result);
+        }
+        push_stage(L, s);
+        s->data = NULL;
+        lua_setfield(L, -2, s->name);
+        lua_settop(L, result);
+    }
+    gptoss_trace_clear(&tr);
+    return 1;
+}
+
+static int r_reset(lua_State *L) {
+    gptoss_golden *g = check_open(L, 1);
+    gptoss_golden_reset(g, check_slot(L, g, 2, "reset"));
+    return 0;
+}
+
+static int r_length(lua_State *L) {
+    gptoss_golden *g = check_open(L, 1);
+    lua_pushinteger(L, gptoss_golden_length(g, check_slot(L, g, 2, "length")));
+    return 1;
+}
+
+static int r_close(lua_State *L) {
+    lua_replica *r = luaL_checkudata(L, 1, GPTOSS_REPLICA_MT);
+    gptoss_golden_free(r->g);
+    r->g = NULL;
+    return 0;
+}
+
+static int r_getter(lua_State *L) {
+    lua_replica *r = luaL_checkudata(L, 1, GPTOSS_REPLICA_MT);
+    const char *k = lua_tostring(L, 2);
+    if (!k)
+        return 0;
+    if (strcmp(k, "closed") == 0) {
+        lua_pushboolean(L, r->g == NULL);
+        return 1;
+    }
+    if (strcmp(k, "model") == 0) {
+        lua_getiuservalue(L, 1, 1);
+        return 1;
+    }
+    gptoss_golden *g = check_open(L, 1);
+    const gptoss_golden_opts *o = gptoss_golden_options(g);
+    if (strcmp(k, "device") == 0) {
+        lua_pushliteral(L, "cpu");
+    } else if (strcmp(k, "slots") == 0) {
+        lua_pushinteger(L, o->slots);
+    } else if (strcmp(k, "ctx") == 0) {
+        lua_pushinteger(L, o->ctx);
+    } else if (strcmp(k, "threads") == 0) {
+        lua_pushinteger(L, o->threads);
+    } else if (strcmp(k, "weights") == 0) {
+        lua_pushstring(L, dtype_modes[o->weights_bf16]);
+    } else if (strcmp(k, "kv") == 0) {
+        lua_pushstring(L, dtype_modes[o->kv_bf16]);
+    } else if (strcmp(k, "memory") == 0) {
+        /* host bytes: the KV pool is the replica's own; weights are the model's, shared */
+        lua_createtable(L, 0, 2);
+        lua_pushinteger(L, (lua_Integer)gptoss_golden_kv_bytes(g));
+        lua_setfield(L, -2, "kv");
+        lua_getiuservalue(L, 1, 1);
+        gptoss_model *m = gptoss_check_model(L, -1);
+        lua_pop(L, 1);
+        lua_pushinteger(L, (lua_Integer)(m->layout.total_bytes - GPTOSS_HEADER_BYTES));
+        lua_setfield(L, -2, "weights");
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static int r_tostring(lua_State *L) {
+    lua_replica *r = luaL_checkudata(L, 1, GPTOSS_REPLICA_MT);
+    if (!r->g) {
+        lua_pushliteral(L, "gptoss.replica(closed)");
+        return 1;
+    }
+    const gptoss_golden_opts *o = gptoss_golden_options(r->g);
+    lua_pushfstring(L, "gptoss.replica(cpu, %d slots x %d positions, weights %s, kv %s, %d threads)",
+                    o->slots, o->ctx, dtype_modes[o->weights_bf16], dtype_modes[o->kv_bf16],
+                    o->threads);
+    return 1;
+}
+
+/* ---- step handle ---- */
+
+static lua_step *check_step(lua_State *L, int idx) { return luaL_checkudata(L, idx, GPTOSS_STEP_MT); }
+
+static int s_logits(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    int64_t shape[2] = {h->rows, h->vocab};
+    gptoss_push_tensor(L, h->logits, 0, 2, shape);
+    return 1;
+}
+
+/* greedy ids per row (the course's argmax: first maximum) */
+static int s_tokens(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    lua_createtable(L, h->rows, 0);
+    const float *data = h->logits->data;
+    for (int r = 0; r < h->rows; r++) {
+        lua_pushinteger(L, (lua_Integer)gptoss_argmax(GPTOSS_F32, data + (size_t)r * h->vocab,
+                                                      (size_t)h->vocab));
+        lua_rawseti(L, -2, r + 1);
+    }
+    return 1;
+}
+
+static int s_getter(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (k && strcmp(k, "rows") == 0) {
+        lua_pushinteger(L, h->rows);
+        return 1;
+    }
+    return 0;
+}
+
+static int s_gc(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    gptoss_storage_release(h->logits);
+    h->logits = NULL;
+    return 0;
+}
+
+void gptoss_open_replica(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"step", r_step}, {"trace", r_trace}, {"reset", r_reset}, {"length", r_length},
+        {"close", r_close}, {NULL, NULL},
+    };
+    gptoss_new_class(L, GPTOSS_REPLICA_MT, methods, r_getter);
+    luaL_getmetatable(L, GPTOSS_REPLICA_MT);
+    lua_pushcfunction(L, r_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, r_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, r_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+
+    static const luaL_Reg step_methods[] = {{"logits", s_logits}, {"tokens", s_tokens}, {NULL, NULL}};
+    gptoss_new_class(L, GPTOSS_STEP_MT, step_methods, s_getter);
+    luaL_getmetatable(L, GPTOSS_STEP_MT);
+    lua_pushcfunction(L, s_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+}
