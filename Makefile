@@ -70,7 +70,7 @@ $(OBJ)/%.o: %.c
 ifeq ($(HIP_PLATFORM),nvidia)
 $(OBJ)/%.o: %.hip
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ -lm -lpthread

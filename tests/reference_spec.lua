@@ -1,7 +1,8 @@
 -- An independent plain-Lua implementation of the gpt-oss forward pass (course run.cpp numerics,
 -- /work/shared/reference/course-spec.md section 4, "Forward pass"), used to check the C CPU golden
 -- engine. The reference runs in double precision; the engine runs in float32 with the course's
--- double accumulators, so the two agree to well under 1e-5 on these tiny models.
+-- double accumulators. Logits must agree to 1e-5 absolute; trace stages to 1e-5 times the stage's
+-- own magnitude (see stage_tol). Expert selection must agree exactly.
 --
 -- The reference also has "variant" switches that reproduce known mistakes of other ports
 -- (/work/shared/reference/pitfalls.md). The last block of tests shows that every such variant moves
@@ -13,10 +14,25 @@ local gptoss = require "gptoss"
 local TOL = 1e-5
 local NEG_INF = -math.huge
 
+local function with(base, changes)
+   local c = {}
+   for k, v in pairs(base) do c[k] = v end
+   for k, v in pairs(changes or {}) do c[k] = v end
+   return c
+end
+
 local CONFIG_FIELDS = {
    "vocab_size", "hidden_dim", "n_experts", "experts_per_token", "intermediate_dim", "n_layers",
    "head_dim", "n_attn_heads", "n_kv_heads", "seq_len", "initial_context_length", "rope_theta",
    "rope_scaling_factor", "sliding_window", "swiglu_limit",
+}
+
+-- course-spec 1.4, the 7m column: what the engine must fill in for every field not given.
+local DEFAULTS_7M = {
+   vocab_size = 201088, hidden_dim = 32, n_experts = 32, experts_per_token = 4, intermediate_dim = 64,
+   n_layers = 2, head_dim = 32, n_attn_heads = 2, n_kv_heads = 1, seq_len = 2048,
+   initial_context_length = 4096, rope_theta = 150000.0, rope_scaling_factor = 32.0,
+   sliding_window = 128, swiglu_limit = 7.0,
 }
 
 -- Windowed layers, GQA with 2 query heads per kv head, YaRN. The window (4) is shorter than the
@@ -28,24 +44,22 @@ local CFG_GQA = {
    sliding_window = 4, swiglu_limit = 7.0,
 }
 
-local function with(base, changes)
-   local c = {}
-   for k, v in pairs(base) do c[k] = v end
-   for k, v in pairs(changes or {}) do c[k] = v end
-   return c
-end
-
 -- Plain multi-head attention, no YaRN (s = 1: concentration 1, inv_freq = 1/freq), no window.
 local CFG_MHA = with(CFG_GQA, { n_kv_heads = 4, rope_scaling_factor = 1.0, sliding_window = 0 })
 
--- The synthetic weights keep mlp1 outputs around 1, far below the default limit of 7, so this
--- config lowers the limit until every clamp of course-spec 4 step 2.11.2 actually bites.
 -- YaRN only changes the low-frequency dimensions, whose angles stay tiny over a few positions with
 -- theta 150000. A small theta and context move the ramp (low ~ 0.54, high ~ 2.55 for D = 8, still
 -- inside the course's assert 0 < low < high < d2-1) to frequencies that turn within 10 tokens.
 local CFG_YARN = with(CFG_GQA, { rope_theta = 1000.0, initial_context_length = 512 })
 
+-- The synthetic weights of these small shapes keep mlp1 outputs around 1, below the default limit
+-- of 7, so this config lowers the limit until every clamp of course-spec 4 step 2.11.2 bites (a
+-- test below checks that all four sides are hit).
 local CFG_CLAMP = with(CFG_GQA, { swiglu_limit = 0.5 })
+
+-- Every field left to the engine's defaults (the 7m shapes: H 32, E 32, I 64, D 32, Hq 2, Hkv 1,
+-- window 128) except a small vocabulary, so the defaults themselves get checked.
+local CFG_7M_SMALL_VOCAB = { vocab_size = 512 }
 
 local TOKENS_A = { 5, 9, 11, 60, 0, 33, 17, 42, 8, 63 }
 local TOKENS_B = { 1, 2, 3, 61, 40, 12, 7, 7, 50, 21 }
@@ -392,6 +406,19 @@ local function max_diff(a, b)
    return worst, wi, a[wi], b[wi], #a, #b
 end
 
+-- Trace stages hold values up to ~10 (attention scores, expert outputs), where float32 spacing is
+-- ~1e-6 and the engine's float rounding upstream grows with the value's size (measured: 7e-6 on
+-- scores of magnitude 5.6 in layer 2, while rounding the reference's RoPE to float32 does not
+-- close the gap). So a stage gets TOL times its own scale, never less than TOL; logits keep the
+-- plain absolute TOL.
+local function stage_tol(want)
+   local m = 1.0
+   for _, x in ipairs(flatten(want)) do
+      if x ~= NEG_INF and math.abs(x) > m then m = math.abs(x) end
+   end
+   return TOL * m
+end
+
 local function assert_close(what, got, want, tol)
    local d, i, g, w, ng, nw = max_diff(got, want)
    assert(ng == nw, ("%s: engine gave %d values, reference %d"):format(what, ng, nw))
@@ -425,11 +452,13 @@ local CASES = {
    { name = "MHA, no YaRN (s = 1), no window", cfg = CFG_MHA, seed = 5 },
    { name = "YaRN ramp at short range (theta 1000, context 512)", cfg = CFG_YARN, seed = 11 },
    { name = "SwiGLU limit 0.5", cfg = CFG_CLAMP, seed = 7 },
+   { name = "7m defaults, vocab 512", cfg = CFG_7M_SMALL_VOCAB, seed = 1 },
 }
 
 for _, case in ipairs(CASES) do
    describe("reference forward vs CPU golden engine (" .. case.name .. ")", function()
       local model, W
+      local cfg = with(DEFAULTS_7M, case.cfg)
 
       lazy_setup(function()
          model = gptoss.synthetic(case.cfg, { seed = case.seed })
@@ -440,14 +469,14 @@ for _, case in ipairs(CASES) do
 
       it("keeps the config it was given", function()
          for _, f in ipairs(CONFIG_FIELDS) do
-            assert.are.equal(case.cfg[f], model.config[f], f)
+            assert.are.equal(cfg[f], model.config[f], f)
          end
       end)
 
       -- The reference reads weights through per-layer/per-expert slices; if slices were offset
       -- wrongly every later comparison would fail for a reason unrelated to the forward pass.
       it("returns tensor slices that match the whole tensor", function()
-         local c = case.cfg
+         local c = cfg
          local Q = c.head_dim * c.n_attn_heads + 2 * c.head_dim * c.n_kv_heads
          local whole_qkv = model:tensor("w_qkv")
          assert_shape("w_qkv", whole_qkv.shape, { c.n_layers, Q, c.hidden_dim })
@@ -467,7 +496,7 @@ for _, case in ipairs(CASES) do
       it("prefill of 10 tokens in one step matches the reference on every logit", function()
          local want = reference_logits(W, TOKENS_A)
          local logits = step(replica(), 1, 0, TOKENS_A):logits()
-         assert_shape("prefill logits", logits.shape, { #TOKENS_A, case.cfg.vocab_size })
+         assert_shape("prefill logits", logits.shape, { #TOKENS_A, cfg.vocab_size })
          local got = logits:totable()
          for row = 1, #TOKENS_A do
             assert_close(("prefill row %d (pos %d)"):format(row, row - 1), got[row], want[row], TOL)
@@ -480,7 +509,7 @@ for _, case in ipairs(CASES) do
          local want = reference_logits(W, TOKENS_B)
          for i, tok in ipairs(TOKENS_B) do
             local logits = step(r, 2, i - 1, { tok }):logits()
-            assert_shape("decode logits", logits.shape, { 1, case.cfg.vocab_size })
+            assert_shape("decode logits", logits.shape, { 1, cfg.vocab_size })
             assert_close(("decode pos %d"):format(i - 1), logits:totable()[1], want[i], TOL)
          end
       end)
@@ -511,7 +540,7 @@ for _, case in ipairs(CASES) do
       end)
 
       it("trace at position 6 matches every intermediate of the reference", function()
-         local c = case.cfg
+         local c = cfg
          local pos = 6
          local toks = first(TOKENS_A, pos + 1)
          local sess = new_session(W)
@@ -523,7 +552,7 @@ for _, case in ipairs(CASES) do
          local tr = r:trace(3, toks[pos + 1], pos)
 
          local function T(x) return x:totable() end
-         assert_close("embedding", T(tr.embedding), want.embedding, TOL)
+         assert_close("embedding", T(tr.embedding), want.embedding, stage_tol(want.embedding))
          local k, I = c.experts_per_token, c.intermediate_dim
          local shapes = {
             scores = { c.n_attn_heads, pos + 2 }, probs = { c.n_attn_heads, pos + 2 },
@@ -541,10 +570,10 @@ for _, case in ipairs(CASES) do
                local what = ("layer %d %s"):format(li, name)
                assert(got_l[name], what .. " missing from the trace")
                if shapes[name] then assert_shape(what, got_l[name].shape, shapes[name]) end
-               assert_close(what, T(got_l[name]), want_l[name], TOL)
+               assert_close(what, T(got_l[name]), want_l[name], stage_tol(want_l[name]))
             end
          end
-         assert_close("final_norm", T(tr.final_norm), want.final_norm, TOL)
+         assert_close("final_norm", T(tr.final_norm), want.final_norm, stage_tol(want.final_norm))
          assert_close("trace logits", T(tr.logits), want.logits, TOL)
 
          -- The trace wrote this position's K/V like a step: the next decode sees it.
@@ -553,8 +582,10 @@ for _, case in ipairs(CASES) do
          assert_close("decode after trace", step(r, 3, pos + 1, { nxt }):logits():totable()[1], want_next, TOL)
       end)
 
-      it("keeps the sink's probability mass out of the attention output", function()
-         local c = case.cfg
+      -- The sink joins the softmax denominator (course-spec 4, step 2.5.4); that its mass is then
+      -- dropped rather than weighting a value shows up in attn_out of the trace test above.
+      it("puts the sink logit in the softmax denominator with a visible share", function()
+         local c = cfg
          local pos = 5
          local r = replica()
          step(r, 1, 0, first(TOKENS_A, pos))

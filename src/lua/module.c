@@ -55,8 +55,9 @@ int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                 luaL_addstring(&b, choices[i]);
             }
             luaL_pushresult(&b);
-            luaL_error(L, "%s: %s must be one of %s (got %s)", fn, field, lua_tostring(L, -1),
-                       luaL_tolstring(L, -2, NULL));
+            const char *allowed = lua_tostring(L, -1);
+            const char *got = luaL_tolstring(L, -2, NULL);
+            luaL_error(L, "%s: %s must be one of %s (got %s)", fn, field, allowed, got);
         }
     }
     lua_pop(L, 1);

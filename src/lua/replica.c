@@ -66,11 +66,11 @@ int gptoss_lua_replica(lua_State *L) {
     lua_Integer ctx = gptoss_opt_integer(L, 2, "replica", "ctx", m->config.seq_len);
     lua_Integer threads = gptoss_opt_integer(L, 2, "replica", "threads", 0);
     if (slots < 1 || slots > 1 << 20)
-        return luaL_error(L, "replica: slots = %d must be in 1..%d", (int)slots, 1 << 20);
+        return luaL_error(L, "replica: slots = %I must be in 1..%d", slots, 1 << 20);
     if (ctx < 1 || ctx > INT32_MAX / 2)
-        return luaL_error(L, "replica: ctx = %d must be positive", (int)ctx);
+        return luaL_error(L, "replica: ctx = %I must be in 1..%d", ctx, INT32_MAX / 2);
     if (threads < 0 || threads > 1024)
-        return luaL_error(L, "replica: threads = %d must be in 0..1024 (0: all CPUs)", (int)threads);
+        return luaL_error(L, "replica: threads = %I must be in 0..1024 (0: all CPUs)", threads);
     o.slots = (int)slots;
     o.ctx = (int)ctx;
     o.threads = (int)threads;

@@ -1,0 +1,30 @@
+rockspec_format = "3.0"
+package = "gptoss"
+version = "scm-1"
+source = {
+  url = "git+file://./",
+}
+description = {
+  summary = "gpt-oss inference from Lua: course .bin models, synthetic models, a CPU golden engine and HIP GPU engines",
+  detailed = [[
+A Lua 5.4 extension module written in C with HIP kernels. The Makefile builds
+gptoss/core.so for HIP_PLATFORM=nvidia|amd|cpu (environment variables reach
+make) together with the pure-Lua package gptoss.
+]],
+  license = "MIT",
+}
+dependencies = {
+  "lua >= 5.4",
+}
+build = {
+  type = "make",
+  build_variables = {
+    CFLAGS = "$(CFLAGS)",
+    LUA_INCDIR = "$(LUA_INCDIR)",
+    LUA = "$(LUA)",
+  },
+  install_variables = {
+    INST_LIBDIR = "$(LIBDIR)",
+    INST_LUADIR = "$(LUADIR)",
+  },
+}

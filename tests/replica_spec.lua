@@ -1,0 +1,343 @@
+-- The CPU replica's contract: ragged batches, slot independence, batch
+-- invariance, truncation, traces, numeric modes, and clear errors that leave
+-- the replica usable.
+local gptoss = require "gptoss"
+
+-- small but complete: GQA, a window shorter than the sequences, 8 experts
+local tiny = {
+  vocab_size = 97, hidden_dim = 16, n_experts = 8, experts_per_token = 4, intermediate_dim = 12,
+  n_layers = 2, head_dim = 8, n_attn_heads = 4, n_kv_heads = 2, seq_len = 64, sliding_window = 4,
+}
+
+local function model(seed) return gptoss.synthetic(tiny, { seed = seed or 11 }) end
+
+local function run(r, slot, tokens, first_pos)
+  local n = #tokens
+  local slots, positions = {}, {}
+  for i = 1, n do
+    slots[i], positions[i] = slot, (first_pos or 0) + i - 1
+  end
+  return r:step { slots = slots, positions = positions, tokens = tokens }:logits()
+end
+
+local seq = { 5, 17, 3, 88, 42, 42, 7, 60, 1, 96 }
+
+describe("CPU replica", function()
+  local m = model()
+
+  it("decoding token by token equals one prefill step, bit for bit", function()
+    local a = m:replica { slots = 1, ctx = 32 }
+    local b = m:replica { slots = 1, ctx = 32 }
+    local prefill = run(a, 1, seq)
+    for i, tok in ipairs(seq) do
+      local row = b:step { slots = { 1 }, positions = { i - 1 }, tokens = { tok } }:logits()[1]
+      assert.are.equal(0, row:max_abs_diff(prefill[i]))
+    end
+    assert.are.equal(#seq, a:length(1))
+  end)
+
+  it("keeps slots independent and a row's result independent of its batch", function()
+    local alone = m:replica { slots = 1, ctx = 32 }
+    local other = { 9, 8, 7, 6, 5, 4 }
+    local ref_seq = run(alone, 1, seq)
+    alone:reset(1)
+    local ref_other = run(alone, 1, other)
+
+    local r = m:replica { slots = 3, ctx = 32 }
+    -- slot 2 prefills 4 tokens while slot 3 prefills all of `other` in the same step
+    local h = r:step { slots = { 2, 2, 2, 2, 3, 3, 3, 3, 3, 3 }, positions = { 0, 1, 2, 3, 0, 1, 2, 3, 4, 5 },
+      tokens = { seq[1], seq[2], seq[3], seq[4], table.unpack(other) } }
+    local lg = h:logits()
+    for i = 1, 4 do assert.are.equal(0, lg[i]:max_abs_diff(ref_seq[i])) end
+    for i = 1, 6 do assert.are.equal(0, lg[4 + i]:max_abs_diff(ref_other[i])) end
+    -- then decode rows of slot 2 mixed with a new sequence in slot 1
+    for i = 5, #seq do
+      local d = r:step { slots = { 1, 2 }, positions = { i - 5, i - 1 }, tokens = { 33, seq[i] } }:logits()
+      assert.are.equal(0, d[2]:max_abs_diff(ref_seq[i]))
+    end
+  end)
+
+  it("truncates a sequence when a position is written again", function()
+    local r = m:replica { slots = 1, ctx = 32 }
+    run(r, 1, seq)
+    local edited = { seq[1], seq[2], seq[3], 50, 51, 52 }
+    local tail = run(r, 1, { 50, 51, 52 }, 3)
+    assert.are.equal(6, r:length(1))
+    local fresh = run(m:replica { slots = 1, ctx = 32 }, 1, edited)
+    for i = 1, 3 do assert.are.equal(0, tail[i]:max_abs_diff(fresh[3 + i])) end
+  end)
+
+  it("reset empties a slot", function()
+    local r = m:replica { slots = 2, ctx = 16 }
+    run(r, 2, { 1, 2, 3 })
+    r:reset(2)
+    assert.are.equal(0, r:length(2))
+    assert.has_error(function() r:step { slots = { 2 }, positions = { 1 }, tokens = { 1 } } end,
+      "step: positions[1] = 1 leaves a gap: slot 2 holds 0 positions, so the next one is 0")
+  end)
+
+  it("gives the same logits with one thread and with several", function()
+    local one = run(m:replica { slots = 1, ctx = 16, threads = 1 }, 1, seq)
+    local many = run(m:replica { slots = 1, ctx = 16, threads = 3 }, 1, seq)
+    assert.are.equal(0, one:max_abs_diff(many))
+  end)
+
+  it("greedy tokens are the first maximum of each row", function()
+    local r = m:replica { slots = 1, ctx = 16 }
+    local h = r:step { slots = { 1, 1 }, positions = { 0, 1 }, tokens = { 4, 5 } }
+    local tokens, lg = h:tokens(), h:logits()
+    assert.are.equal(2, h.rows)
+    for i = 1, 2 do assert.are.equal(lg[i]:argmax() - 1, tokens[i]) end
+  end)
+
+  it("reports its settings and memory", function()
+    local r <close> = m:replica { slots = 3, ctx = 20, weights = "bf16", kv = "bf16" }
+    assert.are.same({ "cpu", 3, 20, "bf16", "bf16" }, { r.device, r.slots, r.ctx, r.weights, r.kv })
+    -- K and V: slots * layers * ctx * kv_heads * head_dim floats each
+    assert.are.equal(2 * 3 * 2 * 20 * 2 * 8 * 4, r.memory.kv)
+    assert.are.equal(m.bytes - 60, r.memory.weights)
+    assert.truthy(tostring(r):find("3 slots x 20 positions", 1, true))
+  end)
+end)
+
+describe("trace", function()
+  local m = model(5)
+  local stages = { "attn_norm", "qkv", "q_rope", "k_rope", "scores", "probs", "attn_out", "attn_proj",
+    "resid_attn", "ffn_norm", "router", "topk_idx", "topk_w", "mlp1", "swiglu", "mlp2", "moe_out", "resid_ffn" }
+
+  it("records every stage with its shape and matches the step's logits", function()
+    local r = m:replica { slots = 2, ctx = 16 }
+    local t = m:replica { slots = 2, ctx = 16 }
+    local lg = run(r, 2, { 3, 4, 5, 6, 7 })
+    run(t, 2, { 3, 4, 5, 6 })
+    local tr = t:trace(2, 7, 4)
+    assert.are.equal(5, t:length(2))
+    assert.are.equal(0, tr.logits:max_abs_diff(lg[5]))
+    assert.are.same({ 16 }, tr.embedding.shape)
+    assert.are.same({ 16 }, tr.final_norm.shape)
+    assert.are.equal(2, #tr.layers)
+    local sizes = {
+      attn_norm = { 16 }, qkv = { 64 }, q_rope = { 32 }, k_rope = { 16 }, scores = { 4, 6 }, probs = { 4, 6 },
+      attn_out = { 32 }, attn_proj = { 16 }, resid_attn = { 16 }, ffn_norm = { 16 }, router = { 8 },
+      topk_idx = { 4 }, topk_w = { 4 }, mlp1 = { 4, 24 }, swiglu = { 4, 12 }, mlp2 = { 4, 16 },
+      moe_out = { 16 }, resid_ffn = { 16 },
+    }
+    for _, layer in ipairs(tr.layers) do
+      for _, name in ipairs(stages) do
+        assert.are.same(sizes[name], layer[name].shape, name)
+      end
+      assert.are.equal("i32", layer.topk_idx.dtype)
+    end
+  end)
+
+  it("is internally consistent: probabilities, routing, residuals", function()
+    local r = m:replica { slots = 1, ctx = 16 }
+    run(r, 1, { 1, 2, 3, 4, 5, 6 })
+    local tr = r:trace(1, 9, 6)
+    local L1 = tr.layers[1]
+    -- layer 1 is course layer 0: windowed; with window 4 at position 6, keys 0..2 are masked
+    local scores, probs = L1.scores:totable(), L1.probs:totable()
+    for h = 1, 4 do
+      local sum = 0
+      for t = 1, 8 do sum = sum + probs[h][t] end
+      assert.is_true(math.abs(sum - 1) < 1e-6)
+      for t = 1, 3 do
+        assert.are.equal(-math.huge, scores[h][t])
+        assert.are.equal(0, probs[h][t])
+      end
+      assert.is_true(scores[h][4] > -math.huge)
+    end
+    -- odd course layer: nothing masked
+    for _, row in ipairs(tr.layers[2].scores:totable()) do
+      for t = 1, 8 do assert.is_true(row[t] > -math.huge) end
+    end
+    -- top-k: the k largest router logits, descending, weights a softmax over them
+    local router, idx, w = L1.router:totable(), L1.topk_idx:totable(), L1.topk_w:totable()
+    local order = {}
+    for e = 1, 8 do order[e] = e - 1 end
+    table.sort(order, function(a, b)
+      if router[a + 1] ~= router[b + 1] then return router[a + 1] > router[b + 1] end
+      return a < b
+    end)
+    local wsum = 0
+    for k = 1, 4 do
+      assert.are.equal(order[k], idx[k])
+      wsum = wsum + w[k]
+    end
+    assert.is_true(math.abs(wsum - 1) < 1e-6)
+    -- residuals: resid_attn = embedding + attn_proj (float adds)
+    local e, p, ra = tr.embedding:totable(), L1.attn_proj:totable(), L1.resid_attn:totable()
+    for i = 1, 16 do
+      assert.are.equal(string.unpack("<f", string.pack("<f", e[i] + p[i])), ra[i])
+    end
+  end)
+end)
+
+describe("numeric modes", function()
+  local m = model(3)
+
+  it("bf16 weights and kv stay close to fp32 but are not identical", function()
+    local ref = run(m:replica { slots = 1, ctx = 16 }, 1, seq)
+    for _, opts in ipairs { { weights = "bf16" }, { kv = "bf16" }, { weights = "bf16", kv = "bf16" } } do
+      opts.slots, opts.ctx = 1, 16
+      local lg = run(m:replica(opts), 1, seq)
+      local diff = lg:max_abs_diff(ref)
+      assert.is_true(diff > 0, "bf16 mode changed nothing")
+      for i = 1, #seq do
+        local row_max = 0
+        for _, v in ipairs(ref[i]:totable()) do row_max = math.max(row_max, math.abs(v)) end
+        assert.is_true(lg[i]:max_abs_diff(ref[i]) / row_max < 0.05)
+      end
+    end
+  end)
+
+  it("bf16 mode rounds weight matrices: a model saved with bf16-rounded weights gives the same logits", function()
+    -- Round every matrix of a model file to bf16 ourselves; the bf16 replica
+    -- of the original and of the rounded file must then agree exactly.
+    local path = os.tmpname()
+    m:save(path)
+    local f = assert(io.open(path, "rb"))
+    local bytes = f:read("a")
+    f:close()
+    local loaded = gptoss.load(path)
+    local matrices = { token_embedding_table = true, out = true, w_qkv = true, w_o = true, w_router = true,
+      w_mlp1 = true, w_mlp2 = true }
+    local parts, cursor = {}, 1
+    for _, t in ipairs(loaded.tensors) do
+      local first, last = t.offset + 1, t.offset + t.bytes
+      parts[#parts + 1] = bytes:sub(cursor, first - 1)
+      local chunk = bytes:sub(first, last)
+      if matrices[t.name] then
+        local out = {}
+        for i = 1, #chunk, 4 do
+          local u = string.unpack("<I4", chunk, i)
+          -- round to nearest even at bit 16 (no NaNs in synthetic weights)
+          u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
+          out[#out + 1] = string.pack("<I4", u)
+        end
+        chunk = table.concat(out)
+      end
+      parts[#parts + 1] = chunk
+      cursor = last + 1
+    end
+    local g = assert(io.open(path, "wb"))
+    g:write(table.concat(parts))
+    g:close()
+    local rounded = gptoss.load(path)
+    local a = run(m:replica { slots = 1, ctx = 16, weights = "bf16" }, 1, seq)
+    local b = run(rounded:replica { slots = 1, ctx = 16, weights = "bf16" }, 1, seq)
+    local c = run(rounded:replica { slots = 1, ctx = 16 }, 1, seq)
+    os.remove(path)
+    assert.are.equal(0, a:max_abs_diff(b))
+    -- and the fp32 replica of the rounded file differs (activations are not rounded there)
+    assert.is_true(c:max_abs_diff(b) > 0)
+  end)
+end)
+
+describe("bad input", function()
+  local m = model()
+  local r = m:replica { slots = 2, ctx = 8 }
+
+  local function usable()
+    r:reset(1)
+    local lg = r:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } }:logits()
+    assert.are.same({ 1, 97 }, lg.shape)
+  end
+
+  local cases = {
+    { "empty batch", { slots = {}, positions = {}, tokens = {} }, "step: empty batch" },
+    { "slot 0", { slots = { 0 }, positions = { 0 }, tokens = { 1 } }, "slots[1] = 0 is out of range 1..2" },
+    { "slot too big", { slots = { 1, 3 }, positions = { 0, 0 }, tokens = { 1, 1 } }, "slots[2] = 3 is out of range 1..2" },
+    { "token = vocab", { slots = { 1 }, positions = { 0 }, tokens = { 97 } }, "tokens[1] = 97 is out of range 0..96" },
+    { "negative token", { slots = { 1 }, positions = { 0 }, tokens = { -1 } }, "tokens[1] = -1 is out of range" },
+    { "negative position", { slots = { 1 }, positions = { -1 }, tokens = { 1 } }, "positions[1] = -1 is negative" },
+    { "gap", { slots = { 2 }, positions = { 3 }, tokens = { 1 } }, "positions[1] = 3 leaves a gap" },
+    { "ctx exhausted", { slots = { 1 }, positions = { 8 }, tokens = { 1 } }, "positions[1] = 8 is past the context" },
+    { "rows of a slot not consecutive", { slots = { 1, 1 }, positions = { 0, 2 }, tokens = { 1, 1 } },
+      "positions[2] = 2 does not follow positions[1] = 0 of slot 1" },
+    { "lengths differ", { slots = { 1, 1 }, positions = { 0 }, tokens = { 1, 1 } }, "must have the same length" },
+    { "non-integer token", { slots = { 1 }, positions = { 0 }, tokens = { 1.5 } }, "tokens[1] must be an integer" },
+    { "string slot", { slots = { "a" }, positions = { 0 }, tokens = { 1 } }, "slots[1] must be an integer" },
+    { "missing tokens", { slots = { 1 }, positions = { 0 } }, "tokens must be a table" },
+  }
+  for _, case in ipairs(cases) do
+    it("rejects " .. case[1] .. " and stays usable", function()
+      local ok, err = pcall(r.step, r, case[2])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(case[3], 1, true), err)
+      usable()
+    end)
+  end
+
+  it("does not change a slot when a batch is rejected", function()
+    r:reset(2)
+    r:step { slots = { 2, 2 }, positions = { 0, 1 }, tokens = { 1, 2 } }
+    assert.has_error(function()
+      r:step { slots = { 2, 1 }, positions = { 0, 5 }, tokens = { 3, 3 } }
+    end)
+    assert.are.equal(2, r:length(2))
+  end)
+
+  it("rejects bad replica options", function()
+    local function fails(opts, msg)
+      local ok, err = pcall(m.replica, m, opts)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(msg, 1, true), err)
+    end
+    fails({ slots = 0 }, "slots = 0 must be in 1..")
+    fails({ ctx = -1 }, "ctx = -1 must be in 1..")
+    fails({ ctx = 1 << 31 }, "ctx = 2147483648 must be in 1..")
+    fails({ ctx = 2.5 }, "ctx must be an integer")
+    fails({ weights = "fp16" }, "weights must be one of fp32, bf16 (got fp16)")
+    fails({ kv = 1 }, "kv must be one of fp32, bf16")
+    fails({ device = "gpu" }, "device must be \"cpu\" or a GPU number")
+    fails({ slot = 2 }, "unknown option 'slot'")
+    fails({ threads = -2 }, "threads = -2 must be in 0..1024")
+    fails({ ctx = 1 << 29, slots = 1 << 20 }, "GiB available")
+  end)
+
+  it("says there is no GPU when a device number is asked for on a machine without one", function()
+    if #gptoss.devices() > 0 then return end
+    local ok, err = pcall(m.replica, m, { device = 1 })
+    assert.is_false(ok)
+    assert.truthy(err:find("device 1: no GPU is available", 1, true), err)
+  end)
+
+  it("rejects slots out of range in trace, reset and length", function()
+    assert.has_error(function() r:trace(3, 1, 0) end, "trace: slot 3 is out of range 1..2")
+    assert.has_error(function() r:reset(0) end, "reset: slot 0 is out of range 1..2")
+    assert.has_error(function() r:length(9) end, "length: slot 9 is out of range 1..2")
+    assert.has_error(function() r:trace(1, 97, 0) end, "step: tokens[1] = 97 is out of range 0..96")
+    usable()
+  end)
+
+  it("refuses a closed replica", function()
+    local c = m:replica { slots = 1, ctx = 4 }
+    c:close()
+    assert.is_true(c.closed)
+    assert.has_error(function() c:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } } end,
+      "replica: used after close")
+    c:close() -- closing twice is harmless
+    do
+      local scoped <close> = m:replica { slots = 1, ctx = 4 }
+      c = scoped
+    end
+    assert.is_true(c.closed)
+  end)
+
+  it("keeps its model alive", function()
+    local kept = gptoss.synthetic(tiny, { seed = 2 }):replica { slots = 1, ctx = 4 }
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(97, kept.model.config.vocab_size)
+    assert.are.same({ 1, 97 }, kept:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } }:logits().shape)
+  end)
+end)
+
+describe("module", function()
+  it("has a version and lists devices as a table", function()
+    assert.is_string(gptoss.VERSION)
+    assert.is_table(gptoss.devices())
+    assert.truthy(({ cpu = true, nvidia = true, amd = true })[gptoss.platform])
+  end)
+end)
