@@ -60,7 +60,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
               -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(HIP_INC)
 
-.PHONY: all test demo platforms deps clean install
+.PHONY: all test demo platforms deps gpu-machine-test clean install
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -90,7 +90,7 @@ endif
 -include $(OBJS:.o=.d)
 
 # Lua paths for running from the source tree
-RUN_ENV = LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
+RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
           LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;'
 
 # The closing line "N passed, N failed" comes from tests/summary.lua.
@@ -109,10 +109,23 @@ platforms:
 # Debian packages the GPU machine lacks (no network there): carry .deps/
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
-             lua-penlight lua-say lua-system lua-term
+             lua-penlight lua-say lua-system lua-term lua-argparse
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
+
+# On the GPU machine: unpack .deps into a private prefix (never /) and run
+# the whole suite with that prefix's Lua, busted and headers.
+DEBROOT ?= /tmp/gptoss-debroot
+DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
+gpu-machine-test:
+	mkdir -p $(DEBROOT)
+	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
+	$(MAKE) RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
+	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
+	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
+	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
+	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' test demo
 
 # luarocks (build.type = "make") installs through these
 INST_LIBDIR ?= $(BUILD)/install/lib

@@ -58,6 +58,9 @@ function gptoss.devices()
   return core.devices()
 end
 
+--- Seconds on a monotonic wall clock (for timing steps).
+gptoss.clock = core.clock
+
 local function infer_shape(values, shape, depth)
   local n = #values
   shape[depth] = n

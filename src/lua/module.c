@@ -1,5 +1,6 @@
 /* luaopen_gptoss_core: the C module behind require "gptoss". */
 #include <string.h>
+#include <time.h>
 
 #include "../hip/backend.h"
 #include "binding.h"
@@ -88,6 +89,14 @@ static int l_devices(lua_State *L) {
     return 1;
 }
 
+/* gptoss.core.clock() -> seconds on a monotonic clock, for benchmarks */
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + ts.tv_nsec * 1e-9);
+    return 1;
+}
+
 int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_tensor(L);
     gptoss_open_model(L);
@@ -99,6 +108,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"tensor", gptoss_lua_tensor_new},
         {"tensor_load", gptoss_lua_tensor_load},
         {"devices", l_devices},
+        {"clock", l_clock},
         {NULL, NULL},
     };
     luaL_newlib(L, fns);
