@@ -60,7 +60,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
               -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(HIP_INC)
 
-.PHONY: all test demo platforms deps gpu-machine-test clean install
+.PHONY: all setup test demo platforms deps gpu-machine-test clean install
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -93,11 +93,25 @@ endif
 RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
           LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;'
 
+# What demo and test need, installed from Debian when missing (a fresh
+# Debian 12 machine needs nothing else).
+SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+setup:
+	@if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(BUSTED) ] && \
+	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
+	  echo "== installing Debian packages: $(SETUP_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SETUP_PACKAGES); \
+	fi
+
 # The closing line "N passed, N failed" comes from tests/summary.lua.
-test: $(LIB)
+test: setup
+	$(MAKE) all
 	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua tests
 
-demo: $(LIB)
+demo: setup
+	$(MAKE) all
 	$(RUN_ENV) $(LUA) examples/demo.lua
 
 # Compile and link every platform into its own build folder (CI).
