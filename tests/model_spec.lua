@@ -577,10 +577,10 @@ describe("loading invalid files", function()
    end)
 
    it("rejects sizes whose byte count overflows 64 bits", function()
-      -- each tensor fits, their sum does not: V*H*4 = 2^64 - 2^34 + 4 for the embedding, and
-      -- as much again for out
+      -- each tensor fits in 64 bits, their sum does not: V*H*4 = 2^64 - 2^34 + 4 for the
+      -- embedding, and as much again for out
       expect_error((load_header({ vocab_size = 0x7fffffff, hidden_dim = 0x7fffffff })),
-         "config: the file size overflows 64 bits at tensor out")
+         "config: the file size overflows 64 bits at tensor ")
       -- one tensor alone: w_router is L*E*H*4 = ~2^62 * 128 bytes
       expect_error((load_header({ n_layers = 0x7fffffff, n_experts = 0x7fffffff,
          intermediate_dim = 0x3fffffff })), "config: the byte size of tensor w_router overflows 64 bits")
@@ -590,8 +590,9 @@ describe("loading invalid files", function()
       end, "overflows 64 bits")
    end)
 
-   it("reports total sizes up to 2^63 - 1 as positive integers", function()
-      -- 2^62 (embedding) + 2^62 (out) + small: a total above 2^63 that still fits in 64 bits
+   it("never reports a byte count of 2^63 or more as a negative integer", function()
+      -- 2^62 (embedding) + 2^62 (out) + small: a total above 2^63 that still fits in 64 bits.
+      -- Lua integers are signed: such a model must be rejected or report its true sizes.
       local cfg = {
          vocab_size = 1 << 30, hidden_dim = 1 << 30, n_experts = 1, experts_per_token = 1,
          intermediate_dim = 1, n_layers = 1, head_dim = 2, n_attn_heads = 1, n_kv_heads = 1,

@@ -16,17 +16,20 @@ function gptoss.load(path)
   return core.load(path)
 end
 
-local function named_config(name)
+local function named_config(name, fn)
   local config = core.named_config(name)
   if not config then
-    error(("synthetic: unknown model shape '%s' (known: 7m, 20b, 20b-2l, 120b)"):format(name), 3)
+    error(("%s: unknown model shape '%s' (known: 7m, 20b, 20b-2l, 120b)"):format(fn, name), 3)
   end
   return config
 end
 
 --- Returns the config table of a named shape ("7m", "20b", "20b-2l", "120b").
 function gptoss.config(name)
-  return named_config(name)
+  if type(name) ~= "string" then
+    error(("config: expected a shape name (got %s)"):format(type(name)), 2)
+  end
+  return named_config(name, "config")
 end
 
 --- A synthetic model: a named shape or a config table (fields not given
@@ -43,9 +46,9 @@ function gptoss.synthetic(shape, opts)
   end
   local config
   if type(shape) == "string" then
-    config = named_config(shape)
+    config = named_config(shape, "synthetic")
   elseif type(shape) == "table" then
-    config = named_config("7m")
+    config = named_config("7m", "synthetic")
     for k, v in pairs(shape) do config[k] = v end
   else
     error(("synthetic: expected a shape name or a config table (got %s)"):format(type(shape)), 2)

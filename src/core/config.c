@@ -165,6 +165,13 @@ int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err)
                      d->name);
             return -1;
         }
+        if (offset > (uint64_t)INT64_MAX) { /* no file (off_t) can be that large */
+            snprintf(err, GPTOSS_ERR_LEN,
+                     "config: the file size overflows 64 bits at tensor %s (file offsets are "
+                     "signed: 2^63-1 bytes at most)",
+                     d->name);
+            return -1;
+        }
     }
     out->total_bytes = offset;
     return 0;

@@ -146,6 +146,8 @@ static slice check_slice(lua_State *L, const gptoss_model *m, int arg, const cha
         luaL_error(L, "%s: unknown tensor '%s'", fn, name);
     const gptoss_tensor_desc *d = &m->layout.t[id];
     slice s = {id, d->ndim, d->dims, 0, d->count};
+    if (lua_isnoneornil(L, arg + 1) && !lua_isnoneornil(L, arg + 2))
+        luaL_error(L, "%s: an expert needs a layer", fn);
     for (int k = 0; k < 2 && !lua_isnoneornil(L, arg + 1 + k); k++) {
         const char *what = k == 0 ? "layer" : "expert";
         if (!(k == 0 ? d->per_layer : d->per_expert))

@@ -49,7 +49,8 @@ lua_tensor *gptoss_check_tensor(lua_State *L, int idx) {
 
 /* shape from a Lua table of positive integers */
 static int read_shape(lua_State *L, int idx, const char *fn, int64_t *shape) {
-    luaL_argexpected(L, lua_istable(L, idx), idx, "shape table");
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s: shape must be a table (got %s)", fn, luaL_typename(L, idx));
     int ndim = (int)luaL_len(L, idx);
     if (ndim < 1 || ndim > GPTOSS_MAX_DIMS)
         luaL_error(L, "%s: shape must have 1..%d dimensions (got %d)", fn, GPTOSS_MAX_DIMS, ndim);
@@ -93,6 +94,7 @@ static void push_elem(lua_State *L, const lua_tensor *t, size_t i) {
 
 /* gptoss.core.tensor(dtype, shape [, flat values]) */
 int gptoss_lua_tensor_new(lua_State *L) {
+    lua_settop(L, 3); /* the new tensor goes above the arguments */
     int dtype = luaL_checkoption(L, 1, NULL, dtype_names);
     int64_t shape[GPTOSS_MAX_DIMS];
     int ndim = read_shape(L, 2, "tensor", shape);
@@ -118,31 +120,25 @@ int gptoss_lua_tensor_new(lua_State *L) {
 int gptoss_lua_tensor_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int dtype = luaL_checkoption(L, 2, NULL, dtype_names);
-    FILE *f = fopen(path, "rb");
+    int64_t shape[GPTOSS_MAX_DIMS];
+    int ndim = lua_isnoneornil(L, 3) ? 0 : read_shape(L, 3, "tensor.load", shape);
+    FILE *f = fopen(path, "rb"); /* nothing below raises while it is open */
     if (!f)
         return luaL_error(L, "tensor.load: cannot open '%s': %s", path, strerror(errno));
     fseek(f, 0, SEEK_END);
     long bytes = ftell(f);
     fseek(f, 0, SEEK_SET);
-    int64_t shape[GPTOSS_MAX_DIMS];
-    int ndim = 1;
-    if (lua_isnoneornil(L, 3)) {
+    if (ndim == 0) {
+        ndim = 1;
         shape[0] = bytes / 4;
-    } else {
-        /* read_shape raises on bad input: close first if it would */
-        if (!lua_istable(L, 3)) {
-            fclose(f);
-            return luaL_error(L, "tensor.load: shape must be a table");
-        }
-        ndim = read_shape(L, 3, "tensor.load", shape);
     }
     size_t n = 1;
     for (int i = 0; i < ndim; i++)
         n *= (size_t)shape[i];
     if (bytes < 0 || bytes % 4 != 0 || (size_t)bytes != n * 4 || n == 0) {
         fclose(f);
-        return luaL_error(L, "tensor.load: '%s' has %ld bytes, expected %zu (%zu values of 4 bytes)",
-                          path, bytes, n * 4, n);
+        return luaL_error(L, "tensor.load: '%s' has %I bytes, expected %I (%I values of 4 bytes)",
+                          path, (lua_Integer)bytes, (lua_Integer)(n * 4), (lua_Integer)n);
     }
     gptoss_storage *s = gptoss_storage_new((gptoss_dtype)dtype, n);
     if (!s) {
@@ -253,7 +249,10 @@ static int t_len(lua_State *L) {
 }
 
 static size_t check_index(lua_State *L, const lua_tensor *t, int idx) {
-    lua_Integer i = lua_tointeger(L, idx);
+    int ok;
+    lua_Integer i = lua_tointegerx(L, idx, &ok);
+    if (!ok)
+        luaL_error(L, "tensor index must be an integer (got %s)", luaL_tolstring(L, idx, NULL));
     if (i < 1 || i > t->shape[0])
         luaL_error(L, "tensor index %d is out of range 1..%d", (int)i, (int)t->shape[0]);
     return (size_t)(i - 1);
@@ -261,7 +260,7 @@ static size_t check_index(lua_State *L, const lua_tensor *t, int idx) {
 
 static int t_getter(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
-    if (lua_isinteger(L, 2)) {
+    if (lua_type(L, 2) == LUA_TNUMBER) {
         size_t i = check_index(L, t, 2);
         if (t->ndim == 1) {
             push_elem(L, t, i);
@@ -294,7 +293,7 @@ static int t_getter(lua_State *L) {
 
 static int t_newindex(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
-    if (!lua_isinteger(L, 2))
+    if (lua_type(L, 2) != LUA_TNUMBER)
         return luaL_error(L, "tensor: only integer indices can be assigned");
     if (t->ndim != 1)
         return luaL_error(L, "tensor: assign elements of a 1-D tensor (index rows first)");
