@@ -6,40 +6,23 @@
 -- No 20b/120b weights are ever materialised: only their layouts and one 20b w_mlp2 slice.
 
 local gptoss = require "gptoss"
+local H = require "helpers"
+local FIELDS, CONFIG_7M, with = H.CONFIG_FIELDS, H.CONFIG_7M, H.with
+local read_file, write_file, expect_error, tmp, cleanup = H.read_file, H.write_file, H.expect_error, H.tmp, H.cleanup
 
 ---------------------------------------------------------------------------------------------------
 -- Helpers
 ---------------------------------------------------------------------------------------------------
 
--- Header fields in file order (course-spec 1.1) and their pack formats.
-local FIELDS = {
-   "vocab_size", "hidden_dim", "n_experts", "experts_per_token", "intermediate_dim", "n_layers",
-   "head_dim", "n_attn_heads", "n_kv_heads", "seq_len", "initial_context_length", "rope_theta",
-   "rope_scaling_factor", "sliding_window", "swiglu_limit",
-}
 local HEADER_FMT = "<i4i4i4i4i4i4i4i4i4i4i4ffi4f" -- 11 ints, 2 floats, 1 int, 1 float
 local FLOAT_FIELD = { rope_theta = true, rope_scaling_factor = true, swiglu_limit = true }
 
--- course-spec 1.4
-local CONFIG_7M = {
-   vocab_size = 201088, hidden_dim = 32, n_experts = 32, experts_per_token = 4,
-   intermediate_dim = 64, n_layers = 2, head_dim = 32, n_attn_heads = 2, n_kv_heads = 1,
-   seq_len = 2048, initial_context_length = 4096, rope_theta = 150000.0,
-   rope_scaling_factor = 32.0, sliding_window = 128, swiglu_limit = 7.0,
-}
 local CONFIG_20B = {
    vocab_size = 201088, hidden_dim = 2880, n_experts = 32, experts_per_token = 4,
    intermediate_dim = 2880, n_layers = 24, head_dim = 64, n_attn_heads = 64, n_kv_heads = 8,
    seq_len = 2048, initial_context_length = 4096, rope_theta = 150000.0,
    rope_scaling_factor = 32.0, sliding_window = 128, swiglu_limit = 7.0,
 }
-
-local function with(base, changes)
-   local c = {}
-   for k, v in pairs(base) do c[k] = v end
-   for k, v in pairs(changes or {}) do c[k] = v end
-   return c
-end
 
 local CONFIG_120B = with(CONFIG_20B, { n_experts = 128, n_layers = 36 })
 local CONFIG_20B_2L = with(CONFIG_20B, { n_layers = 2 })
@@ -87,19 +70,6 @@ local function layout(c)
    return out, offset
 end
 
-local function read_file(path)
-   local f = assert(io.open(path, "rb"))
-   local s = f:read("a")
-   f:close()
-   return s
-end
-
-local function write_file(path, s)
-   local f = assert(io.open(path, "wb"))
-   assert(f:write(s))
-   assert(f:close())
-end
-
 local function file_size(path)
    local f = assert(io.open(path, "rb"))
    local n = f:seek("end")
@@ -134,32 +104,6 @@ local function same_files(a, b)
    end
    fa:close(); fb:close()
    return true
-end
-
--- Raises unless fn raises an error whose message contains every given substring (plain match).
-local function expect_error(fn, ...)
-   local ok, err = pcall(fn)
-   assert(not ok, "expected an error, the call succeeded")
-   err = tostring(err)
-   for _, needle in ipairs({ ... }) do
-      assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
-   end
-   return err
-end
-
-local tmpfiles = {}
-local function tmp()
-   local p = os.tmpname()
-   tmpfiles[#tmpfiles + 1] = p
-   return p
-end
-local function cleanup()
-   for _, p in ipairs(tmpfiles) do
-      os.remove(p)
-      os.remove(p .. ".tmp")
-   end
-   tmpfiles = {}
-   collectgarbage()
 end
 
 -- Saves the raw bytes of a host tensor and returns them as a string.

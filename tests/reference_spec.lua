@@ -10,30 +10,11 @@
 -- agreement tests above it.
 
 local gptoss = require "gptoss"
+local H = require "helpers"
+local with, CONFIG_FIELDS, DEFAULTS_7M = H.with, H.CONFIG_FIELDS, H.CONFIG_7M
 
 local TOL = 1e-5
 local NEG_INF = -math.huge
-
-local function with(base, changes)
-   local c = {}
-   for k, v in pairs(base) do c[k] = v end
-   for k, v in pairs(changes or {}) do c[k] = v end
-   return c
-end
-
-local CONFIG_FIELDS = {
-   "vocab_size", "hidden_dim", "n_experts", "experts_per_token", "intermediate_dim", "n_layers",
-   "head_dim", "n_attn_heads", "n_kv_heads", "seq_len", "initial_context_length", "rope_theta",
-   "rope_scaling_factor", "sliding_window", "swiglu_limit",
-}
-
--- course-spec 1.4, the 7m column: what the engine must fill in for every field not given.
-local DEFAULTS_7M = {
-   vocab_size = 201088, hidden_dim = 32, n_experts = 32, experts_per_token = 4, intermediate_dim = 64,
-   n_layers = 2, head_dim = 32, n_attn_heads = 2, n_kv_heads = 1, seq_len = 2048,
-   initial_context_length = 4096, rope_theta = 150000.0, rope_scaling_factor = 32.0,
-   sliding_window = 128, swiglu_limit = 7.0,
-}
 
 -- Windowed layers, GQA with 2 query heads per kv head, YaRN. The window (4) is shorter than the
 -- ~10-token sequences below, so the mask is active on even course layers.

@@ -3,45 +3,13 @@
 -- raw save/load, and the error cases. Files are written under os.tmpname() paths and removed.
 
 local gptoss = require "gptoss"
+local H = require "helpers"
+local read_file, write_file, expect_error, tmp, cleanup = H.read_file, H.write_file, H.expect_error, H.tmp, H.cleanup
 local T = gptoss.tensor
 
 local NAN, INF = 0 / 0, math.huge
 
 local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
-
-local function read_file(path)
-   local f = assert(io.open(path, "rb"))
-   local s = f:read("a")
-   f:close()
-   return s
-end
-
-local function write_file(path, s)
-   local f = assert(io.open(path, "wb"))
-   assert(f:write(s))
-   assert(f:close())
-end
-
-local function expect_error(fn, ...)
-   local ok, err = pcall(fn)
-   assert(not ok, "expected an error, the call succeeded")
-   err = tostring(err)
-   for _, needle in ipairs({ ... }) do
-      assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
-   end
-   return err
-end
-
-local tmpfiles = {}
-local function tmp()
-   local p = os.tmpname()
-   tmpfiles[#tmpfiles + 1] = p
-   return p
-end
-local function cleanup()
-   for _, p in ipairs(tmpfiles) do os.remove(p) end
-   tmpfiles = {}
-end
 
 describe("host tensors", function()
    after_each(cleanup)

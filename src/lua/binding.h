@@ -40,6 +40,10 @@ lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt);
 
+/* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or
+ * "out of range 1..n". Returns the 0-based index. */
+int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn);
+
 /* Sets __index to a function that consults the methods, then getter(L) for
  * other keys (the getter receives the object at 1 and the key at 2). */
 void gptoss_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction getter);

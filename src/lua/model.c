@@ -180,12 +180,7 @@ static int m_gpu_tensor(lua_State *L) {
     slice s = check_slice(L, m, 3, "gpu_tensor");
     if (!m->synthetic)
         return luaL_error(L, "gpu_tensor: only synthetic models are generated on a GPU");
-    int n = gptoss_hip_device_count();
-    if (n == 0)
-        return luaL_error(L, "gpu_tensor: device %d: no GPU is available (gptoss.devices() is empty)",
-                          (int)dev);
-    if (dev < 1 || dev > n)
-        return luaL_error(L, "gpu_tensor: device %d is out of range 1..%d", (int)dev, n);
+    gptoss_check_device(L, dev, "gpu_tensor");
     lua_tensor *t = gptoss_new_tensor(L, GPTOSS_F32, s.ndim, s.dims);
     gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, s.id);
     char err[GPTOSS_BACKEND_ERR_LEN];

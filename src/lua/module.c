@@ -65,6 +65,15 @@ int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
     return v;
 }
 
+int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn) {
+    int n = gptoss_hip_device_count();
+    if (n == 0)
+        luaL_error(L, "%s: device %I: no GPU is available (gptoss.devices() is empty)", fn, dev);
+    if (dev < 1 || dev > n)
+        luaL_error(L, "%s: device %I is out of range 1..%d", fn, dev, n);
+    return (int)dev - 1;
+}
+
 /* gptoss.core.devices() -> { {id=1, name=..., memory=..., warp=..., arch=...}, ... } */
 static int l_devices(lua_State *L) {
     int n = gptoss_hip_device_count();

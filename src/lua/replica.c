@@ -48,12 +48,7 @@ int gptoss_lua_replica(lua_State *L) {
     lua_getfield(L, 2, "device");
     if (lua_isinteger(L, -1)) {
         lua_Integer dev = lua_tointeger(L, -1);
-        int n = gptoss_hip_device_count();
-        if (n == 0)
-            return luaL_error(L, "replica: device %d: no GPU is available (gptoss.devices() is empty)",
-                              (int)dev);
-        if (dev < 1 || dev > n)
-            return luaL_error(L, "replica: device %d is out of range 1..%d", (int)dev, n);
+        gptoss_check_device(L, dev, "replica");
         return luaL_error(L, "replica: device %d: the GPU engine is not part of this version; use "
                              "device=\"cpu\"", (int)dev);
     }

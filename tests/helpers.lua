@@ -1,0 +1,70 @@
+-- Helpers shared by the specs: files, temporary paths, error checks, tables
+-- and the course's config fields (course-spec §1.1 order, §1.4 values).
+local helpers = {}
+
+-- Header fields in file order.
+helpers.CONFIG_FIELDS = {
+  "vocab_size", "hidden_dim", "n_experts", "experts_per_token", "intermediate_dim", "n_layers",
+  "head_dim", "n_attn_heads", "n_kv_heads", "seq_len", "initial_context_length", "rope_theta",
+  "rope_scaling_factor", "sliding_window", "swiglu_limit",
+}
+
+-- The 7m column of course-spec §1.4.
+helpers.CONFIG_7M = {
+  vocab_size = 201088, hidden_dim = 32, n_experts = 32, experts_per_token = 4, intermediate_dim = 64,
+  n_layers = 2, head_dim = 32, n_attn_heads = 2, n_kv_heads = 1, seq_len = 2048,
+  initial_context_length = 4096, rope_theta = 150000.0, rope_scaling_factor = 32.0,
+  sliding_window = 128, swiglu_limit = 7.0,
+}
+
+--- A copy of base with changes applied.
+function helpers.with(base, changes)
+  local c = {}
+  for k, v in pairs(base) do c[k] = v end
+  for k, v in pairs(changes or {}) do c[k] = v end
+  return c
+end
+
+function helpers.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function helpers.write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  assert(f:write(s))
+  assert(f:close())
+end
+
+--- Raises unless fn raises an error containing every given substring (plain match).
+function helpers.expect_error(fn, ...)
+  local ok, err = pcall(fn)
+  assert(not ok, "expected an error, the call succeeded")
+  err = tostring(err)
+  for _, needle in ipairs({ ... }) do
+    assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
+  end
+  return err
+end
+
+local tmpfiles = {}
+
+--- A fresh temporary path, removed (with its ".tmp" sibling) by cleanup().
+function helpers.tmp()
+  local p = os.tmpname()
+  tmpfiles[#tmpfiles + 1] = p
+  return p
+end
+
+function helpers.cleanup()
+  for _, p in ipairs(tmpfiles) do
+    os.remove(p)
+    os.remove(p .. ".tmp")
+  end
+  tmpfiles = {}
+  collectgarbage()
+end
+
+return helpers
