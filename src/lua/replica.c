@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../core/golden.h"
-#include "../hip/backend.h"
 #include "binding.h"
 
 gptoss_model *gptoss_check_model(lua_State *L, int idx);
