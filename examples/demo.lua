@@ -32,17 +32,16 @@ assert(#prompt > 0, "the prompt needs at least one token")
 local replica <close> = model:replica { device = "cpu", slots = 1, ctx = #prompt + args.steps, threads = args.threads }
 print(replica)
 
-local started = os.clock()
+local started = gptoss.clock()
 local slots, positions = {}, {}
 for i = 1, #prompt do slots[i], positions[i] = 1, i - 1 end
-local tokens = replica:step { slots = slots, positions = positions, tokens = prompt }:tokens()
-local next_token = tokens[#tokens]
-local generated = {}
-for pos = #prompt, #prompt + args.steps - 1 do
-  generated[#generated + 1] = next_token
-  if pos == #prompt + args.steps - 1 then break end
-  next_token = replica:step { slots = { 1 }, positions = { pos }, tokens = { next_token } }:tokens()[1]
+local prefill = replica:step { slots = slots, positions = positions, tokens = prompt }:tokens()
+local generated = { prefill[#prompt] }
+-- each generated token but the last is fed back at the next position
+for pos = #prompt, #prompt + args.steps - 2 do
+  local token = replica:step { slots = { 1 }, positions = { pos }, tokens = { generated[#generated] } }:tokens()[1]
+  generated[#generated + 1] = token
 end
 print("prompt:    " .. table.concat(prompt, " "))
 print("generated: " .. table.concat(generated, " "))
-print(("%d forward rows in %.2f s of CPU time"):format(#prompt + #generated - 1, os.clock() - started))
+print(("%d forward rows in %.3f s"):format(#prompt + #generated - 1, gptoss.clock() - started))

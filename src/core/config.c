@@ -6,6 +6,8 @@
 
 #include "rope.h"
 
+_Static_assert(sizeof(gptoss_config) == GPTOSS_HEADER_BYTES, "the header is 60 bytes");
+
 #define FIELD(n, t) {#n, t, offsetof(gptoss_config, n)}
 const gptoss_field gptoss_fields[GPTOSS_N_FIELDS] = {
     FIELD(vocab_size, GPTOSS_FIELD_INT),

@@ -28,8 +28,6 @@ typedef struct {
     float swiglu_limit;
 } gptoss_config;
 
-_Static_assert(sizeof(gptoss_config) == GPTOSS_HEADER_BYTES, "header is 60 bytes");
-
 typedef enum { GPTOSS_FIELD_INT, GPTOSS_FIELD_FLOAT } gptoss_field_type;
 
 typedef struct {

@@ -17,6 +17,6 @@ int gptoss_hip_synth_read(int device, const gptoss_synth_param *p, uint64_t firs
     (void)first;
     (void)count;
     (void)host_out;
-    snprintf(err, GPTOSS_BACKEND_ERR_LEN, "device %d: this is a CPU-only build", device + 1);
+    snprintf(err, GPTOSS_ERR_LEN, "device %d: this is a CPU-only build", device + 1);
     return -1;
 }

@@ -10,7 +10,7 @@
     do {                                                                                      \
         hipError_t e_ = (call);                                                               \
         if (e_ != hipSuccess) {                                                               \
-            snprintf(err, GPTOSS_BACKEND_ERR_LEN, "device %d: %s: %s", device + 1, what,      \
+            snprintf(err, GPTOSS_ERR_LEN, "device %d: %s: %s", device + 1, what,      \
                      hipGetErrorString(e_));                                                  \
             goto fail;                                                                        \
         }                                                                                     \

@@ -180,11 +180,11 @@ static int m_gpu_tensor(lua_State *L) {
     slice s = check_slice(L, m, 3, "gpu_tensor");
     if (!m->synthetic)
         return luaL_error(L, "gpu_tensor: only synthetic models are generated on a GPU");
-    gptoss_check_device(L, dev, "gpu_tensor");
+    int device = gptoss_check_device(L, dev, "gpu_tensor");
     lua_tensor *t = gptoss_new_tensor(L, GPTOSS_F32, s.ndim, s.dims);
     gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, s.id);
-    char err[GPTOSS_BACKEND_ERR_LEN];
-    if (gptoss_hip_synth_read((int)dev - 1, &p, s.first, s.count, gptoss_tensor_data(t), err))
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_hip_synth_read(device, &p, s.first, s.count, gptoss_tensor_data(t), err))
         return luaL_error(L, "gpu_tensor: %s", err);
     return 1;
 }
@@ -250,7 +250,8 @@ int gptoss_lua_replica(lua_State *L); /* replica.c */
 
 void gptoss_open_model(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"tensor", m_tensor}, {"gpu_tensor", m_gpu_tensor}, {"save", m_save}, {"replica", gptoss_lua_replica}, {NULL, NULL},
+        {"tensor", m_tensor},   {"gpu_tensor", m_gpu_tensor},        {"save", m_save},
+        {"replica", gptoss_lua_replica}, {NULL, NULL},
     };
     gptoss_new_class(L, GPTOSS_MODEL_MT, methods, m_getter);
     luaL_getmetatable(L, GPTOSS_MODEL_MT);
