@@ -5,7 +5,7 @@
 #   make HIP_PLATFORM=cpu     CPU golden engine only
 #   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90"
 #   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
-#   make test | demo | platforms | deps | clean
+#   make test | demo | tokenizer | platforms | deps | clean
 #
 # HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present,
 # else cpu. Flags of our own live in GPTOSS_* variables because luarocks
@@ -39,6 +39,7 @@ endif
 
 OBJ := $(BUILD)/obj/$(HIP_PLATFORM)
 LIB := $(BUILD)/gptoss/core.so
+TOKENIZER := $(BUILD)/tokenizer.bin
 
 # Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
 GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
@@ -60,7 +61,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
               -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(HIP_INC)
 
-.PHONY: all setup test demo platforms deps gpu-machine-test clean install
+.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test clean install
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -91,26 +92,47 @@ endif
 
 # Lua paths for running from the source tree
 RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
-          LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;'
+          LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;' GPTOSS_TOKENIZER='$(TOKENIZER)'
 
 # What demo and test need, installed from Debian when missing (a fresh
-# Debian 12 machine needs nothing else).
+# Debian 12 machine needs nothing else). Node only builds $(TOKENIZER), so
+# a machine that already has the file (the GPU machine, offline) needs no npm.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson
+SETUP_NODE_PACKAGES := nodejs npm
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
-	@if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(BUSTED) ] && \
+	@pkgs=; \
+	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(BUSTED) ] && \
 	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
-	  echo "== installing Debian packages: $(SETUP_PACKAGES)"; \
+	  pkgs="$(SETUP_PACKAGES)"; \
+	fi; \
+	if ! command -v npm >/dev/null 2>&1 && [ ! -f $(TOKENIZER) ]; then \
+	  pkgs="$$pkgs $(SETUP_NODE_PACKAGES)"; \
+	fi; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "== installing Debian packages: $${pkgs# }"; \
 	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SETUP_PACKAGES); \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; \
 	fi
 
+# Written by Node from gpt-tokenizer's o200k tables, so no Python is needed.
+# test and demo only need it to exist (order-only): the GPU machine has no
+# network and gets the file carried prebuilt, so no mtime there may rebuild it.
+TOKENIZER_EXPORT := examples/tokenizer-export
+$(TOKENIZER):
+	cd $(TOKENIZER_EXPORT) && npm ci --no-audit --no-fund --loglevel=error
+	@mkdir -p $(dir $@)
+	node $(TOKENIZER_EXPORT)/export.mjs -o $@
+
+tokenizer:
+	$(MAKE) --always-make $(TOKENIZER)
+
 # The closing line "N passed, N failed" comes from tests/summary.lua.
-test: setup
+test: setup | $(TOKENIZER)
 	$(MAKE) all
 	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua tests
 
-demo: setup
+demo: setup | $(TOKENIZER)
 	$(MAKE) all
 	$(RUN_ENV) $(LUA) examples/demo.lua
 

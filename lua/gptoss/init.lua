@@ -61,6 +61,28 @@ function gptoss.devices()
   return core.devices()
 end
 
+--- The course's tokenizer.bin: gptoss.tokenizer(path [, {vocab_size=N}]).
+-- encode/decode exactly as the course code; see README "Tokenizer".
+function gptoss.tokenizer(path, opts)
+  if type(path) ~= "string" then
+    error(("tokenizer: path must be a string (got %s)"):format(type(path)), 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("tokenizer: options must be a table (got %s)"):format(type(opts)), 2)
+  end
+  return core.tokenizer(path, opts)
+end
+
+--- A sampler over logits rows: gptoss.sampler{temperature=, top_k=, top_p=,
+-- min_p=, seed=, logprobs=} or gptoss.sampler{mode="course", ...}; see
+-- README "Sampling" for the exact rules.
+function gptoss.sampler(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("sampler: options must be a table (got %s)"):format(type(opts)), 2)
+  end
+  return core.sampler(opts)
+end
+
 --- Seconds on a monotonic wall clock (for timing steps).
 gptoss.clock = core.clock
 

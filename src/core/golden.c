@@ -9,6 +9,7 @@
 #include "bf16.h"
 #include "pool.h"
 #include "rope.h"
+#include "softmax.h"
 
 struct gptoss_golden {
     gptoss_model *m;
@@ -33,20 +34,6 @@ static void rmsnorm(float *o, const float *x, const float *w, int n) {
     ss = 1.0f / sqrtf((float)ss);
     for (int j = 0; j < n; j++)
         o[j] = (float)(w[j] * (ss * x[j]));
-}
-
-static void softmax(float *x, int n) {
-    double max = x[0];
-    for (int i = 1; i < n; i++)
-        if (x[i] > max)
-            max = x[i];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf((float)(x[i] - max));
-        sum += x[i];
-    }
-    for (int i = 0; i < n; i++)
-        x[i] = (float)(x[i] / sum);
 }
 
 /* ---- batched matmul: Y[r][o] = sum_i W[o][i] * X[r][i] ----------------------
@@ -180,7 +167,7 @@ static void attn_task(void *ctx, int task) {
     att[pos + 1] = j->sinks[h];
     if (j->trace_scores)
         memcpy(j->trace_scores + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
-    softmax(att, pos + 2);
+    gptoss_course_softmax(att, pos + 2);
     if (j->trace_probs)
         memcpy(j->trace_probs + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
     float *o = j->out + (size_t)r * Hq * D + (size_t)h * D;
@@ -459,7 +446,7 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
         REC("router", l, 0, 0, E, s.router);
         for (int r = 0; r < R; r++) {
             topk(s.router + (size_t)r * E, E, K, s.topk_w + (size_t)r * K, s.topk_i + (size_t)r * K);
-            softmax(s.topk_w + (size_t)r * K, K);
+            gptoss_course_softmax(s.topk_w + (size_t)r * K, K);
         }
         REC("topk_idx", l, 1, 0, K, s.topk_i);
         REC("topk_w", l, 0, 0, K, s.topk_w);

@@ -13,6 +13,8 @@
 #define GPTOSS_MODEL_MT "gptoss.model"
 #define GPTOSS_REPLICA_MT "gptoss.replica"
 #define GPTOSS_STEP_MT "gptoss.step"
+#define GPTOSS_TOKENIZER_MT "gptoss.tokenizer"
+#define GPTOSS_SAMPLER_MT "gptoss.sampler"
 
 #define GPTOSS_MAX_DIMS 8
 
@@ -51,6 +53,8 @@ void gptoss_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua
 void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
 void gptoss_open_replica(lua_State *L);
+void gptoss_open_tokenizer(lua_State *L);
+void gptoss_open_sampler(lua_State *L);
 
 /* functions placed in the module table */
 int gptoss_lua_load(lua_State *L);
@@ -58,5 +62,7 @@ int gptoss_lua_synthetic(lua_State *L);
 int gptoss_lua_tensor_new(lua_State *L);
 int gptoss_lua_tensor_load(lua_State *L);
 int gptoss_lua_named_config(lua_State *L);
+int gptoss_lua_tokenizer(lua_State *L);
+int gptoss_lua_sampler(lua_State *L);
 
 #endif

@@ -110,12 +110,16 @@ int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_tensor(L);
     gptoss_open_model(L);
     gptoss_open_replica(L);
+    gptoss_open_tokenizer(L);
+    gptoss_open_sampler(L);
     static const luaL_Reg fns[] = {
         {"load", gptoss_lua_load},
         {"synthetic", gptoss_lua_synthetic},
         {"named_config", gptoss_lua_named_config},
         {"tensor", gptoss_lua_tensor_new},
         {"tensor_load", gptoss_lua_tensor_load},
+        {"tokenizer", gptoss_lua_tokenizer},
+        {"sampler", gptoss_lua_sampler},
         {"devices", l_devices},
         {"clock", l_clock},
         {NULL, NULL},

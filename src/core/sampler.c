@@ -1,0 +1,289 @@
+#include "sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "softmax.h"
+
+typedef struct {
+    float value;
+    int32_t id;
+} ranked;
+
+struct gptoss_sampler {
+    gptoss_sample_params p;
+    uint64_t state; /* course xorshift64* */
+    int cap;
+    float *w;
+    ranked *order;
+};
+
+gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
+    const char *bad = NULL;
+    double got = 0;
+    if (!(p->temperature >= 0) || isinf(p->temperature))
+        bad = "temperature must be a finite number >= 0", got = p->temperature;
+    else if (!(p->top_p >= 0 && p->top_p <= 1))
+        bad = "top_p must be within [0, 1]", got = p->top_p;
+    else if (!(p->min_p >= 0 && p->min_p <= 1))
+        bad = "min_p must be within [0, 1]", got = p->min_p;
+    else if (p->top_k < 0)
+        bad = "top_k must be >= 0 (0 turns it off)", got = p->top_k;
+    if (bad) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: %s (got %g)", bad, got);
+        return NULL;
+    }
+    if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0)) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: the course sampler has no %s",
+                 p->top_k ? "top_k" : "min_p");
+        return NULL;
+    }
+    gptoss_sampler *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: out of host memory");
+        return NULL;
+    }
+    s->p = *p;
+    s->state = p->seed;
+    return s;
+}
+
+void gptoss_sampler_free(gptoss_sampler *s) {
+    if (!s)
+        return;
+    free(s->w);
+    free(s->order);
+    free(s);
+}
+
+const gptoss_sample_params *gptoss_sampler_params(const gptoss_sampler *s) { return &s->p; }
+uint64_t gptoss_sampler_state(const gptoss_sampler *s) { return s->state; }
+
+static int reserve(gptoss_sampler *s, int n, char *err) {
+    if (n <= s->cap)
+        return 0;
+    float *w = realloc(s->w, sizeof *w * (size_t)n);
+    if (w)
+        s->w = w;
+    ranked *order = realloc(s->order, sizeof *order * (size_t)n);
+    if (order)
+        s->order = order;
+    if (!w || !order) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: out of host memory for a row of %d logits", n);
+        return -1;
+    }
+    s->cap = n;
+    return 0;
+}
+
+/* NaN and +inf are errors; -inf is a token that can never be chosen. */
+static int check_logits(const float *x, int n, char *err) {
+    if (n <= 0) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: the logits row is empty");
+        return -1;
+    }
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i]) || x[i] == INFINITY) {
+            snprintf(err, GPTOSS_ERR_LEN, "sampler: the logit of token %d is %s", i,
+                     isnan(x[i]) ? "NaN" : "+inf");
+            return -1;
+        }
+        any |= x[i] != -INFINITY;
+    }
+    if (!any) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: every logit is -inf, no token can be chosen");
+        return -1;
+    }
+    return 0;
+}
+
+/* the first maximum (strict >), as the course's argmax */
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* value descending, then id ascending: the order that makes ties reproducible */
+static int by_rank(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value > y->value ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* ---- course mode ---- */
+
+static float course_random(uint64_t *state) {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    uint32_t u = (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
+    return (float)(u >> 8) / 16777216.0f;
+}
+
+static int course_sample(gptoss_sampler *s, const float *logits, int n) {
+    float *p = s->w;
+    for (int i = 0; i < n; i++)
+        p[i] = logits[i] / s->p.temperature;
+    gptoss_course_softmax(p, n);
+    float coin = course_random(&s->state);
+    float top_p = s->p.top_p;
+    if (top_p <= 0 || top_p >= 1 || n == 1) {
+        float cdf = 0;
+        for (int i = 0; i < n; i++) {
+            cdf += p[i];
+            if (coin < cdf)
+                return i;
+        }
+        return n - 1;
+    }
+    /* tokens below the cutoff cannot be in the top-p set: their total mass
+     * is under 1 - top_p */
+    float cutoff = (1.0f - top_p) / (float)(n - 1);
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i] >= cutoff)
+            s->order[kept++] = (ranked){p[i], i};
+    qsort(s->order, (size_t)kept, sizeof *s->order, by_rank);
+    float cum = 0;
+    int last = kept - 1;
+    for (int i = 0; i < kept; i++) {
+        cum += s->order[i].value;
+        if (cum > top_p) {
+            last = i;
+            break;
+        }
+    }
+    float r = coin * cum, cdf = 0;
+    for (int i = 0; i <= last; i++) {
+        cdf += s->order[i].value;
+        if (r < cdf)
+            return s->order[i].id;
+    }
+    return s->order[last].id;
+}
+
+/* ---- default mode ---- */
+
+/* The kept set is a prefix of the ranks (logit desc, id asc). Returns the
+ * last kept rank as (logit, id). Candidates are the tokens with w >= tau, an
+ * upper set of that order because w rises with the logit; tau is lowered
+ * until the candidates hold the whole kept prefix, so the result is the
+ * same as sorting the full row, which is the last resort (tau = 0). */
+static ranked last_kept(gptoss_sampler *s, const float *logits, int n, double total) {
+    const gptoss_sample_params *p = &s->p;
+    int have_k = p->top_k > 0 && p->top_k < n;
+    int have_p = p->top_p > 0 && p->top_p < 1;
+    const float *w = s->w;
+    for (float tau = 1.0f / 16;; tau = tau > 1e-30f ? tau * tau : 0) {
+        int nc = 0;
+        for (int i = 0; i < n; i++)
+            if (w[i] >= tau || tau == 0)
+                s->order[nc++] = (ranked){logits[i], i};
+        if (have_k && nc < p->top_k && tau > 0)
+            continue;
+        qsort(s->order, (size_t)nc, sizeof *s->order, by_rank);
+        int len = have_k ? p->top_k : nc;
+        if (have_p) {
+            double z = 0;
+            if (have_k)
+                for (int r = 0; r < len; r++)
+                    z += w[s->order[r].id];
+            else
+                z = total;
+            double cum = 0, goal = p->top_p * z;
+            int reached = 0;
+            for (int r = 0; r < len && !reached; r++) {
+                cum += w[s->order[r].id];
+                if (cum >= goal) {
+                    reached = 1;
+                    len = r + 1;
+                }
+            }
+            if (!reached && tau > 0)
+                continue;
+        }
+        /* min_p: w falls along the ranks and the top has w = 1 >= min_p */
+        while (len > 1 && w[s->order[len - 1].id] < p->min_p)
+            len--;
+        return s->order[len - 1];
+    }
+}
+
+static int default_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position) {
+    const gptoss_sample_params *p = &s->p;
+    float *w = s->w;
+    float m = logits[argmax(logits, n)];
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        w[i] = expf((logits[i] - m) / p->temperature);
+        total += w[i];
+    }
+    int filtered = (p->top_k > 0 && p->top_k < n) || (p->top_p > 0 && p->top_p < 1);
+    ranked cut = {-INFINITY, n - 1};
+    if (filtered)
+        cut = last_kept(s, logits, n, total);
+    float min_w = filtered ? 0 : p->min_p; /* last_kept applied min_p already */
+#define KEPT(i) ((logits[i] > cut.value || (logits[i] == cut.value && (i) <= cut.id)) && w[i] >= min_w)
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        if (KEPT(i))
+            sum += w[i];
+    double target = gptoss_sample_uniform(p->seed, position) * sum, run = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++)
+        if (KEPT(i) && w[i] > 0) {
+            run += w[i];
+            last = i;
+            if (run > target)
+                return i;
+        }
+#undef KEPT
+    return last;
+}
+
+int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position, char *err) {
+    if (check_logits(logits, n, err) != 0)
+        return -1;
+    if (s->p.temperature == 0)
+        return argmax(logits, n);
+    if (reserve(s, n, err) != 0)
+        return -1;
+    return s->p.mode == GPTOSS_SAMPLE_COURSE ? course_sample(s, logits, n)
+                                              : default_sample(s, logits, n, position);
+}
+
+int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,
+                    double *top_lps, char *err) {
+    if (check_logits(logits, n, err) != 0)
+        return -1;
+    double m = logits[argmax(logits, n)], sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)logits[i] - m);
+    double lse = m + log(sum);
+    *lp = (double)logits[id] - lse;
+    /* insertion into a short sorted list: top_n is small (at most 20) */
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        int at = have;
+        while (at > 0 && logits[i] > logits[top_ids[at - 1]])
+            at--;
+        if (at >= top_n)
+            continue;
+        int end = have < top_n ? have : top_n - 1;
+        memmove(top_ids + at + 1, top_ids + at, sizeof *top_ids * (size_t)(end - at));
+        top_ids[at] = i;
+        if (have < top_n)
+            have++;
+    }
+    for (int k = 0; k < have; k++)
+        top_lps[k] = (double)logits[top_ids[k]] - lse;
+    return have;
+}

@@ -1,0 +1,70 @@
+/* Choosing a token from a row of logits.
+ *
+ * GPTOSS_SAMPLE_COURSE is run.cpp's sampler: greedy at temperature 0, else
+ * temperature, the course softmax, one xorshift64* draw, then multinomial
+ * (top_p outside (0,1)) or the course's top-p. Its state advances with every
+ * non-greedy draw, as the course's one shared sampler does.
+ *
+ * GPTOSS_SAMPLE_DEFAULT is ours, defined so that a GPU kernel can reproduce
+ * it (README "Sampling" is the normative text):
+ *   invalid logits: NaN or +inf raise an error; -inf means "never"; a row of
+ *     only -inf raises an error.
+ *   temperature 0: the first maximum logit (greedy).
+ *   otherwise, with m the largest logit and ranks ordered by (logit desc, id asc):
+ *     w_i = expf((logit_i - m) / temperature)              float, so w = 1 at the top
+ *     top_k > 0:        keep the first top_k ranks
+ *     0 < top_p < 1:    keep the shortest rank prefix whose w-sum (double, in rank
+ *                       order) reaches top_p * (w-sum of what top_k kept)
+ *     min_p > 0:        keep ranks with w_i >= min_p   (p_i >= min_p * p_max)
+ *     u = gptoss_sample_uniform(seed, position)
+ *     walk the kept ids in ascending id order summing w in double; return the
+ *     first id whose running sum exceeds u * (w-sum of the kept set), else the
+ *     last kept id.
+ * The draw depends only on (seed, position), never on the batch or on earlier
+ * draws. */
+#ifndef GPTOSS_SAMPLER_H
+#define GPTOSS_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "synth.h"
+
+typedef enum { GPTOSS_SAMPLE_DEFAULT = 0, GPTOSS_SAMPLE_COURSE = 1 } gptoss_sample_mode;
+
+typedef struct {
+    gptoss_sample_mode mode;
+    float temperature; /* >= 0 */
+    float top_p;       /* [0, 1] */
+    float min_p;       /* [0, 1], default mode */
+    int top_k;         /* >= 0, 0 = off, default mode */
+    uint64_t seed;     /* default mode: the draw key; course mode: the initial xorshift state */
+} gptoss_sample_params;
+
+/* u in [0, 1) on a 2^-53 grid from (seed, position), for host and device */
+GPTOSS_HD static inline double gptoss_sample_uniform(uint64_t seed, uint64_t position) {
+    uint64_t key = gptoss_mix64(seed ^ 0x243F6A8885A308D3ull);
+    return (double)(gptoss_mix64(key + (position + 1) * 0x9E3779B97F4A7C15ull) >> 11) *
+           (1.0 / 9007199254740992.0);
+}
+
+typedef struct gptoss_sampler gptoss_sampler;
+
+/* NULL with err set on a parameter out of range or when memory is short */
+gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err);
+void gptoss_sampler_free(gptoss_sampler *s);
+const gptoss_sample_params *gptoss_sampler_params(const gptoss_sampler *s);
+/* the course mode's xorshift64* state */
+uint64_t gptoss_sampler_state(const gptoss_sampler *s);
+
+/* Returns the chosen id, or -1 with err set (invalid logits, no memory).
+ * position keys the default mode's draw and is unused by the course mode. */
+int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position, char *err);
+
+/* log-softmax of the raw logits (temperature 1, before any filter), in
+ * double: fills lp with the value for id, and the top_n highest-logit ids
+ * (logit desc, id asc) with theirs. -1 with err on invalid logits. */
+int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,
+                    double *top_lps, char *err);
+
+#endif

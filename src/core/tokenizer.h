@@ -1,0 +1,53 @@
+/* The course's tokenizer.bin: loader, the course's encode (digit runs cut in
+ * threes, every other run one piece, repeated merge of the adjacent pair whose
+ * concatenation has the lowest token id) and decode.
+ *
+ * The course rescans a whole piece after every merge; here each part keeps
+ * one candidate (its pair with the right neighbour) in an indexed min-heap
+ * keyed by (rank, start offset), and the vocabulary is a hash table, so a
+ * piece of n bytes costs O(n log n). The heap pops the same pair the course's
+ * left-to-right scan picks: lowest rank, leftmost on ties. */
+#ifndef GPTOSS_TOKENIZER_H
+#define GPTOSS_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPTOSS_VOCAB_SIZE 201088
+/* entries scoring at or below this are special tokens (the course's rule) */
+#define GPTOSS_SPECIAL_SCORE (-1e29f)
+
+typedef struct gptoss_tokenizer gptoss_tokenizer;
+
+/* Reads and validates the whole file before allocating anything sized by
+ * it. NULL with a message in err on any problem. */
+gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *err);
+void gptoss_tokenizer_free(gptoss_tokenizer *t);
+
+int gptoss_tokenizer_vocab_size(const gptoss_tokenizer *t);
+int gptoss_tokenizer_max_token_length(const gptoss_tokenizer *t);
+/* the stored entry of id (0 <= id < vocab_size) */
+const uint8_t *gptoss_tokenizer_entry(const gptoss_tokenizer *t, int id, size_t *len, float *score);
+int gptoss_tokenizer_is_special(const gptoss_tokenizer *t, int id);
+/* the id whose stored bytes are exactly s[0..n) (the lowest such id), or -1 */
+int gptoss_tokenizer_find(const gptoss_tokenizer *t, const uint8_t *s, size_t n);
+/* decode_piece: "<0xHH>" is byte HH, anything else its stored bytes */
+const uint8_t *gptoss_tokenizer_piece(const gptoss_tokenizer *t, int id, size_t *len);
+
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} gptoss_ids;
+
+/* Appends the ids of text to out. With special != 0, special-token names
+ * found in the text become their ids and the text between them is encoded
+ * as usual. Returns 0, or -1 with err set when memory is short. */
+int gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len, int special,
+                            gptoss_ids *out, char *err);
+void gptoss_ids_free(gptoss_ids *ids);
+
+/* The length of the longest prefix of s that does not end inside a UTF-8
+ * sequence that later bytes could still complete. */
+size_t gptoss_utf8_complete_prefix(const uint8_t *s, size_t n);
+
+#endif

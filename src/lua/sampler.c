@@ -1,0 +1,235 @@
+/* gptoss.sampler{...}: the course's sampler and ours over one logits row. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/config.h"
+#include "../core/sampler.h"
+#include "binding.h"
+
+#define MAX_LOGPROBS 20
+
+typedef struct {
+    gptoss_sampler *s;
+    uint64_t position; /* the next draw's position when none is given */
+    int logprobs;      /* alternatives returned with each draw; -1: none */
+} lua_sampler;
+
+static lua_sampler *check_sampler(lua_State *L, int idx) {
+    return luaL_checkudata(L, idx, GPTOSS_SAMPLER_MT);
+}
+
+static float opt_number(lua_State *L, int idx, const char *field, float dflt) {
+    lua_getfield(L, idx, field);
+    float v = dflt;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "sampler: %s must be a number (got %s)", field, luaL_tolstring(L, -1, NULL));
+        v = (float)lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static int check_logprobs(lua_State *L, lua_Integer n, const char *fn) {
+    if (n < 0 || n > MAX_LOGPROBS)
+        luaL_error(L, "%s: logprobs must be within 0..%d (got %I)", fn, MAX_LOGPROBS, n);
+    return (int)n;
+}
+
+/* an unpredictable default seed for the default mode (reported as s.seed) */
+static uint64_t fresh_seed(void) {
+    static uint64_t calls;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return gptoss_mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                        gptoss_mix64(++calls) + (uint64_t)(uintptr_t)&ts);
+}
+
+/* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logprobs=} */
+int gptoss_lua_sampler(lua_State *L) {
+    if (lua_isnoneornil(L, 1))
+        lua_newtable(L);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    static const char *const modes[] = {"default", "course", NULL};
+    gptoss_sample_params p = {0};
+    p.mode = gptoss_opt_choice(L, 1, "sampler", "mode", modes, 0);
+    int course = p.mode == GPTOSS_SAMPLE_COURSE;
+    /* course defaults are its command line's: -t 0, -p 0.9 */
+    p.temperature = opt_number(L, 1, "temperature", course ? 0.0f : 1.0f);
+    p.top_p = opt_number(L, 1, "top_p", course ? 0.9f : 1.0f);
+    p.min_p = opt_number(L, 1, "min_p", 0.0f);
+    lua_Integer top_k = gptoss_opt_integer(L, 1, "sampler", "top_k", 0);
+    if (top_k < 0 || top_k > INT32_MAX)
+        return luaL_error(L, "sampler: top_k must be >= 0 (0 turns it off) (got %I)", top_k);
+    p.top_k = (int)top_k;
+    lua_getfield(L, 1, "seed");
+    int seeded = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    p.seed = (uint64_t)gptoss_opt_integer(L, 1, "sampler", "seed", 0);
+    if (course && p.seed == 0) /* the course seeds with the clock when -s is 0 */
+        p.seed = (uint64_t)(unsigned)time(NULL);
+    else if (!course && !seeded)
+        p.seed = fresh_seed();
+    lua_getfield(L, 1, "logprobs");
+    int logprobs = lua_isnil(L, -1) ? -1 : 0;
+    lua_pop(L, 1);
+    if (logprobs == 0)
+        logprobs = check_logprobs(L, gptoss_opt_integer(L, 1, "sampler", "logprobs", 0), "sampler");
+
+    lua_sampler *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->s = NULL;
+    u->position = 0;
+    u->logprobs = logprobs;
+    luaL_setmetatable(L, GPTOSS_SAMPLER_MT);
+    char err[GPTOSS_ERR_LEN];
+    u->s = gptoss_sampler_new(&p, err);
+    if (!u->s)
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
+/* The row at idx as floats: a host f32 tensor holding one row, or a table of
+ * numbers (copied into a scratch userdata pushed on the stack). */
+static const float *check_row(lua_State *L, int idx, int *n) {
+    if (lua_type(L, idx) == LUA_TTABLE) {
+        lua_Integer len = luaL_len(L, idx);
+        if (len > INT32_MAX)
+            luaL_error(L, "sampler:sample: the logits table is too long");
+        float *row = lua_newuserdatauv(L, sizeof *row * (size_t)(len ? len : 1), 0);
+        for (lua_Integer i = 1; i <= len; i++) {
+            lua_geti(L, idx, i);
+            if (lua_type(L, -1) != LUA_TNUMBER)
+                luaL_error(L, "sampler:sample: logits[%I] must be a number (got %s)", i,
+                           luaL_typename(L, -1));
+            row[i - 1] = (float)lua_tonumber(L, -1);
+            lua_pop(L, 1);
+        }
+        *n = (int)len;
+        return row;
+    }
+    lua_tensor *t = luaL_testudata(L, idx, GPTOSS_TENSOR_MT);
+    if (!t)
+        luaL_error(L, "sampler:sample: expected a host tensor row or a table of logits (got %s)",
+                   luaL_typename(L, idx));
+    if (t->storage->dtype != GPTOSS_F32)
+        luaL_error(L, "sampler:sample: logits must be an f32 tensor (got i32)");
+    for (int d = 0; d + 1 < t->ndim; d++)
+        if (t->shape[d] != 1)
+            luaL_error(L, "sampler:sample: expected one row of logits (got %I rows); index the "
+                          "tensor first, e.g. logits[1]",
+                       (lua_Integer)(gptoss_tensor_numel(t) / (size_t)t->shape[t->ndim - 1]));
+    size_t numel = gptoss_tensor_numel(t);
+    if (numel > INT32_MAX)
+        luaL_error(L, "sampler:sample: the row is too long");
+    *n = (int)numel;
+    return gptoss_tensor_data(t);
+}
+
+/* s:sample(logits [, position | {position=, logprobs=}]) -> id [, logprob, alternatives] */
+static int l_sample(lua_State *L) {
+    lua_sampler *u = check_sampler(L, 1);
+    uint64_t position = u->position;
+    int logprobs = u->logprobs;
+    if (lua_type(L, 3) == LUA_TTABLE) {
+        lua_Integer pos = gptoss_opt_integer(L, 3, "sampler:sample", "position", (lua_Integer)position);
+        if (pos < 0)
+            return luaL_error(L, "sampler:sample: position must be >= 0 (got %I)", pos);
+        position = (uint64_t)pos;
+        lua_getfield(L, 3, "logprobs");
+        if (!lua_isnil(L, -1))
+            logprobs = check_logprobs(L, gptoss_opt_integer(L, 3, "sampler:sample", "logprobs", 0),
+                                      "sampler:sample");
+        lua_pop(L, 1);
+    } else if (!lua_isnoneornil(L, 3)) {
+        int ok;
+        lua_Integer pos = lua_tointegerx(L, 3, &ok);
+        if (!ok || pos < 0)
+            return luaL_error(L, "sampler:sample: position must be an integer >= 0 (got %s)",
+                              luaL_tolstring(L, 3, NULL));
+        position = (uint64_t)pos;
+    }
+    int n;
+    const float *row = check_row(L, 2, &n);
+    char err[GPTOSS_ERR_LEN];
+    int id = gptoss_sample(u->s, row, n, position, err);
+    if (id < 0)
+        return luaL_error(L, "%s", err);
+    u->position = position + 1;
+    lua_pushinteger(L, id);
+    if (logprobs < 0)
+        return 1;
+    int top_ids[MAX_LOGPROBS];
+    double lp, top_lps[MAX_LOGPROBS];
+    int have = gptoss_logprobs(row, n, id, logprobs, &lp, top_ids, top_lps, err);
+    lua_pushnumber(L, lp);
+    lua_createtable(L, have, 0);
+    for (int k = 0; k < have; k++) {
+        lua_createtable(L, 0, 2);
+        lua_pushinteger(L, top_ids[k]);
+        lua_setfield(L, -2, "id");
+        lua_pushnumber(L, top_lps[k]);
+        lua_setfield(L, -2, "logprob");
+        lua_rawseti(L, -2, k + 1);
+    }
+    return 3;
+}
+
+static int sampler_get(lua_State *L) {
+    lua_sampler *u = check_sampler(L, 1);
+    const gptoss_sample_params *p = gptoss_sampler_params(u->s);
+    const char *k = lua_tostring(L, 2);
+    if (!k)
+        return 0;
+    if (strcmp(k, "mode") == 0)
+        lua_pushstring(L, p->mode == GPTOSS_SAMPLE_COURSE ? "course" : "default");
+    else if (strcmp(k, "temperature") == 0)
+        lua_pushnumber(L, p->temperature);
+    else if (strcmp(k, "top_p") == 0)
+        lua_pushnumber(L, p->top_p);
+    else if (strcmp(k, "top_k") == 0)
+        lua_pushinteger(L, p->top_k);
+    else if (strcmp(k, "min_p") == 0)
+        lua_pushnumber(L, p->min_p);
+    else if (strcmp(k, "seed") == 0)
+        lua_pushinteger(L, (lua_Integer)p->seed);
+    else if (strcmp(k, "position") == 0)
+        lua_pushinteger(L, (lua_Integer)u->position);
+    else if (strcmp(k, "logprobs") == 0 && u->logprobs >= 0)
+        lua_pushinteger(L, u->logprobs);
+    else if (strcmp(k, "state") == 0 && p->mode == GPTOSS_SAMPLE_COURSE)
+        lua_pushinteger(L, (lua_Integer)gptoss_sampler_state(u->s));
+    else
+        return 0;
+    return 1;
+}
+
+static int sampler_gc(lua_State *L) {
+    lua_sampler *u = luaL_checkudata(L, 1, GPTOSS_SAMPLER_MT);
+    gptoss_sampler_free(u->s);
+    u->s = NULL;
+    return 0;
+}
+
+static int sampler_tostring(lua_State *L) {
+    lua_sampler *u = check_sampler(L, 1);
+    const gptoss_sample_params *p = gptoss_sampler_params(u->s);
+    char buf[160];
+    snprintf(buf, sizeof buf, "gptoss.sampler(%s, temperature=%g, top_p=%g, top_k=%d, min_p=%g)",
+             p->mode == GPTOSS_SAMPLE_COURSE ? "course" : "default", p->temperature, p->top_p,
+             p->top_k, p->min_p);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+void gptoss_open_sampler(lua_State *L) {
+    static const luaL_Reg methods[] = {{"sample", l_sample}, {NULL, NULL}};
+    gptoss_new_class(L, GPTOSS_SAMPLER_MT, methods, sampler_get);
+    luaL_getmetatable(L, GPTOSS_SAMPLER_MT);
+    lua_pushcfunction(L, sampler_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, sampler_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+}

@@ -1,0 +1,281 @@
+/* gptoss.tokenizer(path, {vocab_size=N}) and its streaming decoder. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/config.h"
+#include "../core/tokenizer.h"
+#include "binding.h"
+
+#define DECODER_MT "gptoss.decoder"
+
+typedef struct {
+    gptoss_tokenizer *t;
+} lua_tokenizer;
+
+typedef struct {
+    uint8_t pending[4]; /* the start of a UTF-8 character not yet complete */
+    size_t n;
+} lua_decoder;
+
+static gptoss_tokenizer *check_tok(lua_State *L, int idx) {
+    return ((lua_tokenizer *)luaL_checkudata(L, idx, GPTOSS_TOKENIZER_MT))->t;
+}
+
+/* the 0-based token id at stack idx, range-checked; what names the value */
+static int check_id(lua_State *L, const gptoss_tokenizer *t, int idx, const char *fn,
+                    const char *what) {
+    int ok;
+    lua_Integer id = lua_tointegerx(L, idx, &ok);
+    int v = gptoss_tokenizer_vocab_size(t);
+    if (!ok)
+        luaL_error(L, "%s: %s must be an integer token id (got %s)", fn, what,
+                   luaL_tolstring(L, idx, NULL));
+    if (id < 0 || id >= v)
+        luaL_error(L, "%s: %s %I is out of range 0..%d", fn, what, id, v - 1);
+    return (int)id;
+}
+
+/* Calls add(piece) for each id of the table or single id at idx. */
+static void each_piece(lua_State *L, const gptoss_tokenizer *t, int idx, const char *fn,
+                       void (*add)(lua_State *, void *, const uint8_t *, size_t), void *ud) {
+    size_t len;
+    if (lua_type(L, idx) == LUA_TTABLE) {
+        lua_Integer n = luaL_len(L, idx);
+        for (lua_Integer i = 1; i <= n; i++) {
+            char what[48];
+            snprintf(what, sizeof what, "ids[%lld]", (long long)i);
+            lua_geti(L, idx, i);
+            const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, -1, fn, what), &len);
+            lua_pop(L, 1);
+            add(L, ud, p, len);
+        }
+    } else {
+        const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, idx, fn, "id"), &len);
+        add(L, ud, p, len);
+    }
+}
+
+static void add_to_buffer(lua_State *L, void *ud, const uint8_t *p, size_t n) {
+    (void)L;
+    luaL_addlstring((luaL_Buffer *)ud, (const char *)p, n);
+}
+
+/* tok:encode(text [, {special=true}]) -> {ids} */
+static int l_encode(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    size_t len;
+    const char *text = luaL_checklstring(L, 2, &len);
+    int special = 0;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lua_getfield(L, 3, "special");
+        special = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    gptoss_ids ids = {0};
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, &ids, err) != 0) {
+        gptoss_ids_free(&ids);
+        return luaL_error(L, "tokenizer:encode: %s", err);
+    }
+    if (ids.n > INT32_MAX || !lua_checkstack(L, 4)) {
+        gptoss_ids_free(&ids);
+        return luaL_error(L, "tokenizer:encode: too many tokens for one table");
+    }
+    lua_createtable(L, (int)ids.n, 0);
+    for (size_t i = 0; i < ids.n; i++) {
+        lua_pushinteger(L, ids.ids[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    gptoss_ids_free(&ids);
+    return 1;
+}
+
+/* tok:decode(ids | id) -> string */
+static int l_decode(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    each_piece(L, t, 2, "tokenizer:decode", add_to_buffer, &b);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* tok:piece(id) -> string */
+static int l_piece(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    size_t len;
+    const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, 2, "tokenizer:piece", "id"), &len);
+    lua_pushlstring(L, (const char *)p, len);
+    return 1;
+}
+
+/* tok:id(bytes) -> id or nil */
+static int l_id(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    size_t len;
+    const char *s = luaL_checklstring(L, 2, &len);
+    int id = gptoss_tokenizer_find(t, (const uint8_t *)s, len);
+    if (id < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, id);
+    return 1;
+}
+
+/* tok:entry(id) -> stored bytes, score (the file's record, undecoded) */
+static int l_entry(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    size_t len;
+    float score;
+    const uint8_t *p =
+        gptoss_tokenizer_entry(t, check_id(L, t, 2, "tokenizer:entry", "id"), &len, &score);
+    lua_pushlstring(L, (const char *)p, len);
+    lua_pushnumber(L, score);
+    return 2;
+}
+
+/* tok:decoder() -> streaming decoder (keeps the tokenizer alive) */
+static int l_decoder(lua_State *L) {
+    check_tok(L, 1);
+    lua_decoder *d = lua_newuserdatauv(L, sizeof *d, 1);
+    d->n = 0;
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    luaL_setmetatable(L, DECODER_MT);
+    return 1;
+}
+
+/* {endoftext=199999, ["return"]=200002, ...}: every special entry spelled
+ * <|name|>, built once and kept as the tokenizer's user value */
+static void push_special_table(lua_State *L, const gptoss_tokenizer *t) {
+    lua_newtable(L);
+    for (int id = 0; id < gptoss_tokenizer_vocab_size(t); id++) {
+        if (!gptoss_tokenizer_is_special(t, id))
+            continue;
+        size_t n;
+        const uint8_t *s = gptoss_tokenizer_entry(t, id, &n, NULL);
+        if (n > 4 && memcmp(s, "<|", 2) == 0 && memcmp(s + n - 2, "|>", 2) == 0) {
+            lua_pushlstring(L, (const char *)s + 2, n - 4);
+            if (lua_rawget(L, -2) == LUA_TNIL) { /* the first id of a name wins */
+                lua_pop(L, 1);
+                lua_pushlstring(L, (const char *)s + 2, n - 4);
+                lua_pushinteger(L, id);
+                lua_rawset(L, -3);
+            } else {
+                lua_pop(L, 1);
+            }
+        }
+    }
+}
+
+static int tok_get(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (!k)
+        return 0;
+    if (strcmp(k, "vocab_size") == 0)
+        lua_pushinteger(L, gptoss_tokenizer_vocab_size(t));
+    else if (strcmp(k, "max_token_length") == 0)
+        lua_pushinteger(L, gptoss_tokenizer_max_token_length(t));
+    else if (strcmp(k, "special") == 0)
+        lua_getiuservalue(L, 1, 1);
+    else
+        return 0;
+    return 1;
+}
+
+static int tok_gc(lua_State *L) {
+    lua_tokenizer *u = luaL_checkudata(L, 1, GPTOSS_TOKENIZER_MT);
+    gptoss_tokenizer_free(u->t);
+    u->t = NULL;
+    return 0;
+}
+
+static int tok_tostring(lua_State *L) {
+    const gptoss_tokenizer *t = check_tok(L, 1);
+    lua_pushfstring(L, "gptoss.tokenizer(vocab_size=%d, max_token_length=%d)",
+                    gptoss_tokenizer_vocab_size(t), gptoss_tokenizer_max_token_length(t));
+    return 1;
+}
+
+/* gptoss.core.tokenizer(path [, {vocab_size=N}]) */
+int gptoss_lua_tokenizer(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    lua_Integer vocab = GPTOSS_VOCAB_SIZE;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        vocab = gptoss_opt_integer(L, 2, "tokenizer", "vocab_size", GPTOSS_VOCAB_SIZE);
+        if (vocab < 1 || vocab > INT32_MAX)
+            return luaL_error(L, "tokenizer: vocab_size must be within 1..%d (got %I)", INT32_MAX,
+                              vocab);
+    }
+    lua_tokenizer *u = lua_newuserdatauv(L, sizeof *u, 1);
+    u->t = NULL;
+    luaL_setmetatable(L, GPTOSS_TOKENIZER_MT);
+    char err[GPTOSS_ERR_LEN];
+    u->t = gptoss_tokenizer_load(path, (int)vocab, err);
+    if (!u->t)
+        return luaL_error(L, "%s", err);
+    push_special_table(L, u->t);
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+/* ---- streaming decoder ---- */
+
+/* dec:add(id | ids) -> the text that is complete so far ("" while a UTF-8
+ * character is still open) */
+static int dec_add(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+    lua_getiuservalue(L, 1, 1);
+    const gptoss_tokenizer *t = check_tok(L, -1);
+    lua_pop(L, 1);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, (const char *)d->pending, d->n);
+    each_piece(L, t, 2, "decoder:add", add_to_buffer, &b);
+    luaL_pushresult(&b);
+    size_t len;
+    const uint8_t *s = (const uint8_t *)lua_tolstring(L, -1, &len);
+    size_t ready = gptoss_utf8_complete_prefix(s, len);
+    d->n = len - ready;
+    memcpy(d->pending, s + ready, d->n);
+    lua_pushlstring(L, (const char *)s, ready);
+    return 1;
+}
+
+/* dec:flush() -> whatever is held back (an incomplete character's bytes) */
+static int dec_flush(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+    lua_pushlstring(L, (const char *)d->pending, d->n);
+    d->n = 0;
+    return 1;
+}
+
+static int dec_get(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+    const char *k = lua_tostring(L, 2);
+    if (k && strcmp(k, "pending") == 0) {
+        lua_pushinteger(L, (lua_Integer)d->n);
+        return 1;
+    }
+    return 0;
+}
+
+void gptoss_open_tokenizer(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"encode", l_encode}, {"decode", l_decode},   {"piece", l_piece},
+        {"id", l_id},         {"entry", l_entry},     {"decoder", l_decoder},
+        {NULL, NULL},
+    };
+    gptoss_new_class(L, GPTOSS_TOKENIZER_MT, methods, tok_get);
+    luaL_getmetatable(L, GPTOSS_TOKENIZER_MT);
+    lua_pushcfunction(L, tok_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, tok_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    static const luaL_Reg dec_methods[] = {{"add", dec_add}, {"flush", dec_flush}, {NULL, NULL}};
+    gptoss_new_class(L, DECODER_MT, dec_methods, dec_get);
+}
