@@ -1,16 +1,24 @@
 #!/usr/bin/env lua5.4
--- Greedy generation on the CPU golden engine: a synthetic model (or a course
--- .bin file), a few prompt tokens prefilled in one step, then one decode step
--- per generated token. Prints the token ids.
---   lua5.4 examples/demo.lua [--model 7m|20b-2l|path.bin] [--seed N] [--steps N] [--prompt "1 2 3"]
+-- Text generation on the CPU golden engine: a synthetic model (or a course
+-- .bin file), a prompt encoded with the course tokenizer and prefilled in one
+-- step, then one decode step per generated token, sampled from the logits
+-- (greedy unless --temperature is set) and printed as it streams out. Stops
+-- at <|endoftext|> or <|return|>, as the course's generate does.
+--   lua5.4 examples/demo.lua [--model 7m|20b-2l|path.bin] [--prompt "text"] [--steps N]
+--                            [--temperature T --top-p P --top-k K --sample-seed S]
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 
-local parser = argparse("demo.lua", "Greedy decoding with the CPU golden engine.")
+local parser = argparse("demo.lua", "Text generation with the CPU golden engine.")
 parser:option("--model", "Synthetic shape name or a course .bin file.", "7m")
 parser:option("--seed", "Seed of the synthetic weights.", "7"):convert(math.tointeger)
-parser:option("--steps", "Tokens to generate.", "16"):convert(math.tointeger)
-parser:option("--prompt", "Prompt token ids, space separated.", "13225 2375")
+parser:option("--steps", "Tokens to generate at most.", "16"):convert(math.tointeger)
+parser:option("--prompt", "Prompt text.", "Hello world")
+parser:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+parser:option("--temperature", "Sampling temperature (0: greedy).", "0"):convert(tonumber)
+parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(tonumber)
+parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(math.tointeger)
+parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(math.tointeger)
 parser:option("--threads", "CPU threads (0: all).", "0"):convert(math.tointeger)
 local args = parser:parse()
 
@@ -25,23 +33,33 @@ else
 end
 print(model)
 
-local prompt = {}
-for id in args.prompt:gmatch("%S+") do prompt[#prompt + 1] = assert(math.tointeger(tonumber(id)), "bad token id " .. id) end
-assert(#prompt > 0, "the prompt needs at least one token")
+local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
+local sampler = gptoss.sampler { temperature = args.temperature, top_p = args.top_p, top_k = args.top_k,
+  seed = args.sample_seed }
+local prompt = tok:encode(args.prompt)
+assert(#prompt > 0, "the prompt encodes to no tokens")
+local stop = { [tok.special.endoftext] = true, [tok.special["return"]] = true }
 
 local replica <close> = model:replica { device = "cpu", slots = 1, ctx = #prompt + args.steps, threads = args.threads }
 print(replica)
+print(("prompt:    %q -> %s"):format(args.prompt, table.concat(prompt, " ")))
 
 local started = gptoss.clock()
 local slots, positions = {}, {}
 for i = 1, #prompt do slots[i], positions[i] = 1, i - 1 end
-local prefill = replica:step { slots = slots, positions = positions, tokens = prompt }:tokens()
-local generated = { prefill[#prompt] }
--- each generated token but the last is fed back at the next position
-for pos = #prompt, #prompt + args.steps - 2 do
-  local token = replica:step { slots = { 1 }, positions = { pos }, tokens = { generated[#generated] } }:tokens()[1]
+local logits = replica:step { slots = slots, positions = positions, tokens = prompt }:logits()
+local row = logits[#prompt]
+local generated, decoder = {}, tok:decoder()
+io.write("text:      ")
+for pos = #prompt, #prompt + args.steps - 1 do
+  local token = sampler:sample(row, pos)
   generated[#generated + 1] = token
+  if stop[token] then break end
+  io.write(decoder:add(token))
+  io.flush()
+  if pos == #prompt + args.steps - 1 then break end
+  row = replica:step { slots = { 1 }, positions = { pos }, tokens = { token } }:logits()[1]
 end
-print("prompt:    " .. table.concat(prompt, " "))
+io.write(decoder:flush(), "\n")
 print("generated: " .. table.concat(generated, " "))
 print(("%d forward rows in %.3f s"):format(#prompt + #generated - 1, gptoss.clock() - started))

@@ -1,0 +1,48 @@
+#!/usr/bin/env lua5.4
+-- Tokenizer throughput on one core: encode of a text repeated to --mb
+-- megabytes in one call, the same text line by line (one call per line, as
+-- a prompt file is read), and decode of the ids. Prints a table and one
+-- JSON line.
+--   lua5.4 examples/bench_tokenizer.lua [--text README.md] [--mb 8] [--tokenizer build/tokenizer.bin]
+local argparse = require "argparse"
+local json = require "dkjson"
+local gptoss = require "gptoss"
+
+local parser = argparse("bench_tokenizer.lua", "Tokenizer encode/decode throughput.")
+parser:option("--text", "UTF-8 text file to repeat.", "README.md")
+parser:option("--mb", "Megabytes of text.", "8"):convert(tonumber)
+parser:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+local a = parser:parse()
+
+local f = assert(io.open(a.text, "rb"))
+local sample = f:read("a")
+f:close()
+assert(#sample > 0, a.text .. " is empty")
+local text = sample:rep(math.ceil(a.mb * 1e6 / #sample))
+local tok = gptoss.tokenizer(a.tokenizer)
+
+local t0 = gptoss.clock()
+local ids = tok:encode(text)
+local encode_s = gptoss.clock() - t0
+
+t0 = gptoss.clock()
+local line_tokens = 0
+for line in text:gmatch("[^\n]+") do line_tokens = line_tokens + #tok:encode(line) end
+local lines_s = gptoss.clock() - t0
+
+t0 = gptoss.clock()
+local back = tok:decode(ids)
+local decode_s = gptoss.clock() - t0
+assert(back == text, "decode(encode(text)) differs from the text")
+
+local mb = #text / 1e6
+local result = {
+  bench = "tokenizer", text = a.text, bytes = #text, tokens = #ids, line_tokens = line_tokens,
+  encode_mb_per_s = mb / encode_s, encode_lines_mb_per_s = mb / lines_s, decode_mb_per_s = mb / decode_s,
+}
+print(("%-24s %10s %10s %10s"):format("operation", "MB", "seconds", "MB/s"))
+print(("%-24s %10.2f %10.3f %10.2f"):format("encode (one call)", mb, encode_s, result.encode_mb_per_s))
+print(("%-24s %10.2f %10.3f %10.2f"):format("encode (one per line)", mb, lines_s, result.encode_lines_mb_per_s))
+print(("%-24s %10.2f %10.3f %10.2f"):format("decode", mb, decode_s, result.decode_mb_per_s))
+print(("%d tokens, %.2f bytes per token"):format(#ids, #text / #ids))
+print(json.encode(result))
