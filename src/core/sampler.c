@@ -85,15 +85,18 @@ static int check_logits(const float *x, int n, char *err) {
         snprintf(err, GPTOSS_ERR_LEN, "sampler: the logits row is empty");
         return -1;
     }
-    int any = 0;
+    /* one branch-free pass (it vectorises); the offender is looked up only on failure */
+    int bad = 0, any = 0;
     for (int i = 0; i < n; i++) {
+        bad |= (x[i] != x[i]) | (x[i] == INFINITY);
+        any |= x[i] != -INFINITY;
+    }
+    for (int i = 0; bad && i < n; i++)
         if (isnan(x[i]) || x[i] == INFINITY) {
             snprintf(err, GPTOSS_ERR_LEN, "sampler: the logit of token %d is %s", i,
                      isnan(x[i]) ? "NaN" : "+inf");
             return -1;
         }
-        any |= x[i] != -INFINITY;
-    }
     if (!any) {
         snprintf(err, GPTOSS_ERR_LEN, "sampler: every logit is -inf, no token can be chosen");
         return -1;
@@ -101,13 +104,17 @@ static int check_logits(const float *x, int n, char *err) {
     return 0;
 }
 
-/* the first maximum (strict >), as the course's argmax */
+/* the first maximum, as the course's argmax (strict >); the logits hold no
+ * NaN here, so the maximum value and then its first index are two passes
+ * the compiler vectorises */
 static int argmax(const float *x, int n) {
-    int best = 0;
+    float top = x[0];
     for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+        top = x[i] > top ? x[i] : top;
+    int i = 0;
+    while (x[i] != top)
+        i++;
+    return i;
 }
 
 /* value descending, then id ascending: the order that makes ties reproducible */
