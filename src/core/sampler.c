@@ -24,8 +24,10 @@ struct gptoss_sampler {
 gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
     const char *bad = NULL;
     double got = 0;
-    if (!(p->temperature >= 0) || isinf(p->temperature))
+    if (!(p->temperature >= 0) || isinf((float)p->temperature))
         bad = "temperature must be a finite number >= 0", got = p->temperature;
+    else if (p->temperature > 0 && (float)p->temperature == 0)
+        bad = "temperature is too small for float arithmetic (0 means greedy)", got = p->temperature;
     else if (!(p->top_p >= 0 && p->top_p <= 1))
         bad = "top_p must be within [0, 1]", got = p->top_p;
     else if (!(p->min_p >= 0 && p->min_p <= 1))
@@ -138,10 +140,10 @@ static float course_random(uint64_t *state) {
 static int course_sample(gptoss_sampler *s, const float *logits, int n) {
     float *p = s->w;
     for (int i = 0; i < n; i++)
-        p[i] = logits[i] / s->p.temperature;
+        p[i] = logits[i] / (float)s->p.temperature;
     gptoss_course_softmax(p, n);
     float coin = course_random(&s->state);
-    float top_p = s->p.top_p;
+    float top_p = (float)s->p.top_p;
     if (top_p <= 0 || top_p >= 1 || n == 1) {
         float cdf = 0;
         for (int i = 0; i < n; i++) {
@@ -158,6 +160,15 @@ static int course_sample(gptoss_sampler *s, const float *logits, int n) {
     for (int i = 0; i < n; i++)
         if (p[i] >= cutoff)
             s->order[kept++] = (ranked){p[i], i};
+    /* run.cpp reads before its array when nothing reaches the cutoff (top_p
+     * below 1/n on a flat row); the top token alone is what top-p means there */
+    if (kept == 0) {
+        int top = 0;
+        for (int i = 1; i < n; i++)
+            if (p[i] > p[top])
+                top = i;
+        return top;
+    }
     qsort(s->order, (size_t)kept, sizeof *s->order, by_rank);
     float cum = 0;
     int last = kept - 1;
@@ -230,14 +241,14 @@ static int default_sample(gptoss_sampler *s, const float *logits, int n, uint64_
     float m = logits[argmax(logits, n)];
     double total = 0;
     for (int i = 0; i < n; i++) {
-        w[i] = expf((logits[i] - m) / p->temperature);
+        w[i] = expf((logits[i] - m) / (float)p->temperature);
         total += w[i];
     }
     int filtered = (p->top_k > 0 && p->top_k < n) || (p->top_p > 0 && p->top_p < 1);
     ranked cut = {-INFINITY, n - 1};
     if (filtered)
         cut = last_kept(s, logits, n, total);
-    float min_w = filtered ? 0 : p->min_p; /* last_kept applied min_p already */
+    double min_w = filtered ? 0 : p->min_p; /* last_kept applied min_p already */
 #define KEPT(i) ((logits[i] > cut.value || (logits[i] == cut.value && (i) <= cut.id)) && w[i] >= min_w)
     double sum = 0;
     for (int i = 0; i < n; i++)

@@ -11,7 +11,7 @@
  *     only -inf raises an error.
  *   temperature 0: the first maximum logit (greedy).
  *   otherwise, with m the largest logit and ranks ordered by (logit desc, id asc):
- *     w_i = expf((logit_i - m) / temperature)              float, so w = 1 at the top
+ *     w_i = expf((logit_i - m) / (float)temperature)       float, so w = 1 at the top
  *     top_k > 0:        keep the first top_k ranks
  *     0 < top_p < 1:    keep the shortest rank prefix whose w-sum (double, in rank
  *                       order) reaches top_p * (w-sum of what top_k kept)
@@ -34,9 +34,9 @@ typedef enum { GPTOSS_SAMPLE_DEFAULT = 0, GPTOSS_SAMPLE_COURSE = 1 } gptoss_samp
 
 typedef struct {
     gptoss_sample_mode mode;
-    float temperature; /* >= 0 */
-    float top_p;       /* [0, 1] */
-    float min_p;       /* [0, 1], default mode */
+    double temperature; /* >= 0; the arithmetic uses it as a float */
+    double top_p;       /* [0, 1]; the course mode uses it as a float */
+    double min_p;       /* [0, 1], default mode */
     int top_k;         /* >= 0, 0 = off, default mode */
     uint64_t seed;     /* default mode: the draw key; course mode: the initial xorshift state */
 } gptoss_sample_params;

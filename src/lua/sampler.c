@@ -20,13 +20,15 @@ static lua_sampler *check_sampler(lua_State *L, int idx) {
     return luaL_checkudata(L, idx, GPTOSS_SAMPLER_MT);
 }
 
-static float opt_number(lua_State *L, int idx, const char *field, float dflt) {
+/* a number field; numeric strings convert, as gptoss_opt_integer's do */
+static double opt_number(lua_State *L, int idx, const char *field, double dflt) {
     lua_getfield(L, idx, field);
-    float v = dflt;
+    double v = dflt;
     if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER)
+        int ok;
+        v = lua_tonumberx(L, -1, &ok);
+        if (!ok)
             luaL_error(L, "sampler: %s must be a number (got %s)", field, luaL_tolstring(L, -1, NULL));
-        v = (float)lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
     return v;
@@ -49,17 +51,19 @@ static uint64_t fresh_seed(void) {
 
 /* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logprobs=} */
 int gptoss_lua_sampler(lua_State *L) {
-    if (lua_isnoneornil(L, 1))
+    if (lua_isnoneornil(L, 1)) {
+        lua_settop(L, 0);
         lua_newtable(L);
+    }
     luaL_checktype(L, 1, LUA_TTABLE);
     static const char *const modes[] = {"default", "course", NULL};
     gptoss_sample_params p = {0};
     p.mode = gptoss_opt_choice(L, 1, "sampler", "mode", modes, 0);
     int course = p.mode == GPTOSS_SAMPLE_COURSE;
     /* course defaults are its command line's: -t 0, -p 0.9 */
-    p.temperature = opt_number(L, 1, "temperature", course ? 0.0f : 1.0f);
-    p.top_p = opt_number(L, 1, "top_p", course ? 0.9f : 1.0f);
-    p.min_p = opt_number(L, 1, "min_p", 0.0f);
+    p.temperature = opt_number(L, 1, "temperature", course ? 0.0 : 1.0);
+    p.top_p = opt_number(L, 1, "top_p", course ? 0.9 : 1.0);
+    p.min_p = opt_number(L, 1, "min_p", 0.0);
     lua_Integer top_k = gptoss_opt_integer(L, 1, "sampler", "top_k", 0);
     if (top_k < 0 || top_k > INT32_MAX)
         return luaL_error(L, "sampler: top_k must be >= 0 (0 turns it off) (got %I)", top_k);
@@ -130,13 +134,10 @@ static const float *check_row(lua_State *L, int idx, int *n) {
 /* s:sample(logits [, position | {position=, logprobs=}]) -> id [, logprob, alternatives] */
 static int l_sample(lua_State *L) {
     lua_sampler *u = check_sampler(L, 1);
-    uint64_t position = u->position;
+    lua_Integer position = (lua_Integer)u->position;
     int logprobs = u->logprobs;
     if (lua_type(L, 3) == LUA_TTABLE) {
-        lua_Integer pos = gptoss_opt_integer(L, 3, "sampler:sample", "position", (lua_Integer)position);
-        if (pos < 0)
-            return luaL_error(L, "sampler:sample: position must be >= 0 (got %I)", pos);
-        position = (uint64_t)pos;
+        position = gptoss_opt_integer(L, 3, "sampler:sample", "position", position);
         lua_getfield(L, 3, "logprobs");
         if (!lua_isnil(L, -1))
             logprobs = check_logprobs(L, gptoss_opt_integer(L, 3, "sampler:sample", "logprobs", 0),
@@ -144,19 +145,22 @@ static int l_sample(lua_State *L) {
         lua_pop(L, 1);
     } else if (!lua_isnoneornil(L, 3)) {
         int ok;
-        lua_Integer pos = lua_tointegerx(L, 3, &ok);
-        if (!ok || pos < 0)
-            return luaL_error(L, "sampler:sample: position must be an integer >= 0 (got %s)",
+        position = lua_tointegerx(L, 3, &ok);
+        if (!ok)
+            return luaL_error(L, "sampler:sample: position must be an integer (got %s)",
                               luaL_tolstring(L, 3, NULL));
-        position = (uint64_t)pos;
     }
+    /* the counter moves to position + 1, which must stay a Lua integer */
+    if (position < 0 || position == LUA_MAXINTEGER)
+        return luaL_error(L, "sampler:sample: position must be within 0..%I (got %I)",
+                          (lua_Integer)(LUA_MAXINTEGER - 1), position);
     int n;
     const float *row = check_row(L, 2, &n);
     char err[GPTOSS_ERR_LEN];
-    int id = gptoss_sample(u->s, row, n, position, err);
+    int id = gptoss_sample(u->s, row, n, (uint64_t)position, err);
     if (id < 0)
         return luaL_error(L, "%s", err);
-    u->position = position + 1;
+    u->position = (uint64_t)position + 1;
     lua_pushinteger(L, id);
     if (logprobs < 0)
         return 1;
