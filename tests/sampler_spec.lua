@@ -690,6 +690,26 @@ describe("sampler", function()
          end
       end)
 
+      it("ranks long rows of ties, -0 and -inf as short ones (the radix-sorted path)", function()
+         -- 6000 tokens from six values: every rank list passes 4096 entries and is full of ties
+         local values = { -0.0, 0.0, 0.5, -1, 1, -INF }
+         local r = rng(4242)
+         local x = {}
+         for i = 1, 6000 do x[i] = values[1 + math.floor(r() * #values)] end
+         for ci, o in ipairs({ { temperature = 1, top_p = 0.5 }, { temperature = 3, top_p = 0.99 },
+            { temperature = 1, top_k = 5000, top_p = 0.9 } }) do
+            local draw = default_ref(x, o)
+            local s = gptoss.sampler({ seed = 50 + ci, temperature = o.temperature, top_k = o.top_k,
+               top_p = o.top_p })
+            for pos = 0, 39 do
+               assert.are.equal(draw(uniform(50 + ci, pos)), s:sample(x, pos), ("config %d, position %d"):format(ci, pos))
+            end
+         end
+         local c = gptoss.sampler({ mode = "course", seed = 61, temperature = 2, top_p = 0.6 })
+         local ref = course_ref(61, 2, 0.6)
+         for _ = 1, 40 do assert.are.equal(ref.sample(x), c:sample(x)) end
+      end)
+
       it("keys each draw by (seed, position) only", function()
          local x = { 0.5, 1, -0.25, 0.75, 0, 1.25, 0.1, 0.9 }
          local o = { temperature = 1.2, top_p = 0.95 }

@@ -19,6 +19,7 @@ struct gptoss_sampler {
     int cap;
     float *w;
     ranked *order;
+    uint64_t *keys, *spare; /* radix sort of long rank lists */
 };
 
 gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
@@ -58,6 +59,8 @@ void gptoss_sampler_free(gptoss_sampler *s) {
         return;
     free(s->w);
     free(s->order);
+    free(s->keys);
+    free(s->spare);
     free(s);
 }
 
@@ -73,7 +76,13 @@ static int reserve(gptoss_sampler *s, int n, char *err) {
     ranked *order = realloc(s->order, sizeof *order * (size_t)n);
     if (order)
         s->order = order;
-    if (!w || !order) {
+    uint64_t *keys = realloc(s->keys, sizeof *keys * (size_t)n);
+    if (keys)
+        s->keys = keys;
+    uint64_t *spare = realloc(s->spare, sizeof *spare * (size_t)n);
+    if (spare)
+        s->spare = spare;
+    if (!w || !order || !keys || !spare) {
         snprintf(err, GPTOSS_ERR_LEN, "sampler: out of host memory for a row of %d logits", n);
         return -1;
     }
@@ -127,6 +136,46 @@ static int by_rank(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Sorts s->order[0..n) as by_rank does. Long lists (a flat row under top-p
+ * ranks nearly the whole vocabulary) go through an LSD radix sort of
+ * (value descending, id ascending) packed in 64 bits, about ten times
+ * faster than qsort there. */
+static void sort_ranks(gptoss_sampler *s, int n) {
+    if (n < 4096) {
+        qsort(s->order, (size_t)n, sizeof *s->order, by_rank);
+        return;
+    }
+    uint64_t *keys = s->keys, *spare = s->spare;
+    for (int i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {s->order[i].value + 0.0f}; /* -0 sorts as +0 */
+        uint32_t up = v.u & 0x80000000u ? ~v.u : v.u | 0x80000000u; /* ascending as unsigned */
+        keys[i] = (uint64_t)~up << 32 | (uint32_t)s->order[i].id;
+    }
+    for (int shift = 0; shift < 64; shift += 8) {
+        uint32_t count[256] = {0};
+        for (int i = 0; i < n; i++)
+            count[keys[i] >> shift & 0xFF]++;
+        if (count[keys[0] >> shift & 0xFF] == (uint32_t)n)
+            continue; /* every key has this digit: the pass would move nothing */
+        uint32_t sum = 0;
+        for (int d = 0; d < 256; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (int i = 0; i < n; i++)
+            spare[count[keys[i] >> shift & 0xFF]++] = keys[i];
+        uint64_t *t = keys;
+        keys = spare;
+        spare = t;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t up = ~(uint32_t)(keys[i] >> 32);
+        union { uint32_t u; float f; } v = {up & 0x80000000u ? up & 0x7FFFFFFFu : ~up};
+        s->order[i] = (ranked){v.f, (int32_t)(uint32_t)keys[i]};
+    }
+}
+
 /* ---- course mode ---- */
 
 static float course_random(uint64_t *state) {
@@ -169,7 +218,7 @@ static int course_sample(gptoss_sampler *s, const float *logits, int n) {
                 top = i;
         return top;
     }
-    qsort(s->order, (size_t)kept, sizeof *s->order, by_rank);
+    sort_ranks(s, kept);
     float cum = 0;
     int last = kept - 1;
     for (int i = 0; i < kept; i++) {
@@ -207,7 +256,7 @@ static ranked last_kept(gptoss_sampler *s, const float *logits, int n, double to
                 s->order[nc++] = (ranked){logits[i], i};
         if (have_k && nc < p->top_k && tau > 0)
             continue;
-        qsort(s->order, (size_t)nc, sizeof *s->order, by_rank);
+        sort_ranks(s, nc);
         int len = have_k ? p->top_k : nc;
         if (have_p) {
             double z = 0;
