@@ -231,6 +231,23 @@ describe("tokenizer", function()
       end
     end)
 
+    it("agrees with the literal course algorithm on long runs of a few repeated bytes", function()
+      -- pieces of up to ~300 bytes: long merge chains, and runs around the 128-byte longest entry
+      local f = parsed_file()
+      math.randomseed(99)
+      local alphabet = { " ", "a", "=", "-", "\n", "ab", "é", "\xff", "." }
+      for n = 1, 40 do
+        local parts = {}
+        for i = 1, math.random(1, 6) do parts[i] = alphabet[math.random(#alphabet)]:rep(math.random(1, 130)) end
+        local s = table.concat(parts)
+        local want, got = reference_encode(f, s), tok:encode(s)
+        if table.concat(want, " ") ~= table.concat(got, " ") then
+          error(("string %d (%d bytes): reference {%s}, encode {%s}"):format(n, #s, table.concat(want, " "),
+            table.concat(got, " ")))
+        end
+      end
+    end)
+
     it("merges the lowest id first, the leftmost pair on ties", function()
       -- ids: a=0 b=1 c=2 bc=3 ab=4
       local t = small({ "a", "b", "c", "bc", "ab" })
@@ -239,6 +256,22 @@ describe("tokenizer", function()
       t = small({ "a", "aa" })
       assert.are.same({ 1, 0 }, t:encode("aaa"))
       assert.are.same({ 1, 1 }, t:encode("aaaa"))
+    end)
+
+    it("falls back to <0xHH> for a byte without an entry, then to 0", function()
+      local t = small({ "a", "<0x62>", "c" })
+      assert.are.same({ 0, 1, 2 }, t:encode("abc"))
+      assert.are.same({ 0 }, t:encode("z"))
+      assert.are.equal("abc", t:decode({ 0, 1, 2 }))
+    end)
+
+    it("keeps the first max_tokens ids when asked, as the course's callers do", function()
+      local all = tok:encode("Hello world, hello tokenizer")
+      assert.are.same({ all[1], all[2] }, tok:encode("Hello world, hello tokenizer", { max_tokens = 2 }))
+      assert.are.same({}, tok:encode("Hello", { max_tokens = 0 }))
+      assert.are.same(all, tok:encode("Hello world, hello tokenizer", { max_tokens = 1000 }))
+      expect_error(function() tok:encode("x", { max_tokens = -1 }) end, "max_tokens must be >= 0")
+      expect_error(function() tok:encode("x", { max_tokens = "many" }) end, "max_tokens must be an integer")
     end)
 
     it("never merges into a special token, and maps unknown bytes to 0", function()
@@ -343,6 +376,25 @@ describe("tokenizer", function()
     end)
   end)
 
+  describe("lifetime", function()
+    it("refuses use after garbage collection instead of crashing", function()
+      local t = small({ "a", "b" })
+      local d = t:decoder()
+      getmetatable(t).__gc(t)
+      getmetatable(t).__gc(t) -- twice is harmless
+      expect_error(function() t:encode("ab") end, "tokenizer: used after it was garbage-collected")
+      expect_error(function() return t.vocab_size end, "used after it was garbage-collected")
+      expect_error(function() d:add(0) end, "used after it was garbage-collected")
+    end)
+
+    it("keeps the tokenizer alive as long as a decoder needs it", function()
+      local d = small({ "x", "y" }):decoder()
+      collectgarbage()
+      collectgarbage()
+      assert.are.equal("xy", d:add({ 0, 1 }))
+    end)
+  end)
+
   describe("loading", function()
     it("takes the vocabulary size from the caller", function()
       local path = vocab_file({ { "a" }, { "b" }, { "ab" } })
@@ -352,7 +404,14 @@ describe("tokenizer", function()
       expect_error(function() gptoss.tokenizer(path) end, "holds 3 entries, expected vocab_size=201088",
         "{vocab_size=3}")
       expect_error(function() gptoss.tokenizer(path, { vocab_size = 2 }) end,
-        "holds more than vocab_size=2 entries", "follow entry 1")
+        "has 32 bytes, more than 2 entries of at most 2 bytes (max_token_length) can fill (24)")
+      -- records shorter than max_token_length leave room for more of them than vocab_size
+      local short = vocab_file({ { "abcd" }, { "" }, { "" }, { "" } })
+      expect_error(function() gptoss.tokenizer(short, { vocab_size = 3 }) end,
+        "holds more than vocab_size=3 entries", "(8 bytes follow entry 2)")
+      -- nothing sized by a vocab_size the file cannot back is allocated before the count check
+      expect_error(function() gptoss.tokenizer(path, { vocab_size = 2147483647 }) end,
+        "holds 3 entries, expected vocab_size=2147483647")
       expect_error(function() gptoss.tokenizer(path, { vocab_size = 4 }) end, "holds 3 entries")
       expect_error(function() gptoss.tokenizer(path, { vocab_size = 0 }) end, "vocab_size must be within 1..")
       expect_error(function() gptoss.tokenizer(path, { vocab_size = "x" }) end, "vocab_size must be an integer")
@@ -375,7 +434,7 @@ describe("tokenizer", function()
       expect_error(function() gptoss.tokenizer(path) end, "has 2 bytes, too few for the max_token_length field")
     end)
 
-    it("rejects files that lie about lengths, before allocating what they claim", function()
+    it("rejects files that lie about lengths, checking each against the bytes that remain", function()
       local function file(header, ...)
         local path = tmp()
         write_file(path, string.pack("<i4", header) .. table.concat({ ... }))
@@ -394,6 +453,11 @@ describe("tokenizer", function()
       for _, c in ipairs(cases) do
         expect_error(function() gptoss.tokenizer(c[1], { vocab_size = 2 }) end, table.unpack(c, 2))
       end
+      -- a file far larger than the header allows (a model .bin, say) is refused from its header
+      local big = tmp()
+      write_file(big, string.pack("<i4", 4) .. ("\0"):rep(1 << 20))
+      expect_error(function() gptoss.tokenizer(big, { vocab_size = 2 }) end,
+        "has 1048580 bytes, more than 2 entries of at most 4 bytes (max_token_length) can fill (28)")
       -- the module is still usable
       assert.are.same({ 13225, 2375 }, tok:encode("Hello world"))
     end)

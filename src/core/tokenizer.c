@@ -77,7 +77,10 @@ static void table_insert(gptoss_tokenizer *t, int id) {
     t->table[i] = (h >> 32) << 32 | (uint64_t)(uint32_t)(id + 1);
 }
 
-static uint8_t *read_whole_file(const char *path, size_t *size, char *err) {
+/* Reads the file once its size is plausible: vocab_size records of at most
+ * max_token_length bytes bound it, so a wrong file (a model .bin, say) is
+ * refused from its first four bytes instead of being read into memory. */
+static uint8_t *read_whole_file(const char *path, int vocab_size, size_t *size, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, GPTOSS_ERR_LEN, "cannot open tokenizer file '%s': %s", path, strerror(errno));
@@ -90,11 +93,29 @@ static uint8_t *read_whole_file(const char *path, size_t *size, char *err) {
         return NULL;
     }
     *size = (size_t)st.st_size;
-    uint8_t *data = malloc(*size ? *size : 1);
+    uint8_t head[4];
+    if (*size < 4 || fread(head, 1, 4, f) != 4) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "tokenizer file '%s' has %zu bytes, too few for the max_token_length field", path,
+                 *size);
+        fclose(f);
+        return NULL;
+    }
+    int32_t max_len = read_i32(head);
+    uint64_t most = 4 + (uint64_t)vocab_size * (8 + (uint64_t)(max_len > 0 ? max_len : 0));
+    if (max_len > 0 && *size > most) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "tokenizer file '%s' has %zu bytes, more than %d entries of at most %d bytes "
+                 "(max_token_length) can fill (%llu): not a tokenizer.bin for vocab_size=%d?",
+                 path, *size, vocab_size, max_len, (unsigned long long)most, vocab_size);
+        fclose(f);
+        return NULL;
+    }
+    uint8_t *data = malloc(*size);
     if (!data)
         snprintf(err, GPTOSS_ERR_LEN, "tokenizer file '%s': out of host memory for %zu bytes", path,
                  *size);
-    else if (fread(data, 1, *size, f) != *size) {
+    else if (memcpy(data, head, 4), fread(data + 4, 1, *size - 4, f) != *size - 4) {
         snprintf(err, GPTOSS_ERR_LEN, "cannot read tokenizer file '%s': %s", path,
                  ferror(f) ? strerror(errno) : "short read");
         free(data);
@@ -107,12 +128,7 @@ static uint8_t *read_whole_file(const char *path, size_t *size, char *err) {
 /* Walks the records without allocating; every length is checked against the
  * bytes that remain before it is used. */
 static int validate(const uint8_t *file, size_t size, int vocab_size, const char *path, char *err) {
-    if (size < 4) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "tokenizer file '%s' has %zu bytes, too few for the max_token_length field", path, size);
-        return -1;
-    }
-    int32_t max_len = read_i32(file);
+    int32_t max_len = read_i32(file); /* read_whole_file saw at least these 4 bytes */
     if (max_len <= 0) {
         snprintf(err, GPTOSS_ERR_LEN, "tokenizer file '%s': max_token_length is %d, must be positive",
                  path, max_len);
@@ -168,7 +184,7 @@ gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *
         return NULL;
     }
     size_t size;
-    uint8_t *file = read_whole_file(path, &size, err);
+    uint8_t *file = read_whole_file(path, vocab_size, &size, err);
     if (!file)
         return NULL;
     if (validate(file, size, vocab_size, path, err) != 0) {
@@ -295,7 +311,7 @@ static int work_reserve(bpe_work *w, size_t n, char *err) {
     if (n <= w->cap)
         return 0;
     if (n >= NONE) {
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer: a piece of %zu bytes is too long to encode", n);
+        snprintf(err, GPTOSS_ERR_LEN, "a piece of %zu bytes is too long to encode", n);
         return -1;
     }
     size_t cap = w->cap ? w->cap : 256;
@@ -317,7 +333,7 @@ static int work_reserve(bpe_work *w, size_t n, char *err) {
     if (heap)
         w->heap = heap;
     if (!nxt || !prv || !hpos || !pid || !heap) {
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer: out of host memory for a piece of %zu bytes", n);
+        snprintf(err, GPTOSS_ERR_LEN, "out of host memory for a piece of %zu bytes", n);
         return -1;
     }
     w->cap = cap;
@@ -411,7 +427,7 @@ static int push_id(gptoss_ids *out, int32_t id, char *err) {
         size_t cap = out->cap ? out->cap * 2 : 64;
         int32_t *ids = realloc(out->ids, cap * sizeof *ids);
         if (!ids) {
-            snprintf(err, GPTOSS_ERR_LEN, "tokenizer: out of host memory for %zu token ids", cap);
+            snprintf(err, GPTOSS_ERR_LEN, "out of host memory for %zu token ids", cap);
             return -1;
         }
         out->ids = ids;
@@ -528,7 +544,8 @@ size_t gptoss_utf8_complete_prefix(const uint8_t *s, size_t n) {
         uint8_t c = s[n - back];
         if ((c & 0xC0) == 0x80)
             continue; /* a continuation byte: look further back for its lead */
-        size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        /* C0, C1 and F5..FF never start a valid sequence: nothing to wait for */
+        size_t need = c < 0xC2 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 1;
         return back < need ? n - back : n;
     }
     return n;

@@ -17,7 +17,10 @@ typedef struct {
 } lua_sampler;
 
 static lua_sampler *check_sampler(lua_State *L, int idx) {
-    return luaL_checkudata(L, idx, GPTOSS_SAMPLER_MT);
+    lua_sampler *u = luaL_checkudata(L, idx, GPTOSS_SAMPLER_MT);
+    if (!u->s) /* only a finaliser that outlived this one can see it */
+        luaL_error(L, "sampler: used after it was garbage-collected");
+    return u;
 }
 
 /* a number field; numeric strings convert, as gptoss_opt_integer's do */
@@ -65,9 +68,9 @@ int gptoss_lua_sampler(lua_State *L) {
     p.top_p = opt_number(L, 1, "top_p", course ? 0.9 : 1.0);
     p.min_p = opt_number(L, 1, "min_p", 0.0);
     lua_Integer top_k = gptoss_opt_integer(L, 1, "sampler", "top_k", 0);
-    if (top_k < 0 || top_k > INT32_MAX)
+    if (top_k < 0)
         return luaL_error(L, "sampler: top_k must be >= 0 (0 turns it off) (got %I)", top_k);
-    p.top_k = (int)top_k;
+    p.top_k = top_k > INT32_MAX ? INT32_MAX : (int)top_k; /* beyond the row: no filter either way */
     lua_getfield(L, 1, "seed");
     int seeded = !lua_isnil(L, -1);
     lua_pop(L, 1);
@@ -98,7 +101,7 @@ int gptoss_lua_sampler(lua_State *L) {
  * numbers (copied into a scratch userdata pushed on the stack). */
 static const float *check_row(lua_State *L, int idx, int *n) {
     if (lua_type(L, idx) == LUA_TTABLE) {
-        lua_Integer len = luaL_len(L, idx);
+        lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
         if (len > INT32_MAX)
             luaL_error(L, "sampler:sample: the logits table is too long");
         float *row = lua_newuserdatauv(L, sizeof *row * (size_t)(len ? len : 1), 0);

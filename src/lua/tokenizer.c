@@ -7,6 +7,7 @@
 #include "binding.h"
 
 #define DECODER_MT "gptoss.decoder"
+#define IDS_MT "gptoss.encode_ids"
 
 typedef struct {
     gptoss_tokenizer *t;
@@ -18,7 +19,10 @@ typedef struct {
 } lua_decoder;
 
 static gptoss_tokenizer *check_tok(lua_State *L, int idx) {
-    return ((lua_tokenizer *)luaL_checkudata(L, idx, GPTOSS_TOKENIZER_MT))->t;
+    gptoss_tokenizer *t = ((lua_tokenizer *)luaL_checkudata(L, idx, GPTOSS_TOKENIZER_MT))->t;
+    if (!t) /* only a finaliser that outlived this one can see it */
+        luaL_error(L, "tokenizer: used after it was garbage-collected");
+    return t;
 }
 
 /* the 0-based token id at stack idx, range-checked; what names the value */
@@ -60,34 +64,43 @@ static void add_to_buffer(lua_State *L, void *ud, const uint8_t *p, size_t n) {
     luaL_addlstring((luaL_Buffer *)ud, (const char *)p, n);
 }
 
-/* tok:encode(text [, {special=true}]) -> {ids} */
+/* The ids of one encode call, freed by __gc if building their table raises. */
+static int ids_gc(lua_State *L) {
+    gptoss_ids_free(lua_touserdata(L, 1));
+    return 0;
+}
+
+/* tok:encode(text [, {special=true, max_tokens=N}]) -> {ids} */
 static int l_encode(lua_State *L) {
     const gptoss_tokenizer *t = check_tok(L, 1);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int special = 0;
+    lua_Integer max_tokens = LUA_MAXINTEGER;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         lua_getfield(L, 3, "special");
         special = lua_toboolean(L, -1);
         lua_pop(L, 1);
+        max_tokens = gptoss_opt_integer(L, 3, "tokenizer:encode", "max_tokens", max_tokens);
+        if (max_tokens < 0)
+            return luaL_error(L, "tokenizer:encode: max_tokens must be >= 0 (got %I)", max_tokens);
     }
-    gptoss_ids ids = {0};
+    gptoss_ids *ids = lua_newuserdatauv(L, sizeof *ids, 0);
+    memset(ids, 0, sizeof *ids);
+    luaL_setmetatable(L, IDS_MT);
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, &ids, err) != 0) {
-        gptoss_ids_free(&ids);
+    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, ids, err) != 0)
         return luaL_error(L, "tokenizer:encode: %s", err);
-    }
-    if (ids.n > INT32_MAX || !lua_checkstack(L, 4)) {
-        gptoss_ids_free(&ids);
-        return luaL_error(L, "tokenizer:encode: too many tokens for one table");
-    }
-    lua_createtable(L, (int)ids.n, 0);
-    for (size_t i = 0; i < ids.n; i++) {
-        lua_pushinteger(L, ids.ids[i]);
+    size_t n = ids->n < (size_t)max_tokens ? ids->n : (size_t)max_tokens;
+    if (n > INT32_MAX)
+        return luaL_error(L, "tokenizer:encode: %zu tokens are too many for one table", n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushinteger(L, ids->ids[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    gptoss_ids_free(&ids);
+    gptoss_ids_free(ids);
     return 1;
 }
 
@@ -275,6 +288,10 @@ void gptoss_open_tokenizer(lua_State *L) {
     lua_setfield(L, -2, "__gc");
     lua_pushcfunction(L, tok_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, IDS_MT);
+    lua_pushcfunction(L, ids_gc);
+    lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
     static const luaL_Reg dec_methods[] = {{"add", dec_add}, {"flush", dec_flush}, {NULL, NULL}};
     gptoss_new_class(L, DECODER_MT, dec_methods, dec_get);
