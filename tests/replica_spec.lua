@@ -341,3 +341,73 @@ describe("module", function()
     assert.truthy(({ cpu = true, nvidia = true, amd = true })[gptoss.platform])
   end)
 end)
+
+describe("per-slot sampling (r:sampling)", function()
+  local H = require "helpers"
+
+  -- a sequence of ids from one slot's rows: prompt prefilled, then n tokens fed back
+  local function generate(r, slot, prompt, n, others)
+    local slots, positions, tokens = {}, {}, {}
+    for i, t in ipairs(prompt) do slots[i], positions[i], tokens[i] = slot, i - 1, t end
+    for _, o in ipairs(others or {}) do -- unrelated rows in other slots, same step
+      slots[#slots + 1], positions[#positions + 1], tokens[#tokens + 1] = o, 0, 3
+    end
+    local ids = r:step { slots = slots, positions = positions, tokens = tokens }:tokens()
+    local out = { ids[#prompt] }
+    for k = 1, n - 1 do
+      out[#out + 1] = r:step { slots = { slot }, positions = { #prompt + k - 1 }, tokens = { out[#out] } }:tokens()[1]
+    end
+    return out
+  end
+
+  it("is greedy by default and draws as gptoss.sampler would, keyed by the next position", function()
+    local r = model():replica { slots = 3, ctx = 16 }
+    local opts = { temperature = 1.5, top_p = 0.9, seed = 21 }
+    r:sampling(2, opts)
+    local h = r:step { slots = { 1, 2, 2, 3 }, positions = { 0, 0, 1, 0 }, tokens = { 5, 5, 17, 5 } }
+    local ids, logits = h:tokens(), h:logits()
+    local s = gptoss.sampler(opts)
+    assert.are.equal(logits[1]:argmax() - 1, ids[1])
+    assert.are.equal(s:sample(logits[2], 1), ids[2])
+    assert.are.equal(s:sample(logits[3], 2), ids[3])
+    assert.are.equal(logits[4]:argmax() - 1, ids[4])
+    -- sampling really changes the outcome here (the test could fail the other way)
+    local differ = false
+    for pos = 0, 40 do differ = differ or s:sample(logits[2], pos) ~= logits[2]:argmax() - 1 end
+    assert.is_true(differ)
+  end)
+
+  it("gives a slot the same tokens whatever else is in the batch", function()
+    local opts = { temperature = 2, seed = 3 }
+    local a = model():replica { slots = 4, ctx = 16 }
+    a:sampling(1, opts)
+    local alone = generate(a, 1, { 5, 17, 3 }, 8)
+    local b = model():replica { slots = 4, ctx = 16 }
+    b:sampling(3, opts)
+    assert.are.same(alone, generate(b, 3, { 5, 17, 3 }, 8, { 1, 2, 4 }))
+  end)
+
+  it("applies the settings a step saw, and r:sampling(slot) returns to greedy", function()
+    local r = model():replica { slots = 1, ctx = 8 }
+    r:sampling(1, { temperature = 3, seed = 8 })
+    local h = r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
+    r:sampling(1)
+    local row = h:logits()[1]
+    assert.are.equal(gptoss.sampler { temperature = 3, seed = 8 }:sample(row, 1), h:tokens()[1])
+    r:reset(1)
+    local g = r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
+    assert.are.equal(g:logits()[1]:argmax() - 1, g:tokens()[1])
+  end)
+
+  it("rejects bad slots and settings, leaving the replica usable", function()
+    local r = model():replica { slots = 2, ctx = 8 }
+    H.expect_error(function() r:sampling(3, { temperature = 1 }) end, "sampling: slot 3 is out of range 1..2")
+    H.expect_error(function() r:sampling(1, { temperature = -1 }) end,
+      "replica:sampling: temperature must be a finite number >= 0")
+    H.expect_error(function() r:sampling(1, { top_p = "x" }) end, "replica:sampling: top_p must be a number")
+    H.expect_error(function() r:sampling(1, { mode = "course" }) end, "per-slot sampling has the default mode only")
+    H.expect_error(function() r:sampling(1, 0.5) end, "table expected")
+    r:close()
+    H.expect_error(function() r:sampling(1, { temperature = 1 }) end, "replica: used after close")
+  end)
+end)

@@ -22,7 +22,7 @@ struct gptoss_sampler {
     uint64_t *keys, *spare; /* radix sort of long rank lists */
 };
 
-gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
+int gptoss_sample_params_check(const gptoss_sample_params *p, char *err) {
     const char *bad = NULL;
     double got = 0;
     if (!(p->temperature >= 0) || isinf((float)p->temperature))
@@ -36,12 +36,21 @@ gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
     else if (p->top_k < 0)
         bad = "top_k must be >= 0 (0 turns it off)", got = p->top_k;
     if (bad) {
-        snprintf(err, GPTOSS_ERR_LEN, "sampler: %s (got %g)", bad, got);
-        return NULL;
+        snprintf(err, GPTOSS_ERR_LEN, "%s (got %g)", bad, got);
+        return -1;
     }
     if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0)) {
-        snprintf(err, GPTOSS_ERR_LEN, "sampler: the course sampler has no %s",
+        snprintf(err, GPTOSS_ERR_LEN, "the course sampler has no %s",
                  p->top_k ? "top_k" : "min_p");
+        return -1;
+    }
+    return 0;
+}
+
+gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
+    char why[GPTOSS_ERR_LEN - 16];
+    if (gptoss_sample_params_check(p, why) != 0) {
+        snprintf(err, GPTOSS_ERR_LEN, "sampler: %s", why);
         return NULL;
     }
     gptoss_sampler *s = calloc(1, sizeof *s);
@@ -244,8 +253,8 @@ static int course_sample(gptoss_sampler *s, const float *logits, int n) {
  * upper set of that order because w rises with the logit; tau is lowered
  * until the candidates hold the whole kept prefix, so the result is the
  * same as sorting the full row, which is the last resort (tau = 0). */
-static ranked last_kept(gptoss_sampler *s, const float *logits, int n, double total) {
-    const gptoss_sample_params *p = &s->p;
+static ranked last_kept(gptoss_sampler *s, const gptoss_sample_params *p, const float *logits, int n,
+                        double total) {
     int have_k = p->top_k > 0 && p->top_k < n;
     int have_p = p->top_p > 0 && p->top_p < 1;
     const float *w = s->w;
@@ -284,8 +293,8 @@ static ranked last_kept(gptoss_sampler *s, const float *logits, int n, double to
     }
 }
 
-static int default_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position) {
-    const gptoss_sample_params *p = &s->p;
+static int default_sample(gptoss_sampler *s, const gptoss_sample_params *p, const float *logits, int n,
+                          uint64_t position) {
     float *w = s->w;
     float m = logits[argmax(logits, n)];
     double total = 0;
@@ -296,7 +305,7 @@ static int default_sample(gptoss_sampler *s, const float *logits, int n, uint64_
     int filtered = (p->top_k > 0 && p->top_k < n) || (p->top_p > 0 && p->top_p < 1);
     ranked cut = {-INFINITY, n - 1};
     if (filtered)
-        cut = last_kept(s, logits, n, total);
+        cut = last_kept(s, p, logits, n, total);
     double min_w = filtered ? 0 : p->min_p; /* last_kept applied min_p already */
 #define KEPT(i) ((logits[i] > cut.value || (logits[i] == cut.value && (i) <= cut.id)) && w[i] >= min_w)
     double sum = 0;
@@ -317,14 +326,26 @@ static int default_sample(gptoss_sampler *s, const float *logits, int n, uint64_
 }
 
 int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position, char *err) {
+    if (s->p.mode == GPTOSS_SAMPLE_DEFAULT)
+        return gptoss_sample_with(s, &s->p, logits, n, position, err);
     if (check_logits(logits, n, err) != 0)
         return -1;
     if (s->p.temperature == 0)
         return argmax(logits, n);
     if (reserve(s, n, err) != 0)
         return -1;
-    return s->p.mode == GPTOSS_SAMPLE_COURSE ? course_sample(s, logits, n)
-                                              : default_sample(s, logits, n, position);
+    return course_sample(s, logits, n);
+}
+
+int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, const float *logits,
+                       int n, uint64_t position, char *err) {
+    if (check_logits(logits, n, err) != 0)
+        return -1;
+    if (p->temperature == 0)
+        return argmax(logits, n);
+    if (reserve(scratch, n, err) != 0)
+        return -1;
+    return default_sample(scratch, p, logits, n, position);
 }
 
 int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,

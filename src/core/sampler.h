@@ -50,6 +50,9 @@ GPTOSS_HD static inline double gptoss_sample_uniform(uint64_t seed, uint64_t pos
 
 typedef struct gptoss_sampler gptoss_sampler;
 
+/* 0, or -1 with err set (no prefix) when a parameter is out of range */
+int gptoss_sample_params_check(const gptoss_sample_params *p, char *err);
+
 /* NULL with err set on a parameter out of range or when memory is short */
 gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err);
 void gptoss_sampler_free(gptoss_sampler *s);
@@ -60,6 +63,11 @@ uint64_t gptoss_sampler_state(const gptoss_sampler *s);
 /* Returns the chosen id, or -1 with err set (invalid logits, no memory).
  * position keys the default mode's draw and is unused by the course mode. */
 int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position, char *err);
+
+/* A default-mode draw under p (already checked), using scratch only for its
+ * buffers: one scratch sampler serves rows of many per-slot settings. */
+int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, const float *logits,
+                       int n, uint64_t position, char *err);
 
 /* log-softmax of the raw logits (temperature 1, before any filter), in
  * double: fills lp with the value for id, and the top_n highest-logit ids

@@ -7,6 +7,7 @@
 #include <lua.h>
 #include <stdint.h>
 
+#include "../core/sampler.h"
 #include "../core/tensor.h"
 
 #define GPTOSS_TENSOR_MT "gptoss.tensor"
@@ -41,6 +42,11 @@ lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char
 /* Same for a string field restricted to a list of choices; returns the index. */
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt);
+
+/* Reads sampler options (mode, temperature, top_p, top_k, min_p, seed) of
+ * the table at idx with their defaults; a default-mode seed left out is a
+ * fresh random one. Raises on wrong types; ranges are the core's check. */
+void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sample_params *p);
 
 /* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or
  * "out of range 1..n". Returns the 0-based index. */

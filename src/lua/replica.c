@@ -9,13 +9,23 @@
 
 gptoss_model *gptoss_check_model(lua_State *L, int idx);
 
+/* A row's sampling as its step saw it; the draw is keyed by the position
+ * the chosen token will take (the row's position + 1). */
+typedef struct {
+    int sampled; /* 0: greedy */
+    gptoss_sample_params p;
+    uint64_t position;
+} row_sampling;
+
 typedef struct {
     gptoss_golden *g;
+    row_sampling *slot_sampling; /* per slot, in the replica's user value 2 */
 } lua_replica;
 
 typedef struct {
     gptoss_storage *logits; /* [rows][vocab] */
     int rows, vocab;
+    row_sampling *rows_sampling; /* NULL when every row is greedy; user value 1 */
 } lua_step;
 
 static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
@@ -70,11 +80,14 @@ int gptoss_lua_replica(lua_State *L) {
     o.threads = (int)threads;
     o.weights_bf16 = gptoss_opt_choice(L, 2, "replica", "weights", dtype_modes, 0);
     o.kv_bf16 = gptoss_opt_choice(L, 2, "replica", "kv", dtype_modes, 0);
-    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 1);
+    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 2);
     r->g = NULL;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
     lua_setiuservalue(L, -2, 1);
+    r->slot_sampling = lua_newuserdatauv(L, sizeof *r->slot_sampling * (size_t)slots, 0);
+    memset(r->slot_sampling, 0, sizeof *r->slot_sampling * (size_t)slots);
+    lua_setiuservalue(L, -2, 2);
     char err[GPTOSS_ERR_LEN];
     if (gptoss_golden_new(m, &o, &r->g, err))
         return luaL_error(L, "replica: %s", err);
@@ -119,7 +132,8 @@ static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
 }
 
 static lua_step *push_step(lua_State *L, int rows, int vocab) {
-    lua_step *h = lua_newuserdatauv(L, sizeof *h, 0);
+    lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
+    h->rows_sampling = NULL;
     h->logits = gptoss_storage_new(GPTOSS_F32, (size_t)rows * (size_t)vocab);
     if (!h->logits)
         luaL_error(L, "step: cannot allocate %f MiB for logits",
@@ -128,6 +142,15 @@ static lua_step *push_step(lua_State *L, int rows, int vocab) {
     h->vocab = vocab;
     luaL_setmetatable(L, GPTOSS_STEP_MT);
     return h;
+}
+
+/* 0-based slot from a 1-based argument, range-checked */
+static int check_slot(lua_State *L, gptoss_golden *g, int idx, const char *fn) {
+    lua_Integer s = luaL_checkinteger(L, idx);
+    int n = gptoss_golden_options(g)->slots;
+    if (s < 1 || s > n)
+        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, n);
+    return (int)s - 1;
 }
 
 static int r_step(lua_State *L) {
@@ -142,16 +165,44 @@ static int r_step(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     if (gptoss_golden_step(g, &b, h->logits->data, NULL, err))
         return luaL_error(L, "%s", err);
+    /* the batch is valid now: snapshot the sampling of its rows' slots */
+    const row_sampling *slot_sampling = ((lua_replica *)lua_touserdata(L, 1))->slot_sampling;
+    for (int i = 0; i < b.n && !h->rows_sampling; i++)
+        if (slot_sampling[b.slots[i]].sampled) {
+            h->rows_sampling = lua_newuserdatauv(L, sizeof *h->rows_sampling * (size_t)b.n, 0);
+            lua_setiuservalue(L, -2, 1);
+        }
+    for (int i = 0; h->rows_sampling && i < b.n; i++) {
+        h->rows_sampling[i] = slot_sampling[b.slots[i]];
+        h->rows_sampling[i].position = (uint64_t)b.positions[i] + 1;
+    }
     return 1;
 }
 
-/* 0-based slot from a 1-based argument, range-checked */
-static int check_slot(lua_State *L, gptoss_golden *g, int idx, const char *fn) {
-    lua_Integer s = luaL_checkinteger(L, idx);
-    int n = gptoss_golden_options(g)->slots;
-    if (s < 1 || s > n)
-        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, n);
-    return (int)s - 1;
+/* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=}) sets how
+ * the slot's rows are sampled by h:tokens() (README "Sampling", default
+ * mode); r:sampling(slot) returns it to greedy. */
+static int r_sampling(lua_State *L) {
+    gptoss_golden *g = check_open(L, 1);
+    int slot = check_slot(L, g, 2, "sampling");
+    row_sampling *rs = &((lua_replica *)lua_touserdata(L, 1))->slot_sampling[slot];
+    if (lua_isnoneornil(L, 3)) {
+        rs->sampled = 0;
+        return 0;
+    }
+    luaL_checktype(L, 3, LUA_TTABLE);
+    gptoss_sample_params p;
+    gptoss_read_sample_params(L, 3, "replica:sampling", &p);
+    if (p.mode != GPTOSS_SAMPLE_DEFAULT)
+        return luaL_error(L, "replica:sampling: per-slot sampling has the default mode only; the "
+                             "course sampler is one stream shared by all requests: use "
+                             "gptoss.sampler{mode=\"course\"} on h:logits()");
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_sample_params_check(&p, err) != 0)
+        return luaL_error(L, "replica:sampling: %s", err);
+    rs->sampled = 1;
+    rs->p = p;
+    return 0;
 }
 
 static void push_stage(lua_State *L, const gptoss_stage *s) {
@@ -300,16 +351,33 @@ static int s_logits(lua_State *L) {
     return 1;
 }
 
-/* greedy ids per row (the course's argmax: first maximum) */
+/* ids per row: greedy (the course's argmax: first maximum), or drawn as the
+ * row's slot was set by r:sampling when the step was taken */
 static int s_tokens(lua_State *L) {
     lua_step *h = check_step(L, 1);
     lua_createtable(L, h->rows, 0);
     const float *data = h->logits->data;
+    gptoss_sampler *scratch = NULL;
+    char err[GPTOSS_ERR_LEN];
     for (int r = 0; r < h->rows; r++) {
-        lua_pushinteger(L, (lua_Integer)gptoss_argmax(GPTOSS_F32, data + (size_t)r * h->vocab,
-                                                      (size_t)h->vocab));
+        const float *row = data + (size_t)r * h->vocab;
+        const row_sampling *rs = h->rows_sampling ? &h->rows_sampling[r] : NULL;
+        int id;
+        if (rs && rs->sampled) {
+            if (!scratch && !(scratch = gptoss_sampler_new(&rs->p, err)))
+                return luaL_error(L, "step:tokens: %s", err);
+            id = gptoss_sample_with(scratch, &rs->p, row, h->vocab, rs->position, err);
+            if (id < 0) {
+                gptoss_sampler_free(scratch);
+                return luaL_error(L, "step:tokens: row %d: %s", r + 1, err);
+            }
+        } else {
+            id = (int)gptoss_argmax(GPTOSS_F32, row, (size_t)h->vocab);
+        }
+        lua_pushinteger(L, id);
         lua_rawseti(L, -2, r + 1);
     }
+    gptoss_sampler_free(scratch);
     return 1;
 }
 
@@ -332,8 +400,8 @@ static int s_gc(lua_State *L) {
 
 void gptoss_open_replica(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"step", r_step}, {"trace", r_trace}, {"reset", r_reset}, {"length", r_length},
-        {"close", r_close}, {NULL, NULL},
+        {"step", r_step},     {"trace", r_trace}, {"reset", r_reset},       {"length", r_length},
+        {"close", r_close},   {"sampling", r_sampling}, {NULL, NULL},
     };
     gptoss_new_class(L, GPTOSS_REPLICA_MT, methods, r_getter);
     luaL_getmetatable(L, GPTOSS_REPLICA_MT);

@@ -24,14 +24,14 @@ static lua_sampler *check_sampler(lua_State *L, int idx) {
 }
 
 /* a number field; numeric strings convert, as gptoss_opt_integer's do */
-static double opt_number(lua_State *L, int idx, const char *field, double dflt) {
+static double opt_number(lua_State *L, int idx, const char *fn, const char *field, double dflt) {
     lua_getfield(L, idx, field);
     double v = dflt;
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tonumberx(L, -1, &ok);
         if (!ok)
-            luaL_error(L, "sampler: %s must be a number (got %s)", field, luaL_tolstring(L, -1, NULL));
+            luaL_error(L, "%s: %s must be a number (got %s)", fn, field, luaL_tolstring(L, -1, NULL));
     }
     lua_pop(L, 1);
     return v;
@@ -52,6 +52,29 @@ static uint64_t fresh_seed(void) {
                         gptoss_mix64(++calls) + (uint64_t)(uintptr_t)&ts);
 }
 
+void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sample_params *p) {
+    static const char *const modes[] = {"default", "course", NULL};
+    memset(p, 0, sizeof *p);
+    p->mode = gptoss_opt_choice(L, idx, fn, "mode", modes, 0);
+    int course = p->mode == GPTOSS_SAMPLE_COURSE;
+    /* course defaults are its command line's: -t 0, -p 0.9 */
+    p->temperature = opt_number(L, idx, fn, "temperature", course ? 0.0 : 1.0);
+    p->top_p = opt_number(L, idx, fn, "top_p", course ? 0.9 : 1.0);
+    p->min_p = opt_number(L, idx, fn, "min_p", 0.0);
+    lua_Integer top_k = gptoss_opt_integer(L, idx, fn, "top_k", 0);
+    if (top_k < 0)
+        luaL_error(L, "%s: top_k must be >= 0 (0 turns it off) (got %I)", fn, top_k);
+    p->top_k = top_k > INT32_MAX ? INT32_MAX : (int)top_k; /* beyond the row: no filter either way */
+    lua_getfield(L, idx, "seed");
+    int seeded = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    p->seed = (uint64_t)gptoss_opt_integer(L, idx, fn, "seed", 0);
+    if (course && p->seed == 0) /* the course seeds with the clock when -s is 0 */
+        p->seed = (uint64_t)(unsigned)time(NULL);
+    else if (!course && !seeded)
+        p->seed = fresh_seed();
+}
+
 /* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logprobs=} */
 int gptoss_lua_sampler(lua_State *L) {
     if (lua_isnoneornil(L, 1)) {
@@ -59,26 +82,8 @@ int gptoss_lua_sampler(lua_State *L) {
         lua_newtable(L);
     }
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *const modes[] = {"default", "course", NULL};
-    gptoss_sample_params p = {0};
-    p.mode = gptoss_opt_choice(L, 1, "sampler", "mode", modes, 0);
-    int course = p.mode == GPTOSS_SAMPLE_COURSE;
-    /* course defaults are its command line's: -t 0, -p 0.9 */
-    p.temperature = opt_number(L, 1, "temperature", course ? 0.0 : 1.0);
-    p.top_p = opt_number(L, 1, "top_p", course ? 0.9 : 1.0);
-    p.min_p = opt_number(L, 1, "min_p", 0.0);
-    lua_Integer top_k = gptoss_opt_integer(L, 1, "sampler", "top_k", 0);
-    if (top_k < 0)
-        return luaL_error(L, "sampler: top_k must be >= 0 (0 turns it off) (got %I)", top_k);
-    p.top_k = top_k > INT32_MAX ? INT32_MAX : (int)top_k; /* beyond the row: no filter either way */
-    lua_getfield(L, 1, "seed");
-    int seeded = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    p.seed = (uint64_t)gptoss_opt_integer(L, 1, "sampler", "seed", 0);
-    if (course && p.seed == 0) /* the course seeds with the clock when -s is 0 */
-        p.seed = (uint64_t)(unsigned)time(NULL);
-    else if (!course && !seeded)
-        p.seed = fresh_seed();
+    gptoss_sample_params p;
+    gptoss_read_sample_params(L, 1, "sampler", &p);
     lua_getfield(L, 1, "logprobs");
     int logprobs = lua_isnil(L, -1) ? -1 : 0;
     lua_pop(L, 1);
