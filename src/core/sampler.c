@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "grow.h"
 #include "softmax.h"
 
 typedef struct {
@@ -79,19 +80,9 @@ uint64_t gptoss_sampler_state(const gptoss_sampler *s) { return s->state; }
 static int reserve(gptoss_sampler *s, int n, char *err) {
     if (n <= s->cap)
         return 0;
-    float *w = realloc(s->w, sizeof *w * (size_t)n);
-    if (w)
-        s->w = w;
-    ranked *order = realloc(s->order, sizeof *order * (size_t)n);
-    if (order)
-        s->order = order;
-    uint64_t *keys = realloc(s->keys, sizeof *keys * (size_t)n);
-    if (keys)
-        s->keys = keys;
-    uint64_t *spare = realloc(s->spare, sizeof *spare * (size_t)n);
-    if (spare)
-        s->spare = spare;
-    if (!w || !order || !keys || !spare) {
+    size_t m = (size_t)n;
+    if (gptoss_grow(&s->w, m * sizeof *s->w) || gptoss_grow(&s->order, m * sizeof *s->order) ||
+        gptoss_grow(&s->keys, m * sizeof *s->keys) || gptoss_grow(&s->spare, m * sizeof *s->spare)) {
         snprintf(err, GPTOSS_ERR_LEN, "sampler: out of host memory for a row of %d logits", n);
         return -1;
     }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "grow.h"
 
 #define NONE UINT32_MAX
 
@@ -317,22 +318,10 @@ static int work_reserve(bpe_work *w, size_t n, char *err) {
     size_t cap = w->cap ? w->cap : 256;
     while (cap < n)
         cap *= 2;
-    uint32_t *nxt = realloc(w->nxt, cap * sizeof *nxt);
-    if (nxt)
-        w->nxt = nxt;
-    uint32_t *prv = realloc(w->prv, cap * sizeof *prv);
-    if (prv)
-        w->prv = prv;
-    uint32_t *hpos = realloc(w->hpos, cap * sizeof *hpos);
-    if (hpos)
-        w->hpos = hpos;
-    int32_t *pid = realloc(w->pid, cap * sizeof *pid);
-    if (pid)
-        w->pid = pid;
-    uint64_t *heap = realloc(w->heap, cap * sizeof *heap);
-    if (heap)
-        w->heap = heap;
-    if (!nxt || !prv || !hpos || !pid || !heap) {
+    /* a failure part-way leaves every array at least w->cap entries long, as before */
+    if (gptoss_grow(&w->nxt, cap * sizeof *w->nxt) || gptoss_grow(&w->prv, cap * sizeof *w->prv) ||
+        gptoss_grow(&w->hpos, cap * sizeof *w->hpos) || gptoss_grow(&w->pid, cap * sizeof *w->pid) ||
+        gptoss_grow(&w->heap, cap * sizeof *w->heap)) {
         snprintf(err, GPTOSS_ERR_LEN, "out of host memory for a piece of %zu bytes", n);
         return -1;
     }
@@ -425,12 +414,10 @@ static void refresh(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s, ui
 static int push_id(gptoss_ids *out, int32_t id, char *err) {
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 64;
-        int32_t *ids = realloc(out->ids, cap * sizeof *ids);
-        if (!ids) {
+        if (gptoss_grow(&out->ids, cap * sizeof *out->ids)) {
             snprintf(err, GPTOSS_ERR_LEN, "out of host memory for %zu token ids", cap);
             return -1;
         }
-        out->ids = ids;
         out->cap = cap;
     }
     out->ids[out->n++] = id;

@@ -39,6 +39,9 @@ void *gptoss_tensor_data(const lua_tensor *t);
  * naming the function and the field when it is not an integer. */
 lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char *field,
                                lua_Integer dflt);
+/* Same for a number field (numeric strings convert, as for integers). */
+lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *field,
+                             lua_Number dflt);
 /* Same for a string field restricted to a list of choices; returns the index. */
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt);

@@ -38,6 +38,20 @@ lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char
     return v;
 }
 
+lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *field,
+                             lua_Number dflt) {
+    lua_getfield(L, idx, field);
+    lua_Number v = dflt;
+    if (!lua_isnil(L, -1)) {
+        int ok;
+        v = lua_tonumberx(L, -1, &ok);
+        if (!ok)
+            luaL_error(L, "%s: %s must be a number (got %s)", fn, field, luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt) {
     lua_getfield(L, idx, field);

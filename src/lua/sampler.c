@@ -23,20 +23,6 @@ static lua_sampler *check_sampler(lua_State *L, int idx) {
     return u;
 }
 
-/* a number field; numeric strings convert, as gptoss_opt_integer's do */
-static double opt_number(lua_State *L, int idx, const char *fn, const char *field, double dflt) {
-    lua_getfield(L, idx, field);
-    double v = dflt;
-    if (!lua_isnil(L, -1)) {
-        int ok;
-        v = lua_tonumberx(L, -1, &ok);
-        if (!ok)
-            luaL_error(L, "%s: %s must be a number (got %s)", fn, field, luaL_tolstring(L, -1, NULL));
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
 static int check_logprobs(lua_State *L, lua_Integer n, const char *fn) {
     if (n < 0 || n > MAX_LOGPROBS)
         luaL_error(L, "%s: logprobs must be within 0..%d (got %I)", fn, MAX_LOGPROBS, n);
@@ -58,9 +44,9 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
     p->mode = gptoss_opt_choice(L, idx, fn, "mode", modes, 0);
     int course = p->mode == GPTOSS_SAMPLE_COURSE;
     /* course defaults are its command line's: -t 0, -p 0.9 */
-    p->temperature = opt_number(L, idx, fn, "temperature", course ? 0.0 : 1.0);
-    p->top_p = opt_number(L, idx, fn, "top_p", course ? 0.9 : 1.0);
-    p->min_p = opt_number(L, idx, fn, "min_p", 0.0);
+    p->temperature = gptoss_opt_number(L, idx, fn, "temperature", course ? 0.0 : 1.0);
+    p->top_p = gptoss_opt_number(L, idx, fn, "top_p", course ? 0.9 : 1.0);
+    p->min_p = gptoss_opt_number(L, idx, fn, "min_p", 0.0);
     lua_Integer top_k = gptoss_opt_integer(L, idx, fn, "top_k", 0);
     if (top_k < 0)
         luaL_error(L, "%s: top_k must be >= 0 (0 turns it off) (got %I)", fn, top_k);
@@ -237,11 +223,9 @@ static int sampler_tostring(lua_State *L) {
 
 void gptoss_open_sampler(lua_State *L) {
     static const luaL_Reg methods[] = {{"sample", l_sample}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", sampler_gc}, {"__tostring", sampler_tostring}, {NULL, NULL}};
     gptoss_new_class(L, GPTOSS_SAMPLER_MT, methods, sampler_get);
     luaL_getmetatable(L, GPTOSS_SAMPLER_MT);
-    lua_pushcfunction(L, sampler_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, sampler_tostring);
-    lua_setfield(L, -2, "__tostring");
+    luaL_setfuncs(L, meta, 0);
     lua_pop(L, 1);
 }

@@ -39,29 +39,24 @@ static int check_id(lua_State *L, const gptoss_tokenizer *t, int idx, const char
     return (int)id;
 }
 
-/* Calls add(piece) for each id of the table or single id at idx. */
-static void each_piece(lua_State *L, const gptoss_tokenizer *t, int idx, const char *fn,
-                       void (*add)(lua_State *, void *, const uint8_t *, size_t), void *ud) {
+/* Adds to b the piece of each id of the table, or of the single id, at idx. */
+static void add_pieces(lua_State *L, const gptoss_tokenizer *t, int idx, const char *fn,
+                       luaL_Buffer *b) {
     size_t len;
-    if (lua_type(L, idx) == LUA_TTABLE) {
-        lua_Integer n = luaL_len(L, idx);
-        for (lua_Integer i = 1; i <= n; i++) {
-            char what[48];
-            snprintf(what, sizeof what, "ids[%lld]", (long long)i);
-            lua_geti(L, idx, i);
-            const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, -1, fn, what), &len);
-            lua_pop(L, 1);
-            add(L, ud, p, len);
-        }
-    } else {
+    if (lua_type(L, idx) != LUA_TTABLE) {
         const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, idx, fn, "id"), &len);
-        add(L, ud, p, len);
+        luaL_addlstring(b, (const char *)p, len);
+        return;
     }
-}
-
-static void add_to_buffer(lua_State *L, void *ud, const uint8_t *p, size_t n) {
-    (void)L;
-    luaL_addlstring((luaL_Buffer *)ud, (const char *)p, n);
+    lua_Integer n = luaL_len(L, idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "ids[%lld]", (long long)i);
+        lua_geti(L, idx, i); /* balanced before the buffer is touched again */
+        const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, -1, fn, what), &len);
+        lua_pop(L, 1);
+        luaL_addlstring(b, (const char *)p, len);
+    }
 }
 
 /* The ids of one encode call, freed by __gc if building their table raises. */
@@ -109,7 +104,7 @@ static int l_decode(lua_State *L) {
     const gptoss_tokenizer *t = check_tok(L, 1);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    each_piece(L, t, 2, "tokenizer:decode", add_to_buffer, &b);
+    add_pieces(L, t, 2, "tokenizer:decode", &b);
     luaL_pushresult(&b);
     return 1;
 }
@@ -247,7 +242,7 @@ static int dec_add(lua_State *L) {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addlstring(&b, (const char *)d->pending, d->n);
-    each_piece(L, t, 2, "decoder:add", add_to_buffer, &b);
+    add_pieces(L, t, 2, "decoder:add", &b);
     luaL_pushresult(&b);
     size_t len;
     const uint8_t *s = (const uint8_t *)lua_tolstring(L, -1, &len);
@@ -282,17 +277,14 @@ void gptoss_open_tokenizer(lua_State *L) {
         {"id", l_id},         {"entry", l_entry},     {"decoder", l_decoder},
         {NULL, NULL},
     };
+    static const luaL_Reg meta[] = {{"__gc", tok_gc}, {"__tostring", tok_tostring}, {NULL, NULL}};
+    static const luaL_Reg ids_meta[] = {{"__gc", ids_gc}, {NULL, NULL}};
     gptoss_new_class(L, GPTOSS_TOKENIZER_MT, methods, tok_get);
     luaL_getmetatable(L, GPTOSS_TOKENIZER_MT);
-    lua_pushcfunction(L, tok_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, tok_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
+    luaL_setfuncs(L, meta, 0);
     luaL_newmetatable(L, IDS_MT);
-    lua_pushcfunction(L, ids_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    luaL_setfuncs(L, ids_meta, 0);
+    lua_pop(L, 2);
     static const luaL_Reg dec_methods[] = {{"add", dec_add}, {"flush", dec_flush}, {NULL, NULL}};
     gptoss_new_class(L, DECODER_MT, dec_methods, dec_get);
 }
