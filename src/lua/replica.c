@@ -17,16 +17,33 @@ typedef struct {
     uint64_t position;
 } row_sampling;
 
+/* The replica's one sampler workspace (vocab-sized buffers), made on the
+ * first sampled row and shared by its step handles, which keep it alive. */
+typedef struct {
+    gptoss_sampler *s;
+} sampler_box;
+
+#define SAMPLER_BOX_MT "gptoss.replica_sampler"
+
 typedef struct {
     gptoss_golden *g;
     row_sampling *slot_sampling; /* per slot, in the replica's user value 2 */
+    sampler_box *scratch;        /* user value 3 */
 } lua_replica;
 
 typedef struct {
     gptoss_storage *logits; /* [rows][vocab] */
     int rows, vocab;
     row_sampling *rows_sampling; /* NULL when every row is greedy; user value 1 */
+    sampler_box *scratch;        /* the replica's; user value 2 */
 } lua_step;
+
+static int box_gc(lua_State *L) {
+    sampler_box *b = lua_touserdata(L, 1);
+    gptoss_sampler_free(b->s);
+    b->s = NULL;
+    return 0;
+}
 
 static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
 
@@ -80,7 +97,7 @@ int gptoss_lua_replica(lua_State *L) {
     o.threads = (int)threads;
     o.weights_bf16 = gptoss_opt_choice(L, 2, "replica", "weights", dtype_modes, 0);
     o.kv_bf16 = gptoss_opt_choice(L, 2, "replica", "kv", dtype_modes, 0);
-    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 2);
+    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 3);
     r->g = NULL;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
@@ -88,6 +105,10 @@ int gptoss_lua_replica(lua_State *L) {
     r->slot_sampling = lua_newuserdatauv(L, sizeof *r->slot_sampling * (size_t)slots, 0);
     memset(r->slot_sampling, 0, sizeof *r->slot_sampling * (size_t)slots);
     lua_setiuservalue(L, -2, 2);
+    r->scratch = lua_newuserdatauv(L, sizeof *r->scratch, 0);
+    r->scratch->s = NULL;
+    luaL_setmetatable(L, SAMPLER_BOX_MT);
+    lua_setiuservalue(L, -2, 3);
     char err[GPTOSS_ERR_LEN];
     if (gptoss_golden_new(m, &o, &r->g, err))
         return luaL_error(L, "replica: %s", err);
@@ -132,8 +153,9 @@ static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
 }
 
 static lua_step *push_step(lua_State *L, int rows, int vocab) {
-    lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
+    lua_step *h = lua_newuserdatauv(L, sizeof *h, 2);
     h->rows_sampling = NULL;
+    h->scratch = NULL;
     h->logits = gptoss_storage_new(GPTOSS_F32, (size_t)rows * (size_t)vocab);
     if (!h->logits)
         luaL_error(L, "step: cannot allocate %f MiB for logits",
@@ -166,12 +188,16 @@ static int r_step(lua_State *L) {
     if (gptoss_golden_step(g, &b, h->logits->data, NULL, err))
         return luaL_error(L, "%s", err);
     /* the batch is valid now: snapshot the sampling of its rows' slots */
-    const row_sampling *slot_sampling = ((lua_replica *)lua_touserdata(L, 1))->slot_sampling;
+    const lua_replica *r = lua_touserdata(L, 1);
     for (int i = 0; i < b.n && !h->rows_sampling; i++)
-        if (slot_sampling[b.slots[i]].sampled) {
+        if (r->slot_sampling[b.slots[i]].sampled) {
             h->rows_sampling = lua_newuserdatauv(L, sizeof *h->rows_sampling * (size_t)b.n, 0);
             lua_setiuservalue(L, -2, 1);
+            h->scratch = r->scratch;
+            lua_getiuservalue(L, 1, 3);
+            lua_setiuservalue(L, -2, 2);
         }
+    const row_sampling *slot_sampling = r->slot_sampling;
     for (int i = 0; h->rows_sampling && i < b.n; i++) {
         h->rows_sampling[i] = slot_sampling[b.slots[i]];
         h->rows_sampling[i].position = (uint64_t)b.positions[i] + 1;
@@ -357,27 +383,23 @@ static int s_tokens(lua_State *L) {
     lua_step *h = check_step(L, 1);
     lua_createtable(L, h->rows, 0);
     const float *data = h->logits->data;
-    gptoss_sampler *scratch = NULL;
     char err[GPTOSS_ERR_LEN];
     for (int r = 0; r < h->rows; r++) {
         const float *row = data + (size_t)r * h->vocab;
         const row_sampling *rs = h->rows_sampling ? &h->rows_sampling[r] : NULL;
         int id;
         if (rs && rs->sampled) {
-            if (!scratch && !(scratch = gptoss_sampler_new(&rs->p, err)))
+            if (!h->scratch->s && !(h->scratch->s = gptoss_sampler_new(&rs->p, err)))
                 return luaL_error(L, "step:tokens: %s", err);
-            id = gptoss_sample_with(scratch, &rs->p, row, h->vocab, rs->position, err);
-            if (id < 0) {
-                gptoss_sampler_free(scratch);
+            id = gptoss_sample_with(h->scratch->s, &rs->p, row, h->vocab, rs->position, err);
+            if (id < 0)
                 return luaL_error(L, "step:tokens: row %d: %s", r + 1, err);
-            }
         } else {
             id = (int)gptoss_argmax(GPTOSS_F32, row, (size_t)h->vocab);
         }
         lua_pushinteger(L, id);
         lua_rawseti(L, -2, r + 1);
     }
-    gptoss_sampler_free(scratch);
     return 1;
 }
 
@@ -411,6 +433,11 @@ void gptoss_open_replica(lua_State *L) {
     lua_setfield(L, -2, "__close");
     lua_pushcfunction(L, r_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+
+    static const luaL_Reg box_meta[] = {{"__gc", box_gc}, {NULL, NULL}};
+    luaL_newmetatable(L, SAMPLER_BOX_MT);
+    luaL_setfuncs(L, box_meta, 0);
     lua_pop(L, 1);
 
     static const luaL_Reg step_methods[] = {{"logits", s_logits}, {"tokens", s_tokens}, {NULL, NULL}};
