@@ -57,11 +57,15 @@ OBJS := $(patsubst %.c,$(OBJ)/%.o,$(C_SRC)) $(patsubst %.hip,$(OBJ)/%.o,$(HIP_SR
 
 NV_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(subst sm_,,$(a)),code=$(a)) \
               -gencode arch=compute_$(subst sm_,,$(lastword $(GPU_ARCH))),code=compute_$(subst sm_,,$(lastword $(GPU_ARCH)))
-NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GENCODE) \
+# Device code follows the same rule (-fmad=false, -ffp-contract=off): a
+# product that the golden rounds rounds on the GPU too; kernels that want a
+# fused multiply-add (the bf16 fast path) write __fmaf_rn explicitly.
+NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GENCODE) -fmad=false \
               -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
-AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(HIP_INC)
+AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(addprefix --offload-arch=,$(GPU_ARCH)) \
+              $(HIP_INC)
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test clean install
+.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -128,9 +132,11 @@ tokenizer:
 	$(MAKE) --always-make $(TOKENIZER)
 
 # The closing line "N passed, N failed" comes from tests/summary.lua.
+# TESTS picks spec files (default: all of tests/).
+TESTS ?= tests
 test: setup | $(TOKENIZER)
 	$(MAKE) all
-	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua tests
+	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
 
 demo: setup | $(TOKENIZER)
 	$(MAKE) all
@@ -161,7 +167,17 @@ gpu-machine-test:
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
 	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
-	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' test demo
+	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' TESTS='$(TESTS)' test demo
+
+# A Lua script on the GPU machine with the private prefix's Lua and modules:
+#   make gpu-machine-run SCRIPT="examples/bench_gpu.lua --ctx 256"
+gpu-machine-run:
+	mkdir -p $(DEBROOT)
+	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
+	$(MAKE) LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
+	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu all
+	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
+	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
 
 # luarocks (build.type = "make") installs through these
 INST_LIBDIR ?= $(BUILD)/install/lib

@@ -1,15 +1,138 @@
-/* Host-side launchers of the kernels in this folder, one per kernel file.
- * src/hip calls these; only kernel files contain __global__ code. */
+/* Host-side launchers of the kernels in this folder, one group per kernel
+ * file, and the argument blocks they take. src/hip calls these; only kernel
+ * files contain __global__ code. Every launcher enqueues on the stream and
+ * returns the launch status; none synchronises. */
 #ifndef GPTOSS_KERNELS_LAUNCHERS_H
 #define GPTOSS_KERNELS_LAUNCHERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "../src/core/sampler.h"
 #include "../src/core/synth.h"
 #include "../src/hip/hip_runtime_compat.h"
 
-/* synth_weights.hip: out[i] = synthetic value of element first + i */
+/* weights.hip: out[i] = synthetic value of element first + i, as float or
+ * rounded to bf16; and in-place-free fp32 → bf16 conversion */
 hipError_t gptoss_launch_synth_fill(const gptoss_synth_param &p, uint64_t first, uint64_t count,
-                                    float *out, hipStream_t stream);
+                                    void *out, int out_bf16, hipStream_t stream);
+hipError_t gptoss_launch_to_bf16(const float *in, uint64_t count, void *out, hipStream_t stream);
+
+/* embedding.hip: x[r] = table[tokens[r]] widened to fp32 */
+hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, int rows,
+                                   int hidden, float *x, hipStream_t stream);
+
+/* rmsnorm.hip: out[r] = rmsnorm(x[r]) * w (out may be x); out_bf16 (may be
+ * NULL) gets the bf16-rounded copy */
+hipError_t gptoss_launch_rmsnorm(const float *x, const float *w, int rows, int hidden, float *out,
+                                 void *out_bf16, hipStream_t stream);
+
+/* gemm.hip */
+enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU };
+typedef struct {
+    const void *x;      /* [.][k] inputs, the mode's type (fp32 or bf16) */
+    const int *x_rows;  /* NULL: row p reads x[p]; else x[x_rows[p]] */
+    const void *w;      /* [n][k] weights (grouped: expert e at w + e * n * k) */
+    const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
+    int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
+    int rows_hint;      /* grouped: the expected rows per expert, sizing tiles */
+    const int *tiles;   /* NULL: dense; else the (expert, begin, end, 0) table */
+    const int *tile_count;
+    int epilogue;
+    float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
+    void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
+    float swiglu_limit;
+} gptoss_gemm_args;
+/* rows per tile the launch will use (the tile table must be built with it) */
+int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
+                              hipStream_t stream);
+
+/* rope_kv.hip */
+typedef struct {
+    const float *qkv;  /* [rows][(Hq + 2 Hkv) D] */
+    const float *cos, *sin; /* [ctx][D / 2] */
+    const int *slots, *positions;
+    int rows, n_heads, n_kv_heads, head_dim;
+    int positions_per_slot; /* of this layer's cache: ctx, or the window ring */
+    float *q;               /* [rows][Hq D] */
+    void *k_cache, *v_cache; /* this layer's [slots][positions_per_slot][Hkv D] */
+    float *k_trace;          /* NULL, or [rows][Hkv D] */
+} gptoss_rope_kv_args;
+hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, int kv_bf16, hipStream_t stream);
+
+/* attention.hip (and the tracer's scores in trace_stages.hip) */
+typedef struct {
+    const float *q;
+    const void *k_cache, *v_cache;
+    const int *slots, *positions;
+    const float *sinks; /* [Hq] of this layer */
+    int rows, n_heads, n_kv_heads, head_dim;
+    int positions_per_slot;
+    int window;          /* 0: every earlier key is visible */
+    int splits, split_len;
+    float *part_o;       /* [rows][Hq][splits][D] */
+    float *part_ml;      /* [rows][Hq][splits][2]: running max, sum */
+    float *out;          /* [rows][Hq D] */
+    void *out_bf16;      /* NULL, or the bf16 copy */
+} gptoss_attention_args;
+/* 1 if the head shape is supported (heads per KV head, their width) */
+int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim);
+int gptoss_attention_max_splits(void);
+hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
+                                   hipStream_t stream);
+
+/* router.hip */
+typedef struct {
+    const void *x;    /* [rows][hidden], the mode's type */
+    const void *w;    /* [n_experts][hidden] */
+    const float *bias;
+    int rows, hidden, n_experts, k;
+    float *logits;    /* [rows][n_experts] */
+    int *topk_idx;    /* [rows][k] */
+    float *topk_w;    /* [rows][k] */
+} gptoss_router_args;
+int gptoss_router_limits(int n_experts, int k);
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
+
+/* moe_dispatch.hip */
+typedef struct {
+    const int *topk_idx;
+    int rows, k, n_experts, tile_rows;
+    int *pair_row;   /* [rows * k] */
+    int *pair_of;    /* [rows * k] */
+    int *tiles;      /* [gptoss_moe_max_tiles][4] */
+    int *tile_count;
+} gptoss_moe_dispatch_args;
+typedef struct {
+    const float *expert_out; /* [pairs][hidden], sorted pair order */
+    const int *pair_of, *topk_idx;
+    const float *topk_w;
+    int rows, k, hidden;
+    float *x;                /* += the weighted sum */
+    float *agg_trace;        /* NULL, or [rows][hidden] */
+} gptoss_moe_combine_args;
+int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows);
+hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);
+hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream);
+
+/* trace_stages.hip: one row's scores and probabilities [Hq][pos + 2];
+ * SwiGLU of stored mlp1 outputs (y as float, act in the mode's type); x += y */
+hipError_t gptoss_launch_trace_scores(const gptoss_attention_args *a, int kv_bf16, float *scores,
+                                      float *probs, hipStream_t stream);
+hipError_t gptoss_launch_trace_swiglu(const float *m1, int pairs, int inter, float limit, float *y,
+                                      void *act, int bf16_mode, hipStream_t stream);
+hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream_t stream);
+
+/* sample.hip: one token per row of logits [rows][vocab] (device), under
+ * params[row] (device). A row with temperature 0 takes the first maximum,
+ * NaN never winning (gptoss_argmax); any other row follows gptoss_sample_with
+ * (README "Sampling") and gets -1 where that raises (a NaN or +inf logit, or
+ * every logit -inf). workspace holds gptoss_sample_workspace_bytes(rows,
+ * vocab) bytes of device memory, allocated once by the caller. */
+size_t gptoss_sample_workspace_bytes(int rows, int vocab);
+hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
+                                const gptoss_row_sampling *params, int *tokens, void *workspace,
+                                hipStream_t stream);
 
 #endif

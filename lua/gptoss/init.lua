@@ -85,6 +85,7 @@ end
 
 --- Seconds on a monotonic wall clock (for timing steps).
 gptoss.clock = core.clock
+gptoss.copy_bandwidth = core.copy_bandwidth
 
 local function infer_shape(values, shape, depth)
   local n = #values

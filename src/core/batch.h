@@ -6,6 +6,10 @@
 #ifndef GPTOSS_BATCH_H
 #define GPTOSS_BATCH_H
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef struct {
     int n;
     const int *slots;     /* 0-based */
@@ -21,5 +25,9 @@ int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, c
 /* After a successful check: each touched slot's length becomes its last
  * position + 1. */
 void gptoss_batch_commit(const gptoss_batch *b, int *lengths);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

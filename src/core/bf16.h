@@ -4,13 +4,19 @@
 #define GPTOSS_BF16_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include "synth.h" /* GPTOSS_HD */
 
-GPTOSS_HD static inline uint16_t gptoss_bf16_bits(float f) {
+/* a union, not memcpy: HIP on AMD has no device memcpy in host/device code */
+typedef union {
+    float f;
     uint32_t u;
-    memcpy(&u, &f, sizeof u);
+} gptoss_f32_bits;
+
+GPTOSS_HD static inline uint16_t gptoss_bf16_bits(float f) {
+    gptoss_f32_bits b;
+    b.f = f;
+    uint32_t u = b.u;
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
         return (uint16_t)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -18,10 +24,9 @@ GPTOSS_HD static inline uint16_t gptoss_bf16_bits(float f) {
 }
 
 GPTOSS_HD static inline float gptoss_bf16_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    gptoss_f32_bits v;
+    v.u = (uint32_t)b << 16;
+    return v.f;
 }
 
 GPTOSS_HD static inline float gptoss_bf16_round(float f) { return gptoss_bf16_float(gptoss_bf16_bits(f)); }

@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 #define GPTOSS_ERR_LEN 512
 #define GPTOSS_HEADER_BYTES 60
 
@@ -96,5 +100,9 @@ static inline int gptoss_kv_dim(const gptoss_config *c) { return c->head_dim * c
 
 /* Looks a tensor up by its course name; -1 if unknown. */
 int gptoss_tensor_by_name(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "course_math.h"
 #include "pool.h"
 #include "rope.h"
 #include "softmax.h"
@@ -29,11 +30,9 @@ static void rmsnorm(float *o, const float *x, const float *w, int n) {
     double ss = 0.0;
     for (int j = 0; j < n; j++)
         ss += x[j] * x[j];
-    ss /= n;
-    ss += 1e-5f;
-    ss = 1.0f / sqrtf((float)ss);
+    double scale = gptoss_rms_scale(ss, n);
     for (int j = 0; j < n; j++)
-        o[j] = (float)(w[j] * (ss * x[j]));
+        o[j] = gptoss_rms_apply(w[j], scale, x[j]);
 }
 
 /* ---- batched matmul: Y[r][o] = sum_i W[o][i] * X[r][i] ----------------------
@@ -307,47 +306,12 @@ static char *scratch_alloc(scratch *s, const gptoss_config *c, size_t R, int ctx
     return base;
 }
 
-/* top-k by descending logit, ties to the lower expert id (a stable sort of
- * run.cpp's qsort order) */
-static void topk(const float *logits, int E, int K, float *vals, int *idx) {
-    int n = 0;
-    for (int e = 0; e < E; e++) {
-        float v = logits[e];
-        int at = n < K ? n : K;
-        while (at > 0 && v > vals[at - 1])
-            at--;
-        if (at >= K)
-            continue;
-        int last = n < K ? n : K - 1;
-        for (int i = last; i > at; i--) {
-            vals[i] = vals[i - 1];
-            idx[i] = idx[i - 1];
-        }
-        vals[at] = v;
-        idx[at] = e;
-        if (n < K)
-            n++;
-    }
-}
-
-/* gate = even rows, up = odd rows; gate clamped above only, up both ways,
- * out = gate * sigmoid(1.702 gate) * (up + 1), all in float as run.cpp */
+/* mlp1's gate (even) and up (odd) outputs through SwiGLU */
 static void swiglu(float *y, const float *m1, int rows, int I, float limit) {
-    const float alpha = 1.702f;
     for (int j = 0; j < rows; j++)
-        for (int i = 0; i < I; i++) {
-            float gate = m1[(size_t)j * 2 * I + 2 * i];
-            float up = m1[(size_t)j * 2 * I + 2 * i + 1];
-            if (gate > limit)
-                gate = limit;
-            if (up > limit)
-                up = limit;
-            if (up < -limit)
-                up = -limit;
-            gate *= (1.0f / (1.0f + expf(-alpha * gate)));
-            gate *= (up + 1.0f);
-            y[(size_t)j * I + i] = gate;
-        }
+        for (int i = 0; i < I; i++)
+            y[(size_t)j * I + i] = gptoss_swiglu(m1[(size_t)j * 2 * I + 2 * i],
+                                                 m1[(size_t)j * 2 * I + 2 * i + 1], limit);
 }
 
 static void add_bias(float *y, const float *b, int rows, int n) {
@@ -445,7 +409,7 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
         add_bias(s.router, W[GPTOSS_T_B_ROUTER] + (size_t)l * E, R, E);
         REC("router", l, 0, 0, E, s.router);
         for (int r = 0; r < R; r++) {
-            topk(s.router + (size_t)r * E, E, K, s.topk_w + (size_t)r * K, s.topk_i + (size_t)r * K);
+            gptoss_topk(s.router + (size_t)r * E, E, K, s.topk_w + (size_t)r * K, s.topk_i + (size_t)r * K);
             gptoss_course_softmax(s.topk_w + (size_t)r * K, K);
         }
         REC("topk_idx", l, 1, 0, K, s.topk_i);

@@ -8,6 +8,10 @@
 
 #include "config.h"
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef struct gptoss_model {
     gptoss_config config;
     gptoss_layout layout;
@@ -41,5 +45,9 @@ void gptoss_model_free(gptoss_model *m);
 
 /* Bytes of physical memory the kernel reports available (MemAvailable). */
 uint64_t gptoss_host_memory_available(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 
 #include "config.h"
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef struct {
     int half;            /* head_dim / 2 */
     float concentration; /* 0.1*ln(s)+1 with YaRN, else 1 */
@@ -28,5 +32,9 @@ void gptoss_rope_cos_sin(const gptoss_rope *r, int pos, float *cos_out, float *s
 
 /* Half-split rotation of n_heads heads of head_dim values, in place. */
 void gptoss_rope_apply(float *x, const float *cos_v, const float *sin_v, int n_heads, int head_dim);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -30,6 +30,10 @@
 
 #include "synth.h"
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef enum { GPTOSS_SAMPLE_DEFAULT = 0, GPTOSS_SAMPLE_COURSE = 1 } gptoss_sample_mode;
 
 typedef struct {
@@ -47,6 +51,17 @@ GPTOSS_HD static inline double gptoss_sample_uniform(uint64_t seed, uint64_t pos
     return (double)(gptoss_mix64(key + (position + 1) * 0x9E3779B97F4A7C15ull) >> 11) *
            (1.0 / 9007199254740992.0);
 }
+
+/* One row's default-mode sampling as the GPU sampler reads it (plain data,
+ * uploaded with the step). temperature 0 is greedy; the other fields are
+ * gptoss_sample_params' after gptoss_sample_params_check. */
+typedef struct {
+    uint64_t seed;
+    uint64_t position; /* the draw key: the position the chosen token will take */
+    double top_p, min_p;
+    float temperature;
+    int32_t top_k;
+} gptoss_row_sampling;
 
 typedef struct gptoss_sampler gptoss_sampler;
 
@@ -74,5 +89,9 @@ int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, c
  * (logit desc, id asc) with theirs. -1 with err on invalid logits. */
 int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,
                     double *top_lps, char *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef struct {
     char name[16];
     int layer;    /* 0-based, -1 for embedding, final_norm, logits */
@@ -24,5 +28,9 @@ typedef struct {
 void gptoss_trace_add(gptoss_trace *t, const char *name, int layer, int is_int, int64_t rows,
                       int64_t cols, const void *src);
 void gptoss_trace_clear(gptoss_trace *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

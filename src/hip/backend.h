@@ -1,14 +1,19 @@
-/* The HIP backend seen from C: device discovery now; replicas, streams and
- * step plans with the GPU engine. A CPU build links cpu_only.c instead of
- * the .hip files, with the same functions reporting no device. */
+/* The HIP backend seen from C: device discovery and the GPU engine (a model
+ * replica on one device, its KV pool, and asynchronous steps). A CPU build
+ * links cpu_only.c instead of the .hip files, with the same functions
+ * reporting no device. */
 #ifndef GPTOSS_HIP_BACKEND_H
 #define GPTOSS_HIP_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/batch.h"
 #include "../core/config.h" /* GPTOSS_ERR_LEN */
+#include "../core/model.h"
+#include "../core/sampler.h"
 #include "../core/synth.h"
+#include "../core/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +40,70 @@ int gptoss_hip_device_info(int index, gptoss_device_info *out);
  * GPTOSS_ERR_LEN bytes. */
 int gptoss_hip_synth_read(int device, const gptoss_synth_param *p, uint64_t first, uint64_t count,
                           float *host_out, char *err);
+
+/* ---- the GPU engine ---------------------------------------------------- */
+
+typedef struct gptoss_gpu gptoss_gpu;
+
+typedef struct {
+    int device;       /* 0-based */
+    int weights_bf16; /* matrices in bf16, GEMM inputs rounded (the golden's bf16 mode) */
+    int kv_bf16;
+    int slots, ctx;
+    int rows;  /* most rows in one step */
+    int chunk; /* most rows of one slot in one step (sizes the window ring) */
+} gptoss_gpu_opts;
+
+typedef struct {
+    uint64_t weights_fp32, weights_bf16, kv, scratch, total; /* bytes of device memory */
+} gptoss_gpu_memory;
+
+/* Where a step's results go: host memory owned by the caller, which must
+ * stay valid until the result is delivered (gptoss_gpu_wait) or forgotten. */
+typedef struct {
+    uint64_t ticket;
+    int rows;
+    int *tokens;   /* rows ids, filled when delivered */
+    int delivered;
+    int bad_row;   /* >= 0: the first sampled row whose logits were invalid */
+} gptoss_gpu_result;
+
+/* Uploads the weights and allocates the KV pool and step scratch, refusing
+ * with the sizes when the device is short of memory. The model must outlive
+ * the replica. */
+int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, char *err);
+/* Waits for the device, delivers pending results, frees everything. */
+void gptoss_gpu_free(gptoss_gpu *g);
+const gptoss_gpu_opts *gptoss_gpu_options(const gptoss_gpu *g);
+void gptoss_gpu_memory_use(const gptoss_gpu *g, gptoss_gpu_memory *out);
+int gptoss_gpu_length(const gptoss_gpu *g, int slot);
+void gptoss_gpu_reset(gptoss_gpu *g, int slot);
+
+/* Enqueues one step and returns without waiting. sampling is per row (NULL:
+ * all greedy). logits, when not NULL, receives rows * vocab floats before
+ * this returns (the step is waited for). */
+int gptoss_gpu_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sampling *sampling,
+                    gptoss_gpu_result *res, float *logits, char *err);
+/* Waits for the step of res and delivers its tokens. */
+int gptoss_gpu_wait(gptoss_gpu *g, gptoss_gpu_result *res, char *err);
+/* The caller's memory is going away: never deliver into it. */
+void gptoss_gpu_forget(gptoss_gpu *g, gptoss_gpu_result *res);
+/* The logits of res's step, while no later step has been enqueued. */
+int gptoss_gpu_logits(gptoss_gpu *g, const gptoss_gpu_result *res, float *out, char *err);
+
+/* One row run like a step with every stage read back (the golden's names). */
+int gptoss_gpu_trace(gptoss_gpu *g, int slot, int token, int pos, gptoss_trace *trace,
+                     float *logits, char *err);
+
+/* Per-kernel timing with device events: on/off, and the totals so far
+ * (label, seconds, calls) through a callback; off clears them. */
+int gptoss_gpu_profile(gptoss_gpu *g, int on, char *err);
+void gptoss_gpu_profile_read(const gptoss_gpu *g,
+                             void (*each)(void *ctx, const char *label, double seconds, long calls),
+                             void *ctx);
+
+/* Bytes per second of a device-to-device copy of bytes (read + write). */
+int gptoss_gpu_copy_bandwidth(int device, size_t bytes, double *out, char *err);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,22 @@ static int l_devices(lua_State *L) {
     return 1;
 }
 
+/* gptoss.core.copy_bandwidth(device [, bytes = 1 GiB]) -> bytes per second
+ * of a device-to-device copy, counting bytes read plus bytes written: the
+ * ceiling the benchmarks compare their achieved bandwidth with */
+static int l_copy_bandwidth(lua_State *L) {
+    int dev = gptoss_check_device(L, luaL_checkinteger(L, 1), "copy_bandwidth");
+    lua_Integer bytes = luaL_optinteger(L, 2, (lua_Integer)1 << 30);
+    if (bytes < 1)
+        return luaL_error(L, "copy_bandwidth: bytes = %I must be positive", bytes);
+    double bw;
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_gpu_copy_bandwidth(dev, (size_t)bytes, &bw, err))
+        return luaL_error(L, "copy_bandwidth: %s", err);
+    lua_pushnumber(L, bw);
+    return 1;
+}
+
 /* gptoss.core.clock() -> seconds on a monotonic clock, for benchmarks */
 static int l_clock(lua_State *L) {
     struct timespec ts;
@@ -136,6 +152,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"sampler", gptoss_lua_sampler},
         {"devices", l_devices},
         {"clock", l_clock},
+        {"copy_bandwidth", l_copy_bandwidth},
         {NULL, NULL},
     };
     luaL_newlib(L, fns);

@@ -1,10 +1,12 @@
-/* gptoss.replica: a model placed on a device with a pool of KV slots, and
- * gptoss.step: the handle of one step. Only the CPU golden engine exists in
- * this version; GPU device numbers are checked and refused clearly. */
+/* gptoss.replica: a model placed on a device with a pool of KV slots (the
+ * CPU golden engine, or the GPU engine of src/hip), and gptoss.step: the
+ * handle of one step. A CPU step is done when r:step returns; a GPU step is
+ * enqueued and its handle waits when asked for tokens or logits. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/golden.h"
+#include "../hip/backend.h"
 #include "binding.h"
 
 gptoss_model *gptoss_check_model(lua_State *L, int idx);
@@ -25,17 +27,26 @@ typedef struct {
 
 #define SAMPLER_BOX_MT "gptoss.replica_sampler"
 
+/* Exactly one of g (CPU) and gpu is set while open; both NULL once closed. */
 typedef struct {
     gptoss_golden *g;
+    gptoss_gpu *gpu;
+    int slots, ctx;
     row_sampling *slot_sampling; /* per slot, in the replica's user value 2 */
     sampler_box *scratch;        /* user value 3 */
 } lua_replica;
 
+/* CPU: logits always, sampling drawn on the host by h:tokens().
+ * GPU: tokens delivered into result/tokens; logits only when asked at step
+ * time (logits = true) or while no later step has run. */
 typedef struct {
-    gptoss_storage *logits; /* [rows][vocab] */
+    gptoss_storage *logits; /* [rows][vocab], or NULL (GPU step without logits) */
     int rows, vocab;
-    row_sampling *rows_sampling; /* NULL when every row is greedy; user value 1 */
-    sampler_box *scratch;        /* the replica's; user value 2 */
+    row_sampling *rows_sampling; /* CPU, NULL when every row is greedy; user value 1 */
+    sampler_box *scratch;        /* CPU: the replica's; user value 2 */
+    lua_replica *replica;        /* GPU: user value 3 */
+    gptoss_gpu_result result;
+    int *tokens;                 /* GPU: rows ids, user value 1 */
 } lua_step;
 
 static int box_gc(lua_State *L) {
@@ -47,21 +58,23 @@ static int box_gc(lua_State *L) {
 
 static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
 
-static gptoss_golden *check_open(lua_State *L, int idx) {
+static lua_replica *check_open(lua_State *L, int idx) {
     lua_replica *r = luaL_checkudata(L, idx, GPTOSS_REPLICA_MT);
-    if (!r->g)
+    if (!r->g && !r->gpu)
         luaL_error(L, "replica: used after close");
-    return r->g;
+    return r;
 }
 
-/* model:replica{device="cpu", slots=1, ctx=seq_len, weights="fp32", kv="fp32", threads=0} */
+/* model:replica{device="cpu"|N, slots=1, ctx=seq_len, weights="fp32", kv="fp32",
+ *               threads=0 (CPU), rows=max(slots, 256), chunk=min(rows, 128) (GPU)} */
 int gptoss_lua_replica(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
     if (lua_isnoneornil(L, 2))
         lua_newtable(L);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    static const char *const known[] = {"device", "slots", "ctx", "weights", "kv", "threads", NULL};
+    static const char *const known[] = {"device", "slots", "ctx",  "weights", "kv",
+                                        "threads", "rows",  "chunk", NULL};
     lua_pushnil(L);
     while (lua_next(L, 2)) {
         int ok = 0;
@@ -71,34 +84,55 @@ int gptoss_lua_replica(lua_State *L) {
             return luaL_error(L, "replica: unknown option '%s'", luaL_tolstring(L, -2, NULL));
         lua_pop(L, 1);
     }
+    int device = -1; /* the CPU */
     lua_getfield(L, 2, "device");
-    if (lua_isinteger(L, -1)) {
-        lua_Integer dev = lua_tointeger(L, -1);
-        gptoss_check_device(L, dev, "replica");
-        return luaL_error(L, "replica: device %d: the GPU engine is not part of this version; use "
-                             "device=\"cpu\"", (int)dev);
-    }
-    if (!lua_isnil(L, -1) && !(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "cpu") == 0))
+    if (lua_isinteger(L, -1))
+        device = gptoss_check_device(L, lua_tointeger(L, -1), "replica");
+    else if (!lua_isnil(L, -1) &&
+             !(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "cpu") == 0))
         return luaL_error(L, "replica: device must be \"cpu\" or a GPU number (got %s)",
                           luaL_tolstring(L, -1, NULL));
     lua_pop(L, 1);
-    gptoss_golden_opts o;
     lua_Integer slots = gptoss_opt_integer(L, 2, "replica", "slots", 1);
     lua_Integer ctx = gptoss_opt_integer(L, 2, "replica", "ctx", m->config.seq_len);
-    lua_Integer threads = gptoss_opt_integer(L, 2, "replica", "threads", 0);
     if (slots < 1 || slots > 1 << 20)
         return luaL_error(L, "replica: slots = %I must be in 1..%d", slots, 1 << 20);
     if (ctx < 1 || ctx > INT32_MAX / 2)
         return luaL_error(L, "replica: ctx = %I must be in 1..%d", ctx, INT32_MAX / 2);
-    if (threads < 0 || threads > 1024)
-        return luaL_error(L, "replica: threads = %I must be in 0..1024 (0: all CPUs)", threads);
-    o.slots = (int)slots;
-    o.ctx = (int)ctx;
-    o.threads = (int)threads;
-    o.weights_bf16 = gptoss_opt_choice(L, 2, "replica", "weights", dtype_modes, 0);
-    o.kv_bf16 = gptoss_opt_choice(L, 2, "replica", "kv", dtype_modes, 0);
+    int weights_bf16 = gptoss_opt_choice(L, 2, "replica", "weights", dtype_modes, 0);
+    int kv_bf16 = gptoss_opt_choice(L, 2, "replica", "kv", dtype_modes, 0);
+    gptoss_golden_opts o = {(int)slots, (int)ctx, 0, weights_bf16, kv_bf16};
+    gptoss_gpu_opts go = {device, weights_bf16, kv_bf16, (int)slots, (int)ctx, 0, 0};
+    if (device < 0) {
+        lua_Integer threads = gptoss_opt_integer(L, 2, "replica", "threads", 0);
+        if (threads < 0 || threads > 1024)
+            return luaL_error(L, "replica: threads = %I must be in 0..1024 (0: all CPUs)", threads);
+        o.threads = (int)threads;
+        lua_getfield(L, 2, "rows");
+        lua_getfield(L, 2, "chunk");
+        if (!lua_isnil(L, -1) || !lua_isnil(L, -2))
+            return luaL_error(L, "replica: rows and chunk size a GPU replica's buffers; a CPU "
+                                 "replica takes batches of any size");
+        lua_pop(L, 2);
+    } else {
+        lua_getfield(L, 2, "threads");
+        if (!lua_isnil(L, -1))
+            return luaL_error(L, "replica: threads applies to CPU replicas only");
+        lua_pop(L, 1);
+        lua_Integer rows = gptoss_opt_integer(L, 2, "replica", "rows", slots > 256 ? slots : 256);
+        if (rows < 1 || rows > 1 << 20)
+            return luaL_error(L, "replica: rows = %I must be in 1..%d", rows, 1 << 20);
+        lua_Integer chunk = gptoss_opt_integer(L, 2, "replica", "chunk", rows < 128 ? rows : 128);
+        if (chunk < 1 || chunk > rows)
+            return luaL_error(L, "replica: chunk = %I must be in 1..rows (%I)", chunk, rows);
+        go.rows = (int)rows;
+        go.chunk = (int)chunk;
+    }
     lua_replica *r = lua_newuserdatauv(L, sizeof *r, 3);
     r->g = NULL;
+    r->gpu = NULL;
+    r->slots = (int)slots;
+    r->ctx = (int)ctx;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
     lua_setiuservalue(L, -2, 1);
@@ -110,7 +144,7 @@ int gptoss_lua_replica(lua_State *L) {
     luaL_setmetatable(L, SAMPLER_BOX_MT);
     lua_setiuservalue(L, -2, 3);
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_golden_new(m, &o, &r->g, err))
+    if (device < 0 ? gptoss_golden_new(m, &o, &r->g, err) : gptoss_gpu_new(m, &go, &r->gpu, err))
         return luaL_error(L, "replica: %s", err);
     return 1;
 }
@@ -152,43 +186,95 @@ static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
     b->n = n;
 }
 
-static lua_step *push_step(lua_State *L, int rows, int vocab) {
-    lua_step *h = lua_newuserdatauv(L, sizeof *h, 2);
-    h->rows_sampling = NULL;
-    h->scratch = NULL;
-    h->logits = gptoss_storage_new(GPTOSS_F32, (size_t)rows * (size_t)vocab);
-    if (!h->logits)
-        luaL_error(L, "step: cannot allocate %f MiB for logits",
-                   (double)rows * vocab * 4 / 1048576.0);
+static lua_step *push_step(lua_State *L, int rows, int vocab, int with_logits) {
+    lua_step *h = lua_newuserdatauv(L, sizeof *h, 3);
+    memset(h, 0, sizeof *h);
     h->rows = rows;
     h->vocab = vocab;
     luaL_setmetatable(L, GPTOSS_STEP_MT);
+    if (with_logits) {
+        h->logits = gptoss_storage_new(GPTOSS_F32, (size_t)rows * (size_t)vocab);
+        if (!h->logits)
+            luaL_error(L, "step: cannot allocate %f MiB for logits",
+                       (double)rows * vocab * 4 / 1048576.0);
+    }
     return h;
 }
 
 /* 0-based slot from a 1-based argument, range-checked */
-static int check_slot(lua_State *L, gptoss_golden *g, int idx, const char *fn) {
+static int check_slot(lua_State *L, const lua_replica *r, int idx, const char *fn) {
     lua_Integer s = luaL_checkinteger(L, idx);
-    int n = gptoss_golden_options(g)->slots;
-    if (s < 1 || s > n)
-        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, n);
+    if (s < 1 || s > r->slots)
+        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, r->slots);
     return (int)s - 1;
 }
 
+static int model_vocab(lua_State *L, int replica_idx) {
+    lua_getiuservalue(L, replica_idx, 1);
+    int vocab = gptoss_check_model(L, -1)->config.vocab_size;
+    lua_pop(L, 1);
+    return vocab;
+}
+
+/* the slot's sampling if it samples; NULL when greedy or out of range (the
+ * step's own check reports the latter) */
+static const row_sampling *slot_sampled(const lua_replica *r, int slot) {
+    if (slot < 0 || slot >= r->slots || !r->slot_sampling[slot].sampled)
+        return NULL;
+    return &r->slot_sampling[slot];
+}
+
+/* A GPU step: the rows' sampling goes with the batch; tokens come back into
+ * the handle's own buffer. */
+static int gpu_step(lua_State *L, lua_replica *r, const gptoss_batch *b, int with_logits) {
+    lua_step *h = push_step(L, b->n, model_vocab(L, 1), with_logits);
+    int step_idx = lua_gettop(L);
+    h->tokens = lua_newuserdatauv(L, sizeof(int) * (size_t)b->n, 0);
+    lua_setiuservalue(L, step_idx, 1);
+    h->replica = r;
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, step_idx, 3);
+    h->result.tokens = h->tokens;
+    h->result.delivered = 1; /* nothing pending until the step is enqueued */
+    gptoss_row_sampling *rows = NULL;
+    for (int i = 0; i < b->n && !rows; i++)
+        if (slot_sampled(r, b->slots[i]))
+            rows = lua_newuserdatauv(L, sizeof *rows * (size_t)b->n, 0);
+    for (int i = 0; rows && i < b->n; i++) {
+        const row_sampling *rs = slot_sampled(r, b->slots[i]);
+        memset(&rows[i], 0, sizeof rows[i]); /* temperature 0: greedy */
+        if (rs) {
+            rows[i].seed = rs->p.seed;
+            rows[i].position = (uint64_t)b->positions[i] + 1;
+            rows[i].top_p = rs->p.top_p;
+            rows[i].min_p = rs->p.min_p;
+            rows[i].temperature = (float)rs->p.temperature;
+            rows[i].top_k = rs->p.top_k;
+        }
+    }
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_gpu_step(r->gpu, b, rows, &h->result, h->logits ? h->logits->data : NULL, err))
+        return luaL_error(L, "%s", err);
+    lua_settop(L, step_idx);
+    return 1;
+}
+
+/* r:step{slots=, positions=, tokens= [, logits=true]} */
 static int r_step(lua_State *L) {
-    gptoss_golden *g = check_open(L, 1);
+    lua_replica *r = check_open(L, 1);
     gptoss_batch b;
     read_batch(L, 2, &b);
-    int vocab = 0;
-    lua_getiuservalue(L, 1, 1);
-    vocab = gptoss_check_model(L, -1)->config.vocab_size;
+    lua_getfield(L, 2, "logits");
+    int with_logits = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    lua_step *h = push_step(L, b.n, vocab);
+    if (r->gpu)
+        return gpu_step(L, r, &b, with_logits);
+    gptoss_golden *g = r->g;
+    lua_step *h = push_step(L, b.n, model_vocab(L, 1), 1);
     char err[GPTOSS_ERR_LEN];
     if (gptoss_golden_step(g, &b, h->logits->data, NULL, err))
         return luaL_error(L, "%s", err);
     /* the batch is valid now: snapshot the sampling of its rows' slots */
-    const lua_replica *r = lua_touserdata(L, 1);
     for (int i = 0; i < b.n && !h->rows_sampling; i++)
         if (r->slot_sampling[b.slots[i]].sampled) {
             h->rows_sampling = lua_newuserdatauv(L, sizeof *h->rows_sampling * (size_t)b.n, 0);
@@ -209,9 +295,9 @@ static int r_step(lua_State *L) {
  * the slot's rows are sampled by h:tokens() (README "Sampling", default
  * mode); r:sampling(slot) returns it to greedy. */
 static int r_sampling(lua_State *L) {
-    gptoss_golden *g = check_open(L, 1);
-    int slot = check_slot(L, g, 2, "sampling");
-    row_sampling *rs = &((lua_replica *)lua_touserdata(L, 1))->slot_sampling[slot];
+    lua_replica *r = check_open(L, 1);
+    int slot = check_slot(L, r, 2, "sampling");
+    row_sampling *rs = &r->slot_sampling[slot];
     if (lua_isnoneornil(L, 3)) {
         rs->sampled = 0;
         return 0;
@@ -245,8 +331,8 @@ static void push_stage(lua_State *L, const gptoss_stage *s) {
 
 /* r:trace(slot, token, pos): one row run like a step, every stage recorded */
 static int r_trace(lua_State *L) {
-    gptoss_golden *g = check_open(L, 1);
-    int slot = check_slot(L, g, 2, "trace");
+    lua_replica *r = check_open(L, 1);
+    int slot = check_slot(L, r, 2, "trace");
     int token = (int)luaL_checkinteger(L, 3);
     int pos = (int)luaL_checkinteger(L, 4);
     gptoss_batch b = {1, &slot, &pos, &token};
@@ -257,7 +343,8 @@ static int r_trace(lua_State *L) {
     float *logits = lua_newuserdatauv(L, sizeof(float) * (size_t)vocab, 0);
     gptoss_trace tr = {0};
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_golden_step(g, &b, logits, &tr, err)) {
+    if (r->gpu ? gptoss_gpu_trace(r->gpu, slot, token, pos, &tr, logits, err)
+               : gptoss_golden_step(r->g, &b, logits, &tr, err)) {
         gptoss_trace_clear(&tr);
         return luaL_error(L, "%s", err);
     }
@@ -292,22 +379,98 @@ static int r_trace(lua_State *L) {
 }
 
 static int r_reset(lua_State *L) {
-    gptoss_golden *g = check_open(L, 1);
-    gptoss_golden_reset(g, check_slot(L, g, 2, "reset"));
+    lua_replica *r = check_open(L, 1);
+    int slot = check_slot(L, r, 2, "reset");
+    if (r->gpu)
+        gptoss_gpu_reset(r->gpu, slot);
+    else
+        gptoss_golden_reset(r->g, slot);
     return 0;
 }
 
 static int r_length(lua_State *L) {
-    gptoss_golden *g = check_open(L, 1);
-    lua_pushinteger(L, gptoss_golden_length(g, check_slot(L, g, 2, "length")));
+    lua_replica *r = check_open(L, 1);
+    int slot = check_slot(L, r, 2, "length");
+    lua_pushinteger(L, r->gpu ? gptoss_gpu_length(r->gpu, slot) : gptoss_golden_length(r->g, slot));
     return 1;
 }
 
+/* GPU steps still pending get their tokens before the device memory goes */
 static int r_close(lua_State *L) {
     lua_replica *r = luaL_checkudata(L, 1, GPTOSS_REPLICA_MT);
     gptoss_golden_free(r->g);
+    gptoss_gpu_free(r->gpu);
     r->g = NULL;
+    r->gpu = NULL;
     return 0;
+}
+
+static void push_profile_row(void *ctx, const char *label, double seconds, long calls) {
+    lua_State *L = ctx;
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, label);
+    lua_setfield(L, -2, "label");
+    lua_pushnumber(L, seconds);
+    lua_setfield(L, -2, "seconds");
+    lua_pushinteger(L, calls);
+    lua_setfield(L, -2, "calls");
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+}
+
+/* r:profile(true|false) switches per-kernel timing (GPU replicas; it waits
+ * for the device after each step); r:profile() returns
+ * { {label=, seconds=, calls=}, ... } in first-launch order. */
+static int r_profile(lua_State *L) {
+    lua_replica *r = check_open(L, 1);
+    if (!r->gpu)
+        return luaL_error(L, "profile: per-kernel timing is for GPU replicas");
+    char err[GPTOSS_ERR_LEN];
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TBOOLEAN);
+        if (gptoss_gpu_profile(r->gpu, lua_toboolean(L, 2), err))
+            return luaL_error(L, "%s", err);
+        return 0;
+    }
+    lua_newtable(L);
+    gptoss_gpu_profile_read(r->gpu, push_profile_row, L);
+    return 1;
+}
+
+static void set_bytes(lua_State *L, const char *field, uint64_t bytes) {
+    lua_pushinteger(L, (lua_Integer)bytes);
+    lua_setfield(L, -2, field);
+}
+
+static int gpu_getter(lua_State *L, gptoss_gpu *gpu, const char *k) {
+    const gptoss_gpu_opts *o = gptoss_gpu_options(gpu);
+    if (strcmp(k, "device") == 0) {
+        lua_pushinteger(L, o->device + 1);
+    } else if (strcmp(k, "slots") == 0) {
+        lua_pushinteger(L, o->slots);
+    } else if (strcmp(k, "ctx") == 0) {
+        lua_pushinteger(L, o->ctx);
+    } else if (strcmp(k, "rows") == 0) {
+        lua_pushinteger(L, o->rows);
+    } else if (strcmp(k, "chunk") == 0) {
+        lua_pushinteger(L, o->chunk);
+    } else if (strcmp(k, "weights") == 0) {
+        lua_pushstring(L, dtype_modes[o->weights_bf16]);
+    } else if (strcmp(k, "kv") == 0) {
+        lua_pushstring(L, dtype_modes[o->kv_bf16]);
+    } else if (strcmp(k, "memory") == 0) { /* device bytes */
+        gptoss_gpu_memory mem;
+        gptoss_gpu_memory_use(gpu, &mem);
+        lua_createtable(L, 0, 6);
+        set_bytes(L, "weights_fp32", mem.weights_fp32);
+        set_bytes(L, "weights_bf16", mem.weights_bf16);
+        set_bytes(L, "weights", mem.weights_fp32 + mem.weights_bf16);
+        set_bytes(L, "kv", mem.kv);
+        set_bytes(L, "scratch", mem.scratch);
+        set_bytes(L, "total", mem.total);
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 static int r_getter(lua_State *L) {
@@ -316,14 +479,17 @@ static int r_getter(lua_State *L) {
     if (!k)
         return 0;
     if (strcmp(k, "closed") == 0) {
-        lua_pushboolean(L, r->g == NULL);
+        lua_pushboolean(L, r->g == NULL && r->gpu == NULL);
         return 1;
     }
     if (strcmp(k, "model") == 0) {
         lua_getiuservalue(L, 1, 1);
         return 1;
     }
-    gptoss_golden *g = check_open(L, 1);
+    check_open(L, 1);
+    if (r->gpu)
+        return gpu_getter(L, r->gpu, k);
+    gptoss_golden *g = r->g;
     const gptoss_golden_opts *o = gptoss_golden_options(g);
     if (strcmp(k, "device") == 0) {
         lua_pushliteral(L, "cpu");
@@ -339,14 +505,17 @@ static int r_getter(lua_State *L) {
         lua_pushstring(L, dtype_modes[o->kv_bf16]);
     } else if (strcmp(k, "memory") == 0) {
         /* host bytes: the KV pool is the replica's own; weights are the model's, shared */
-        lua_createtable(L, 0, 2);
-        lua_pushinteger(L, (lua_Integer)gptoss_golden_kv_bytes(g));
-        lua_setfield(L, -2, "kv");
         lua_getiuservalue(L, 1, 1);
         gptoss_model *m = gptoss_check_model(L, -1);
         lua_pop(L, 1);
-        lua_pushinteger(L, (lua_Integer)(m->layout.total_bytes - GPTOSS_HEADER_BYTES));
+        uint64_t kv = gptoss_golden_kv_bytes(g), w = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)kv);
+        lua_setfield(L, -2, "kv");
+        lua_pushinteger(L, (lua_Integer)w);
         lua_setfield(L, -2, "weights");
+        lua_pushinteger(L, (lua_Integer)(kv + w));
+        lua_setfield(L, -2, "total");
     } else {
         return 0;
     }
@@ -355,8 +524,15 @@ static int r_getter(lua_State *L) {
 
 static int r_tostring(lua_State *L) {
     lua_replica *r = luaL_checkudata(L, 1, GPTOSS_REPLICA_MT);
-    if (!r->g) {
+    if (!r->g && !r->gpu) {
         lua_pushliteral(L, "gptoss.replica(closed)");
+        return 1;
+    }
+    if (r->gpu) {
+        const gptoss_gpu_opts *o = gptoss_gpu_options(r->gpu);
+        lua_pushfstring(L, "gptoss.replica(GPU %d, %d slots x %d positions, weights %s, kv %s, "
+                           "%d rows per step)", o->device + 1, o->slots, o->ctx,
+                        dtype_modes[o->weights_bf16], dtype_modes[o->kv_bf16], o->rows);
         return 1;
     }
     const gptoss_golden_opts *o = gptoss_golden_options(r->g);
@@ -373,7 +549,36 @@ static lua_step *check_step(lua_State *L, int idx) { return luaL_checkudata(L, i
 static int s_logits(lua_State *L) {
     lua_step *h = check_step(L, 1);
     int64_t shape[2] = {h->rows, h->vocab};
+    if (!h->logits) { /* a GPU step taken without logits = true */
+        if (!h->replica->gpu)
+            return luaL_error(L, "step:logits: the replica is closed and this step was taken "
+                                 "without logits = true");
+        gptoss_storage *st = gptoss_storage_new(GPTOSS_F32, (size_t)h->rows * (size_t)h->vocab);
+        if (!st)
+            return luaL_error(L, "step:logits: out of host memory");
+        char err[GPTOSS_ERR_LEN];
+        if (gptoss_gpu_logits(h->replica->gpu, &h->result, st->data, err)) {
+            gptoss_storage_release(st);
+            return luaL_error(L, "%s", err);
+        }
+        h->logits = st;
+    }
     gptoss_push_tensor(L, h->logits, 0, 2, shape);
+    return 1;
+}
+
+static int gpu_tokens(lua_State *L, lua_step *h) {
+    char err[GPTOSS_ERR_LEN];
+    if (!h->result.delivered && gptoss_gpu_wait(h->replica->gpu, &h->result, err))
+        return luaL_error(L, "%s", err);
+    if (h->result.bad_row >= 0)
+        return luaL_error(L, "step:tokens: row %d: a logit is NaN or +inf, or every logit is -inf",
+                          h->result.bad_row + 1);
+    lua_createtable(L, h->rows, 0);
+    for (int r = 0; r < h->rows; r++) {
+        lua_pushinteger(L, h->tokens[r]);
+        lua_rawseti(L, -2, r + 1);
+    }
     return 1;
 }
 
@@ -381,6 +586,8 @@ static int s_logits(lua_State *L) {
  * row's slot was set by r:sampling when the step was taken */
 static int s_tokens(lua_State *L) {
     lua_step *h = check_step(L, 1);
+    if (h->replica)
+        return gpu_tokens(L, h);
     lua_createtable(L, h->rows, 0);
     const float *data = h->logits->data;
     char err[GPTOSS_ERR_LEN];
@@ -415,6 +622,8 @@ static int s_getter(lua_State *L) {
 
 static int s_gc(lua_State *L) {
     lua_step *h = check_step(L, 1);
+    if (h->replica && h->replica->gpu && !h->result.delivered)
+        gptoss_gpu_forget(h->replica->gpu, &h->result);
     gptoss_storage_release(h->logits);
     h->logits = NULL;
     return 0;
@@ -423,7 +632,7 @@ static int s_gc(lua_State *L) {
 void gptoss_open_replica(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"step", r_step},     {"trace", r_trace}, {"reset", r_reset},       {"length", r_length},
-        {"close", r_close},   {"sampling", r_sampling}, {NULL, NULL},
+        {"close", r_close},   {"sampling", r_sampling}, {"profile", r_profile}, {NULL, NULL},
     };
     gptoss_new_class(L, GPTOSS_REPLICA_MT, methods, r_getter);
     luaL_getmetatable(L, GPTOSS_REPLICA_MT);

@@ -1,0 +1,378 @@
+/* The GPU sampler: one token per row of logits, the same ids as the CPU's
+ * gptoss_sample_with (src/core/sampler.c, README "Sampling").
+ *
+ * One block per row, never sorting. A first pass finds the first maximum
+ * and checks the logits; greedy rows stop there. The filters keep a prefix
+ * of the ranks (logit desc, id asc): every token whose 64-bit rank key
+ * (order-preserving logit bits above the id reversed) is >= the key of the
+ * last kept rank. Radix selection over that key, one 8-bit digit per pass
+ * over the row, finds that bound for top_k (by counts) and then top_p (by
+ * weight sums among what top_k kept); min_p is one more pass. The draw
+ * then sums the kept weights over ranges of ids and walks the one range
+ * where the running sum passes u * total.
+ *
+ * Weight sums are integers (w * 2^Q rounded, Q as large as 64 bits allow
+ * for the row): exact, so sums in any order, shared-memory atomics
+ * included, give the same result, run after run. They differ from the
+ * CPU's double sums by far less than the CPU's own rounding; README allows
+ * sums to associate differently. */
+#include "launchers.h"
+
+#include <limits.h>
+
+namespace {
+
+constexpr int THREADS = 512;
+constexpr int MAX_WARPS = THREADS / 32; /* warpSize is 32 (NVIDIA) or 64 (AMD) */
+constexpr int UNROLL = 8;               /* loads in flight per thread in a sweep */
+constexpr int RADIX = 256;
+/* Copies of each histogram bin, picked by thread: hot bins (most logits
+ * share their top byte) would otherwise serialise a warp's atomics. */
+constexpr int COPIES = 8;
+constexpr int RANGES_PER_WARP = 8;
+constexpr int MAX_RANGES = MAX_WARPS * RANGES_PER_WARP;
+static_assert(THREADS >= RADIX && THREADS >= MAX_RANGES, "one thread per bin and per range");
+
+struct Shared {
+    /* bin d of copy c at d * COPIES + c, so the copies of a bin sit in different banks */
+    uint32_t count[RADIX * COPIES], sum_lo[RADIX * COPIES], sum_hi[RADIX * COPIES];
+    uint64_t slot64[MAX_WARPS];
+    int slot32[MAX_WARPS];
+    float slotf[MAX_WARPS];
+    uint64_t range_sum[MAX_RANGES];
+    int range_last[MAX_RANGES];
+    int bin, range;
+    uint64_t bin_count, bin_count_before, bin_sum_before, range_before;
+};
+
+struct Row {
+    const float *x;
+    int n, id_bytes; /* bytes of the reversed id that can differ */
+    float m, t;      /* the maximum logit, the temperature */
+    double scale;    /* 2^Q */
+
+    /* larger key = better rank; equal logits (-0 and +0 too) rank by lower id */
+    __device__ uint64_t key(int i, float v) const {
+        uint32_t b = __float_as_uint(v);
+        b = b == 0x80000000u ? 0u : b;
+        uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u;
+        return (uint64_t)up << 32 | (uint32_t)(n - 1 - i);
+    }
+    /* glibc's expf (the CPU's) is within 0.502 ulp, CUDA's expf within 2
+     * and ocml's within 1: the double exp rounded to float is glibc's
+     * result on all but about 1e-4 of the arguments, expf far less often */
+    __device__ float weight(float v) const { return (float)exp((double)((v - m) / t)); }
+    /* w has 24 significant bits, so w * 2^Q is exact and only rint rounds */
+    __device__ uint64_t fixed(float w) const { return (uint64_t)rint((double)w * scale); }
+};
+
+/* Visits x[i] for i = begin + first, + stride, ... < end, issuing UNROLL
+ * loads before using them. Each thread sees its ids in increasing order. */
+template <class F>
+__device__ void sweep(const float *x, int begin, int end, int first, int stride, F f) {
+    for (int b = begin + first; b < end; b += stride * UNROLL) {
+        float v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+            v[u] = u * stride < end - b ? x[b + u * stride] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+            if (u * stride < end - b)
+                f(b + u * stride, v[u]);
+    }
+}
+
+template <class T, class Op>
+__device__ T warp_all(T v, Op op) {
+    for (int o = warpSize / 2; o > 0; o /= 2)
+        v = op(v, __shfl_xor(v, o));
+    return v;
+}
+
+/* op over the block, the same value in every thread; op folds the warps
+ * in a fixed order */
+template <class T, class Op>
+__device__ T block_all(T v, Op op, T *slots) {
+    v = warp_all(v, op);
+    if (threadIdx.x % warpSize == 0)
+        slots[threadIdx.x / warpSize] = v;
+    __syncthreads();
+    T r = slots[0];
+    for (int w = 1; w < (int)(blockDim.x / warpSize); w++)
+        r = op(r, slots[w]);
+    __syncthreads();
+    return r;
+}
+
+/* the sum of v over the threads before this one; *total gets the block's */
+__device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *slots) {
+    int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
+    uint64_t incl = v;
+    for (int o = 1; o < warpSize; o *= 2) {
+        uint64_t up = __shfl_up(incl, o);
+        if (lane >= o)
+            incl += up;
+    }
+    if (lane == warpSize - 1)
+        slots[warp] = incl;
+    __syncthreads();
+    uint64_t before = 0, all = 0;
+    for (int w = 0; w < (int)(blockDim.x / warpSize); w++) {
+        before += w < warp ? slots[w] : 0;
+        all += slots[w];
+    }
+    __syncthreads();
+    *total = all;
+    return before + incl - v;
+}
+
+__device__ uint64_t add(uint64_t a, uint64_t b) { return a + b; }
+__device__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+__device__ int max32(int a, int b) { return a > b ? a : b; }
+__device__ int min32(int a, int b) { return a < b ? a : b; }
+__device__ int or32(int a, int b) { return a | b; }
+
+/* (v, i) becomes (ov, oi) when that is the higher logit, or the same with a
+ * lower id; NaN never wins and i = INT_MAX means "nothing yet" */
+__device__ void take_better(float &v, int &i, float ov, int oi) {
+    if (ov > v || (ov == v && oi < i)) {
+        v = ov;
+        i = oi;
+    }
+}
+
+/* a 64-bit add from two native 32-bit atomics (a 64-bit one is a
+ * compare-and-swap loop on NVIDIA), the carry read off the low word */
+__device__ void add_wide(uint32_t *lo, uint32_t *hi, uint64_t v) {
+    uint32_t low = (uint32_t)v, high = (uint32_t)(v >> 32);
+    if (low) {
+        uint32_t old = atomicAdd(lo, low);
+        high += (uint32_t)(old + low) < low;
+    }
+    if (high)
+        atomicAdd(hi, high);
+}
+
+/* The least key of a rank prefix among the candidates (key >= floor): the
+ * first k ranks (BY_SUM false), or the shortest prefix whose weight reaches
+ * top_p times the candidates' (BY_SUM true). Returns a bound T such that the
+ * prefix is the candidates with key >= T. Each level histograms one digit
+ * of the keys that share the digits fixed so far and keeps the bin holding
+ * the last rank of the prefix; it stops once that rank is the bin's last. */
+template <bool BY_SUM>
+__device__ uint64_t radix_cut(Shared &sh, const Row &r, uint64_t floor, uint64_t k, double top_p) {
+    const int tid = threadIdx.x, copy = tid % COPIES;
+    uint64_t prefix = 0, mask = 0, count_above = 0, sum_above = 0;
+    double goal = 0;
+    for (int level = 0;; level++) {
+        /* the logit's four bytes, then the id's bytes that can differ */
+        int shift = level < 4 ? 56 - 8 * level : 8 * (r.id_bytes - 1 - (level - 4));
+        for (int j = tid; j < RADIX * COPIES; j += blockDim.x)
+            sh.count[j] = sh.sum_lo[j] = sh.sum_hi[j] = 0;
+        __syncthreads();
+        sweep(r.x, 0, r.n, tid, blockDim.x, [&](int i, float v) {
+            uint64_t key = r.key(i, v);
+            if (key < floor || (key & mask) != prefix)
+                return;
+            int at = (int)(key >> shift & 0xFF) * COPIES + copy;
+            atomicAdd(&sh.count[at], 1u);
+            if (BY_SUM)
+                add_wide(&sh.sum_lo[at], &sh.sum_hi[at], r.fixed(r.weight(v)));
+        });
+        __syncthreads();
+        /* thread t holds bin 255 - t, so the scans run from the best rank down */
+        uint64_t c = 0, s = 0;
+        if (tid < RADIX)
+            for (int j = (RADIX - 1 - tid) * COPIES; j < (RADIX - tid) * COPIES; j++) {
+                c += sh.count[j];
+                s += (uint64_t)sh.sum_hi[j] << 32 | sh.sum_lo[j];
+            }
+        uint64_t c_all, s_all = 0;
+        uint64_t c_before = block_scan(c, &c_all, sh.slot64);
+        uint64_t s_before = BY_SUM ? block_scan(s, &s_all, sh.slot64) : 0;
+        bool here;
+        if (BY_SUM) {
+            if (level == 0)
+                goal = top_p * (double)s_all;
+            here = (double)(sum_above + s_before) < goal && (double)(sum_above + s_before + s) >= goal;
+        } else {
+            here = count_above + c_before < k && k <= count_above + c_before + c;
+        }
+        if (tid < RADIX && here) {
+            sh.bin = RADIX - 1 - tid;
+            sh.bin_count = c;
+            sh.bin_count_before = c_before;
+            sh.bin_sum_before = s_before;
+        }
+        __syncthreads();
+        prefix |= (uint64_t)sh.bin << shift;
+        mask |= (uint64_t)0xFF << shift;
+        count_above += sh.bin_count_before;
+        sum_above += sh.bin_sum_before;
+        /* the exact sums guarantee one bin per level, and the last level's
+         * bins hold one key each */
+        if (BY_SUM ? sh.bin_count == 1 : count_above + sh.bin_count == k)
+            return prefix;
+    }
+}
+
+__global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, int n,
+                                                         const gptoss_row_sampling *params,
+                                                         int *tokens, double scale) {
+    __shared__ Shared sh;
+    const int tid = threadIdx.x;
+    const float *x = logits + (size_t)blockIdx.x * n;
+    const gptoss_row_sampling p = params[blockIdx.x];
+
+    float top = -INFINITY;
+    int top_i = INT_MAX, flags = 0; /* 1: a NaN or +inf, 2: a logit above -inf */
+    sweep(x, 0, n, tid, blockDim.x, [&](int i, float v) {
+        take_better(top, top_i, v, i);
+        flags |= (v != v || v == INFINITY) | (v != -INFINITY) << 1;
+    });
+    for (int o = warpSize / 2; o > 0; o /= 2) {
+        float ov = __shfl_xor(top, o);
+        int oi = __shfl_xor(top_i, o);
+        take_better(top, top_i, ov, oi);
+    }
+    if (tid % warpSize == 0) {
+        sh.slotf[tid / warpSize] = top;
+        sh.slot32[tid / warpSize] = top_i;
+    }
+    __syncthreads();
+    for (int w = 0; w < (int)(blockDim.x / warpSize); w++)
+        take_better(top, top_i, sh.slotf[w], sh.slot32[w]);
+    __syncthreads();
+    flags = block_all(flags, or32, sh.slot32);
+
+    int token;
+    if (p.temperature == 0) {
+        token = top_i == INT_MAX ? 0 : top_i; /* every logit NaN: gptoss_argmax's 0 */
+    } else if (flags != 2) {
+        token = -1;
+    } else {
+        Row r;
+        r.x = x;
+        r.n = n;
+        r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
+        r.m = top;
+        r.t = p.temperature;
+        r.scale = scale;
+
+        const bool have_k = p.top_k > 0 && p.top_k < n, have_p = p.top_p > 0 && p.top_p < 1;
+        const bool filtered = have_k || have_p;
+        uint64_t cut = 0; /* filtered: kept = key >= cut */
+        if (have_k)
+            cut = radix_cut<false>(sh, r, 0, (uint64_t)p.top_k, 0);
+        if (have_p) {
+            uint64_t by_p = radix_cut<true>(sh, r, cut, 0, p.top_p);
+            cut = by_p > cut ? by_p : cut;
+        }
+        if (filtered && p.min_p > 0) {
+            /* the CPU trims the prefix from its end while w < min_p: the
+             * new last rank is the lowest kept one with w >= min_p (the
+             * first rank has w = 1) */
+            uint64_t least = UINT64_MAX;
+            sweep(x, 0, n, tid, blockDim.x, [&](int i, float v) {
+                uint64_t key = r.key(i, v);
+                if (key >= cut && key < least && (double)r.weight(v) >= p.min_p)
+                    least = key;
+            });
+            cut = block_all(least, min64, sh.slot64);
+        }
+        /* a kept token's weight, 0 for the others */
+        auto kept_w = [&](int i, float v) -> float {
+            if (filtered)
+                return r.key(i, v) >= cut ? r.weight(v) : 0.0f;
+            float w = r.weight(v);
+            return (double)w >= p.min_p ? w : 0.0f;
+        };
+
+        /* kept weight and last kept id with w > 0 of each range of ids */
+        const int warps = blockDim.x / warpSize, warp = tid / warpSize, lane = tid % warpSize;
+        const int ranges = warps * RANGES_PER_WARP, len = (n + ranges - 1) / ranges;
+        for (int q = warp * RANGES_PER_WARP; q < (warp + 1) * RANGES_PER_WARP; q++) {
+            int begin = q * len < n ? q * len : n, end = n - begin < len ? n : begin + len;
+            uint64_t sum = 0;
+            int last = -1;
+            sweep(x, begin, end, lane, warpSize, [&](int i, float v) {
+                float w = kept_w(i, v);
+                if (w > 0) {
+                    sum += r.fixed(w);
+                    last = i;
+                }
+            });
+            sum = warp_all(sum, add);
+            last = warp_all(last, max32);
+            if (lane == 0) {
+                sh.range_sum[q] = sum;
+                sh.range_last[q] = last;
+            }
+        }
+        if (tid == 0)
+            sh.range = -1;
+        __syncthreads();
+        uint64_t mine = tid < ranges ? sh.range_sum[tid] : 0, total;
+        uint64_t before = block_scan(mine, &total, sh.slot64);
+        int last = block_all(tid < ranges ? sh.range_last[tid] : -1, max32, sh.slot32);
+        double target = gptoss_sample_uniform(p.seed, p.position) * (double)total;
+        if (tid < ranges && (double)before <= target && (double)(before + mine) > target) {
+            sh.range = tid;
+            sh.range_before = before;
+        }
+        __syncthreads();
+        if (sh.range < 0) {
+            token = last; /* rounding left no crossing: the last kept id with w > 0 */
+        } else {
+            /* the range's ids in contiguous pieces, one per thread */
+            int begin = sh.range * len, end = n - begin < len ? n : begin + len;
+            int piece = (end - begin + (int)blockDim.x - 1) / (int)blockDim.x;
+            int a = end - begin < tid * piece ? end : begin + tid * piece;
+            int b = end - a < piece ? end : a + piece;
+            uint64_t own = 0, unused;
+            for (int i = a; i < b; i++)
+                own += r.fixed(kept_w(i, x[i]));
+            uint64_t run = sh.range_before + block_scan(own, &unused, sh.slot64);
+            int hit = INT_MAX;
+            for (int i = a; i < b; i++) {
+                run += r.fixed(kept_w(i, x[i]));
+                if ((double)run > target) {
+                    hit = i;
+                    break;
+                }
+            }
+            /* the range's sum passes target exactly, so some thread hits */
+            token = block_all(hit, min32, sh.slot32);
+        }
+    }
+    if (tid == 0)
+        tokens[blockIdx.x] = token;
+}
+
+} // namespace
+
+size_t gptoss_sample_workspace_bytes(int rows, int vocab) {
+    /* a row's state lives in shared memory and registers */
+    (void)rows;
+    (void)vocab;
+    return 0;
+}
+
+hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
+                                const gptoss_row_sampling *params, int *tokens, void *workspace,
+                                hipStream_t stream) {
+    (void)workspace;
+    /* the bound keeps every index of a sweep within int */
+    if (rows < 0 || vocab < 1 || vocab > (1 << 30))
+        return hipErrorInvalidValue;
+    if (rows == 0)
+        return hipSuccess;
+    /* Q = 64 - bits(vocab): a row's weights (each <= 1) sum below 2^64 */
+    int bits = 0;
+    while (bits < 31 && (vocab >> bits) != 0)
+        bits++;
+    double scale = (double)(1ull << (64 - bits));
+    hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params,
+                       tokens, scale);
+    return hipGetLastError();
+}

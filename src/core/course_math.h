@@ -1,0 +1,64 @@
+/* The per-element formulas of run.cpp's forward that the golden engine and
+ * the GPU kernels must evaluate identically, header-only for host and
+ * device. Both sides compile without fused multiply-add, so the same source
+ * gives the same bits (up to the device's expf). The loops around them
+ * (reductions, tiling) belong to each engine. */
+#ifndef GPTOSS_COURSE_MATH_H
+#define GPTOSS_COURSE_MATH_H
+
+#include <math.h>
+
+#include "synth.h" /* GPTOSS_HD */
+
+/* RMSNorm: sum_sq is the double sum of the float squares x[j] * x[j]; the
+ * returned scale multiplies as w[j] * (scale * x[j]), in double. */
+GPTOSS_HD static inline double gptoss_rms_scale(double sum_sq, int n) {
+    double ss = sum_sq / n;
+    ss += 1e-5f;
+    return 1.0f / sqrtf((float)ss);
+}
+
+GPTOSS_HD static inline float gptoss_rms_apply(float w, double scale, float x) {
+    return (float)(w * (scale * x));
+}
+
+/* SwiGLU of one (gate, up) pair (mlp1's even and odd outputs): the gate is
+ * clamped above only, up both ways, out = gate * sigmoid(1.702 gate) * (up + 1),
+ * all in float. */
+GPTOSS_HD static inline float gptoss_swiglu(float gate, float up, float limit) {
+    const float alpha = 1.702f;
+    if (gate > limit)
+        gate = limit;
+    if (up > limit)
+        up = limit;
+    if (up < -limit)
+        up = -limit;
+    gate *= (1.0f / (1.0f + expf(-alpha * gate)));
+    gate *= (up + 1.0f);
+    return gate;
+}
+
+/* Router top-k: by descending logit, ties to the lower expert id (a stable
+ * sort of run.cpp's qsort order); vals/idx receive k entries. */
+GPTOSS_HD static inline void gptoss_topk(const float *logits, int n, int k, float *vals, int *idx) {
+    int have = 0;
+    for (int e = 0; e < n; e++) {
+        float v = logits[e];
+        int at = have < k ? have : k;
+        while (at > 0 && v > vals[at - 1])
+            at--;
+        if (at >= k)
+            continue;
+        int last = have < k ? have : k - 1;
+        for (int i = last; i > at; i--) {
+            vals[i] = vals[i - 1];
+            idx[i] = idx[i - 1];
+        }
+        vals[at] = v;
+        idx[at] = e;
+        if (have < k)
+            have++;
+    }
+}
+
+#endif

@@ -1,0 +1,86 @@
+/* Inside a GPU replica: what gpu_replica.hip (lifecycle, memory, results,
+ * profiling) and gpu_forward.hip (the forward pass) share. Not part of the
+ * C API (backend.h). */
+#ifndef GPTOSS_HIP_GPU_REPLICA_H
+#define GPTOSS_HIP_GPU_REPLICA_H
+
+#include "../../kernels/launchers.h"
+#include "backend.h"
+
+/* Steps in flight before the oldest must have finished: each has its own
+ * pinned upload and token buffers and an event. */
+enum { GPTOSS_RING = 8 };
+
+struct ring_entry {
+    char *upload_host;   /* pinned: tokens, slots, positions, row sampling */
+    int *tokens_host;    /* pinned: the sampled ids */
+    hipEvent_t done;
+    uint64_t ticket;     /* 0: unused */
+    int rows;
+    gptoss_gpu_result *result; /* NULL once delivered or forgotten */
+};
+
+struct profile_entry {
+    const char *label;
+    double seconds;
+    long calls;
+};
+
+struct gptoss_gpu {
+    gptoss_model *m;
+    gptoss_config c;
+    gptoss_gpu_opts o;
+    int warp, sms;
+    hipStream_t stream;
+    char *arena;
+    gptoss_gpu_memory mem;
+
+    /* weights: matrices in the mode's type, vectors fp32 */
+    void *w[GPTOSS_N_TENSORS];
+    float *cos, *sin; /* [ctx][head_dim / 2] */
+
+    /* KV: per layer [slots][positions][kv_dim] */
+    void **k_layer, **v_layer;
+    int *layer_positions;
+
+    /* step scratch, sized for o.rows rows */
+    float *x, *t, *qkv, *q, *attn, *router_logits, *topk_w, *m2, *logits;
+    void *t_in, *attn_in, *act; /* GEMM inputs in the mode's type (fp32 mode: t, attn) */
+    int *topk_i, *pair_row, *pair_of, *tiles, *tile_count, *tokens_dev;
+    float *part_o, *part_ml;
+    int split_len;        /* keys per attention split, from ctx alone */
+    int max_tiles;
+    void *sample_ws;
+    char *upload_dev;
+    size_t upload_bytes;
+    /* the tracer's unfused stages (one row) */
+    float *m1, *y_trace, *proj, *k_trace, *agg, *scores, *probs;
+
+    struct ring_entry ring[GPTOSS_RING];
+    uint64_t next_ticket; /* the ticket of the next step; tickets start at 1 */
+    int *length;          /* host: positions held per slot */
+    const char *last_kernel;
+
+    int profiling;
+    struct profile_entry *prof;
+    int n_prof, cap_prof;
+    hipEvent_t *prof_events; /* pairs around each launch of the current step */
+    const char **prof_labels;
+    int n_prof_events, cap_prof_events;
+};
+
+/* Bytes of one element of tensor i on the device. */
+size_t gptoss_gpu_elem(const gptoss_gpu *g, int tensor);
+/* The tensor's slice for layer l (and expert e), in elements of its type. */
+const void *gptoss_gpu_weight(const gptoss_gpu *g, int tensor, size_t elem_offset);
+
+/* Enqueues the forward pass of the rows already uploaded to upload_dev
+ * (rows, slots, positions); with trace != NULL (one row) it waits after each
+ * stage and records it. Fills g->logits. */
+int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err);
+
+/* Launch bookkeeping: names the kernel in errors and times it when profiling. */
+int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err);
+int gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *err);
+
+#endif

@@ -1,0 +1,360 @@
+-- The GPU engine against the CPU golden (tag: gpu). Runs where a GPU is
+-- visible; reported as pending elsewhere. Figures the note quotes are
+-- printed on stderr as "[gpu-parity] ...".
+local gptoss = require "gptoss"
+local helpers = require "helpers"
+local expect_error = helpers.expect_error
+
+local has_gpu = #gptoss.devices() > 0
+
+-- A mid-size shape of our own: GQA 4:1, a window of 32 that the 80
+-- positions overrun (the ring), 8 experts top-2, a vocabulary that is not a
+-- multiple of the GEMM tile.
+local MID = {
+  vocab_size = 5000, hidden_dim = 256, n_experts = 8, experts_per_token = 2, intermediate_dim = 192,
+  n_layers = 4, head_dim = 64, n_attn_heads = 8, n_kv_heads = 2, seq_len = 256,
+  initial_context_length = 4096, rope_theta = 150000.0, rope_scaling_factor = 32.0,
+  sliding_window = 32, swiglu_limit = 7.0,
+}
+
+local function note(fmt, ...)
+  io.stderr:write("[gpu-parity] " .. fmt:format(...) .. "\n")
+end
+
+-- Deterministic pseudo-random token ids.
+local function tokens_for(seed, n, vocab)
+  local out, x = {}, seed * 2654435761 % 4294967296
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    out[i] = x % vocab
+  end
+  return out
+end
+
+-- A ragged schedule: slot s starts with a 16-token prefill chunk at step
+-- start[s], then decodes one row per step; the batch of a step holds every
+-- active slot, so prefill chunks and decode rows of other slots at other
+-- positions share it. Calls visit(step, batch, n_rows_per_slot) and feeds
+-- back tokens = feed(batch, logits_or_nil).
+local function schedule(n_slots, starts, decodes, vocab)
+  local steps = {}
+  local pos = {}
+  local last = 0
+  for s = 1, n_slots do last = math.max(last, starts[s] + decodes) end
+  for step = 0, last do
+    local batch = { slots = {}, positions = {}, tokens = {} }
+    for s = 1, n_slots do
+      if step == starts[s] then
+        for i, t in ipairs(tokens_for(s, 16, vocab)) do
+          batch.slots[#batch.slots + 1] = s
+          batch.positions[#batch.positions + 1] = i - 1
+          batch.tokens[#batch.tokens + 1] = t
+        end
+        pos[s] = 16
+      elseif step > starts[s] and step <= starts[s] + decodes then
+        batch.slots[#batch.slots + 1] = s
+        batch.positions[#batch.positions + 1] = pos[s]
+        batch.tokens[#batch.tokens + 1] = false -- the reference's previous greedy token
+        pos[s] = pos[s] + 1
+      end
+    end
+    steps[#steps + 1] = batch
+  end
+  return steps
+end
+
+-- Runs the schedule on both replicas, feeding both the reference's greedy
+-- tokens; compare(step, row, gpu_row, cpu_row, batch) checks each row.
+local function run_pair(gpu, cpu, steps, compare)
+  local fed = {}
+  for step, batch in ipairs(steps) do
+    local tokens = {}
+    for i, t in ipairs(batch.tokens) do tokens[i] = t or fed[batch.slots[i]] end
+    batch = { slots = batch.slots, positions = batch.positions, tokens = tokens }
+    local hc = cpu:step(batch)
+    local hg = gpu:step({ slots = batch.slots, positions = batch.positions, tokens = batch.tokens,
+      logits = true })
+    local lc, lg = hc:logits(), hg:logits()
+    local greedy = hc:tokens()
+    for r = 1, #batch.slots do
+      compare(step, r, lg[r], lc[r], batch)
+      fed[batch.slots[r]] = greedy[r]
+    end
+  end
+end
+
+local function fp32_parity(model, n_slots, starts, decodes, atol, rtol)
+  local c = model.config
+  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96 }
+  local cpu = model:replica { slots = n_slots, ctx = 96 }
+  local worst, rows = 0, 0
+  run_pair(gpu, cpu, schedule(n_slots, starts, decodes, c.vocab_size), function(step, r, g, ref, b)
+    local ok, at = g:allclose(ref, atol, rtol)
+    assert(ok, ("step %d row %d (slot %d pos %d): logit %d is %.9g on the GPU, %.9g on the CPU")
+      :format(step, r, b.slots[r], b.positions[r], (at or 1) - 1, g[at or 1], ref[at or 1]))
+    worst = math.max(worst, g:max_abs_diff(ref))
+    rows = rows + 1
+  end)
+  gpu:close()
+  cpu:close()
+  return worst, rows
+end
+
+-- A bf16 row beyond the bar: if some layer routed differently with two
+-- router logits within bf16 rounding, say so (a routing flip) instead of
+-- reporting a bare logit error.
+local function explain_mismatch(gpu, cpu, slot, token, pos, rel)
+  local tg, tc = gpu:trace(slot, token, pos), cpu:trace(slot, token, pos)
+  for l, lg in ipairs(tg.layers) do
+    local lc = tc.layers[l]
+    local ig, ic = lg.topk_idx:totable(), lc.topk_idx:totable()
+    for k = 1, #ig do
+      if ig[k] ~= ic[k] then
+        local rg, rc = lg.router:totable(), lc.router:totable()
+        return ("routing flip at layer %d: GPU picked expert %d (router logit %.6g), CPU expert %d "
+          .. "(%.6g); relative logit error %.3g"):format(l, ig[k], rg[ig[k] + 1], ic[k],
+          rc[ic[k] + 1], rel), true
+      end
+    end
+  end
+  return ("relative logit error %.3g with identical routing"):format(rel)
+end
+
+-- Rows beyond the bar are explained after the run (a trace rewrites the
+-- slot's length, so it cannot run mid-schedule): a routing flip is named as
+-- such; a mismatch with identical routing fails the test.
+local function bf16_parity(model, n_slots, starts, decodes)
+  local c = model.config
+  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96, weights = "bf16", kv = "bf16" }
+  local cpu = model:replica { slots = n_slots, ctx = 96, weights = "bf16", kv = "bf16" }
+  local zeros = gptoss.tensor.zeros { c.vocab_size }
+  local worst, over, rows = 0, {}, 0
+  run_pair(gpu, cpu, schedule(n_slots, starts, decodes, c.vocab_size), function(step, r, g, ref, b)
+    local rel = g:max_abs_diff(ref) / ref:max_abs_diff(zeros)
+    worst = math.max(worst, rel)
+    rows = rows + 1
+    if rel > 1e-3 then
+      over[#over + 1] = { step = step, row = r, slot = b.slots[r], token = b.tokens[r], pos = b.positions[r],
+        rel = rel }
+    end
+  end)
+  local failures, flips = {}, 0
+  for i, o in ipairs(over) do
+    local why, flip = explain_mismatch(gpu, cpu, o.slot, o.token, o.pos, o.rel)
+    if flip then
+      flips = flips + 1
+      if flips <= 3 then note("step %d row %d: %s", o.step, o.row, why) end
+    elseif #failures < 5 then
+      failures[#failures + 1] = ("step %d row %d (slot %d pos %d): %s"):format(o.step, o.row, o.slot, o.pos, why)
+    end
+  end
+  gpu:close()
+  cpu:close()
+  assert(#failures == 0, ("%d of %d rows over 1e-3:\n"):format(#over, rows) .. table.concat(failures, "\n"))
+  return worst, rows, flips
+end
+
+describe("GPU engine #gpu", function()
+  if not has_gpu then
+    pending("no GPU visible to this build (gptoss.devices() is empty)")
+    return
+  end
+  after_each(helpers.cleanup)
+
+  describe("fp32 mode equals the CPU golden", function()
+    it("7m: every logit within atol 1e-6, rtol 1e-5 (the course checker's thresholds)", function()
+      local worst, rows = fp32_parity(gptoss.synthetic("7m", { seed = 5 }), 4, { 0, 3, 10, 25 }, 64,
+        1e-6, 1e-5)
+      note("fp32 7m: %d rows, max |dlogit| %.3g", rows, worst)
+    end)
+
+    it("mid-size: every logit within atol 1e-5, rtol 1e-5", function()
+      local worst, rows = fp32_parity(gptoss.synthetic(MID, { seed = 6 }), 4, { 0, 2, 9, 30 }, 64,
+        1e-5, 1e-5)
+      note("fp32 mid: %d rows, max |dlogit| %.3g", rows, worst)
+    end)
+
+    it("20b-2l: every logit within atol 1e-5, rtol 1e-5", function()
+      local worst, rows = fp32_parity(gptoss.synthetic("20b-2l", { seed = 7 }), 3, { 0, 4, 20 }, 64,
+        1e-5, 1e-5)
+      note("fp32 20b-2l: %d rows, max |dlogit| %.3g", rows, worst)
+    end)
+  end)
+
+  describe("bf16 mode against the CPU's bf16 mode: max |dlogit| / max |logit| <= 1e-3 per row", function()
+    for _, case in ipairs { { "7m", "7m", 4 }, { "mid", MID, 4 }, { "20b-2l", "20b-2l", 3 } } do
+      it(case[1], function()
+        local worst, rows, flips = bf16_parity(gptoss.synthetic(case[2], { seed = 8 }), case[3],
+          { 0, 3, 10, 25 }, 64)
+        note("bf16 %s: %d rows, worst max|d|/max|logit| %.3g, %d rows over 1e-3 after a routing flip",
+          case[1], rows, worst, flips)
+      end)
+    end
+  end)
+
+  it("batch invariance: a sequence alone or among 63 others gives the same tokens and logits", function()
+    local m = gptoss.synthetic("20b-2l", { seed = 9 })
+    local c = m.config
+    for _, mode in ipairs { "fp32", "bf16" } do
+      local alone = m:replica { device = 1, slots = 1, ctx = 64, weights = mode, kv = mode }
+      local crowd = m:replica { device = 1, slots = 64, ctx = 64, weights = mode, kv = mode }
+      local prompt = tokens_for(100, 16, c.vocab_size)
+      local function prefill(rep, slot, toks)
+        local b = { slots = {}, positions = {}, tokens = {} }
+        for i, t in ipairs(toks) do
+          b.slots[i], b.positions[i], b.tokens[i] = slot, i - 1, t
+        end
+        return b
+      end
+      -- the crowd prefills its 63 others first, then runs the target among them
+      for s = 2, 64 do crowd:step(prefill(crowd, s, tokens_for(s, 16, c.vocab_size))):tokens() end
+      local ha = alone:step { slots = prefill(nil, 1, prompt).slots, positions = prefill(nil, 1, prompt).positions,
+        tokens = prompt, logits = true }
+      local hc = crowd:step { slots = prefill(nil, 1, prompt).slots, positions = prefill(nil, 1, prompt).positions,
+        tokens = prompt, logits = true }
+      local worst = ha:logits():max_abs_diff(hc:logits())
+      local ta, tc = ha:tokens()[16], hc:tokens()[16]
+      assert.are.equal(ta, tc)
+      local others = {}
+      for s = 2, 64 do others[s] = 16 end
+      for pos = 16, 47 do
+        local b = { slots = { 1 }, positions = { pos }, tokens = { ta }, logits = true }
+        for s = 2, 64 do
+          b.slots[s], b.positions[s], b.tokens[s] = s, pos, (s * 7 + pos) % c.vocab_size
+        end
+        local h1 = alone:step { slots = { 1 }, positions = { pos }, tokens = { ta }, logits = true }
+        local h2 = crowd:step(b)
+        local l1, l2 = h1:logits()[1], h2:logits()[1]
+        worst = math.max(worst, l1:max_abs_diff(l2))
+        assert(l1:allclose(l2, 1e-5, 0), ("%s: position %d: logits differ by %.3g"):format(mode, pos,
+          l1:max_abs_diff(l2)))
+        ta, tc = h1:tokens()[1], h2:tokens()[1]
+        assert.are.equal(ta, tc)
+      end
+      note("batch invariance %s 20b-2l: max |dlogit| alone vs 64 rows %.3g", mode, worst)
+      alone:close()
+      crowd:close()
+    end
+  end)
+
+  it("samples on the GPU exactly as gptoss.sampler does on the same logits", function()
+    local m = gptoss.synthetic("7m", { seed = 11 })
+    local r = m:replica { device = 1, slots = 6, ctx = 64 }
+    local settings = {
+      false, { temperature = 1.0, seed = 1 }, { temperature = 0.7, top_k = 20, seed = 2 },
+      { temperature = 1.3, top_p = 0.9, seed = 3 }, { temperature = 1.0, min_p = 0.05, seed = 4 },
+      { temperature = 2.0, top_k = 50, top_p = 0.5, min_p = 0.01, seed = 5 },
+    }
+    for s, opts in ipairs(settings) do r:sampling(s, opts or nil) end
+    local draws = 0
+    for pos = 0, 40 do
+      local b = { slots = {}, positions = {}, tokens = {}, logits = true }
+      for s = 1, #settings do
+        b.slots[s], b.positions[s], b.tokens[s] = s, pos, (pos * 31 + s * 17) % 201088
+      end
+      local h = r:step(b)
+      local got, logits = h:tokens(), h:logits()
+      for s, opts in ipairs(settings) do
+        local want
+        if opts then
+          local o = helpers.with(opts)
+          want = gptoss.sampler(o):sample(logits[s], pos + 1)
+        else
+          want = logits[s]:argmax() - 1
+        end
+        assert(got[s] == want, ("slot %d position %d: GPU drew %d, the CPU sampler %d"):format(s, pos,
+          got[s], want))
+        draws = draws + 1
+      end
+    end
+    note("sampler: %d draws identical to the CPU sampler", draws)
+    r:close()
+  end)
+
+  it("traces the golden's stages with the golden's values", function()
+    local m = gptoss.synthetic("7m", { seed = 12 })
+    local gpu = m:replica { device = 1, slots = 1, ctx = 64 }
+    local cpu = m:replica { slots = 1, ctx = 64 }
+    local toks = tokens_for(3, 20, 201088)
+    local worst = {}
+    for pos = 0, #toks - 1 do
+      local tg, tc = gpu:trace(1, toks[pos + 1], pos), cpu:trace(1, toks[pos + 1], pos)
+      local function cmp(name, a, b)
+        assert(a, "GPU trace lacks " .. name)
+        local ok, at = a:allclose(b, 1e-6, 1e-5)
+        assert(ok, ("position %d stage %s: element %d (flat) is beyond atol 1e-6 + rtol 1e-5; max |d| %.3g")
+          :format(pos, name, at or -1, a:max_abs_diff(b)))
+        worst[name] = math.max(worst[name] or 0, a:max_abs_diff(b))
+      end
+      for name, t in pairs(tc) do
+        if name ~= "layers" then cmp(name, tg[name], t) end
+      end
+      for l, stages in ipairs(tc.layers) do
+        for name, t in pairs(stages) do cmp(("layer %d %s"):format(l, name), tg.layers[l][name], t) end
+      end
+    end
+    local names = {}
+    for k in pairs(worst) do names[#names + 1] = k end
+    table.sort(names, function(a, b) return worst[a] > worst[b] end)
+    note("trace 7m fp32, worst stages: %s %.3g, %s %.3g, %s %.3g", names[1], worst[names[1]],
+      names[2], worst[names[2]], names[3], worst[names[3]])
+    gpu:close()
+    cpu:close()
+  end)
+
+  describe("bad input", function()
+    local m = gptoss.synthetic("7m", { seed = 1 })
+
+    it("refuses malformed steps with clear errors and stays usable", function()
+      local r = m:replica { device = 1, slots = 2, ctx = 16, rows = 4, chunk = 3 }
+      expect_error(function() r:step { slots = {}, positions = {}, tokens = {} } end, "step: empty batch")
+      expect_error(function() r:step { slots = { 3 }, positions = { 0 }, tokens = { 1 } } end,
+        "slots[1] = 3 is out of range 1..2")
+      expect_error(function() r:step { slots = { 1 }, positions = { 2 }, tokens = { 1 } } end, "leaves a gap")
+      expect_error(function() r:step { slots = { 1 }, positions = { 16 }, tokens = { 1 } } end,
+        "past the context")
+      expect_error(function() r:step { slots = { 1 }, positions = { 0 }, tokens = { 201088 } } end,
+        "tokens[1] = 201088 is out of range")
+      expect_error(function()
+        r:step { slots = { 1, 1, 1, 2, 2 }, positions = { 0, 1, 2, 0, 1 }, tokens = { 1, 2, 3, 4, 5 } }
+      end, "at most rows = 4")
+      expect_error(function()
+        r:step { slots = { 1, 1, 1, 1 }, positions = { 0, 1, 2, 3 }, tokens = { 1, 2, 3, 4 } }
+      end, "at most chunk = 3")
+      local h = r:step { slots = { 1, 2 }, positions = { 0, 0 }, tokens = { 5, 6 } }
+      assert.are.equal(2, #h:tokens())
+      assert.are.equal(1, r:length(1))
+      local later = r:step { slots = { 1 }, positions = { 1 }, tokens = { 7 } }
+      expect_error(function() h:logits() end, "a later step on this replica has replaced these logits")
+      assert.are.same({ 1, 201088 }, later:logits().shape)
+      r:close()
+      expect_error(function() r:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } } end,
+        "replica: used after close")
+      assert.are.equal(1, #later:tokens())
+    end)
+
+    it("refuses options that do not apply and sizes it cannot hold", function()
+      expect_error(function() m:replica { device = 1, threads = 4 } end, "threads applies to CPU replicas only")
+      expect_error(function() m:replica { rows = 4 } end, "rows and chunk size a GPU replica's buffers")
+      expect_error(function() m:replica { device = 1, rows = 4, chunk = 5 } end, "chunk = 5 must be in 1..rows")
+      local big = gptoss.synthetic("20b")
+      local err = expect_error(function() big:replica { device = 1, slots = 4096, ctx = 131072 } end,
+        "device 1: need", "GiB free")
+      note("memory refusal: %s", err)
+      local r = m:replica { device = 1, slots = 1, ctx = 8 } -- still usable
+      assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 0 }, tokens = { 1 } }):tokens())
+      local mem = r.memory
+      assert.is_true(mem.weights_fp32 > 0 and mem.kv > 0 and mem.scratch > 0)
+      assert.are.equal(mem.total, mem.weights_fp32 + mem.weights_bf16 + mem.kv + mem.scratch)
+      r:close()
+    end)
+
+    it("keeps only a window's ring for windowed layers", function()
+      local full = m:replica { device = 1, slots = 2, ctx = 1024, chunk = 1, rows = 2 }
+      -- 7m: layer 1 windowed (128 + chunk - 1 positions), layer 2 full (1024)
+      local kvd = m.config.head_dim * m.config.n_kv_heads
+      assert.are.equal(2 * 2 * (128 + 1024) * kvd * 4, full.memory.kv)
+      full:close()
+    end)
+  end)
+end)
