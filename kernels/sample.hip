@@ -11,11 +11,13 @@
  * then sums the kept weights over ranges of ids and walks the one range
  * where the running sum passes u * total.
  *
- * Weight sums are integers (w * 2^Q rounded, Q as large as 64 bits allow
- * for the row): exact, so sums in any order, shared-memory atomics
- * included, give the same result, run after run. They differ from the
- * CPU's double sums by far less than the CPU's own rounding; README allows
- * sums to associate differently. */
+ * Weight sums are integers, w * 2^Q rounded, with Q as large as a bound
+ * on the row's weight sum (taken in the first pass) lets the sum fit 64
+ * bits: exact, so sums in any order, shared-memory atomics included, give
+ * the same result, run after run. Each weight rounds by at most 2^-Q-1,
+ * so a sum of n weights is off by at most n * 2^-62 times the row's weight
+ * sum, less than the CPU's sequential double sums may be (README lets sums
+ * associate differently). */
 #include "launchers.h"
 
 #include <limits.h>
@@ -37,6 +39,7 @@ struct Shared {
     /* bin d of copy c at d * COPIES + c, so the copies of a bin sit in different banks */
     uint32_t count[RADIX * COPIES], sum_lo[RADIX * COPIES], sum_hi[RADIX * COPIES];
     uint64_t slot64[MAX_WARPS];
+    double slotd[MAX_WARPS];
     int slot32[MAX_WARPS];
     float slotf[MAX_WARPS];
     uint64_t range_sum[MAX_RANGES];
@@ -58,9 +61,9 @@ struct Row {
         uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u;
         return (uint64_t)up << 32 | (uint32_t)(n - 1 - i);
     }
-    /* glibc's expf (the CPU's) is within 0.502 ulp, CUDA's expf within 2
-     * and ocml's within 1: the double exp rounded to float is glibc's
-     * result on all but about 1e-4 of the arguments, expf far less often */
+    /* Not expf: CUDA documents its expf as up to 2 ulp off, where glibc's
+     * (the CPU's) is within 0.502. The double exp rounded to float equals
+     * glibc's expf for all but 9e-5 of the floats in [-104, 0]. */
     __device__ float weight(float v) const { return (float)exp((double)((v - m) / t)); }
     /* w has 24 significant bits, so w * 2^Q is exact and only rint rounds */
     __device__ uint64_t fixed(float w) const { return (uint64_t)rint((double)w * scale); }
@@ -127,6 +130,7 @@ __device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *slots) {
 }
 
 __device__ uint64_t add(uint64_t a, uint64_t b) { return a + b; }
+__device__ double add_d(double a, double b) { return a + b; }
 __device__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 __device__ int max32(int a, int b) { return a > b ? a : b; }
 __device__ int min32(int a, int b) { return a < b ? a : b; }
@@ -216,9 +220,11 @@ __device__ uint64_t radix_cut(Shared &sh, const Row &r, uint64_t floor, uint64_t
     }
 }
 
+} // namespace
+
 __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, int n,
                                                          const gptoss_row_sampling *params,
-                                                         int *tokens, double scale) {
+                                                         int *tokens) {
     __shared__ Shared sh;
     const int tid = threadIdx.x;
     const float *x = logits + (size_t)blockIdx.x * n;
@@ -226,9 +232,20 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
 
     float top = -INFINITY;
     int top_i = INT_MAX, flags = 0; /* 1: a NaN or +inf, 2: a logit above -inf */
+    /* the thread's sum of exp((v - its max) / T), online: only a bound for Q */
+    const float t = p.temperature;
+    float own_max = -INFINITY, own_sum = 0.0f;
     sweep(x, 0, n, tid, blockDim.x, [&](int i, float v) {
         take_better(top, top_i, v, i);
         flags |= (v != v || v == INFINITY) | (v != -INFINITY) << 1;
+        if (t > 0 && v > -INFINITY) {
+            if (v > own_max) {
+                own_sum = own_sum * __expf((own_max - v) / t) + 1.0f;
+                own_max = v;
+            } else {
+                own_sum += __expf((v - own_max) / t);
+            }
+        }
     });
     for (int o = warpSize / 2; o > 0; o /= 2) {
         float ov = __shfl_xor(top, o);
@@ -246,7 +263,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
     flags = block_all(flags, or32, sh.slot32);
 
     int token;
-    if (p.temperature == 0) {
+    if (t == 0) {
         token = top_i == INT_MAX ? 0 : top_i; /* every logit NaN: gptoss_argmax's 0 */
     } else if (flags != 2) {
         token = -1;
@@ -256,8 +273,14 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
         r.n = n;
         r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
         r.m = top;
-        r.t = p.temperature;
-        r.scale = scale;
+        r.t = t;
+        /* Twice the estimate exceeds the weight sum whatever __expf's and
+         * the float sums' errors, and 2^Q * bound < 2^63 leaves room for
+         * the rounding of each weight. The top weight is 1, so Q <= 61. */
+        double bound = 2 * block_all((double)own_sum * __expf((own_max - top) / t), add_d, sh.slotd);
+        int bits;
+        frexp(bound, &bits);
+        r.scale = (double)(1ull << (63 - bits));
 
         const bool have_k = p.top_k > 0 && p.top_k < n, have_p = p.top_p > 0 && p.top_p < 1;
         const bool filtered = have_k || have_p;
@@ -349,8 +372,6 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
         tokens[blockIdx.x] = token;
 }
 
-} // namespace
-
 size_t gptoss_sample_workspace_bytes(int rows, int vocab) {
     /* a row's state lives in shared memory and registers */
     (void)rows;
@@ -367,12 +388,7 @@ hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
         return hipErrorInvalidValue;
     if (rows == 0)
         return hipSuccess;
-    /* Q = 64 - bits(vocab): a row's weights (each <= 1) sum below 2^64 */
-    int bits = 0;
-    while (bits < 31 && (vocab >> bits) != 0)
-        bits++;
-    double scale = (double)(1ull << (64 - bits));
     hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params,
-                       tokens, scale);
+                       tokens);
     return hipGetLastError();
 }
