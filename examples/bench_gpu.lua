@@ -78,7 +78,6 @@ for b in a.batches:gmatch("%d+") do
   print(("%6d %10.1f %10.3f %10.1f %9.1f %10.2f %10d"):format(B, res.tok_per_s, res.step_ms, res.gb_per_s,
     100 * bytes / secs / copy_bw, r.memory.total / 2 ^ 30, steps))
   if a.profile_steps > 0 then
-    r:reset(1)
     for s = 1, B do r:reset(s) end
     local slots, positions, tokens = {}, {}, {}
     for s = 1, B do slots[s], positions[s], tokens[s] = s, 0, last[s] end

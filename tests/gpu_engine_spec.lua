@@ -335,7 +335,6 @@ describe("GPU engine #gpu", function()
 
     it("refuses options that do not apply and sizes it cannot hold", function()
       expect_error(function() m:replica { device = 1, threads = 4 } end, "threads applies to CPU replicas only")
-      expect_error(function() m:replica { rows = 4 } end, "rows and chunk size a GPU replica's buffers")
       expect_error(function() m:replica { device = 1, rows = 4, chunk = 5 } end, "chunk = 5 must be in 1..rows")
       local big = gptoss.synthetic("20b")
       local err = expect_error(function() big:replica { device = 1, slots = 4096, ctx = 131072 } end,
@@ -356,5 +355,22 @@ describe("GPU engine #gpu", function()
       assert.are.equal(2 * 2 * (128 + 1024) * kvd * 4, full.memory.kv)
       full:close()
     end)
+  end)
+end)
+
+describe("GPU engine bad input, everywhere", function()
+  local m = gptoss.synthetic("7m", { seed = 1 })
+
+  it("refuses GPU-only options and calls on a CPU replica", function()
+    expect_error(function() m:replica { rows = 4 } end, "rows and chunk size a GPU replica's buffers")
+    local r = m:replica { slots = 1, ctx = 4 }
+    expect_error(function() r:profile(true) end, "profile: per-kernel timing is for GPU replicas")
+    r:close()
+  end)
+
+  it("refuses a copy bandwidth measurement on a device that is not there", function()
+    local n = #gptoss.devices()
+    local want = n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
+    expect_error(function() gptoss.copy_bandwidth(n + 1) end, "copy_bandwidth", want)
   end)
 end)

@@ -53,20 +53,23 @@ struct gptoss_gpu {
     void *sample_ws;
     char *upload_dev;
     size_t upload_bytes;
+    size_t sampling_at; /* byte offset of the rows' sampling in an upload */
     /* the tracer's unfused stages (one row) */
     float *m1, *y_trace, *proj, *k_trace, *agg, *scores, *probs;
 
     struct ring_entry ring[GPTOSS_RING];
     uint64_t next_ticket; /* the ticket of the next step; tickets start at 1 */
     int *length;          /* host: positions held per slot */
+    int *slot_rows;       /* host scratch: rows per slot while checking a step */
     const char *last_kernel;
 
     int profiling;
     struct profile_entry *prof;
     int n_prof, cap_prof;
-    hipEvent_t *prof_events; /* pairs around each launch of the current step */
+    hipEvent_t *prof_events; /* pairs around each launch since the last collection */
     const char **prof_labels;
     int n_prof_events, cap_prof_events;
+    int made_prof_events; /* created so far; reused by later steps */
 };
 
 /* Bytes of one element of tensor i on the device. */

@@ -103,7 +103,8 @@ static void make_plan(gptoss_gpu *g, plan *pl) {
     add(pl, &g->part_o, R * Hq * splits * D * 4, 3);
     add(pl, &g->part_ml, R * Hq * splits * 2 * 4, 3);
     add(pl, &g->sample_ws, gptoss_sample_workspace_bytes(o->rows, c->vocab_size), 3);
-    g->upload_bytes = ((R * 3 * 4 + 15) & ~(size_t)15) + R * sizeof(gptoss_row_sampling);
+    g->sampling_at = (R * 3 * 4 + 15) & ~(size_t)15; /* after tokens, slots, positions */
+    g->upload_bytes = g->sampling_at + R * sizeof(gptoss_row_sampling);
     add(pl, &g->upload_dev, g->upload_bytes, 3);
     add(pl, &g->m1, K * 2 * I * 4, 3);
     add(pl, &g->y_trace, K * I * 4, 3);
@@ -222,7 +223,8 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
     g->v_layer = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->layer_positions = (int *)calloc((size_t)c->n_layers, sizeof(int));
     g->length = (int *)calloc((size_t)o->slots, sizeof(int));
-    if (!g->k_layer || !g->v_layer || !g->layer_positions || !g->length) {
+    g->slot_rows = (int *)calloc((size_t)o->slots, sizeof(int));
+    if (!g->k_layer || !g->v_layer || !g->layer_positions || !g->length || !g->slot_rows) {
         snprintf(err, GPTOSS_ERR_LEN, "replica: out of host memory");
         goto fail;
     }
@@ -325,7 +327,7 @@ void gptoss_gpu_free(gptoss_gpu *g) {
         if (r->done)
             (void)hipEventDestroy(r->done);
     }
-    for (int i = 0; i < g->n_prof_events; i++)
+    for (int i = 0; i < g->made_prof_events; i++)
         (void)hipEventDestroy(g->prof_events[i]);
     if (g->stream)
         (void)hipStreamDestroy(g->stream);
@@ -339,6 +341,7 @@ void gptoss_gpu_free(gptoss_gpu *g) {
     free(g->v_layer);
     free(g->layer_positions);
     free(g->length);
+    free(g->slot_rows);
     free(g);
 }
 
@@ -372,10 +375,11 @@ int gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *err) {
         return 0;
     if (grow_events(g, err))
         return -1;
-    for (int i = 0; i < 2; i++) {
-        hipError_t e = hipEventCreate(&g->prof_events[g->n_prof_events + i]);
+    while (g->made_prof_events < g->n_prof_events + 2) {
+        hipError_t e = hipEventCreate(&g->prof_events[g->made_prof_events]);
         if (e != hipSuccess)
             return fail(err, g, "profile: cannot create an event", e);
+        g->made_prof_events++;
     }
     g->prof_labels[g->n_prof_events / 2] = label;
     hipError_t e = hipEventRecord(g->prof_events[g->n_prof_events], g->stream);
@@ -428,8 +432,6 @@ static int collect_profile(gptoss_gpu *g, char *err) {
         }
         g->prof[at].seconds += ms / 1000.0;
         g->prof[at].calls++;
-        (void)hipEventDestroy(g->prof_events[i]);
-        (void)hipEventDestroy(g->prof_events[i + 1]);
     }
     g->n_prof_events = 0;
     return 0;
@@ -456,25 +458,27 @@ void gptoss_gpu_profile_read(const gptoss_gpu *g,
 
 /* ---- steps ------------------------------------------------------------------------ */
 
-static int check_chunks(const gptoss_gpu *g, const gptoss_batch *b, char *err) {
+static int check_chunks(gptoss_gpu *g, const gptoss_batch *b, char *err) {
     if (b->n > g->o.rows) {
         snprintf(err, GPTOSS_ERR_LEN,
                  "step: %d rows, but this replica takes at most rows = %d in one step", b->n,
                  g->o.rows);
         return -1;
     }
-    /* rows of one slot are consecutive positions (gptoss_batch_check): count runs */
-    for (int r = 0; r < b->n; r++) {
-        int s = b->slots[r], n = 0;
-        for (int j = 0; j < b->n; j++)
-            n += b->slots[j] == s;
-        if (n > g->o.chunk) {
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "step: slot %d has %d rows, but this replica takes at most chunk = %d rows "
-                     "of one slot in one step",
-                     s + 1, n, g->o.chunk);
-            return -1;
-        }
+    /* slots are in range here (gptoss_batch_check ran first) */
+    int over = -1;
+    for (int r = 0; r < b->n; r++)
+        if (++g->slot_rows[b->slots[r]] > g->o.chunk && over < 0)
+            over = b->slots[r];
+    int n = over >= 0 ? g->slot_rows[over] : 0;
+    for (int r = 0; r < b->n; r++)
+        g->slot_rows[b->slots[r]] = 0;
+    if (over >= 0) {
+        snprintf(err, GPTOSS_ERR_LEN,
+                 "step: slot %d has %d or more rows, but this replica takes at most chunk = %d rows "
+                 "of one slot in one step",
+                 over + 1, n, g->o.chunk);
+        return -1;
     }
     return 0;
 }
@@ -497,8 +501,7 @@ static int begin_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sam
     memcpy(ints, b->tokens, sizeof(int) * (size_t)R);
     memcpy(ints + cap, b->slots, sizeof(int) * (size_t)R);
     memcpy(ints + 2 * cap, b->positions, sizeof(int) * (size_t)R);
-    size_t at = ((size_t)cap * 3 * 4 + 15) & ~(size_t)15;
-    gptoss_row_sampling *rs = (gptoss_row_sampling *)(r->upload_host + at);
+    gptoss_row_sampling *rs = (gptoss_row_sampling *)(r->upload_host + g->sampling_at);
     if (sampling)
         memcpy(rs, sampling, sizeof *rs * (size_t)R);
     else
@@ -517,8 +520,7 @@ int gptoss_gpu_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sampl
     if (begin_step(g, b, sampling, &r, err) || gptoss_gpu_forward(g, b, NULL, err))
         return -1;
     int R = b->n;
-    size_t at = ((size_t)g->o.rows * 3 * 4 + 15) & ~(size_t)15;
-    const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->upload_dev + at);
+    const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->upload_dev + g->sampling_at);
     if (gptoss_gpu_launch_begin(g, "sample", err) ||
         gptoss_gpu_launched(g, "sample",
                             gptoss_launch_sample(g->logits, R, g->c.vocab_size, rs, g->tokens_dev,

@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     gptoss_golden *g;
     gptoss_gpu *gpu;
-    int slots, ctx;
+    int slots, ctx, weights_bf16, kv_bf16; /* as created, for either engine */
     row_sampling *slot_sampling; /* per slot, in the replica's user value 2 */
     sampler_box *scratch;        /* user value 3 */
 } lua_replica;
@@ -133,6 +133,8 @@ int gptoss_lua_replica(lua_State *L) {
     r->gpu = NULL;
     r->slots = (int)slots;
     r->ctx = (int)ctx;
+    r->weights_bf16 = weights_bf16;
+    r->kv_bf16 = kv_bf16;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
     lua_setiuservalue(L, -2, 1);
@@ -445,18 +447,10 @@ static int gpu_getter(lua_State *L, gptoss_gpu *gpu, const char *k) {
     const gptoss_gpu_opts *o = gptoss_gpu_options(gpu);
     if (strcmp(k, "device") == 0) {
         lua_pushinteger(L, o->device + 1);
-    } else if (strcmp(k, "slots") == 0) {
-        lua_pushinteger(L, o->slots);
-    } else if (strcmp(k, "ctx") == 0) {
-        lua_pushinteger(L, o->ctx);
     } else if (strcmp(k, "rows") == 0) {
         lua_pushinteger(L, o->rows);
     } else if (strcmp(k, "chunk") == 0) {
         lua_pushinteger(L, o->chunk);
-    } else if (strcmp(k, "weights") == 0) {
-        lua_pushstring(L, dtype_modes[o->weights_bf16]);
-    } else if (strcmp(k, "kv") == 0) {
-        lua_pushstring(L, dtype_modes[o->kv_bf16]);
     } else if (strcmp(k, "memory") == 0) { /* device bytes */
         gptoss_gpu_memory mem;
         gptoss_gpu_memory_use(gpu, &mem);
@@ -487,22 +481,21 @@ static int r_getter(lua_State *L) {
         return 1;
     }
     check_open(L, 1);
+    if (strcmp(k, "slots") == 0 || strcmp(k, "ctx") == 0) {
+        lua_pushinteger(L, k[0] == 's' ? r->slots : r->ctx);
+        return 1;
+    }
+    if (strcmp(k, "weights") == 0 || strcmp(k, "kv") == 0) {
+        lua_pushstring(L, dtype_modes[k[0] == 'w' ? r->weights_bf16 : r->kv_bf16]);
+        return 1;
+    }
     if (r->gpu)
         return gpu_getter(L, r->gpu, k);
     gptoss_golden *g = r->g;
-    const gptoss_golden_opts *o = gptoss_golden_options(g);
     if (strcmp(k, "device") == 0) {
         lua_pushliteral(L, "cpu");
-    } else if (strcmp(k, "slots") == 0) {
-        lua_pushinteger(L, o->slots);
-    } else if (strcmp(k, "ctx") == 0) {
-        lua_pushinteger(L, o->ctx);
     } else if (strcmp(k, "threads") == 0) {
-        lua_pushinteger(L, o->threads);
-    } else if (strcmp(k, "weights") == 0) {
-        lua_pushstring(L, dtype_modes[o->weights_bf16]);
-    } else if (strcmp(k, "kv") == 0) {
-        lua_pushstring(L, dtype_modes[o->kv_bf16]);
+        lua_pushinteger(L, gptoss_golden_options(g)->threads);
     } else if (strcmp(k, "memory") == 0) {
         /* host bytes: the KV pool is the replica's own; weights are the model's, shared */
         lua_getiuservalue(L, 1, 1);
