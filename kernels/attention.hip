@@ -1,6 +1,8 @@
 /* Attention of each row over its slot's cached keys, with the per-head sink
  * and the sliding window (even layers; key t is visible from position p
- * when p - t < window), flash-decoding style:
+ * when p - t < window).
+ *
+ * bf16 mode, flash-decoding style:
  *
  *  1. partials: one block per (row, KV head, split of the visible keys).
  *     The G = Hq / Hkv query heads sharing the KV head are done together,
@@ -10,14 +12,21 @@
  *     into one denominator and writes the output (and its bf16 copy, the o
  *     projection's input in bf16 mode).
  *
- * Scores are the golden's: the float products q_i * k_i summed in ACC
- * (double in fp32 mode), divided by sqrtf(head_dim) in that precision, then
- * rounded to float. The softmax is the online form of the course's: the
- * exponentials differ from the golden's by rounding only. */
+ * Scores are float dot products; the softmax is the online form of the
+ * course's, so values differ from the golden's by rounding only.
+ *
+ * fp32 mode, the golden's order exactly: one block per (row, head) makes
+ * three passes over the visible keys, recomputing each score as the golden
+ * does (attention_score.h): the maximum (with the sink), the double sum of
+ * the exponentials, then the output as float sums in ascending position of
+ * the rounded probabilities times the values. Only the double sum's order
+ * differs from the golden's. */
 #include <math.h>
 
+#include "attention_score.h"
 #include "device.h"
 #include "launchers.h"
+#include "../src/core/course_math.h"
 
 namespace {
 
@@ -26,12 +35,12 @@ constexpr int MAX_GD = 2048;               /* G * head_dim, checked by the engin
 constexpr int PER_THREAD = MAX_GD / THREADS;
 constexpr int MAX_G = 32, GROUPS = THREADS / CHUNK, G_PER_GROUP = MAX_G / GROUPS;
 
-template <class KV, class ACC> __global__ void __launch_bounds__(THREADS)
+template <class KV> __global__ void __launch_bounds__(THREADS)
 attention_partial_kernel(gptoss_attention_args a) {
     __shared__ float qs[MAX_GD];
     __shared__ float S[MAX_G][CHUNK];
     __shared__ float m_run[MAX_G], scale[MAX_G];
-    __shared__ ACC l_run[MAX_G];
+    __shared__ float l_run[MAX_G];
     int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
     int D = a.head_dim, G = a.n_heads / a.n_kv_heads, GD = G * D, kvd = a.n_kv_heads * D;
     int pos = a.positions[r], P = a.positions_per_slot;
@@ -47,7 +56,7 @@ attention_partial_kernel(gptoss_attention_args a) {
     const KV *K = (const KV *)a.k_cache + (size_t)a.slots[r] * P * kvd + kvh * D;
     const KV *V = (const KV *)a.v_cache + (size_t)a.slots[r] * P * kvd + kvh * D;
     float acc[PER_THREAD] = {};
-    const ACC inv_scale = (ACC)sqrtf((float)D);
+    const float inv_scale = sqrtf((float)D);
     int lane = tid % warpSize, warp = tid / warpSize, warps = THREADS / warpSize;
     __syncthreads();
     for (int c0 = lo; c0 < hi; c0 += CHUNK) {
@@ -56,19 +65,19 @@ attention_partial_kernel(gptoss_attention_args a) {
             int t = tid % CHUNK, group = tid / CHUNK;
             if (t < n) {
                 const KV *k = K + (size_t)((c0 + t) % P) * kvd;
-                ACC dot[G_PER_GROUP] = {};
+                float dot[G_PER_GROUP] = {};
                 for (int d = 0; d < D; d++) {
                     float kv = to_float(k[d]);
                     for (int j = 0; j < G_PER_GROUP; j++) {
                         int g = group + j * GROUPS;
                         if (g < G)
-                            dot[j] += (ACC)(qs[g * D + d] * kv);
+                            dot[j] += qs[g * D + d] * kv;
                     }
                 }
                 for (int j = 0; j < G_PER_GROUP; j++) {
                     int g = group + j * GROUPS;
                     if (g < G)
-                        S[g][t] = (float)(dot[j] / inv_scale);
+                        S[g][t] = dot[j] / inv_scale;
                 }
             }
         }
@@ -79,7 +88,7 @@ attention_partial_kernel(gptoss_attention_args a) {
                 mx = fmaxf(mx, S[g][t]);
             mx = warp_max(mx);
             float m_new = fmaxf(m_run[g], mx);
-            ACC sum = 0;
+            float sum = 0;
             for (int t = lane; t < n; t += warpSize) {
                 float p = expf(S[g][t] - m_new);
                 S[g][t] = p;
@@ -116,13 +125,13 @@ attention_partial_kernel(gptoss_attention_args a) {
     }
     if (tid < G) {
         a.part_ml[2 * (base + (size_t)tid * a.splits)] = m_run[tid];
-        a.part_ml[2 * (base + (size_t)tid * a.splits) + 1] = (float)l_run[tid];
+        a.part_ml[2 * (base + (size_t)tid * a.splits) + 1] = l_run[tid];
     }
 }
 
 constexpr int MAX_SPLITS = 256;
 
-template <class ACC> __global__ void attention_combine_kernel(gptoss_attention_args a) {
+__global__ void attention_combine_kernel(gptoss_attention_args a) {
     __shared__ float factor[MAX_SPLITS];
     __shared__ float denom;
     int r = blockIdx.x, h = blockIdx.y, D = a.head_dim;
@@ -136,10 +145,10 @@ template <class ACC> __global__ void attention_combine_kernel(gptoss_attention_a
         factor[s] = expf(ml[2 * s] - M);
     __syncthreads();
     if (threadIdx.x == 0) {
-        ACC l = expf(sink - M);
+        float l = expf(sink - M);
         for (int s = 0; s < a.splits; s++)
-            l += (ACC)ml[2 * s + 1] * factor[s];
-        denom = (float)l;
+            l += ml[2 * s + 1] * factor[s];
+        denom = l;
     }
     __syncthreads();
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
@@ -154,6 +163,51 @@ template <class ACC> __global__ void attention_combine_kernel(gptoss_attention_a
     }
 }
 
+constexpr int EXACT_THREADS = 128, EXACT_PER_THREAD = MAX_GD / EXACT_THREADS;
+
+template <class KV> __global__ void __launch_bounds__(EXACT_THREADS)
+attention_exact_kernel(gptoss_attention_args a) {
+    __shared__ float qs[MAX_GD];
+    __shared__ float probs[EXACT_THREADS];
+    __shared__ float slot_f[EXACT_THREADS / 32];
+    __shared__ double slot_d[EXACT_THREADS / 32];
+    int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, n = blockDim.x;
+    int D = a.head_dim, kvd = a.n_kv_heads * D, kvh = h / (a.n_heads / a.n_kv_heads);
+    int pos = a.positions[r], P = a.positions_per_slot;
+    int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    const float *q = a.q + ((size_t)r * a.n_heads + h) * D;
+    for (int i = tid; i < D; i += n)
+        qs[i] = q[i];
+    const KV *K = (const KV *)a.k_cache + (size_t)a.slots[r] * P * kvd + kvh * D;
+    const KV *V = (const KV *)a.v_cache + (size_t)a.slots[r] * P * kvd + kvh * D;
+    auto score = [&](int t) { return golden_score(qs, K + (size_t)(t % P) * kvd, D); };
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int t = first + tid; t <= pos; t += n)
+        mx = fmaxf(mx, score(t));
+    const float sink = a.sinks[h];
+    const double top = fmaxf(block_all(mx, op_max(), slot_f), sink);
+    double sum = 0.0;
+    for (int t = first + tid; t <= pos; t += n)
+        sum += gptoss_expf((float)(score(t) - top));
+    sum = block_all(sum, op_add(), slot_d) + gptoss_expf((float)(sink - top));
+    float o[EXACT_PER_THREAD] = {};
+    for (int c0 = first; c0 <= pos; c0 += n) {
+        int t = c0 + tid, len = min(n, pos + 1 - c0);
+        if (t <= pos)
+            probs[tid] = (float)(gptoss_expf((float)(score(t) - top)) / sum);
+        __syncthreads();
+        for (int j = 0; j < EXACT_PER_THREAD && tid + j * n < D; j++) {
+            int i = tid + j * n;
+            for (int u = 0; u < len; u++)
+                o[j] += probs[u] * to_float(V[(size_t)((c0 + u) % P) * kvd + i]);
+        }
+        __syncthreads();
+    }
+    for (int j = 0; j < EXACT_PER_THREAD && tid + j * n < D; j++)
+        a.out[((size_t)r * a.n_heads + h) * D + tid + j * n] = o[j];
+}
+
 } // namespace
 
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim) {
@@ -165,22 +219,19 @@ int gptoss_attention_max_splits(void) { return MAX_SPLITS; }
 
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
                                    hipStream_t stream) {
+    if (exact) {
+        dim3 grid(a->rows, a->n_heads);
+        if (kv_bf16)
+            hipLaunchKernelGGL(attention_exact_kernel<bf16>, grid, dim3(EXACT_THREADS), 0, stream, *a);
+        else
+            hipLaunchKernelGGL(attention_exact_kernel<float>, grid, dim3(EXACT_THREADS), 0, stream, *a);
+        return hipGetLastError();
+    }
     dim3 partial_grid(a->rows, a->n_kv_heads, a->splits), combine_grid(a->rows, a->n_heads);
-#define GPTOSS_ATTN(KV, ACC)                                                                       \
-    do {                                                                                           \
-        hipLaunchKernelGGL(HIP_KERNEL_NAME(attention_partial_kernel<KV, ACC>), partial_grid,      \
-                           dim3(THREADS), 0, stream, *a);                                          \
-        hipLaunchKernelGGL(HIP_KERNEL_NAME(attention_combine_kernel<ACC>), combine_grid,          \
-                           dim3(64), 0, stream, *a);                                               \
-    } while (0)
-    if (exact && kv_bf16)
-        GPTOSS_ATTN(bf16, double);
-    else if (exact)
-        GPTOSS_ATTN(float, double);
-    else if (kv_bf16)
-        GPTOSS_ATTN(bf16, float);
+    if (kv_bf16)
+        hipLaunchKernelGGL(attention_partial_kernel<bf16>, partial_grid, dim3(THREADS), 0, stream, *a);
     else
-        GPTOSS_ATTN(float, float);
-#undef GPTOSS_ATTN
+        hipLaunchKernelGGL(attention_partial_kernel<float>, partial_grid, dim3(THREADS), 0, stream, *a);
+    hipLaunchKernelGGL(attention_combine_kernel, combine_grid, dim3(64), 0, stream, *a);
     return hipGetLastError();
 }

@@ -21,35 +21,44 @@ template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) { return bf16{gptoss_bf16_bits(v)}; }
 
-/* Sums over the whole warp; every lane gets the result. */
-template <class T> __device__ __forceinline__ T warp_sum(T v) {
+/* Reduction operators for warp_all and block_all. */
+struct op_add {
+    template <class T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct op_max {
+    template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; }
+};
+struct op_min {
+    template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct op_or {
+    template <class T> __device__ T operator()(T a, T b) const { return a | b; }
+};
+
+/* op over the whole warp; every lane gets the result. */
+template <class T, class Op> __device__ __forceinline__ T warp_all(T v, Op op) {
     for (int off = warpSize / 2; off > 0; off /= 2)
-        v += __shfl_xor(v, off);
+        v = op(v, __shfl_xor(v, off));
     return v;
 }
 
-template <class T> __device__ __forceinline__ T warp_max(T v) {
-    for (int off = warpSize / 2; off > 0; off /= 2) {
-        T o = __shfl_xor(v, off);
-        v = o > v ? o : v;
-    }
-    return v;
-}
+template <class T> __device__ __forceinline__ T warp_sum(T v) { return warp_all(v, op_add()); }
+template <class T> __device__ __forceinline__ T warp_max(T v) { return warp_all(v, op_max()); }
 
-/* Block-wide sum; every thread gets the result. scratch holds one T per
- * warp (blockDim.x / 32 at most, the smallest warp). */
-template <class T> __device__ T block_sum(T v, T *scratch) {
-    int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
-    int warps = (blockDim.x + warpSize - 1) / warpSize;
-    v = warp_sum(v);
-    __syncthreads(); /* scratch may still be read by a previous call */
-    if (lane == 0)
-        scratch[warp] = v;
+/* op over the block, the same value in every thread, the warps folded in a
+ * fixed order (so sums are reproducible). slots holds one T per warp
+ * (blockDim.x / 32 at most, the smallest warp); calls may follow each other
+ * with the same slots. */
+template <class T, class Op> __device__ T block_all(T v, Op op, T *slots) {
+    v = warp_all(v, op);
+    if (threadIdx.x % warpSize == 0)
+        slots[threadIdx.x / warpSize] = v;
     __syncthreads();
-    T total = 0;
-    for (int w = 0; w < warps; w++)
-        total += scratch[w];
-    return total;
+    T r = slots[0];
+    for (int w = 1; w < (int)((blockDim.x + warpSize - 1) / warpSize); w++)
+        r = op(r, slots[w]);
+    __syncthreads();
+    return r;
 }
 
 #endif

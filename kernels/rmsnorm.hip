@@ -13,7 +13,7 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int hidden, float
     double ss = 0.0;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         ss += (double)(row[i] * row[i]);
-    double scale = gptoss_rms_scale(block_sum(ss, scratch), hidden);
+    double scale = gptoss_rms_scale(block_all(ss, op_add(), scratch), hidden);
     float *o = out + (size_t)blockIdx.x * hidden;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         float v = gptoss_rms_apply(w[i], scale, row[i]);

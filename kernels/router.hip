@@ -1,5 +1,7 @@
 /* The MoE router of each row in one block: the expert logits (one warp per
- * expert, the same products and precision as the GEMMs of the mode), the
+ * expert, the golden's float products summed in double in both modes: in
+ * bf16 mode the products are exact and so is their double sum, so the
+ * logits, and the routing, match the CPU's bit for bit given equal inputs), the
  * top-k with the golden's tie rule and the course softmax over those k
  * (src/core/course_math.h, softmax.h). */
 #include "device.h"
@@ -13,16 +15,16 @@ namespace {
  * many loads in flight (256 threads ran at 77 us per 20b row on an H200) */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 1024;
 
-template <class T, class ACC> __global__ void __launch_bounds__(THREADS) router_kernel(gptoss_router_args a) {
+template <class T> __global__ void __launch_bounds__(THREADS) router_kernel(gptoss_router_args a) {
     __shared__ float logits[MAX_EXPERTS];
     int r = blockIdx.x, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
     int warps = blockDim.x / warpSize;
     const T *x = (const T *)a.x + (size_t)r * a.hidden;
     for (int e = warp; e < a.n_experts; e += warps) {
         const T *w = (const T *)a.w + (size_t)e * a.hidden;
-        ACC s = 0;
+        double s = 0;
         for (int i = lane; i < a.hidden; i += warpSize)
-            s += (ACC)(to_float(x[i]) * to_float(w[i]));
+            s += (double)(to_float(x[i]) * to_float(w[i]));
         s = warp_sum(s);
         if (lane == 0) {
             float v = (float)s;
@@ -51,10 +53,8 @@ int gptoss_router_limits(int n_experts, int k) { return n_experts <= MAX_EXPERTS
 
 hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream) {
     if (bf16_mode)
-        hipLaunchKernelGGL(HIP_KERNEL_NAME(router_kernel<bf16, float>), dim3(a->rows), dim3(THREADS),
-                           0, stream, *a);
+        hipLaunchKernelGGL(router_kernel<bf16>, dim3(a->rows), dim3(THREADS), 0, stream, *a);
     else
-        hipLaunchKernelGGL(HIP_KERNEL_NAME(router_kernel<float, double>), dim3(a->rows),
-                           dim3(THREADS), 0, stream, *a);
+        hipLaunchKernelGGL(router_kernel<float>, dim3(a->rows), dim3(THREADS), 0, stream, *a);
     return hipGetLastError();
 }

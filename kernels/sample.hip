@@ -18,7 +18,9 @@
  * so a sum of n weights is off by at most n * 2^-62 times the row's weight
  * sum, less than the CPU's sequential double sums may be (README lets sums
  * associate differently). */
+#include "device.h"
 #include "launchers.h"
+#include "../src/core/course_math.h"
 
 #include <limits.h>
 
@@ -61,10 +63,7 @@ struct Row {
         uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u;
         return (uint64_t)up << 32 | (uint32_t)(n - 1 - i);
     }
-    /* Not expf: CUDA documents its expf as up to 2 ulp off, where glibc's
-     * (the CPU's) is within 0.502. The double exp rounded to float equals
-     * glibc's expf for all but 9e-5 of the floats in [-104, 0]. */
-    __device__ float weight(float v) const { return (float)exp((double)((v - m) / t)); }
+    __device__ float weight(float v) const { return gptoss_expf((v - m) / t); }
     /* w has 24 significant bits, so w * 2^Q is exact and only rint rounds */
     __device__ uint64_t fixed(float w) const { return (uint64_t)rint((double)w * scale); }
 };
@@ -83,28 +82,6 @@ __device__ void sweep(const float *x, int begin, int end, int first, int stride,
             if (u * stride < end - b)
                 f(b + u * stride, v[u]);
     }
-}
-
-template <class T, class Op>
-__device__ T warp_all(T v, Op op) {
-    for (int o = warpSize / 2; o > 0; o /= 2)
-        v = op(v, __shfl_xor(v, o));
-    return v;
-}
-
-/* op over the block, the same value in every thread; op folds the warps
- * in a fixed order */
-template <class T, class Op>
-__device__ T block_all(T v, Op op, T *slots) {
-    v = warp_all(v, op);
-    if (threadIdx.x % warpSize == 0)
-        slots[threadIdx.x / warpSize] = v;
-    __syncthreads();
-    T r = slots[0];
-    for (int w = 1; w < (int)(blockDim.x / warpSize); w++)
-        r = op(r, slots[w]);
-    __syncthreads();
-    return r;
 }
 
 /* the sum of v over the threads before this one; *total gets the block's */
@@ -130,11 +107,6 @@ __device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *slots) {
 }
 
 __device__ uint64_t add(uint64_t a, uint64_t b) { return a + b; }
-__device__ double add_d(double a, double b) { return a + b; }
-__device__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-__device__ int max32(int a, int b) { return a > b ? a : b; }
-__device__ int min32(int a, int b) { return a < b ? a : b; }
-__device__ int or32(int a, int b) { return a | b; }
 
 /* (v, i) becomes (ov, oi) when that is the higher logit, or the same with a
  * lower id; NaN never wins and i = INT_MAX means "nothing yet" */
@@ -260,7 +232,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
     for (int w = 0; w < (int)(blockDim.x / warpSize); w++)
         take_better(top, top_i, sh.slotf[w], sh.slot32[w]);
     __syncthreads();
-    flags = block_all(flags, or32, sh.slot32);
+    flags = block_all(flags, op_or(), sh.slot32);
 
     int token;
     if (t == 0) {
@@ -277,7 +249,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
         /* Twice the estimate exceeds the weight sum whatever __expf's and
          * the float sums' errors, and 2^Q * bound < 2^63 leaves room for
          * the rounding of each weight. The top weight is 1, so Q <= 61. */
-        double bound = 2 * block_all((double)own_sum * __expf((own_max - top) / t), add_d, sh.slotd);
+        double bound = 2 * block_all((double)own_sum * __expf((own_max - top) / t), op_add(), sh.slotd);
         int bits;
         frexp(bound, &bits);
         r.scale = (double)(1ull << (63 - bits));
@@ -301,7 +273,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
                 if (key >= cut && key < least && (double)r.weight(v) >= p.min_p)
                     least = key;
             });
-            cut = block_all(least, min64, sh.slot64);
+            cut = block_all(least, op_min(), sh.slot64);
         }
         /* a kept token's weight, 0 for the others */
         auto kept_w = [&](int i, float v) -> float {
@@ -326,7 +298,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
                 }
             });
             sum = warp_all(sum, add);
-            last = warp_all(last, max32);
+            last = warp_all(last, op_max());
             if (lane == 0) {
                 sh.range_sum[q] = sum;
                 sh.range_last[q] = last;
@@ -337,7 +309,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
         __syncthreads();
         uint64_t mine = tid < ranges ? sh.range_sum[tid] : 0, total;
         uint64_t before = block_scan(mine, &total, sh.slot64);
-        int last = block_all(tid < ranges ? sh.range_last[tid] : -1, max32, sh.slot32);
+        int last = block_all(tid < ranges ? sh.range_last[tid] : -1, op_max(), sh.slot32);
         double target = gptoss_sample_uniform(p.seed, p.position) * (double)total;
         if (tid < ranges && (double)before <= target && (double)(before + mine) > target) {
             sh.range = tid;
@@ -365,7 +337,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
                 }
             }
             /* the range's sum passes target exactly, so some thread hits */
-            token = block_all(hit, min32, sh.slot32);
+            token = block_all(hit, op_min(), sh.slot32);
         }
     }
     if (tid == 0)

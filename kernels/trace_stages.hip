@@ -6,6 +6,7 @@
  * computes the same values as an ordinary one. */
 #include <math.h>
 
+#include "attention_score.h"
 #include "device.h"
 #include "launchers.h"
 #include "../src/core/course_math.h"
@@ -23,11 +24,7 @@ __global__ void trace_scores_kernel(gptoss_attention_args a, float *scores, floa
             sc[t] = -INFINITY;
             continue;
         }
-        const KV *k = K + (size_t)(t % P) * kvd;
-        double s = 0.0;
-        for (int i = 0; i < D; i++)
-            s += (double)(q[i] * to_float(k[i]));
-        sc[t] = (float)(s / sqrtf((float)D));
+        sc[t] = golden_score(q, K + (size_t)(t % P) * kvd, D);
     }
     if (threadIdx.x == 0)
         sc[pos + 1] = a.sinks[h];

@@ -6,7 +6,7 @@
 
 #include <math.h>
 
-#include "synth.h" /* GPTOSS_HD */
+#include "course_math.h"
 
 GPTOSS_HD static inline void gptoss_course_softmax(float *x, int n) {
     double max = x[0];
@@ -15,7 +15,7 @@ GPTOSS_HD static inline void gptoss_course_softmax(float *x, int n) {
             max = x[i];
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
-        x[i] = expf((float)(x[i] - max));
+        x[i] = gptoss_expf((float)(x[i] - max));
         sum += x[i];
     }
     for (int i = 0; i < n; i++)
