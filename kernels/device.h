@@ -21,6 +21,24 @@ template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) { return bf16{gptoss_bf16_bits(v)}; }
 
+/* The widest warp of the platform, for launch bounds (the code itself reads
+ * warpSize) */
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define GPTOSS_WARP_MAX 32
+#else
+#define GPTOSS_WARP_MAX 64
+#endif
+
+/* Orders shared-memory writes of a warp's lanes before the warp's later
+ * reads (a wavefront runs in lockstep on AMD; only the compiler must wait). */
+__device__ __forceinline__ void warp_sync() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    __syncwarp();
+#else
+    __builtin_amdgcn_wave_barrier();
+#endif
+}
+
 /* Reduction operators for warp_all and block_all. */
 struct op_add {
     template <class T> __device__ T operator()(T a, T b) const { return a + b; }

@@ -10,11 +10,10 @@
  *    accumulator fed float products, as the golden's matmul: any summation
  *    order rounds to the same float except in rare double-rounding ties.
  *  - matrix (bf16 mode): bf16 weights and inputs on the matrix cores with
- *    fp32 accumulators (matrix_core.h); tiles of 64 outputs by 16·MT rows, K
- *    in steps of 64 with the next tile's loads in flight during the current
- *    tile's products. With MT = 1 a block streams its 64 weight rows once for
- *    up to 16 rows: the weight-streaming shape of decode; MT = 4 serves
- *    prefill and large batches. */
+ *    fp32 accumulators (matrix_core.h); a block covers 16 rows by 16 outputs
+ *    (few rows: decode, each weight read once for up to 16 rows) or 32 by 32
+ *    (prefill and large batches), and splits K over its warps in a fixed
+ *    way (below), so that small grids still keep many loads in flight. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -125,8 +124,14 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
 
 /* ---- matrix cores: bf16 in, fp32 accumulators ------------------------------ */
 
-constexpr int MX_BN = 64, MX_BK = 64, MX_PAD = 8, MX_WARPS = 4;
-constexpr int MX_MIN_THREADS = 128; /* 4 warps of at least 32 lanes */
+/* K goes by in chunks of 32; chunk c belongs to segment c % MX_SEGMENTS, and
+ * warp w of a block runs segment w: its chunks in ascending order, the
+ * operands loaded straight into the registers the matrix cores read
+ * (matrix_core.h), up to DEPTH chunks in flight. The segments' sums are then added
+ * in segment order. An output's arithmetic thus depends on K alone, never on
+ * the tile shape the row count picked: a row gets the same bits alone or in
+ * any batch. */
+constexpr int MX_KC = 32, MX_SEGMENTS = 8;
 
 /* 8 consecutive bf16 of a row starting at k, zero past k_end */
 template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int k, int k_end);
@@ -141,82 +146,97 @@ template <> __device__ __forceinline__ uint4 load8<false>(const bf16 *row, int k
                       h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
 }
 
-template <int MT, bool VEC>
-__global__ void __launch_bounds__(256) gemm_matrix_kernel(gptoss_gemm_args a) {
-    constexpr int BM = 16 * MT, LD = MX_BK + MX_PAD;
-    constexpr int XCH = (BM * MX_BK / 8 + MX_MIN_THREADS - 1) / MX_MIN_THREADS;
-    constexpr int WCH = MX_BN * MX_BK / 8 / MX_MIN_THREADS;
+/* A block computes 16 MT rows by 16 NT outputs. */
+template <int MT, int NT, int DEPTH, bool VEC>
+__global__ void __launch_bounds__(MX_SEGMENTS * GPTOSS_WARP_MAX) gemm_matrix_kernel(gptoss_gemm_args a) {
+    constexpr int BM = 16 * MT, BN = 16 * NT, P = tile16::PIECES, T = MT + NT;
     row_tile t;
     if (!block_rows(a, BM, t))
         return;
-    __shared__ __attribute__((aligned(16))) bf16 xs[BM * LD];
-    __shared__ __attribute__((aligned(16))) bf16 ws[MX_BN * LD];
+    __shared__ float sum[BM * BN];
     const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
     const bf16 *X = (const bf16 *)a.x;
-    int n0 = blockIdx.y * MX_BN, tid = threadIdx.x, threads = blockDim.x;
-    int lane = tid % warpSize, warp = tid / warpSize;
+    int n0 = blockIdx.y * BN, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
+    const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
 
-    /* the rows this thread loads, fixed for the whole K loop */
-    const bf16 *xsrc[XCH];
-    const bf16 *wsrc[WCH];
-    for (int j = 0; j < XCH; j++) {
-        int c = tid + j * threads, r = c / 8, p = t.begin + r;
-        xsrc[j] = nullptr;
-        if (c < BM * 8 && p < t.end)
-            xsrc[j] = X + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
-    }
-    for (int j = 0; j < WCH; j++) {
-        int c = tid + j * threads, o = n0 + c / 8;
-        wsrc[j] = c < MX_BN * 8 && o < a.n ? W + (size_t)o * a.k : nullptr;
-    }
-    uint4 xr[XCH], wr[WCH];
-    auto fetch = [&](int k0) {
-        for (int j = 0; j < XCH; j++) {
-            int c = tid + j * threads;
-            xr[j] = xsrc[j] ? load8<VEC>(xsrc[j], k0 + 8 * (c % 8), a.k) : make_uint4(0, 0, 0, 0);
+    /* the rows of this lane's pieces: tiles 0..MT-1 of X, then NT of W */
+    const bf16 *src[T][P];
+#pragma unroll
+    for (int m = 0; m < T; m++)
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            int r = tile16::piece_row(lane, j);
+            src[m][j] = nullptr;
+            if (m < MT) {
+                int p = t.begin + 16 * m + r;
+                if (p < t.end)
+                    src[m][j] = X + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k + kofs;
+            } else if (n0 + 16 * (m - MT) + r < a.n) {
+                src[m][j] = W + (size_t)(n0 + 16 * (m - MT) + r) * a.k + kofs;
+            }
         }
-        for (int j = 0; j < WCH; j++) {
-            int c = tid + j * threads;
-            wr[j] = wsrc[j] ? load8<VEC>(wsrc[j], k0 + 8 * (c % 8), a.k) : make_uint4(0, 0, 0, 0);
-        }
-    };
-    auto stash = [&]() {
-        for (int j = 0; j < XCH; j++) {
-            int c = tid + j * threads;
-            if (c < BM * 8)
-                *(uint4 *)(xs + (c / 8) * LD + 8 * (c % 8)) = xr[j];
-        }
-        for (int j = 0; j < WCH; j++) {
-            int c = tid + j * threads;
-            if (c < MX_BN * 8)
-                *(uint4 *)(ws + (c / 8) * LD + 8 * (c % 8)) = wr[j];
-        }
+    auto fetch = [&](int c, uint4 (&buf)[T][P]) {
+#pragma unroll
+        for (int m = 0; m < T; m++)
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                buf[m][j] = src[m][j] && c < chunks ? load8<VEC>(src[m][j], c * MX_KC, a.k - kofs)
+                                                    : make_uint4(0, 0, 0, 0);
     };
 
-    tile16::acc_t acc[MT];
+    tile16::acc_t acc[MT][NT];
+#pragma unroll
     for (int m = 0; m < MT; m++)
-        for (int i = 0; i < tile16::N; i++)
-            acc[m][i] = 0.0f;
-    fetch(0);
-    for (int k0 = 0; k0 < a.k; k0 += MX_BK) {
-        stash();
-        __syncthreads();
-        if (k0 + MX_BK < a.k)
-            fetch(k0 + MX_BK);
-        for (int kk = 0; kk < MX_BK; kk += 16)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++)
+                acc[m][n][i] = 0.0f;
+    uint4 ring[DEPTH][T][P];
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++)
+        fetch(warp + d * MX_SEGMENTS, ring[d]);
+    for (int c = warp; c < chunks; c += DEPTH * MX_SEGMENTS) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
+            if (c + d * MX_SEGMENTS >= chunks)
+                break;
+#pragma unroll
             for (int m = 0; m < MT; m++)
-                tile16::mma(acc[m], xs + 16 * m * LD + kk, LD, ws + 16 * warp * LD + kk, LD, lane);
-        __syncthreads();
-    }
-    for (int m = 0; m < MT; m++)
-        for (int i = 0; i < tile16::N; i += 2) {
-            int row, col;
-            if (!tile16::coords(i, lane, row, col))
-                continue;
-            int p = t.begin + 16 * m + row, o = n0 + 16 * warp + col;
-            if (p < t.end && o < a.n)
-                epilogue<bf16>(a, t, p, o, acc[m][i], acc[m][i + 1]);
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+                    tile16::mma32(acc[m][n], ring[d][m], ring[d][MT + n], lane);
+            fetch(c + (d + DEPTH) * MX_SEGMENTS, ring[d]);
         }
+    }
+
+    /* the segments in order: sum = s0, += s1, ...; the last warp adds its own
+     * and runs the epilogue */
+    for (int w = 0; w < MX_SEGMENTS; w++) {
+        if (warp == w)
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int i = 0; i < tile16::N; i += 2) {
+                        int row, col;
+                        if (!tile16::coords(i, lane, row, col))
+                            continue;
+                        float *s = sum + (16 * m + row) * BN + 16 * n + col;
+                        float v0 = w ? s[0] + acc[m][n][i] : acc[m][n][i];
+                        float v1 = w ? s[1] + acc[m][n][i + 1] : acc[m][n][i + 1];
+                        int p = t.begin + 16 * m + row, o = n0 + 16 * n + col;
+                        if (w < MX_SEGMENTS - 1) {
+                            s[0] = v0;
+                            s[1] = v1;
+                        } else if (p < t.end && o < a.n) {
+                            epilogue<bf16>(a, t, p, o, v0, v1);
+                        }
+                    }
+        if (w < MX_SEGMENTS - 1)
+            __syncthreads();
+    }
 }
 
 } // namespace
@@ -226,7 +246,7 @@ int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
         return EX_BM;
     /* rows per block: enough for the expected rows of a tile, no more */
     int expect = a->rows_hint > 0 ? a->rows_hint : a->rows;
-    return expect <= 16 ? 16 : expect <= 32 ? 32 : 64;
+    return expect <= 16 ? 16 : 32;
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
@@ -240,23 +260,23 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         hipLaunchKernelGGL(gemm_exact_kernel, grid, dim3(EX_THREADS), 0, stream, *a);
         return hipGetLastError();
     }
-    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN), block(MX_WARPS * warp);
+    dim3 block(MX_SEGMENTS * warp);
     bool vec = a->k % 8 == 0;
-#define GPTOSS_GEMM_LAUNCH(MT)                                                                     \
+#define GPTOSS_GEMM_LAUNCH(MT, NT, DEPTH)                                                          \
     do {                                                                                           \
+        dim3 grid(row_blocks, (a->n + 16 * NT - 1) / (16 * NT));                                   \
         if (vec)                                                                                   \
-            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, true>), grid, block, 0,      \
-                               stream, *a);                                                        \
+            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, NT, DEPTH, true>), grid,     \
+                               block, 0, stream, *a);                                              \
         else                                                                                       \
-            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, false>), grid, block, 0,     \
-                               stream, *a);                                                        \
+            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, NT, DEPTH, false>), grid,    \
+                               block, 0, stream, *a);                                              \
     } while (0)
+    /* few rows stream weights (deep prefetch); more rows reuse them */
     if (bm == 16)
-        GPTOSS_GEMM_LAUNCH(1);
-    else if (bm == 32)
-        GPTOSS_GEMM_LAUNCH(2);
+        GPTOSS_GEMM_LAUNCH(1, 1, 4);
     else
-        GPTOSS_GEMM_LAUNCH(4);
+        GPTOSS_GEMM_LAUNCH(2, 2, 2);
 #undef GPTOSS_GEMM_LAUNCH
     return hipGetLastError();
 }

@@ -1,18 +1,29 @@
-/* One warp's 16 x 16 x 16 bf16 product on the matrix cores, behind one
- * interface for every target:
+/* One warp's bf16 product of a 16 x 32 tile of X rows and a 16 x 32 tile
+ * of W rows on the matrix cores, the operands straight from registers,
+ * behind one interface for every target:
  *
- *   tile16::acc_t acc = {};                  per-lane fp32 accumulators
- *   tile16::mma(acc, X, ldx, W, ldw, lane)   acc += X[0..16)[0..16) * W[0..16)[0..16)^T
- *   tile16::coords(i, lane, row, col)        where acc[i] sits: X row, W row (output column)
+ *   tile16::PIECES                 16-byte pieces a lane holds per 16-row tile
+ *   tile16::piece_row(lane, j)     the tile row of the lane's piece j
+ *   tile16::piece_k(lane)          its first k in the 32-wide chunk (8 k per piece)
+ *   tile16::acc_t acc = {};        per-lane fp32 accumulators of a 16 x 16 output
+ *   tile16::mma32(acc, x, w, lane) acc += X W^T over the chunk, from the lane's
+ *                                  pieces x[PIECES] and w[PIECES]
+ *   tile16::coords(i, lane, row, col)  where acc[i] sits: X row, W row (output column)
  *
- * X and W are bf16 tiles in shared memory, row-major with leading dimensions
- * ldx/ldw in elements (even). Elements 2j and 2j+1 of acc always lie in one
- * row at columns col and col + 1, so an epilogue sees mlp1's (gate, up)
- * pairs in one lane. Implementations:
- *   NVIDIA sm_80+:  two mma.sync m16n8k16 per call (8 values per lane)
- *   AMD gfx90a/94x: one v_mfma_f32_16x16x16bf16_1k with W as the A operand,
- *                   so a lane holds four consecutive output columns (4 values)
- *   anything else:  plain fp32 loops over the lanes (256 / warpSize values)
+ * A piece is 8 consecutive bf16 of one row. Every target pairs the same k
+ * of X and W inside a product, so the sum is X W^T whatever order the k go
+ * through the hardware; the order is fixed per target, so an output's bits
+ * do not depend on which other rows share its tile. Elements 2j and 2j+1
+ * of acc always lie in one row at columns col and col + 1, so an epilogue
+ * sees mlp1's (gate, up) pairs in one lane. Implementations:
+ *   NVIDIA sm_80+:  mma.sync m16n8k16, twice per 16 k and per 8 columns;
+ *                   lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8
+ *                   at k 8t..8t+7
+ *   AMD gfx90a/94x: v_mfma_f32_16x16x16bf16_1k with W as the A operand;
+ *                   lane holds row lane % 16 at k 8 (lane / 16)
+ *   anything else:  plain fp32 products of pieces gathered by warp shuffles,
+ *                   with the NVIDIA piece layout (any warp size that is a
+ *                   multiple of 32)
  * The AMD path is compile-checked only: no AMD GPU is lent here. */
 #ifndef GPTOSS_KERNELS_MATRIX_CORE_H
 #define GPTOSS_KERNELS_MATRIX_CORE_H
@@ -26,78 +37,91 @@
 #endif
 
 struct tile16 {
-#if defined(GPTOSS_MMA_NVIDIA)
-    static constexpr int N = 8;
-#elif defined(GPTOSS_MMA_MFMA)
-    static constexpr int N = 4;
+#if defined(GPTOSS_MMA_MFMA)
+    static constexpr int N = 4, PIECES = 1;
 #else
-    static constexpr int N = 8; /* 256 values over at least 32 lanes */
+    static constexpr int N = 8, PIECES = 2;
 #endif
     typedef float acc_t[N];
 
-    __device__ static __forceinline__ uint32_t pair(const bf16 *p) {
-        return *(const uint32_t *)p;
+    __device__ static __forceinline__ uint32_t word(const uint4 &p, int i) {
+        return i == 0 ? p.x : i == 1 ? p.y : i == 2 ? p.z : p.w;
     }
 
-    __device__ static __forceinline__ void mma(acc_t &acc, const bf16 *X, int ldx, const bf16 *W,
-                                               int ldw, int lane) {
+#if defined(GPTOSS_MMA_MFMA)
+    __device__ static __forceinline__ int piece_row(int lane, int) { return lane & 15; }
+    __device__ static __forceinline__ int piece_k(int lane) { return 8 * ((lane >> 4) & 3); }
+#else
+    __device__ static __forceinline__ int piece_row(int lane, int j) { return ((lane >> 2) & 7) + 8 * j; }
+    __device__ static __forceinline__ int piece_k(int lane) { return 8 * (lane & 3); }
+#endif
+
+    __device__ static __forceinline__ void mma32(acc_t &acc, const uint4 *x, const uint4 *w, int lane) {
 #if defined(GPTOSS_MMA_NVIDIA)
-        int g = lane >> 2, t = lane & 3;
-        uint32_t a0 = pair(X + g * ldx + 2 * t), a1 = pair(X + (g + 8) * ldx + 2 * t);
-        uint32_t a2 = pair(X + g * ldx + 2 * t + 8), a3 = pair(X + (g + 8) * ldx + 2 * t + 8);
-        for (int n8 = 0; n8 < 2; n8++) {
-            const bf16 *w = W + (8 * n8 + g) * ldw + 2 * t;
-            uint32_t b0 = pair(w), b1 = pair(w + 8);
-            float *c = acc + 4 * n8;
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        (void)lane;
+        for (int s = 0; s < 2; s++) { /* elements 4s..4s+3 of each piece */
+            uint32_t a0 = word(x[0], 2 * s), a1 = word(x[1], 2 * s);
+            uint32_t a2 = word(x[0], 2 * s + 1), a3 = word(x[1], 2 * s + 1);
+            for (int h = 0; h < 2; h++) {
+                uint32_t b0 = word(w[h], 2 * s), b1 = word(w[h], 2 * s + 1);
+                float *c = acc + 4 * h;
+                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+            }
         }
 #elif defined(GPTOSS_MMA_MFMA)
+        (void)lane;
         typedef short short4_t __attribute__((ext_vector_type(4)));
         typedef float float4_t __attribute__((ext_vector_type(4)));
-        int i = lane & 15, k = 4 * (lane >> 4);
-        short4_t a, b;
-        for (int j = 0; j < 4; j++) {
-            a[j] = (short)W[i * ldw + k + j].bits;
-            b[j] = (short)X[i * ldx + k + j].bits;
-        }
         float4_t c = {acc[0], acc[1], acc[2], acc[3]};
-        c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, c, 0, 0, 0);
+        for (int s = 0; s < 2; s++) {
+            uint32_t w0 = word(w[0], 2 * s), w1 = word(w[0], 2 * s + 1);
+            uint32_t x0 = word(x[0], 2 * s), x1 = word(x[0], 2 * s + 1);
+            short4_t a = {(short)(w0 & 0xffff), (short)(w0 >> 16), (short)(w1 & 0xffff), (short)(w1 >> 16)};
+            short4_t b = {(short)(x0 & 0xffff), (short)(x0 >> 16), (short)(x1 & 0xffff), (short)(x1 >> 16)};
+            c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, c, 0, 0, 0);
+        }
         for (int j = 0; j < 4; j++)
             acc[j] = c[j];
 #else
-        for (int j = 0; j < N / 2; j++) {
-            int q = lane + j * warpSize; /* column pair q % 8 of row q / 8 */
-            if (q >= 128)
-                break;
-            int row = q / 8, col = 2 * (q % 8);
-            for (int k = 0; k < 16; k++) {
-                float x = to_float(X[row * ldx + k]);
-                acc[2 * j] = __fmaf_rn(x, to_float(W[col * ldw + k]), acc[2 * j]);
-                acc[2 * j + 1] = __fmaf_rn(x, to_float(W[(col + 1) * ldw + k]), acc[2 * j + 1]);
+        /* Rows live in lane groups of 4 (g = lane / 4 covers rows g and
+         * g + 8 when the warp has 32 lanes; with 64, groups 8..15 hold copies
+         * of groups 0..7). Each output gathers its two rows' 4 pieces. */
+        for (int i = 0; i < N; i++) {
+            int row, col;
+            bool mine = coords(i, lane, row, col);
+            float s = 0.0f;
+            for (int t = 0; t < 4; t++) {
+                int xl = 4 * (row & 7) + t, wl = 4 * (col & 7) + t;
+                for (int e = 0; e < 4; e++) {
+                    uint32_t x0 = __shfl(word(x[0], e), xl), x1 = __shfl(word(x[1], e), xl);
+                    uint32_t w0 = __shfl(word(w[0], e), wl), w1 = __shfl(word(w[1], e), wl);
+                    uint32_t xv = row < 8 ? x0 : x1, wv = col < 8 ? w0 : w1;
+                    s = __fmaf_rn(gptoss_bf16_float((uint16_t)(xv & 0xffff)),
+                                  gptoss_bf16_float((uint16_t)(wv & 0xffff)), s);
+                    s = __fmaf_rn(gptoss_bf16_float((uint16_t)(xv >> 16)),
+                                  gptoss_bf16_float((uint16_t)(wv >> 16)), s);
+                }
             }
+            if (mine)
+                acc[i] += s;
         }
 #endif
     }
 
     /* false for the fallback's unused values when the warp is 64 wide */
     __device__ static __forceinline__ bool coords(int i, int lane, int &row, int &col) {
-#if defined(GPTOSS_MMA_NVIDIA)
-        int g = lane >> 2, t = lane & 3, j = i & 3;
-        row = g + 8 * (j >> 1);
-        col = 8 * (i >> 2) + 2 * t + (j & 1);
-        return true;
-#elif defined(GPTOSS_MMA_MFMA)
+#if defined(GPTOSS_MMA_MFMA)
         row = lane & 15;
         col = 4 * (lane >> 4) + i;
         return true;
 #else
-        int q = lane + (i / 2) * warpSize;
-        row = q / 8;
-        col = 2 * (q % 8) + (i & 1);
-        return q < 128;
+        int g = (lane >> 2) & 7, t = lane & 3, j = i & 3;
+        row = g + 8 * (j >> 1);
+        col = 8 * (i >> 2) + 2 * t + (j & 1);
+        return lane < 32;
 #endif
     }
 };

@@ -95,9 +95,10 @@ static void make_plan(gptoss_gpu *g, plan *pl) {
     add(pl, &g->m2, P * H * 4, 3);
     add(pl, &g->logits, R * V * 4, 3);
     add(pl, &g->tokens_dev, R * 4, 3);
-    /* attention partials: splits of 256 keys, longer ones past 64 splits */
+    /* attention partials: splits of 64 keys (one chunk: many blocks even for
+     * one row), longer ones past 64 splits */
     size_t split_len = ((size_t)o->ctx + 63) / 64;
-    split_len = split_len < 256 ? 256 : (split_len + 63) / 64 * 64;
+    split_len = (split_len + 63) / 64 * 64;
     g->split_len = (int)split_len;
     size_t splits = ((size_t)o->ctx + split_len - 1) / split_len;
     add(pl, &g->part_o, R * Hq * splits * D * 4, 3);
