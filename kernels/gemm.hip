@@ -124,14 +124,13 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
 
 /* ---- matrix cores: bf16 in, fp32 accumulators ------------------------------ */
 
-/* K goes by in chunks of 32; chunk c belongs to segment c % MX_SEGMENTS, and
- * warp w of a block runs segment w: its chunks in ascending order, the
- * operands loaded straight into the registers the matrix cores read
- * (matrix_core.h), up to DEPTH chunks in flight. The segments' sums are then added
- * in segment order. An output's arithmetic thus depends on K alone, never on
- * the tile shape the row count picked: a row gets the same bits alone or in
- * any batch. */
-constexpr int MX_KC = 32, MX_SEGMENTS = 8;
+/* The order of an output's sum. K goes by in chunks of 32 (zero-filled past
+ * K); the even chunks accumulate into one sum and the odd ones into another,
+ * each in ascending chunk order, one chunk being one call of tile16::mma32
+ * with the same pieces in every kernel; the result is even + odd. That order
+ * depends on K alone, never on the rows in the step or the kernel their count
+ * picked, so a row gets the same bits alone or in any batch. */
+constexpr int MX_KC = 32, MX_BN = 64;
 
 /* 8 consecutive bf16 of a row starting at k, zero past k_end */
 template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int k, int k_end);
@@ -146,97 +145,188 @@ template <> __device__ __forceinline__ uint4 load8<false>(const bf16 *row, int k
                       h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
 }
 
-/* A block computes 16 MT rows by 16 NT outputs. */
-template <int MT, int NT, int DEPTH, bool VEC>
-__global__ void __launch_bounds__(MX_SEGMENTS * GPTOSS_WARP_MAX) gemm_matrix_kernel(gptoss_gemm_args a) {
-    constexpr int BM = 16 * MT, BN = 16 * NT, P = tile16::PIECES, T = MT + NT;
-    row_tile t;
-    if (!block_rows(a, BM, t))
-        return;
-    __shared__ float sum[BM * BN];
-    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
-    const bf16 *X = (const bf16 *)a.x;
-    int n0 = blockIdx.y * BN, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
-    const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
+/* row p's input row, or NULL past the tile */
+__device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const row_tile &t, int p) {
+    if (p >= t.end)
+        return nullptr;
+    return (const bf16 *)a.x + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
+}
 
-    /* the rows of this lane's pieces: tiles 0..MT-1 of X, then NT of W */
-    const bf16 *src[T][P];
+/* Streaming, for up to 16 rows (decode): a block covers 16 rows by 64
+ * outputs with 8 warps, warp w doing outputs 16 (w / 2).. of the even
+ * (w even) or odd chunks, its operands loaded straight into the registers
+ * the matrix cores read, DEPTH chunks in flight: every weight is read once,
+ * with many loads outstanding even when the grid is small. */
+template <int DEPTH, bool VEC>
+__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss_gemm_args a) {
+    constexpr int P = tile16::PIECES;
+    row_tile t;
+    if (!block_rows(a, 16, t))
+        return;
+    __shared__ float even[16 * MX_BN];
+    int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
+    int n0 = blockIdx.y * MX_BN + 16 * (warp >> 1);
+    const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
+    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
+    const bf16 *src[2][P]; /* X, W */
 #pragma unroll
-    for (int m = 0; m < T; m++)
+    for (int j = 0; j < P; j++) {
+        int r = tile16::piece_row(lane, j);
+        const bf16 *x = x_row(a, t, t.begin + r);
+        src[0][j] = x ? x + kofs : nullptr;
+        src[1][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
+    }
+    auto fetch = [&](int c, uint4 (&buf)[2][P]) {
 #pragma unroll
-        for (int j = 0; j < P; j++) {
-            int r = tile16::piece_row(lane, j);
-            src[m][j] = nullptr;
-            if (m < MT) {
-                int p = t.begin + 16 * m + r;
-                if (p < t.end)
-                    src[m][j] = X + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k + kofs;
-            } else if (n0 + 16 * (m - MT) + r < a.n) {
-                src[m][j] = W + (size_t)(n0 + 16 * (m - MT) + r) * a.k + kofs;
-            }
-        }
-    auto fetch = [&](int c, uint4 (&buf)[T][P]) {
-#pragma unroll
-        for (int m = 0; m < T; m++)
+        for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int j = 0; j < P; j++)
                 buf[m][j] = src[m][j] && c < chunks ? load8<VEC>(src[m][j], c * MX_KC, a.k - kofs)
                                                     : make_uint4(0, 0, 0, 0);
     };
-
-    tile16::acc_t acc[MT][NT];
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int i = 0; i < tile16::N; i++)
-                acc[m][n][i] = 0.0f;
-    uint4 ring[DEPTH][T][P];
+    tile16::acc_t acc = {};
+    uint4 ring[DEPTH][2][P];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        fetch(warp + d * MX_SEGMENTS, ring[d]);
-    for (int c = warp; c < chunks; c += DEPTH * MX_SEGMENTS) {
+        fetch(parity + 2 * d, ring[d]);
+    for (int c = parity; c < chunks; c += 2 * DEPTH) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
-            if (c + d * MX_SEGMENTS >= chunks)
+            if (c + 2 * d >= chunks)
                 break;
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-                    tile16::mma32(acc[m][n], ring[d][m], ring[d][MT + n], lane);
-            fetch(c + (d + DEPTH) * MX_SEGMENTS, ring[d]);
+            tile16::mma32(acc, ring[d][0], ring[d][1], lane);
+            fetch(c + 2 * (d + DEPTH), ring[d]);
         }
     }
-
-    /* the segments in order: sum = s0, += s1, ...; the last warp adds its own
-     * and runs the epilogue */
-    for (int w = 0; w < MX_SEGMENTS; w++) {
-        if (warp == w)
 #pragma unroll
-            for (int m = 0; m < MT; m++)
+    for (int half = 0; half < 2; half++) { /* even, then odd + even */
+        if (parity == half)
 #pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int i = 0; i < tile16::N; i += 2) {
-                        int row, col;
-                        if (!tile16::coords(i, lane, row, col))
-                            continue;
-                        float *s = sum + (16 * m + row) * BN + 16 * n + col;
-                        float v0 = w ? s[0] + acc[m][n][i] : acc[m][n][i];
-                        float v1 = w ? s[1] + acc[m][n][i + 1] : acc[m][n][i + 1];
-                        int p = t.begin + 16 * m + row, o = n0 + 16 * n + col;
-                        if (w < MX_SEGMENTS - 1) {
-                            s[0] = v0;
-                            s[1] = v1;
-                        } else if (p < t.end && o < a.n) {
-                            epilogue<bf16>(a, t, p, o, v0, v1);
-                        }
-                    }
-        if (w < MX_SEGMENTS - 1)
+            for (int i = 0; i < tile16::N; i += 2) {
+                int row, col;
+                if (!tile16::coords(i, lane, row, col))
+                    continue;
+                float *e = even + row * MX_BN + 16 * (warp >> 1) + col;
+                int p = t.begin + row, o = n0 + col;
+                if (half == 0) {
+                    e[0] = acc[i];
+                    e[1] = acc[i + 1];
+                } else if (p < t.end && o < a.n) {
+                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
+                }
+            }
+        if (half == 0)
             __syncthreads();
     }
+}
+
+/* Tiled, for more rows: a block covers 16 MT rows by 64 outputs with 4
+ * warps in 2 x 2, each 8 MT rows by 32 outputs. Chunks go through a double
+ * buffer in shared memory (the next one's global loads in flight during the
+ * current one's products); each warp reads the same pieces the streaming
+ * kernel loads and keeps an even and an odd sum. Rows of 64 bytes: the
+ * 16-byte reads of a quarter warp cover two whole rows, without conflicts. */
+template <int MT, bool VEC>
+__global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_gemm_args a) {
+    constexpr int BM = 16 * MT, WM = MT / 2, P = tile16::PIECES;
+    constexpr int ROWS = BM + MX_BN, PIECES = ROWS * (MX_KC / 8), PER = (PIECES + 127) / 128;
+    row_tile t;
+    if (!block_rows(a, BM, t))
+        return;
+    __shared__ __attribute__((aligned(16))) bf16 stage[2][ROWS * MX_KC];
+    int tid = threadIdx.x, threads = blockDim.x, lane = tid % warpSize, warp = tid / warpSize;
+    int n0 = blockIdx.y * MX_BN, wm = warp >> 1, wn = warp & 1;
+    const int chunks = (a.k + MX_KC - 1) / MX_KC;
+    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
+
+    const bf16 *src[PER]; /* piece q: row q / 4 (X rows, then W rows), k 8 (q % 4) */
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int q = tid + j * threads, r = q / 4;
+        src[j] = nullptr;
+        if (q < PIECES && r < BM)
+            src[j] = x_row(a, t, t.begin + r);
+        else if (q < PIECES && n0 + r - BM < a.n)
+            src[j] = W + (size_t)(n0 + r - BM) * a.k;
+        if (src[j])
+            src[j] += 8 * (q % 4);
+    }
+    uint4 next[PER];
+    auto fetch = [&](int c) {
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            int q = tid + j * threads;
+            next[j] = src[j] && c < chunks ? load8<VEC>(src[j], c * MX_KC, a.k - 8 * (q % 4))
+                                           : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto stash = [&](int b) {
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            int q = tid + j * threads;
+            if (q < PIECES)
+                *(uint4 *)(stage[b] + q * 8) = next[j];
+        }
+    };
+
+    tile16::acc_t acc[2][WM][2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int m = 0; m < WM; m++)
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int i = 0; i < tile16::N; i++)
+                    acc[h][m][n][i] = 0.0f;
+    fetch(0);
+    stash(0);
+    fetch(1);
+    __syncthreads();
+    const int kofs = tile16::piece_k(lane);
+    for (int c0 = 0; c0 < chunks; c0 += 2) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* chunk c0 + h, in buffer h */
+            int c = c0 + h;
+            if (c >= chunks)
+                break;
+            const bf16 *buf = stage[h];
+            uint4 xp[WM][P], wp[2][P];
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                int r = tile16::piece_row(lane, j);
+#pragma unroll
+                for (int m = 0; m < WM; m++)
+                    xp[m][j] = *(const uint4 *)(buf + (16 * (WM * wm + m) + r) * MX_KC + kofs);
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+                    wp[n][j] = *(const uint4 *)(buf + (BM + 32 * wn + 16 * n + r) * MX_KC + kofs);
+            }
+            if (c + 1 < chunks)
+                stash(h ^ 1);
+            fetch(c + 2);
+#pragma unroll
+            for (int m = 0; m < WM; m++)
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+                    tile16::mma32(acc[h][m][n], xp[m], wp[n], lane);
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < WM; m++)
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i += 2) {
+                int row, col;
+                if (!tile16::coords(i, lane, row, col))
+                    continue;
+                int p = t.begin + 16 * (WM * wm + m) + row, o = n0 + 32 * wn + 16 * n + col;
+                if (p < t.end && o < a.n)
+                    epilogue<bf16>(a, t, p, o, acc[0][m][n][i] + acc[1][m][n][i],
+                                   acc[0][m][n][i + 1] + acc[1][m][n][i + 1]);
+            }
 }
 
 } // namespace
@@ -246,7 +336,7 @@ int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
         return EX_BM;
     /* rows per block: enough for the expected rows of a tile, no more */
     int expect = a->rows_hint > 0 ? a->rows_hint : a->rows;
-    return expect <= 16 ? 16 : 32;
+    return expect <= 16 ? 16 : expect <= 32 ? 32 : 64;
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
@@ -260,23 +350,18 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         hipLaunchKernelGGL(gemm_exact_kernel, grid, dim3(EX_THREADS), 0, stream, *a);
         return hipGetLastError();
     }
-    dim3 block(MX_SEGMENTS * warp);
+    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     bool vec = a->k % 8 == 0;
-#define GPTOSS_GEMM_LAUNCH(MT, NT, DEPTH)                                                          \
-    do {                                                                                           \
-        dim3 grid(row_blocks, (a->n + 16 * NT - 1) / (16 * NT));                                   \
-        if (vec)                                                                                   \
-            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, NT, DEPTH, true>), grid,     \
-                               block, 0, stream, *a);                                              \
-        else                                                                                       \
-            hipLaunchKernelGGL(HIP_KERNEL_NAME(gemm_matrix_kernel<MT, NT, DEPTH, false>), grid,    \
-                               block, 0, stream, *a);                                              \
-    } while (0)
-    /* few rows stream weights (deep prefetch); more rows reuse them */
-    if (bm == 16)
-        GPTOSS_GEMM_LAUNCH(1, 1, 4);
-    else
-        GPTOSS_GEMM_LAUNCH(2, 2, 2);
-#undef GPTOSS_GEMM_LAUNCH
+    void (*kernel)(gptoss_gemm_args);
+    int warps = 4;
+    if (bm == 16) {
+        kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
+        warps = 8;
+    } else if (bm == 32) {
+        kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
+    } else {
+        kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
+    }
+    hipLaunchKernelGGL(kernel, grid, dim3(warps * warp), 0, stream, *a);
     return hipGetLastError();
 }
