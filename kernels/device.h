@@ -39,6 +39,37 @@ __device__ __forceinline__ void warp_sync() {
 #endif
 }
 
+/* 16-byte copies from global to shared memory that complete in the
+ * background (cp.async, sm_80+), in groups: copy16_async issues, then
+ * copy_commit closes the group, and copy_wait<N>() waits until at most N of
+ * this thread's groups are still in flight. Without valid the copy writes
+ * zeros and reads nothing (src must still be a global address). Elsewhere
+ * the copy happens at once and the group calls do nothing. */
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GPTOSS_ASYNC_COPY 1
+#endif
+
+__device__ __forceinline__ void copy16_async(void *dst, const void *src, bool valid) {
+#if defined(GPTOSS_ASYNC_COPY)
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
+#else
+    *(uint4 *)dst = valid ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if defined(GPTOSS_ASYNC_COPY)
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void copy_wait() {
+#if defined(GPTOSS_ASYNC_COPY)
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
 /* Reduction operators for warp_all and block_all. */
 struct op_add {
     template <class T> __device__ T operator()(T a, T b) const { return a + b; }

@@ -221,19 +221,20 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss
 }
 
 /* Tiled, for more rows: a block covers 16 MT rows by 64 outputs with 4
- * warps in 2 x 2, each 8 MT rows by 32 outputs. Chunks go through a double
- * buffer in shared memory (the next one's global loads in flight during the
- * current one's products); each warp reads the same pieces the streaming
- * kernel loads and keeps an even and an odd sum. Rows of 64 bytes: the
- * 16-byte reads of a quarter warp cover two whole rows, without conflicts. */
+ * warps in 2 x 2, each 8 MT rows by 32 outputs. Chunks go through a ring of
+ * STAGES buffers in shared memory, STAGES - 1 of them in flight while the
+ * block multiplies the oldest (asynchronous copies where the target has
+ * them); each warp reads the same pieces the streaming kernel loads and
+ * keeps an even and an odd sum. Rows of 64 bytes: the 16-byte reads of a
+ * quarter warp cover two whole rows, without bank conflicts. */
 template <int MT, bool VEC>
 __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_gemm_args a) {
-    constexpr int BM = 16 * MT, WM = MT / 2, P = tile16::PIECES;
+    constexpr int BM = 16 * MT, WM = MT / 2, P = tile16::PIECES, STAGES = 4;
     constexpr int ROWS = BM + MX_BN, PIECES = ROWS * (MX_KC / 8), PER = (PIECES + 127) / 128;
     row_tile t;
     if (!block_rows(a, BM, t))
         return;
-    __shared__ __attribute__((aligned(16))) bf16 stage[2][ROWS * MX_KC];
+    __shared__ __attribute__((aligned(16))) bf16 stage[STAGES][ROWS * MX_KC];
     int tid = threadIdx.x, threads = blockDim.x, lane = tid % warpSize, warp = tid / warpSize;
     int n0 = blockIdx.y * MX_BN, wm = warp >> 1, wn = warp & 1;
     const int chunks = (a.k + MX_KC - 1) / MX_KC;
@@ -251,22 +252,22 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
         if (src[j])
             src[j] += 8 * (q % 4);
     }
-    uint4 next[PER];
-    auto fetch = [&](int c) {
+    /* chunk c into its ring buffer; always one group, empty or not */
+    auto issue = [&](int c) {
+        bf16 *buf = stage[c % STAGES];
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            int q = tid + j * threads;
-            next[j] = src[j] && c < chunks ? load8<VEC>(src[j], c * MX_KC, a.k - 8 * (q % 4))
-                                           : make_uint4(0, 0, 0, 0);
+            int q = tid + j * threads, k = c * MX_KC + 8 * (q % 4);
+            if (q >= PIECES || c >= chunks)
+                continue;
+            bool valid = src[j] && k < a.k;
+            if (VEC)
+                copy16_async(buf + q * 8, valid ? src[j] + c * MX_KC : W, valid);
+            else
+                *(uint4 *)(buf + q * 8) = valid ? load8<false>(src[j], c * MX_KC, a.k - 8 * (q % 4))
+                                                : make_uint4(0, 0, 0, 0);
         }
-    };
-    auto stash = [&](int b) {
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            int q = tid + j * threads;
-            if (q < PIECES)
-                *(uint4 *)(stage[b] + q * 8) = next[j];
-        }
+        copy_commit();
     };
 
     tile16::acc_t acc[2][WM][2];
@@ -279,18 +280,20 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
 #pragma unroll
                 for (int i = 0; i < tile16::N; i++)
                     acc[h][m][n][i] = 0.0f;
-    fetch(0);
-    stash(0);
-    fetch(1);
-    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < STAGES - 1; c++)
+        issue(c);
     const int kofs = tile16::piece_k(lane);
     for (int c0 = 0; c0 < chunks; c0 += 2) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) { /* chunk c0 + h, in buffer h */
+        for (int h = 0; h < 2; h++) { /* chunk c0 + h: even or odd */
             int c = c0 + h;
             if (c >= chunks)
                 break;
-            const bf16 *buf = stage[h];
+            copy_wait<STAGES - 2>();
+            __syncthreads(); /* chunk c is in; everyone is done with chunk c - 1's buffer */
+            issue(c + STAGES - 1);
+            const bf16 *buf = stage[c % STAGES];
             uint4 xp[WM][P], wp[2][P];
 #pragma unroll
             for (int j = 0; j < P; j++) {
@@ -302,15 +305,11 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
                 for (int n = 0; n < 2; n++)
                     wp[n][j] = *(const uint4 *)(buf + (BM + 32 * wn + 16 * n + r) * MX_KC + kofs);
             }
-            if (c + 1 < chunks)
-                stash(h ^ 1);
-            fetch(c + 2);
 #pragma unroll
             for (int m = 0; m < WM; m++)
 #pragma unroll
                 for (int n = 0; n < 2; n++)
                     tile16::mma32(acc[h][m][n], xp[m], wp[n], lane);
-            __syncthreads();
         }
     }
 #pragma unroll
@@ -334,9 +333,15 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
         return EX_BM;
-    /* rows per block: enough for the expected rows of a tile, no more */
-    int expect = a->rows_hint > 0 ? a->rows_hint : a->rows;
-    return expect <= 16 ? 16 : expect <= 32 ? 32 : 64;
+    /* grouped: enough rows for an expert's expected share, no more */
+    if (a->rows_hint > 0)
+        return a->rows_hint <= 16 ? 16 : a->rows_hint <= 32 ? 32 : 64;
+    /* dense: the largest tile that still gives the GPU a few hundred blocks
+     * (any choice computes the same bits) */
+    int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
+    while (bm > 16 && (long)((a->rows + bm - 1) / bm) * ((a->n + MX_BN - 1) / MX_BN) < 256)
+        bm /= 2;
+    return bm;
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
