@@ -33,7 +33,7 @@ namespace {
 constexpr int CHUNK = 64, THREADS = 256;
 constexpr int MAX_GD = 2048;               /* G * head_dim, checked by the engine */
 constexpr int PER_THREAD = MAX_GD / THREADS;
-constexpr int MAX_G = 32, GROUPS = THREADS / CHUNK, G_PER_GROUP = MAX_G / GROUPS;
+constexpr int MAX_G = 32, MAX_HEAD_DIM = 256, MAX_D_PER_LANE = MAX_HEAD_DIM / 32;
 
 template <class KV> __global__ void __launch_bounds__(THREADS)
 attention_partial_kernel(gptoss_attention_args a) {
@@ -61,24 +61,27 @@ attention_partial_kernel(gptoss_attention_args a) {
     __syncthreads();
     for (int c0 = lo; c0 < hi; c0 += CHUNK) {
         int n = min(CHUNK, hi - c0);
-        {   /* scores: thread (t, group) does heads group, group + GROUPS, ... */
-            int t = tid % CHUNK, group = tid / CHUNK;
-            if (t < n) {
-                const KV *k = K + (size_t)((c0 + t) % P) * kvd;
-                float dot[G_PER_GROUP] = {};
-                for (int d = 0; d < D; d++) {
-                    float kv = to_float(k[d]);
-                    for (int j = 0; j < G_PER_GROUP; j++) {
-                        int g = group + j * GROUPS;
-                        if (g < G)
-                            dot[j] += qs[g * D + d] * kv;
-                    }
+        /* scores: a warp per key, its lanes across the head dimension (so a
+         * key's row is one coalesced read), a warp sum per query head */
+        for (int i = warp; i < n; i += warps) {
+            const KV *k = K + (size_t)((c0 + i) % P) * kvd;
+            float kv[MAX_D_PER_LANE];
+#pragma unroll
+            for (int j = 0; j < MAX_D_PER_LANE; j++) {
+                int d = lane + j * warpSize;
+                kv[j] = d < D ? to_float(k[d]) : 0.0f;
+            }
+            for (int g = 0; g < G; g++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int j = 0; j < MAX_D_PER_LANE; j++) {
+                    int d = lane + j * warpSize;
+                    if (d < D)
+                        dot += qs[g * D + d] * kv[j];
                 }
-                for (int j = 0; j < G_PER_GROUP; j++) {
-                    int g = group + j * GROUPS;
-                    if (g < G)
-                        S[g][t] = dot[j] / inv_scale;
-                }
+                dot = warp_sum(dot);
+                if (lane == 0)
+                    S[g][i] = dot / inv_scale;
             }
         }
         __syncthreads();
@@ -212,7 +215,7 @@ attention_exact_kernel(gptoss_attention_args a) {
 
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim) {
     int G = n_heads / n_kv_heads;
-    return G <= MAX_G && G * head_dim <= MAX_GD;
+    return G <= MAX_G && G * head_dim <= MAX_GD && head_dim <= MAX_HEAD_DIM;
 }
 
 int gptoss_attention_max_splits(void) { return MAX_SPLITS; }

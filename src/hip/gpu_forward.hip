@@ -81,9 +81,13 @@ static int record_experts(gptoss_gpu *g, gptoss_trace *tr, int layer, char *err)
 /* Splits of the visible keys for attention. Their length depends on the
  * replica's ctx only, never on the batch, so a row's attention is computed
  * the same way whatever else is in the step (batch invariance). */
-static void plan_splits(const gptoss_gpu *g, int span, int *splits, int *split_len) {
-    *split_len = g->split_len;
-    *splits = (span + g->split_len - 1) / g->split_len;
+static int plan_splits(const gptoss_gpu *g, const gptoss_batch *b, int windowed) {
+    int span = 0;
+    for (int r = 0; r < b->n; r++)
+        span = b->positions[r] + 1 > span ? b->positions[r] + 1 : span;
+    if (windowed && span > g->c.sliding_window)
+        span = g->c.sliding_window;
+    return (span + g->split_len - 1) / g->split_len;
 }
 
 int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err) {
@@ -95,10 +99,6 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
     const int *d_tokens = (const int *)g->upload_dev;
     const int *d_slots = d_tokens + g->o.rows, *d_positions = d_tokens + 2 * g->o.rows;
     hipStream_t st = g->stream;
-
-    int max_pos = 0;
-    for (int r = 0; r < R; r++)
-        max_pos = b->positions[r] > max_pos ? b->positions[r] : max_pos;
 
     RUN("embedding", gptoss_launch_embedding(g->w[GPTOSS_T_EMBEDDING], bf, d_tokens, R, H, g->x, st));
     REC("embedding", -1, 0, 0, H, g->x);
@@ -153,10 +153,8 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         at.head_dim = D;
         at.positions_per_slot = g->layer_positions[l];
         at.window = windowed ? c->sliding_window : 0;
-        int span = max_pos + 1;
-        if (windowed && span > c->sliding_window)
-            span = c->sliding_window;
-        plan_splits(g, span, &at.splits, &at.split_len);
+        at.splits = plan_splits(g, b, windowed);
+        at.split_len = g->split_len;
         at.part_o = g->part_o;
         at.part_ml = g->part_ml;
         at.out = g->attn;
@@ -277,4 +275,66 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
     RUN("gemm_logits", gptoss_launch_gemm(&un, bf, 0, g->warp, st));
     REC("logits", -1, 0, 0, c->vocab_size, g->logits);
     return 0;
+}
+
+/* ---- graphs ----------------------------------------------------------------- */
+
+static int graph_fail(gptoss_gpu *g, const char *what, hipError_t e, char *err) {
+    snprintf(err, GPTOSS_ERR_LEN, "step: device %d: %s: %s", g->o.device + 1, what,
+             hipGetErrorString(e));
+    return -1;
+}
+
+int gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err) {
+    if (g->profiling || g->sync_launches)
+        return gptoss_gpu_forward(g, b, NULL, err);
+    int full = plan_splits(g, b, 0), window = plan_splits(g, b, g->c.sliding_window > 0);
+    struct graph_entry *slot = &g->graphs[0];
+    for (int i = 0; i < GPTOSS_GRAPHS; i++) {
+        struct graph_entry *e = &g->graphs[i];
+        if (e->exec && e->rows == b->n && e->splits_full == full && e->splits_window == window) {
+            e->used = ++g->graph_clock;
+            g->last_kernel = "a captured forward pass";
+            hipError_t le = hipGraphLaunch(e->exec, g->stream);
+            return le == hipSuccess ? 0 : graph_fail(g, "launching the forward pass", le, err);
+        }
+        if (!e->exec || (slot->exec && e->used < slot->used))
+            slot = e; /* a free entry, else the least recently used */
+    }
+    hipError_t e = hipStreamBeginCapture(g->stream, hipStreamCaptureModeThreadLocal);
+    if (e != hipSuccess)
+        return graph_fail(g, "capturing the forward pass", e, err);
+    int rc = gptoss_gpu_forward(g, b, NULL, err);
+    hipGraph_t graph = NULL;
+    e = hipStreamEndCapture(g->stream, &graph);
+    if (rc || e != hipSuccess) {
+        if (graph)
+            (void)hipGraphDestroy(graph);
+        (void)hipGetLastError();
+        return rc ? -1 : graph_fail(g, "capturing the forward pass", e, err);
+    }
+    if (slot->exec)
+        (void)hipGraphExecDestroy(slot->exec);
+    slot->exec = NULL;
+    e = hipGraphInstantiate(&slot->exec, graph, NULL, NULL, 0);
+    (void)hipGraphDestroy(graph);
+    if (e != hipSuccess) {
+        slot->exec = NULL;
+        return graph_fail(g, "instantiating the forward pass", e, err);
+    }
+    slot->rows = b->n;
+    slot->splits_full = full;
+    slot->splits_window = window;
+    slot->used = ++g->graph_clock;
+    g->last_kernel = "a captured forward pass";
+    e = hipGraphLaunch(slot->exec, g->stream);
+    return e == hipSuccess ? 0 : graph_fail(g, "launching the forward pass", e, err);
+}
+
+void gptoss_gpu_free_graphs(gptoss_gpu *g) {
+    for (int i = 0; i < GPTOSS_GRAPHS; i++) {
+        if (g->graphs[i].exec)
+            (void)hipGraphExecDestroy(g->graphs[i].exec);
+        g->graphs[i].exec = NULL;
+    }
 }

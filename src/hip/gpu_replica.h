@@ -20,6 +20,16 @@ struct ring_entry {
     gptoss_gpu_result *result; /* NULL once delivered or forgotten */
 };
 
+/* Forward passes captured as graphs, replayed by later steps of the same
+ * shape (rows and attention splits: the only host values in the launches):
+ * one graph launch instead of some 300 kernel launches. */
+enum { GPTOSS_GRAPHS = 16 };
+struct graph_entry {
+    int rows, splits_full, splits_window;
+    hipGraphExec_t exec; /* NULL: unused */
+    uint64_t used;       /* clock of the last use, for eviction */
+};
+
 struct profile_entry {
     const char *label;
     double seconds;
@@ -62,6 +72,9 @@ struct gptoss_gpu {
     int *length;          /* host: positions held per slot */
     int *slot_rows;       /* host scratch: rows per slot while checking a step */
     const char *last_kernel;
+    int sync_launches; /* GPTOSS_SYNC_LAUNCHES: wait after each kernel, no graphs */
+    struct graph_entry graphs[GPTOSS_GRAPHS];
+    uint64_t graph_clock;
 
     int profiling;
     struct profile_entry *prof;
@@ -81,6 +94,10 @@ const void *gptoss_gpu_weight(const gptoss_gpu *g, int tensor, size_t elem_offse
  * (rows, slots, positions); with trace != NULL (one row) it waits after each
  * stage and records it. Fills g->logits. */
 int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err);
+/* The same without a trace, from the graph of its shape (captured on first
+ * use), or launched kernel by kernel while profiling or syncing launches. */
+int gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err);
+void gptoss_gpu_free_graphs(gptoss_gpu *g);
 
 /* Launch bookkeeping: names the kernel in errors and times it when profiling. */
 int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err);

@@ -116,6 +116,12 @@ static void make_plan(gptoss_gpu *g, plan *pl) {
     add(pl, &g->probs, Hq * ((size_t)o->ctx + 1) * 4, 3);
 }
 
+/* set, and neither empty nor "0" */
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 /* ---- weights ------------------------------------------------------------------ */
 
 static int upload_weights(gptoss_gpu *g, char *err) {
@@ -190,8 +196,8 @@ static int check_shape(const gptoss_gpu *g, char *err) {
     if (!gptoss_attention_limits(c->n_attn_heads, c->n_kv_heads, c->head_dim) ||
         !gptoss_router_limits(c->n_experts, c->experts_per_token)) {
         snprintf(err, GPTOSS_ERR_LEN,
-                 "replica: the GPU engine supports up to 32 query heads per KV head, 2048 values "
-                 "per KV group, 256 experts and top-32 (this model: %d heads, %d KV heads of %d, "
+                 "replica: the GPU engine supports up to 32 query heads per KV head, heads of up "
+                 "to 256 values, 2048 values per KV group, 256 experts and top-32 (this model: %d heads, %d KV heads of %d, "
                  "%d experts, top-%d)",
                  c->n_attn_heads, c->n_kv_heads, c->head_dim, c->n_experts, c->experts_per_token);
         return -1;
@@ -270,6 +276,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
         g->t_in = g->t;
         g->attn_in = g->attn;
     }
+    g->sync_launches = env_flag("GPTOSS_SYNC_LAUNCHES");
     if ((e = hipStreamCreateWithFlags(&g->stream, hipStreamNonBlocking)) != hipSuccess) {
         fail(err, g, "cannot create a stream", e);
         goto fail;
@@ -330,6 +337,7 @@ void gptoss_gpu_free(gptoss_gpu *g) {
     }
     for (int i = 0; i < g->made_prof_events; i++)
         (void)hipEventDestroy(g->prof_events[i]);
+    gptoss_gpu_free_graphs(g);
     if (g->stream)
         (void)hipStreamDestroy(g->stream);
     if (g->arena)
@@ -390,6 +398,8 @@ int gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *err) {
 
 int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err) {
     g->last_kernel = label;
+    if (e == hipSuccess && g->sync_launches)
+        e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess) {
         snprintf(err, GPTOSS_ERR_LEN, "step: device %d: kernel %s: %s", g->o.device + 1, label,
                  hipGetErrorString(e));
@@ -518,7 +528,7 @@ static int begin_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sam
 int gptoss_gpu_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sampling *sampling,
                     gptoss_gpu_result *res, float *logits, char *err) {
     struct ring_entry *r;
-    if (begin_step(g, b, sampling, &r, err) || gptoss_gpu_forward(g, b, NULL, err))
+    if (begin_step(g, b, sampling, &r, err) || gptoss_gpu_forward_step(g, b, err))
         return -1;
     int R = b->n;
     const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->upload_dev + g->sampling_at);
@@ -561,7 +571,8 @@ int gptoss_gpu_wait(gptoss_gpu *g, gptoss_gpu_result *res, char *err) {
     hipError_t e = hipEventSynchronize(r->done);
     if (e != hipSuccess) {
         snprintf(err, GPTOSS_ERR_LEN, "step: device %d: %s (while running a step; last kernel "
-                 "enqueued: %s)", g->o.device + 1, hipGetErrorString(e), g->last_kernel);
+                 "enqueued: %s; with GPTOSS_SYNC_LAUNCHES=1 each kernel is waited for and the "
+                 "failing one named)", g->o.device + 1, hipGetErrorString(e), g->last_kernel);
         return -1;
     }
     deliver(g, r);
