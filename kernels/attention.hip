@@ -33,12 +33,14 @@ namespace {
 constexpr int CHUNK = 64, THREADS = 256;
 constexpr int MAX_GD = 2048;               /* G * head_dim, checked by the engine */
 constexpr int PER_THREAD = MAX_GD / THREADS;
-constexpr int MAX_G = 32, MAX_HEAD_DIM = 256, MAX_D_PER_LANE = MAX_HEAD_DIM / 32;
+constexpr int MAX_G = 32, MAX_HEAD_DIM = 256;
+constexpr int KEY_FLOATS = CHUNK * 65; /* staged keys: a chunk of 64-wide heads */
 
 template <class KV> __global__ void __launch_bounds__(THREADS)
 attention_partial_kernel(gptoss_attention_args a) {
     __shared__ float qs[MAX_GD];
     __shared__ float S[MAX_G][CHUNK];
+    __shared__ float ks[KEY_FLOATS];
     __shared__ float m_run[MAX_G], scale[MAX_G];
     __shared__ float l_run[MAX_G];
     int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
@@ -61,28 +63,27 @@ attention_partial_kernel(gptoss_attention_args a) {
     __syncthreads();
     for (int c0 = lo; c0 < hi; c0 += CHUNK) {
         int n = min(CHUNK, hi - c0);
-        /* scores: a warp per key, its lanes across the head dimension (so a
-         * key's row is one coalesced read), a warp sum per query head */
-        for (int i = warp; i < n; i += warps) {
-            const KV *k = K + (size_t)((c0 + i) % P) * kvd;
-            float kv[MAX_D_PER_LANE];
-#pragma unroll
-            for (int j = 0; j < MAX_D_PER_LANE; j++) {
-                int d = lane + j * warpSize;
-                kv[j] = d < D ? to_float(k[d]) : 0.0f;
+        /* scores: the keys go through shared memory as floats (coalesced
+         * reads, rows padded so that a thread per key reads without bank
+         * conflicts), as many as fit at once; then thread (key, group) does
+         * query heads group, group + groups, ... */
+        int per_pass = min(n, KEY_FLOATS / (D + 1)), groups = THREADS / per_pass;
+        for (int i0 = 0; i0 < n; i0 += per_pass) {
+            int m = min(per_pass, n - i0);
+            __syncthreads(); /* the previous pass is done with ks */
+            for (int e = tid; e < m * D; e += THREADS) {
+                int i = e / D, d = e % D;
+                ks[i * (D + 1) + d] = to_float(K[(size_t)((c0 + i0 + i) % P) * kvd + d]);
             }
-            for (int g = 0; g < G; g++) {
-                float dot = 0.0f;
-#pragma unroll
-                for (int j = 0; j < MAX_D_PER_LANE; j++) {
-                    int d = lane + j * warpSize;
-                    if (d < D)
-                        dot += qs[g * D + d] * kv[j];
+            __syncthreads();
+            int i = tid % per_pass, group = tid / per_pass;
+            if (i < m && group < groups)
+                for (int g = group; g < G; g += groups) {
+                    float dot = 0.0f;
+                    for (int d = 0; d < D; d++)
+                        dot += qs[g * D + d] * ks[i * (D + 1) + d];
+                    S[g][i0 + i] = dot / inv_scale;
                 }
-                dot = warp_sum(dot);
-                if (lane == 0)
-                    S[g][i] = dot / inv_scale;
-            }
         }
         __syncthreads();
         for (int g = warp; g < G; g += warps) { /* online softmax, one warp per head */
