@@ -106,16 +106,27 @@ attention_partial_kernel(gptoss_attention_args a) {
                 m_run[g] = m_new;
             }
         }
-        __syncthreads();
-        for (int j = 0; j < PER_THREAD; j++) {
-            int e = tid + j * THREADS;
-            if (e >= GD)
-                break;
-            int g = e / D, d = e % D;
-            float o = acc[j] * scale[g];
-            for (int t = 0; t < n; t++)
-                o += S[g][t] * to_float(V[(size_t)((c0 + t) % P) * kvd + d]);
-            acc[j] = o;
+        /* outputs: the values staged like the keys, thread e doing (head
+         * e / D, dimension e % D) */
+        for (int i0 = 0; i0 < n; i0 += per_pass) {
+            int m = min(per_pass, n - i0);
+            __syncthreads(); /* the scores, or the previous pass, are done with ks */
+            for (int e = tid; e < m * D; e += THREADS) {
+                int i = e / D, d = e % D;
+                ks[i * (D + 1) + d] = to_float(V[(size_t)((c0 + i0 + i) % P) * kvd + d]);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < PER_THREAD; j++) {
+                int e = tid + j * THREADS;
+                if (e < GD) {
+                    int g = e / D, d = e % D;
+                    float o = i0 == 0 ? acc[j] * scale[g] : acc[j];
+                    for (int i = 0; i < m; i++)
+                        o += S[g][i0 + i] * ks[i * (D + 1) + d];
+                    acc[j] = o;
+                }
+            }
         }
         __syncthreads();
     }

@@ -359,7 +359,11 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     bool vec = a->k % 8 == 0;
     void (*kernel)(gptoss_gemm_args);
     int warps = 4;
-    if (bm == 16) {
+    if (bm == 16 && (long)grid.x * grid.y < 256) {
+        /* few blocks (decode of the dense layers): more loads in flight per warp */
+        kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;
+        warps = 8;
+    } else if (bm == 16) {
         kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
         warps = 8;
     } else if (bm == 32) {
