@@ -333,11 +333,9 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
         return EX_BM;
-    /* grouped: 16 rows while an expert's expected share fits (decode: the
-     * weights stream once), else 64, which also holds the experts that got
-     * more than their share in one tile */
+    /* grouped: enough rows for an expert's expected share, no more */
     if (a->rows_hint > 0)
-        return a->rows_hint <= 16 ? 16 : 64;
+        return a->rows_hint <= 16 ? 16 : a->rows_hint <= 32 ? 32 : 64;
     /* dense: the largest tile that still gives the GPU a few hundred blocks
      * (any choice computes the same bits) */
     int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
