@@ -485,6 +485,34 @@ describe("GPU engine bad input, everywhere", function()
     r:close()
   end)
 
+  it("raises, naming the row, when a sampled row holds a NaN logit, and stays usable", function()
+    -- a model file whose unembedding row of token 7 is NaN
+    local path = helpers.tmp()
+    m:save(path)
+    local out
+    for _, d in ipairs(m.tensors) do
+      if d.name == "out" then out = d end
+    end
+    local H = m.config.hidden_dim
+    local data = helpers.read_file(path)
+    local at, nan = out.offset + 7 * H * 4, string.pack("<f", 0 / 0):rep(H)
+    helpers.write_file(path, data:sub(1, at) .. nan .. data:sub(at + #nan + 1))
+    data = nil
+    local bad = gptoss.load(path)
+    local engines = { { slots = 2, ctx = 8 } }
+    if #gptoss.devices() > 0 then engines[2] = { device = 1, slots = 2, ctx = 8 } end
+    for _, opts in ipairs(engines) do
+      local r = bad:replica(opts)
+      r:sampling(1, { temperature = 1, seed = 3 })
+      local h = r:step { slots = { 2, 1 }, positions = { 0, 0 }, tokens = { 1, 1 } }
+      expect_error(function() h:tokens() end, "step:tokens: row 2: ", "NaN")
+      -- a greedy row never picks the NaN
+      local t = r:step({ slots = { 2 }, positions = { 1 }, tokens = { 1 } }):tokens()
+      assert.are_not.equal(7, t[1])
+      r:close()
+    end
+  end)
+
   it("refuses a copy bandwidth measurement on a device that is not there", function()
     local n = #gptoss.devices()
     local want = n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
