@@ -128,7 +128,6 @@ attention_partial_kernel(gptoss_attention_args a) {
                 }
             }
         }
-        __syncthreads();
     }
     size_t base = ((size_t)r * a.n_heads + (size_t)kvh * G) * a.splits + s;
     for (int j = 0; j < PER_THREAD; j++) {
@@ -178,11 +177,11 @@ __global__ void attention_combine_kernel(gptoss_attention_args a) {
     }
 }
 
-constexpr int EXACT_THREADS = 128, EXACT_PER_THREAD = MAX_GD / EXACT_THREADS;
+constexpr int EXACT_THREADS = 128, EXACT_PER_THREAD = MAX_HEAD_DIM / EXACT_THREADS;
 
 template <class KV> __global__ void __launch_bounds__(EXACT_THREADS)
 attention_exact_kernel(gptoss_attention_args a) {
-    __shared__ float qs[MAX_GD];
+    __shared__ float qs[MAX_HEAD_DIM];
     __shared__ float probs[EXACT_THREADS];
     __shared__ float slot_f[EXACT_THREADS / 32];
     __shared__ double slot_d[EXACT_THREADS / 32];

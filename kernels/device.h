@@ -29,16 +29,6 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) { return b
 #define GPTOSS_WARP_MAX 64
 #endif
 
-/* Orders shared-memory writes of a warp's lanes before the warp's later
- * reads (a wavefront runs in lockstep on AMD; only the compiler must wait). */
-__device__ __forceinline__ void warp_sync() {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    __syncwarp();
-#else
-    __builtin_amdgcn_wave_barrier();
-#endif
-}
-
 /* 16-byte copies from global to shared memory that complete in the
  * background (cp.async, sm_80+), in groups: copy16_async issues, then
  * copy_commit closes the group, and copy_wait<N>() waits until at most N of

@@ -10,10 +10,9 @@
  *    accumulator fed float products, as the golden's matmul: any summation
  *    order rounds to the same float except in rare double-rounding ties.
  *  - matrix (bf16 mode): bf16 weights and inputs on the matrix cores with
- *    fp32 accumulators (matrix_core.h); a block covers 16 rows by 16 outputs
- *    (few rows: decode, each weight read once for up to 16 rows) or 32 by 32
- *    (prefill and large batches), and splits K over its warps in a fixed
- *    way (below), so that small grids still keep many loads in flight. */
+ *    fp32 accumulators (matrix_core.h), in one summation order whatever the
+ *    kernel (below): streaming for up to 16 rows (blocks of 16 rows by 64
+ *    outputs, each weight read once), tiled for more (16 MT rows by 64). */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"

@@ -1,7 +1,8 @@
 /* The MoE router of each row in one block: the expert logits (one warp per
  * expert, the golden's float products summed in double in both modes: in
- * bf16 mode the products are exact and so is their double sum, so the
- * logits, and the routing, match the CPU's bit for bit given equal inputs), the
+ * bf16 mode the products are exact and their double sum nearly always is
+ * (while the products' exponents span less than about 25 bits), so the logits, and the
+ * routing, match the CPU's bit for bit given equal inputs), the
  * top-k with the golden's tie rule and the course softmax over those k
  * (src/core/course_math.h, softmax.h). */
 #include "device.h"

@@ -279,56 +279,56 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
 
 /* ---- graphs ----------------------------------------------------------------- */
 
-static int graph_fail(gptoss_gpu *g, const char *what, hipError_t e, char *err) {
-    snprintf(err, GPTOSS_ERR_LEN, "step: device %d: %s: %s", g->o.device + 1, what,
-             hipGetErrorString(e));
-    return -1;
+static int replay(gptoss_gpu *g, struct graph_entry *e, char *err) {
+    e->used = ++g->graph_clock;
+    g->last_kernel = "a captured forward pass";
+    hipError_t le = hipGraphLaunch(e->exec, g->stream);
+    return le == hipSuccess ? 0 : gptoss_gpu_fail(err, g, "step: launching the captured forward pass", le);
 }
 
 int gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err) {
     if (g->profiling || g->sync_launches)
         return gptoss_gpu_forward(g, b, NULL, err);
-    int full = plan_splits(g, b, 0), window = plan_splits(g, b, g->c.sliding_window > 0);
+    /* fp32 mode's exact attention does not split */
+    int full = g->o.weights_bf16 ? plan_splits(g, b, 0) : 0;
+    int window = g->o.weights_bf16 ? plan_splits(g, b, g->c.sliding_window > 0) : 0;
     struct graph_entry *slot = &g->graphs[0];
     for (int i = 0; i < GPTOSS_GRAPHS; i++) {
         struct graph_entry *e = &g->graphs[i];
-        if (e->exec && e->rows == b->n && e->splits_full == full && e->splits_window == window) {
-            e->used = ++g->graph_clock;
-            g->last_kernel = "a captured forward pass";
-            hipError_t le = hipGraphLaunch(e->exec, g->stream);
-            return le == hipSuccess ? 0 : graph_fail(g, "launching the forward pass", le, err);
-        }
+        if (e->exec && e->rows == b->n && e->splits_full == full && e->splits_window == window)
+            return replay(g, e, err);
         if (!e->exec || (slot->exec && e->used < slot->used))
             slot = e; /* a free entry, else the least recently used */
     }
-    hipError_t e = hipStreamBeginCapture(g->stream, hipStreamCaptureModeThreadLocal);
-    if (e != hipSuccess)
-        return graph_fail(g, "capturing the forward pass", e, err);
+    if (hipStreamBeginCapture(g->stream, hipStreamCaptureModeThreadLocal) != hipSuccess) {
+        (void)hipGetLastError(); /* no capture here: launch kernel by kernel */
+        return gptoss_gpu_forward(g, b, NULL, err);
+    }
     int rc = gptoss_gpu_forward(g, b, NULL, err);
     hipGraph_t graph = NULL;
-    e = hipStreamEndCapture(g->stream, &graph);
+    hipError_t e = hipStreamEndCapture(g->stream, &graph);
     if (rc || e != hipSuccess) {
         if (graph)
             (void)hipGraphDestroy(graph);
         (void)hipGetLastError();
-        return rc ? -1 : graph_fail(g, "capturing the forward pass", e, err);
+        return rc ? -1 : gptoss_gpu_fail(err, g, "step: capturing the forward pass", e);
     }
-    if (slot->exec)
+    if (slot->exec) { /* it may still be running for an earlier step */
+        (void)hipStreamSynchronize(g->stream);
         (void)hipGraphExecDestroy(slot->exec);
-    slot->exec = NULL;
+        slot->exec = NULL;
+    }
     e = hipGraphInstantiate(&slot->exec, graph, NULL, NULL, 0);
     (void)hipGraphDestroy(graph);
-    if (e != hipSuccess) {
+    if (e != hipSuccess) { /* the captured kernels never ran: launch them one by one */
         slot->exec = NULL;
-        return graph_fail(g, "instantiating the forward pass", e, err);
+        (void)hipGetLastError();
+        return gptoss_gpu_forward(g, b, NULL, err);
     }
     slot->rows = b->n;
     slot->splits_full = full;
     slot->splits_window = window;
-    slot->used = ++g->graph_clock;
-    g->last_kernel = "a captured forward pass";
-    e = hipGraphLaunch(slot->exec, g->stream);
-    return e == hipSuccess ? 0 : graph_fail(g, "launching the forward pass", e, err);
+    return replay(g, slot, err);
 }
 
 void gptoss_gpu_free_graphs(gptoss_gpu *g) {

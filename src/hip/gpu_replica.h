@@ -99,6 +99,8 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
 int gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err);
 void gptoss_gpu_free_graphs(gptoss_gpu *g);
 
+/* err = "device N: what: <the HIP error>"; returns -1 */
+int gptoss_gpu_fail(char *err, const gptoss_gpu *g, const char *what, hipError_t e);
 /* Launch bookkeeping: names the kernel in errors and times it when profiling. */
 int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err);
 int gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *err);

@@ -31,7 +31,7 @@ const void *gptoss_gpu_weight(const gptoss_gpu *g, int tensor, size_t elem_offse
     return (const char *)g->w[tensor] + elem_offset * gptoss_gpu_elem(g, tensor);
 }
 
-static int fail(char *err, const gptoss_gpu *g, const char *what, hipError_t e) {
+int gptoss_gpu_fail(char *err, const gptoss_gpu *g, const char *what, hipError_t e) {
     snprintf(err, GPTOSS_ERR_LEN, "device %d: %s: %s", g->o.device + 1, what, hipGetErrorString(e));
     return -1;
 }
@@ -179,7 +179,7 @@ static int upload_rope(gptoss_gpu *g, char *err) {
     if (e == hipSuccess)
         e = hipMemcpy(g->sin, cs + n, n * 4, hipMemcpyHostToDevice);
     free(cs);
-    return e == hipSuccess ? 0 : fail(err, g, "uploading the RoPE table", e);
+    return e == hipSuccess ? 0 : gptoss_gpu_fail(err, g, "uploading the RoPE table", e);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------ */
@@ -221,7 +221,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
     if (check_shape(g, err))
         goto fail;
     if ((e = hipSetDevice(o->device)) != hipSuccess) {
-        fail(err, g, "cannot select the device", e);
+        gptoss_gpu_fail(err, g, "cannot select the device", e);
         goto fail;
     }
     (void)hipDeviceGetAttribute(&g->warp, hipDeviceAttributeWarpSize, o->device);
@@ -248,7 +248,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
     }
     g->mem.total = total;
     if ((e = hipMemGetInfo(&free_b, &total_b)) != hipSuccess) {
-        fail(err, g, "cannot read free memory", e);
+        gptoss_gpu_fail(err, g, "cannot read free memory", e);
         goto fail;
     }
     if (total + HEADROOM > free_b) {
@@ -278,7 +278,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
     }
     g->sync_launches = env_flag("GPTOSS_SYNC_LAUNCHES");
     if ((e = hipStreamCreateWithFlags(&g->stream, hipStreamNonBlocking)) != hipSuccess) {
-        fail(err, g, "cannot create a stream", e);
+        gptoss_gpu_fail(err, g, "cannot create a stream", e);
         goto fail;
     }
     for (int i = 0; i < GPTOSS_RING; i++) {
@@ -287,7 +287,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
             (e = hipHostMalloc((void **)&r->tokens_host, sizeof(int) * (size_t)o->rows, 0)) !=
                 hipSuccess ||
             (e = hipEventCreateWithFlags(&r->done, hipEventDisableTiming)) != hipSuccess) {
-            fail(err, g, "cannot allocate pinned host buffers", e);
+            gptoss_gpu_fail(err, g, "cannot allocate pinned host buffers", e);
             goto fail;
         }
     }
@@ -387,13 +387,13 @@ int gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *err) {
     while (g->made_prof_events < g->n_prof_events + 2) {
         hipError_t e = hipEventCreate(&g->prof_events[g->made_prof_events]);
         if (e != hipSuccess)
-            return fail(err, g, "profile: cannot create an event", e);
+            return gptoss_gpu_fail(err, g, "profile: cannot create an event", e);
         g->made_prof_events++;
     }
     g->prof_labels[g->n_prof_events / 2] = label;
     hipError_t e = hipEventRecord(g->prof_events[g->n_prof_events], g->stream);
     g->n_prof_events += 2;
-    return e == hipSuccess ? 0 : fail(err, g, "profile: cannot record an event", e);
+    return e == hipSuccess ? 0 : gptoss_gpu_fail(err, g, "profile: cannot record an event", e);
 }
 
 int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err) {
@@ -408,7 +408,7 @@ int gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *er
     if (g->profiling) {
         e = hipEventRecord(g->prof_events[g->n_prof_events - 1], g->stream);
         if (e != hipSuccess)
-            return fail(err, g, "profile: cannot record an event", e);
+            return gptoss_gpu_fail(err, g, "profile: cannot record an event", e);
     }
     return 0;
 }
@@ -419,7 +419,7 @@ static int collect_profile(gptoss_gpu *g, char *err) {
     if (e == hipSuccess)
         e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess)
-        return fail(err, g, "profile", e);
+        return gptoss_gpu_fail(err, g, "profile", e);
     for (int i = 0; i < g->n_prof_events; i += 2) {
         float ms = 0;
         (void)hipEventElapsedTime(&ms, g->prof_events[i], g->prof_events[i + 1]);
@@ -501,12 +501,12 @@ static int begin_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sam
         return -1;
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)
-        return fail(err, g, "step: cannot select the device", e);
+        return gptoss_gpu_fail(err, g, "step: cannot select the device", e);
     struct ring_entry *r = &g->ring[g->next_ticket % GPTOSS_RING];
     deliver(g, r);
     e = hipEventSynchronize(r->done); /* its upload buffer is free again */
     if (e != hipSuccess && r->ticket)
-        return fail(err, g, "step: an earlier step failed", e);
+        return gptoss_gpu_fail(err, g, "step: an earlier step failed", e);
     int R = b->n, cap = g->o.rows;
     int *ints = (int *)r->upload_host;
     memcpy(ints, b->tokens, sizeof(int) * (size_t)R);
@@ -520,7 +520,7 @@ static int begin_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sam
     e = hipMemcpyAsync(g->upload_dev, r->upload_host, g->upload_bytes, hipMemcpyHostToDevice,
                        g->stream);
     if (e != hipSuccess)
-        return fail(err, g, "step: uploading the batch", e);
+        return gptoss_gpu_fail(err, g, "step: uploading the batch", e);
     *entry = r;
     return 0;
 }
@@ -548,7 +548,7 @@ int gptoss_gpu_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sampl
     if (e == hipSuccess && logits)
         e = hipEventSynchronize(r->done);
     if (e != hipSuccess)
-        return fail(err, g, "step: copying the results back", e);
+        return gptoss_gpu_fail(err, g, "step: copying the results back", e);
     gptoss_batch_commit(b, g->length);
     r->ticket = g->next_ticket++;
     r->rows = R;
@@ -619,7 +619,7 @@ int gptoss_gpu_trace(gptoss_gpu *g, int slot, int token, int pos, gptoss_trace *
     if (e == hipSuccess)
         e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess)
-        return fail(err, g, "trace: reading the logits", e);
+        return gptoss_gpu_fail(err, g, "trace: reading the logits", e);
     gptoss_batch_commit(&b, g->length);
     g->next_ticket++; /* the logits of earlier steps are gone */
     return 0;
