@@ -151,11 +151,13 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
     return (const bf16 *)a.x + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
 }
 
-/* Streaming, for up to 16 rows (decode): a block covers 16 rows by 64
- * outputs with 8 warps, warp w doing outputs 16 (w / 2).. of the even
- * (w even) or odd chunks, its operands loaded straight into the registers
- * the matrix cores read, DEPTH chunks in flight: every weight is read once,
- * with many loads outstanding even when the grid is small. */
+/* Streaming, for tiles of 16 rows (decode; also dense GEMMs of a few dozen
+ * rows, whose larger tiles would leave the GPU half idle): a block covers 16
+ * rows by 64 outputs with 8 warps, warp w doing outputs 16 (w / 2).. of the
+ * even (w even) or odd chunks, its operands loaded straight into the
+ * registers the matrix cores read, DEPTH chunks in flight: each weight is
+ * read once per 16 rows, with many loads outstanding even when the grid is
+ * small. */
 template <int DEPTH, bool VEC>
 __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
