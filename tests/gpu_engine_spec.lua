@@ -124,17 +124,11 @@ local ROUNDED = { attn_norm = true, k_rope = true, qkv = true, attn_out = true, 
   final_norm = true }
 local ATTENTION = { scores = true, probs = true, attn_out = true }
 
-local function flat(t)
-  local out = {}
-  local function walk(v) for _, x in ipairs(v) do if type(x) == "table" then walk(x) else out[#out + 1] = x end end end
-  walk(t:totable())
-  return out
-end
+local function flat(t) return helpers.flatten(t:totable()) end
 
 local function bf16_round(x)
   if x ~= x or x == math.huge or x == -math.huge then return x end
-  local b = string.unpack("<I4", string.pack("<f", x))
-  b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+  local b = helpers.bf16_bits(string.unpack("<I4", string.pack("<f", x)))
   return (string.unpack("<f", string.pack("<I4", b & 0xFFFFFFFF)))
 end
 

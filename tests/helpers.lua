@@ -25,6 +25,22 @@ function helpers.with(base, changes)
   return c
 end
 
+--- The values of a nested table (a tensor's totable()) in order, as one list.
+function helpers.flatten(t, out)
+  out = out or {}
+  if type(t) ~= "table" then
+    out[#out + 1] = t
+    return out
+  end
+  for i = 1, #t do helpers.flatten(t[i], out) end
+  return out
+end
+
+--- A float's 32 bits rounded to bf16, nearest even (not for NaNs).
+function helpers.bf16_bits(u)
+  return (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
+end
+
 function helpers.read_file(path)
   local f = assert(io.open(path, "rb"))
   local s = f:read("a")

@@ -361,15 +361,7 @@ end
 -- Comparison helpers
 ---------------------------------------------------------------------------------------------------
 
-local function flatten(t, out)
-   out = out or {}
-   if type(t) ~= "table" then
-      out[#out + 1] = t
-      return out
-   end
-   for i = 1, #t do flatten(t[i], out) end
-   return out
-end
+local flatten = H.flatten
 
 -- Largest absolute difference; -inf must meet -inf exactly (a masked score).
 local function max_diff(a, b)

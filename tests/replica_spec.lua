@@ -2,6 +2,7 @@
 -- invariance, truncation, traces, numeric modes, and clear errors that leave
 -- the replica usable.
 local gptoss = require "gptoss"
+local H = require "helpers"
 
 -- small but complete: GQA, a window shorter than the sequences, 8 experts
 local tiny = {
@@ -211,9 +212,7 @@ describe("numeric modes", function()
         local out = {}
         for i = 1, #chunk, 4 do
           local u = string.unpack("<I4", chunk, i)
-          -- round to nearest even at bit 16 (no NaNs in synthetic weights)
-          u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
-          out[#out + 1] = string.pack("<I4", u)
+          out[#out + 1] = string.pack("<I4", H.bf16_bits(u)) -- no NaNs in synthetic weights
         end
         chunk = table.concat(out)
       end
@@ -343,8 +342,6 @@ describe("module", function()
 end)
 
 describe("per-slot sampling (r:sampling)", function()
-  local H = require "helpers"
-
   -- a sequence of ids from one slot's rows: prompt prefilled, then n tokens fed back
   local function generate(r, slot, prompt, n, others)
     local slots, positions, tokens = {}, {}, {}

@@ -99,6 +99,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
     const int *d_tokens = (const int *)g->upload_dev;
     const int *d_slots = d_tokens + g->o.rows, *d_positions = d_tokens + 2 * g->o.rows;
     hipStream_t st = g->stream;
+    const int splits_full = plan_splits(g, b, 0), splits_window = plan_splits(g, b, c->sliding_window > 0);
 
     RUN("embedding", gptoss_launch_embedding(g->w[GPTOSS_T_EMBEDDING], bf, d_tokens, R, H, g->x, st));
     REC("embedding", -1, 0, 0, H, g->x);
@@ -153,7 +154,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         at.head_dim = D;
         at.positions_per_slot = g->layer_positions[l];
         at.window = windowed ? c->sliding_window : 0;
-        at.splits = plan_splits(g, b, windowed);
+        at.splits = windowed ? splits_window : splits_full;
         at.split_len = g->split_len;
         at.part_o = g->part_o;
         at.part_ml = g->part_ml;
