@@ -63,18 +63,14 @@ struct partial_shape {
 };
 
 /* A 16-byte vector of cached values into floats at dst (16-byte aligned). */
-__device__ __forceinline__ void widen(float *dst, uint4 v, const bf16 *) {
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    float f[8];
+template <class KV> __device__ __forceinline__ void widen(float *dst, uint4 v) {
+    constexpr int EPV = 16 / sizeof(KV);
+    float f[EPV];
+    unpack16(v, f, (const KV *)nullptr);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        f[2 * j] = gptoss_bf16_float((uint16_t)(w[j] & 0xffff));
-        f[2 * j + 1] = gptoss_bf16_float((uint16_t)(w[j] >> 16));
-    }
-    ((float4 *)dst)[0] = make_float4(f[0], f[1], f[2], f[3]);
-    ((float4 *)dst)[1] = make_float4(f[4], f[5], f[6], f[7]);
+    for (int j = 0; j < EPV / 4; j++)
+        ((float4 *)dst)[j] = make_float4(f[4 * j], f[4 * j + 1], f[4 * j + 2], f[4 * j + 3]);
 }
-__device__ __forceinline__ void widen(float *dst, uint4 v, const float *) { *(uint4 *)dst = v; }
 
 __device__ __forceinline__ void fma4(float4 &o, float p, const float *v) {
     float4 x = *(const float4 *)v;
@@ -134,7 +130,7 @@ attention_partial_kernel(gptoss_attention_args a) {
         for (int j = 0; j < MAX_VECS; j++) {
             int v = tid + j * THREADS, i = v / vpr;
             if (v < n * vpr)
-                widen(ks + i * stride + (v - i * vpr) * EPV, reg[j], (const KV *)nullptr);
+                widen<KV>(ks + i * stride + (v - i * vpr) * EPV, reg[j]);
         }
     };
     float4 acc[MAX_QUADS];
@@ -246,32 +242,28 @@ attention_partial_kernel(gptoss_attention_args a) {
     }
 }
 
-constexpr int MAX_SPLITS = 256;
+/* Combine: 64 threads per head, 4 heads per block; every thread folds the
+ * splits itself (a few dozen values, read by all 64 from cache), so the
+ * block needs no shared memory and no barrier. */
+constexpr int COMBINE_LANES = 64, COMBINE_HEADS = 4;
 
-__global__ void attention_combine_kernel(gptoss_attention_args a) {
-    __shared__ float factor[MAX_SPLITS];
-    __shared__ float denom;
-    int r = blockIdx.x, h = blockIdx.y, D = a.head_dim;
+__global__ void __launch_bounds__(COMBINE_LANES * COMBINE_HEADS) attention_combine_kernel(gptoss_attention_args a) {
+    int r = blockIdx.x, h = blockIdx.y * COMBINE_HEADS + threadIdx.x / COMBINE_LANES, D = a.head_dim;
+    if (h >= a.n_heads)
+        return;
     size_t base = ((size_t)r * a.n_heads + h) * a.splits;
     const float *ml = a.part_ml + 2 * base;
     float sink = a.sinks[h];
     float M = sink;
     for (int s = 0; s < a.splits; s++)
         M = fmaxf(M, ml[2 * s]);
-    for (int s = threadIdx.x; s < a.splits; s += blockDim.x)
-        factor[s] = expf(ml[2 * s] - M);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float l = expf(sink - M);
-        for (int s = 0; s < a.splits; s++)
-            l += ml[2 * s + 1] * factor[s];
-        denom = l;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float o = 0.0f;
-        for (int s = 0; s < a.splits; s++)
-            o += a.part_o[(base + s) * D + d] * factor[s];
+    for (int d = threadIdx.x % COMBINE_LANES; d < D; d += COMBINE_LANES) {
+        float denom = expf(sink - M), o = 0.0f;
+        for (int s = 0; s < a.splits; s++) {
+            float f = expf(ml[2 * s] - M);
+            denom += ml[2 * s + 1] * f;
+            o += a.part_o[(base + s) * D + d] * f;
+        }
         float v = o / denom;
         size_t at = (size_t)r * a.n_heads * D + (size_t)h * D + d;
         a.out[at] = v;
@@ -333,8 +325,6 @@ int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim) {
            partial_shape(n_heads, n_kv_heads, head_dim).floats() * sizeof(float) <= 48 * 1024;
 }
 
-int gptoss_attention_max_splits(void) { return MAX_SPLITS; }
-
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
                                    hipStream_t stream) {
     if (exact) {
@@ -345,12 +335,13 @@ hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, 
             hipLaunchKernelGGL(attention_exact_kernel<float>, grid, dim3(EXACT_THREADS), 0, stream, *a);
         return hipGetLastError();
     }
-    dim3 partial_grid(a->rows, a->n_kv_heads, a->splits), combine_grid(a->rows, a->n_heads);
+    dim3 partial_grid(a->rows, a->n_kv_heads, a->splits);
+    dim3 combine_grid(a->rows, (a->n_heads + COMBINE_HEADS - 1) / COMBINE_HEADS);
     size_t shared = partial_shape(a->n_heads, a->n_kv_heads, a->head_dim).floats() * sizeof(float);
     if (kv_bf16)
         hipLaunchKernelGGL(attention_partial_kernel<bf16>, partial_grid, dim3(THREADS), shared, stream, *a);
     else
         hipLaunchKernelGGL(attention_partial_kernel<float>, partial_grid, dim3(THREADS), shared, stream, *a);
-    hipLaunchKernelGGL(attention_combine_kernel, combine_grid, dim3(64), 0, stream, *a);
+    hipLaunchKernelGGL(attention_combine_kernel, combine_grid, dim3(COMBINE_LANES * COMBINE_HEADS), 0, stream, *a);
     return hipGetLastError();
 }

@@ -21,6 +21,23 @@ template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) { return bf16{gptoss_bf16_bits(v)}; }
 
+/* The values of a 16-byte load as floats: 8 bf16 or 4 float (the type
+ * pointer only picks the overload). */
+__device__ __forceinline__ void unpack16(uint4 v, float *out, const bf16 *) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        out[2 * j] = gptoss_bf16_float((uint16_t)(w[j] & 0xffff));
+        out[2 * j + 1] = gptoss_bf16_float((uint16_t)(w[j] >> 16));
+    }
+}
+__device__ __forceinline__ void unpack16(uint4 v, float *out, const float *) {
+    out[0] = __uint_as_float(v.x);
+    out[1] = __uint_as_float(v.y);
+    out[2] = __uint_as_float(v.z);
+    out[3] = __uint_as_float(v.w);
+}
+
 /* The widest warp of the platform, for launch bounds (the code itself reads
  * warpSize) */
 #if defined(__HIP_PLATFORM_NVIDIA__)

@@ -11,8 +11,9 @@
  *    order rounds to the same float except in rare double-rounding ties.
  *  - matrix (bf16 mode): bf16 weights and inputs on the matrix cores with
  *    fp32 accumulators (matrix_core.h), in one summation order whatever the
- *    kernel (below): streaming for up to 16 rows (blocks of 16 rows by 64
- *    outputs, each weight read once), tiled for more (16 MT rows by 64). */
+ *    kernel (below): streaming (blocks of 16 or 32 rows by 64 outputs,
+ *    operands straight into registers) for decode and the experts, tiled
+ *    (16 MT rows by 64, through shared memory) for dense GEMMs of many rows. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -151,42 +152,55 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
     return (const bf16 *)a.x + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
 }
 
-/* Streaming, for tiles of 16 rows (decode; also dense GEMMs of a few dozen
- * rows, whose larger tiles would leave the GPU half idle): a block covers 16
- * rows by 64 outputs with 8 warps, warp w doing outputs 16 (w / 2).. of the
- * even (w even) or odd chunks, its operands loaded straight into the
- * registers the matrix cores read, DEPTH chunks in flight: each weight is
- * read once per 16 rows, with many loads outstanding even when the grid is
- * small. */
-template <int DEPTH, bool VEC>
-__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss_gemm_args a) {
+/* Streaming, operands loaded straight into the registers the matrix cores
+ * read: a block covers 16 RG rows by 64 outputs with 8 warps, warp w doing
+ * outputs 16 (w / 2).. of every row group, over the even (w even) or odd
+ * chunks, DEPTH chunks in flight. Each weight is read once per block, with
+ * many loads outstanding even when the grid is small: decode of the dense
+ * layers (RG = 1, also dense GEMMs of a few dozen rows, whose larger tiles
+ * would leave the GPU half idle) and the experts' grouped GEMMs (RG 1 or
+ * 2 by the expected rows per expert); row groups past a tile's end load
+ * and multiply nothing. */
+/* two blocks per multiprocessor where the ring fits the registers for that;
+ * the deepest ring (small grids) takes one */
+template <int RG, int DEPTH, bool VEC>
+__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH * RG <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
     row_tile t;
-    if (!block_rows(a, 16, t))
+    if (!block_rows(a, 16 * RG, t))
         return;
-    __shared__ float even[16 * MX_BN];
+    __shared__ float even[16 * RG * MX_BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
     int n0 = blockIdx.y * MX_BN + 16 * (warp >> 1);
+    const int groups = (t.end - t.begin + 15) / 16; /* row groups holding rows */
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
-    const bf16 *src[2][P]; /* X, W */
+    const bf16 *src[RG + 1][P]; /* X of each row group, then W */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int r = tile16::piece_row(lane, j);
-        const bf16 *x = x_row(a, t, t.begin + r);
-        src[0][j] = x ? x + kofs : nullptr;
-        src[1][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
-    }
-    auto fetch = [&](int c, uint4 (&buf)[2][P]) {
 #pragma unroll
-        for (int m = 0; m < 2; m++)
+        for (int g = 0; g < RG; g++) {
+            const bf16 *x = x_row(a, t, t.begin + 16 * g + r);
+            src[g][j] = x ? x + kofs : nullptr;
+        }
+        src[RG][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
+    }
+    auto fetch = [&](int c, uint4 (&buf)[RG + 1][P]) {
+#pragma unroll
+        for (int m = 0; m <= RG; m++)
 #pragma unroll
             for (int j = 0; j < P; j++)
                 buf[m][j] = src[m][j] && c < chunks ? load8<VEC>(src[m][j], c * MX_KC, a.k - kofs)
                                                     : make_uint4(0, 0, 0, 0);
     };
-    tile16::acc_t acc = {};
-    uint4 ring[DEPTH][2][P];
+    tile16::acc_t acc[RG];
+#pragma unroll
+    for (int g = 0; g < RG; g++)
+#pragma unroll
+        for (int i = 0; i < tile16::N; i++)
+            acc[g][i] = 0.0f;
+    uint4 ring[DEPTH][RG + 1][P];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
         fetch(parity + 2 * d, ring[d]);
@@ -195,7 +209,10 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss
         for (int d = 0; d < DEPTH; d++) {
             if (c + 2 * d >= chunks)
                 break;
-            tile16::mma32(acc, ring[d][0], ring[d][1], lane);
+#pragma unroll
+            for (int g = 0; g < RG; g++)
+                if (g < groups)
+                    tile16::mma32(acc[g], ring[d][g], ring[d][RG], lane);
             fetch(c + 2 * (d + DEPTH), ring[d]);
         }
     }
@@ -203,41 +220,46 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX) gemm_stream_kernel(gptoss
     for (int half = 0; half < 2; half++) { /* even, then odd + even */
         if (parity == half)
 #pragma unroll
-            for (int i = 0; i < tile16::N; i += 2) {
-                int row, col;
-                if (!tile16::coords(i, lane, row, col))
-                    continue;
-                float *e = even + row * MX_BN + 16 * (warp >> 1) + col;
-                int p = t.begin + row, o = n0 + col;
-                if (half == 0) {
-                    e[0] = acc[i];
-                    e[1] = acc[i + 1];
-                } else if (p < t.end && o < a.n) {
-                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
+            for (int g = 0; g < RG; g++)
+#pragma unroll
+                for (int i = 0; i < tile16::N; i += 2) {
+                    int row, col;
+                    if (!tile16::coords(i, lane, row, col))
+                        continue;
+                    float *e = even + (16 * g + row) * MX_BN + 16 * (warp >> 1) + col;
+                    int p = t.begin + 16 * g + row, o = n0 + col;
+                    if (half == 0) {
+                        e[0] = acc[g][i];
+                        e[1] = acc[g][i + 1];
+                    } else if (p < t.end && o < a.n) {
+                        epilogue<bf16>(a, t, p, o, e[0] + acc[g][i], e[1] + acc[g][i + 1]);
+                    }
                 }
-            }
         if (half == 0)
             __syncthreads();
     }
 }
 
 /* Tiled, for more rows: a block covers 16 MT rows by 64 outputs with 4
- * warps in 2 x 2, each 8 MT rows by 32 outputs. Chunks go through a ring of
- * STAGES buffers in shared memory, STAGES - 1 of them in flight while the
- * block multiplies the oldest (asynchronous copies where the target has
- * them); each warp reads the same pieces the streaming kernel loads and
- * keeps an even and an odd sum. Rows of 64 bytes: the 16-byte reads of a
- * quarter warp cover two whole rows, without bank conflicts. */
+ * warps, warp w taking the 16 rows 16 (w / (4 / MT)) .. and 16 MT outputs.
+ * Chunks go through a ring of STAGES buffers in shared memory, STAGES - 1
+ * of them in flight while the block multiplies the oldest (asynchronous
+ * copies where the target has them); each warp reads the same pieces the
+ * streaming kernel loads and keeps an even and an odd sum. Rows of 64
+ * bytes: the 16-byte reads of a quarter warp cover two whole rows, without
+ * bank conflicts. Warps whose rows all lie past the end (in the last tile)
+ * only help copy. */
 template <int MT, bool VEC>
 __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_gemm_args a) {
-    constexpr int BM = 16 * MT, WM = MT / 2, P = tile16::PIECES, STAGES = 4;
+    constexpr int BM = 16 * MT, WN = MX_BN / (4 / MT), NT = WN / 16, P = tile16::PIECES, STAGES = 4;
     constexpr int ROWS = BM + MX_BN, PIECES = ROWS * (MX_KC / 8), PER = (PIECES + 127) / 128;
     row_tile t;
     if (!block_rows(a, BM, t))
         return;
     __shared__ __attribute__((aligned(16))) bf16 stage[STAGES][ROWS * MX_KC];
     int tid = threadIdx.x, threads = blockDim.x, lane = tid % warpSize, warp = tid / warpSize;
-    int n0 = blockIdx.y * MX_BN, wm = warp >> 1, wn = warp & 1;
+    int n0 = blockIdx.y * MX_BN, wm = warp / (4 / MT), wn = warp % (4 / MT);
+    const bool active = t.begin + 16 * wm < t.end;
     const int chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
 
@@ -271,16 +293,14 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
         copy_commit();
     };
 
-    tile16::acc_t acc[2][WM][2];
+    tile16::acc_t acc[2][NT];
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int m = 0; m < WM; m++)
+        for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int i = 0; i < tile16::N; i++)
-                    acc[h][m][n][i] = 0.0f;
+            for (int i = 0; i < tile16::N; i++)
+                acc[h][n][i] = 0.0f;
 #pragma unroll
     for (int c = 0; c < STAGES - 1; c++)
         issue(c);
@@ -294,39 +314,36 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
             copy_wait<STAGES - 2>();
             __syncthreads(); /* chunk c is in; everyone is done with chunk c - 1's buffer */
             issue(c + STAGES - 1);
+            if (!active)
+                continue;
             const bf16 *buf = stage[c % STAGES];
-            uint4 xp[WM][P], wp[2][P];
+            uint4 xp[P], wp[NT][P];
 #pragma unroll
             for (int j = 0; j < P; j++) {
                 int r = tile16::piece_row(lane, j);
+                xp[j] = *(const uint4 *)(buf + (16 * wm + r) * MX_KC + kofs);
 #pragma unroll
-                for (int m = 0; m < WM; m++)
-                    xp[m][j] = *(const uint4 *)(buf + (16 * (WM * wm + m) + r) * MX_KC + kofs);
-#pragma unroll
-                for (int n = 0; n < 2; n++)
-                    wp[n][j] = *(const uint4 *)(buf + (BM + 32 * wn + 16 * n + r) * MX_KC + kofs);
+                for (int n = 0; n < NT; n++)
+                    wp[n][j] = *(const uint4 *)(buf + (BM + WN * wn + 16 * n + r) * MX_KC + kofs);
             }
 #pragma unroll
-            for (int m = 0; m < WM; m++)
-#pragma unroll
-                for (int n = 0; n < 2; n++)
-                    tile16::mma32(acc[h][m][n], xp[m], wp[n], lane);
+            for (int n = 0; n < NT; n++)
+                tile16::mma32(acc[h][n], xp, wp[n], lane);
         }
     }
+    if (!active)
+        return;
 #pragma unroll
-    for (int m = 0; m < WM; m++)
+    for (int n = 0; n < NT; n++)
 #pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int i = 0; i < tile16::N; i += 2) {
-                int row, col;
-                if (!tile16::coords(i, lane, row, col))
-                    continue;
-                int p = t.begin + 16 * (WM * wm + m) + row, o = n0 + 32 * wn + 16 * n + col;
-                if (p < t.end && o < a.n)
-                    epilogue<bf16>(a, t, p, o, acc[0][m][n][i] + acc[1][m][n][i],
-                                   acc[0][m][n][i + 1] + acc[1][m][n][i + 1]);
-            }
+        for (int i = 0; i < tile16::N; i += 2) {
+            int row, col;
+            if (!tile16::coords(i, lane, row, col))
+                continue;
+            int p = t.begin + 16 * wm + row, o = n0 + WN * wn + 16 * n + col;
+            if (p < t.end && o < a.n)
+                epilogue<bf16>(a, t, p, o, acc[0][n][i] + acc[1][n][i], acc[0][n][i + 1] + acc[1][n][i + 1]);
+        }
 }
 
 } // namespace
@@ -334,9 +351,12 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
         return EX_BM;
-    /* grouped: enough rows for an expert's expected share, no more */
+    /* grouped: 16-row tiles up to 16 expected rows per expert (an expert
+     * with a few more takes two tiles, its second read of the weights mostly
+     * from L2), 32-row tiles beyond (fewer weight reads; measured faster from
+     * about 32 rows per expert, slower at 16) */
     if (a->rows_hint > 0)
-        return a->rows_hint <= 16 ? 16 : a->rows_hint <= 32 ? 32 : 64;
+        return a->rows_hint <= 16 ? 16 : 32;
     /* dense: the largest tile that still gives the GPU a few hundred blocks
      * (any choice computes the same bits) */
     int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
@@ -359,18 +379,19 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     bool vec = a->k % 8 == 0;
     void (*kernel)(gptoss_gemm_args);
-    int warps = 4;
-    if (bm == 16 && (long)grid.x * grid.y < 256) {
-        /* few blocks (decode of the dense layers): more loads in flight per warp */
-        kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;
-        warps = 8;
-    } else if (bm == 16) {
-        kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
-        warps = 8;
-    } else if (bm == 32) {
-        kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
-    } else {
-        kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
+    int warps = 8;
+    if (a->tiles && bm == 32) /* two row groups: fewer chunks in flight fit the registers */
+        kernel = vec ? gemm_stream_kernel<2, 2, true> : gemm_stream_kernel<2, 2, false>;
+    else if (bm == 16 && (long)grid.x * grid.y < 256) /* few blocks: more loads in flight per warp */
+        kernel = vec ? gemm_stream_kernel<1, 8, true> : gemm_stream_kernel<1, 8, false>;
+    else if (bm == 16)
+        kernel = vec ? gemm_stream_kernel<1, 4, true> : gemm_stream_kernel<1, 4, false>;
+    else {
+        warps = 4;
+        if (bm == 32)
+            kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
+        else
+            kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
     }
     hipLaunchKernelGGL(kernel, grid, dim3(warps * warp), 0, stream, *a);
     return hipGetLastError();

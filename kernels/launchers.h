@@ -78,7 +78,6 @@ typedef struct {
 } gptoss_attention_args;
 /* 1 if the head shape is supported (heads per KV head, their width) */
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim);
-int gptoss_attention_max_splits(void);
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
                                    hipStream_t stream);
 

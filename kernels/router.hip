@@ -21,11 +21,24 @@ template <class T> __global__ void __launch_bounds__(THREADS) router_kernel(gpto
     int r = blockIdx.x, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
     int warps = blockDim.x / warpSize;
     const T *x = (const T *)a.x + (size_t)r * a.hidden;
+    constexpr int EPV = 16 / sizeof(T); /* values per 16-byte load */
+    const bool vec = a.hidden % EPV == 0;
     for (int e = warp; e < a.n_experts; e += warps) {
         const T *w = (const T *)a.w + (size_t)e * a.hidden;
         double s = 0;
-        for (int i = lane; i < a.hidden; i += warpSize)
-            s += (double)(to_float(x[i]) * to_float(w[i]));
+        if (vec) { /* 16 bytes per lane and load: few round trips to memory per row */
+            for (int i = lane * EPV; i < a.hidden; i += warpSize * EPV) {
+                float xs[EPV], ws[EPV];
+                unpack16(*(const uint4 *)(x + i), xs, (const T *)nullptr);
+                unpack16(*(const uint4 *)(w + i), ws, (const T *)nullptr);
+#pragma unroll
+                for (int j = 0; j < EPV; j++)
+                    s += (double)(xs[j] * ws[j]);
+            }
+        } else {
+            for (int i = lane; i < a.hidden; i += warpSize)
+                s += (double)(to_float(x[i]) * to_float(w[i]));
+        }
         s = warp_sum(s);
         if (lane == 0) {
             float v = (float)s;
