@@ -9,9 +9,9 @@
  *     so each cached key and value is read once per row. Keys go by in
  *     chunks of up to 64 (fewer for heads wider than 64) with an online
  *     softmax (running max and sum per head).
- *  2. combine: one block per (row, head) folds the splits and the sink logit
- *     into one denominator and writes the output (and its bf16 copy, the o
- *     projection's input in bf16 mode).
+ *  2. combine: 64 threads per (row, head) fold the splits and the sink
+ *     logit into one denominator and write the output (and its bf16 copy,
+ *     the o projection's input in bf16 mode).
  *
  * Scores are float dot products; the softmax is the online form of the
  * course's, so values differ from the golden's by rounding only.
