@@ -17,6 +17,17 @@ local MID = {
   sliding_window = 32, swiglu_limit = 7.0,
 }
 
+-- Head shapes that take attention's other staging paths: 18 values per
+-- head (not a multiple of 8: staged value by value, rows padded to 20) and
+-- 136 (31 keys per staged chunk: several chunks per split of 64 keys).
+local function with_heads(head_dim, n_attn_heads, n_kv_heads)
+  local c = {}
+  for k, v in pairs(MID) do c[k] = v end
+  c.head_dim, c.n_attn_heads, c.n_kv_heads = head_dim, n_attn_heads, n_kv_heads
+  return c
+end
+local NARROW_HEADS, WIDE_HEADS = with_heads(18, 6, 2), with_heads(136, 4, 2)
+
 local function note(fmt, ...)
   io.stderr:write("[gpu-parity] " .. fmt:format(...) .. "\n")
 end
@@ -280,7 +291,8 @@ describe("GPU engine #gpu", function()
 
   describe("bf16 mode against the CPU's bf16 mode: max |dlogit| / max |logit| <= 1e-3 per row, "
     .. "or a divergence that starts at a routing or bf16 rounding flip", function()
-    for _, case in ipairs { { "7m", "7m", 4 }, { "mid", MID, 4 }, { "20b-2l", "20b-2l", 3 } } do
+    for _, case in ipairs { { "7m", "7m", 4 }, { "mid", MID, 4 }, { "20b-2l", "20b-2l", 3 },
+      { "heads of 18", NARROW_HEADS, 2 }, { "heads of 136", WIDE_HEADS, 2 } } do
       it(case[1], function()
         local worst, rows, slots = bf16_parity(gptoss.synthetic(case[2], { seed = 8 }), case[3],
           { 0, 3, 10, 25 }, 64)
