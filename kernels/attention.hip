@@ -72,7 +72,8 @@ template <class KV> __device__ __forceinline__ void widen(float *dst, uint4 v) {
         ((float4 *)dst)[j] = make_float4(f[4 * j], f[4 * j + 1], f[4 * j + 2], f[4 * j + 3]);
 }
 
-__device__ __forceinline__ void fma4(float4 &o, float p, const float *v) {
+/* o += p * v[0..3], a multiply then an add (the build keeps contraction off) */
+__device__ __forceinline__ void add_scaled4(float4 &o, float p, const float *v) {
     float4 x = *(const float4 *)v;
     o.x += p * x.x;
     o.y += p * x.y;
@@ -206,13 +207,13 @@ attention_partial_kernel(gptoss_attention_args a) {
                 int i = 0;
                 for (; i + 4 <= n; i += 4) {
                     float4 p4 = *(const float4 *)(p + i);
-                    fma4(o, p4.x, v + i * stride);
-                    fma4(o, p4.y, v + (i + 1) * stride);
-                    fma4(o, p4.z, v + (i + 2) * stride);
-                    fma4(o, p4.w, v + (i + 3) * stride);
+                    add_scaled4(o, p4.x, v + i * stride);
+                    add_scaled4(o, p4.y, v + (i + 1) * stride);
+                    add_scaled4(o, p4.z, v + (i + 2) * stride);
+                    add_scaled4(o, p4.w, v + (i + 3) * stride);
                 }
                 for (; i < n; i++)
-                    fma4(o, p[i], v + i * stride);
+                    add_scaled4(o, p[i], v + i * stride);
                 acc[j] = o;
             }
         }
