@@ -11,9 +11,11 @@
  *    order rounds to the same float except in rare double-rounding ties.
  *  - matrix (bf16 mode): bf16 weights and inputs on the matrix cores with
  *    fp32 accumulators (matrix_core.h), in one summation order whatever the
- *    kernel (below): streaming (blocks of 16 or 32 rows by 64 outputs,
- *    operands straight into registers) for decode and the experts, tiled
- *    (16 MT rows by 64, through shared memory) for dense GEMMs of many rows. */
+ *    kernel (below): streaming (blocks of 16 rows by 64 outputs, operands
+ *    straight into registers) for decode and the experts at up to 16 rows
+ *    per expert, staged (64-row expert tiles by 128 outputs through a ring
+ *    of shared-memory stages) for the experts beyond, tiled (16 MT rows by
+ *    64, through shared memory) for dense GEMMs of many rows. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -153,54 +155,46 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
 }
 
 /* Streaming, operands loaded straight into the registers the matrix cores
- * read: a block covers 16 RG rows by 64 outputs with 8 warps, warp w doing
- * outputs 16 (w / 2).. of every row group, over the even (w even) or odd
- * chunks, DEPTH chunks in flight. Each weight is read once per block, with
- * many loads outstanding even when the grid is small: decode of the dense
- * layers (RG = 1, also dense GEMMs of a few dozen rows, whose larger tiles
- * would leave the GPU half idle) and the experts' grouped GEMMs (RG 1 or
- * 2 by the expected rows per expert); row groups past a tile's end load
- * and multiply nothing. */
-/* two blocks per multiprocessor where the ring fits the registers for that;
- * the deepest ring (small grids) takes one */
-template <int RG, int DEPTH, bool VEC>
-__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH * RG <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
+ * read: a block covers 16 rows by 64 outputs with 8 warps, warp w doing
+ * outputs 16 (w / 2).. over the even (w even) or odd chunks, DEPTH chunks in
+ * flight. Each weight is read once per block, with many loads outstanding
+ * even when the grid is small: decode of the dense layers (also dense GEMMs
+ * of a few dozen rows, whose larger tiles would leave the GPU half idle) and
+ * the experts' grouped GEMMs at a few rows per expert. Two blocks per
+ * multiprocessor where the ring fits the registers for that; the deepest
+ * ring (small grids) takes one. */
+template <int DEPTH, bool VEC>
+__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
     row_tile t;
-    if (!block_rows(a, 16 * RG, t))
+    if (!block_rows(a, 16, t))
         return;
-    __shared__ float even[16 * RG * MX_BN];
+    __shared__ float even[16 * MX_BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
     int n0 = blockIdx.y * MX_BN + 16 * (warp >> 1);
-    const int groups = (t.end - t.begin + 15) / 16; /* row groups holding rows */
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
-    const bf16 *src[RG + 1][P]; /* X of each row group, then W */
+    const bf16 *src[2][P]; /* X, then W */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int r = tile16::piece_row(lane, j);
-#pragma unroll
-        for (int g = 0; g < RG; g++) {
-            const bf16 *x = x_row(a, t, t.begin + 16 * g + r);
-            src[g][j] = x ? x + kofs : nullptr;
-        }
-        src[RG][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
+        const bf16 *x = x_row(a, t, t.begin + r);
+        src[0][j] = x ? x + kofs : nullptr;
+        src[1][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
     }
-    auto fetch = [&](int c, uint4 (&buf)[RG + 1][P]) {
+    auto fetch = [&](int c, uint4 (&buf)[2][P]) {
 #pragma unroll
-        for (int m = 0; m <= RG; m++)
+        for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int j = 0; j < P; j++)
                 buf[m][j] = src[m][j] && c < chunks ? load8<VEC>(src[m][j], c * MX_KC, a.k - kofs)
                                                     : make_uint4(0, 0, 0, 0);
     };
-    tile16::acc_t acc[RG];
+    tile16::acc_t acc;
 #pragma unroll
-    for (int g = 0; g < RG; g++)
-#pragma unroll
-        for (int i = 0; i < tile16::N; i++)
-            acc[g][i] = 0.0f;
-    uint4 ring[DEPTH][RG + 1][P];
+    for (int i = 0; i < tile16::N; i++)
+        acc[i] = 0.0f;
+    uint4 ring[DEPTH][2][P];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
         fetch(parity + 2 * d, ring[d]);
@@ -209,10 +203,7 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH * RG <= 4 ? 2 : 1) 
         for (int d = 0; d < DEPTH; d++) {
             if (c + 2 * d >= chunks)
                 break;
-#pragma unroll
-            for (int g = 0; g < RG; g++)
-                if (g < groups)
-                    tile16::mma32(acc[g], ring[d][g], ring[d][RG], lane);
+            tile16::mma32(acc, ring[d][0], ring[d][1], lane);
             fetch(c + 2 * (d + DEPTH), ring[d]);
         }
     }
@@ -220,21 +211,19 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH * RG <= 4 ? 2 : 1) 
     for (int half = 0; half < 2; half++) { /* even, then odd + even */
         if (parity == half)
 #pragma unroll
-            for (int g = 0; g < RG; g++)
-#pragma unroll
-                for (int i = 0; i < tile16::N; i += 2) {
-                    int row, col;
-                    if (!tile16::coords(i, lane, row, col))
-                        continue;
-                    float *e = even + (16 * g + row) * MX_BN + 16 * (warp >> 1) + col;
-                    int p = t.begin + 16 * g + row, o = n0 + col;
-                    if (half == 0) {
-                        e[0] = acc[g][i];
-                        e[1] = acc[g][i + 1];
-                    } else if (p < t.end && o < a.n) {
-                        epilogue<bf16>(a, t, p, o, e[0] + acc[g][i], e[1] + acc[g][i + 1]);
-                    }
+            for (int i = 0; i < tile16::N; i += 2) {
+                int row, col;
+                if (!tile16::coords(i, lane, row, col))
+                    continue;
+                float *e = even + row * MX_BN + 16 * (warp >> 1) + col;
+                int p = t.begin + row, o = n0 + col;
+                if (half == 0) {
+                    e[0] = acc[i];
+                    e[1] = acc[i + 1];
+                } else if (p < t.end && o < a.n) {
+                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
                 }
+            }
         if (half == 0)
             __syncthreads();
     }
@@ -346,23 +335,187 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
         }
 }
 
+/* Staged, for the experts' grouped GEMMs at many rows per expert: a block
+ * covers a 64-row tile by 128 outputs with 8 warps, warp w taking outputs
+ * 32 (w / 2) .. + 31 over the even (w even) or odd chunks, for each 16-row
+ * group that holds rows (an expert's tile is sized for the busiest expert;
+ * groups past its rows are skipped). Each stage holds one even and one odd
+ * chunk of the tile's X rows and W rows in shared memory; a ring of STAGES
+ * of them keeps STAGES - 1 in flight (asynchronous copies where the target
+ * has them) while the block multiplies the oldest, so each weight is read
+ * from memory once per block whatever the expert's row count, and each X
+ * piece feeds the 4 warps of its parity. A warp multiplies the pieces the
+ * streaming kernel loads and the odd sums join the even ones through shared
+ * memory at the end, so both kernels compute the same bits. A stage row is
+ * a row's 8 pieces of 16 bytes, swizzled in odd rows (index ^ 4): the 8
+ * lanes of a quarter warp, reading 4 pieces of two adjacent rows, then hit
+ * distinct banks. */
+constexpr int ST_BM = 64, ST_MT = ST_BM / 16, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
+constexpr int ST_ROWS = ST_BM + ST_BN, ST_RP = 2 * MX_KC / 8; /* stage rows, pieces per row */
+constexpr size_t ST_STAGE_BYTES = (size_t)ST_ROWS * ST_RP * 16;
+
+template <int STAGES, int MIN_BLOCKS, bool VEC>
+__global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
+    constexpr int P = tile16::PIECES, MT = ST_MT, RP = ST_RP, PASS = ST_THREADS / RP;
+    constexpr int XR = (ST_BM + PASS - 1) / PASS, ODD_LD = ST_BN + 4;
+    static_assert(ST_BM * ODD_LD * sizeof(float) <= STAGES * ST_STAGE_BYTES, "the odd sums fit the ring");
+    extern __shared__ uint4 ring[]; /* [STAGES][ST_ROWS][RP] */
+    row_tile t;
+    if (!block_rows(a, ST_BM, t))
+        return;
+    const int tid = threadIdx.x, lane = tid % warpSize, warp = tid / warpSize;
+    const int parity = warp & 1, wn = warp >> 1, n0 = blockIdx.y * ST_BN;
+    const bool computes = warp < ST_WARPS; /* 32-lane warps under 64-lane launch bounds only copy */
+    const int groups = (t.end - t.begin + 15) / 16;
+    const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
+    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
+
+    /* the thread copies piece tid % RP of rows tid / RP + PASS i (X rows, then W rows) */
+    const int piece = tid % RP;
+    const bf16 *xsrc[XR];
+#pragma unroll
+    for (int i = 0; i < XR; i++) {
+        int r = tid / RP + PASS * i;
+        xsrc[i] = r < ST_BM ? x_row(a, t, t.begin + r) : nullptr;
+    }
+    auto issue = [&](int s) {
+        if (s < stages) {
+            uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
+            const int k = s * 2 * MX_KC + 8 * piece;
+#pragma unroll
+            for (int i = 0; i < (ST_ROWS + PASS - 1) / PASS; i++) {
+                int r = tid / RP + PASS * i;
+                if (r >= ST_ROWS)
+                    break;
+                const bf16 *src = nullptr;
+                if (r < ST_BM)
+                    src = i < XR ? xsrc[i] : nullptr;
+                else if (n0 + r - ST_BM < a.n)
+                    src = W + (size_t)(n0 + r - ST_BM) * a.k;
+                bool valid = src && k < a.k;
+                uint4 *dst = buf + r * RP + (piece ^ ((r & 1) << 2));
+                if (VEC)
+                    copy16_async(dst, valid ? src + k : W, valid);
+                else
+                    *dst = valid ? load8<false>(src, k, a.k) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        copy_commit(); /* one group per stage, empty or not */
+    };
+
+    tile16::acc_t acc[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++)
+                acc[m][n][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++)
+        issue(s);
+    const int q = 4 * parity + tile16::piece_k(lane) / 8; /* the warp's piece in a stage row */
+    for (int s = 0; s < stages; s++) {
+        copy_wait<STAGES - 2>();
+        __syncthreads(); /* stage s is in; everyone is done with stage s - 1's buffer */
+        issue(s + STAGES - 1);
+        if (!computes || 2 * s + parity >= chunks)
+            continue;
+        const uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
+        uint4 wp[2][P], xp[MT][P]; /* every piece of the chunk first, then the products */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                int r = ST_BM + 32 * wn + 16 * n + tile16::piece_row(lane, j);
+                wp[n][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+            }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            if (m < groups)
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    int r = 16 * m + tile16::piece_row(lane, j);
+                    xp[m][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+                }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            if (m < groups)
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+                    tile16::mma32(acc[m][n], xp[m], wp[n], lane);
+    }
+    copy_wait<0>();
+    __syncthreads(); /* the ring is free: the odd sums go through it */
+    float *odd = (float *)ring;
+#pragma unroll
+    for (int half = 1; half >= 0; half--) { /* odd warps store, even warps finish */
+        if (computes && parity == half)
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                if (m >= groups)
+                    break;
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+#pragma unroll
+                    for (int i = 0; i < tile16::N; i += 2) {
+                        int row, col;
+                        if (!tile16::coords(i, lane, row, col))
+                            continue;
+                        int ocol = 32 * wn + 16 * n + col, p = t.begin + 16 * m + row, o = n0 + ocol;
+                        float *e = odd + (16 * m + row) * ODD_LD + ocol;
+                        if (half == 1) {
+                            e[0] = acc[m][n][i];
+                            e[1] = acc[m][n][i + 1];
+                        } else if (p < t.end && o < a.n) {
+                            epilogue<bf16>(a, t, p, o, acc[m][n][i] + e[0], acc[m][n][i + 1] + e[1]);
+                        }
+                    }
+            }
+        if (half == 1)
+            __syncthreads();
+    }
+}
+
+template <int STAGES, int MIN_BLOCKS, bool VEC>
+hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
+    const void *kernel = (const void *)gemm_staged_kernel<STAGES, MIN_BLOCKS, VEC>;
+    size_t bytes = STAGES * ST_STAGE_BYTES;
+    if (bytes > 48 * 1024) {
+        hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != hipSuccess)
+            return e;
+    }
+    hipLaunchKernelGGL((gemm_staged_kernel<STAGES, MIN_BLOCKS, VEC>), grid, dim3(ST_THREADS), bytes, stream, *a);
+    return hipGetLastError();
+}
+
 } // namespace
 
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
         return EX_BM;
-    /* grouped: 16-row tiles up to 16 expected rows per expert (an expert
-     * with a few more takes two tiles, its second read of the weights mostly
-     * from L2), 32-row tiles beyond (fewer weight reads; measured faster from
-     * about 32 rows per expert, slower at 16) */
+    /* grouped: 16-row streaming tiles up to 16 expected rows per expert (an
+     * expert with a few more takes two tiles, its second read of the weights
+     * mostly from L2); beyond, 64-row staged tiles, which read each expert's
+     * weights once even when it got several dozen rows */
     if (a->rows_hint > 0)
-        return a->rows_hint <= 16 ? 16 : 32;
+        return a->rows_hint <= 16 ? 16 : ST_BM;
     /* dense: the largest tile that still gives the GPU a few hundred blocks
      * (any choice computes the same bits) */
     int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
     while (bm > 16 && (long)((a->rows + bm - 1) / bm) * ((a->n + MX_BN - 1) / MX_BN) < 256)
         bm /= 2;
     return bm;
+}
+
+/* shared memory a block may take on the current device */
+static size_t shared_limit() {
+    int dev = 0, per_sm = 0;
+    if (hipGetDevice(&dev) != hipSuccess ||
+        hipDeviceGetAttribute(&per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, dev) != hipSuccess)
+        return 48 * 1024;
+    return per_sm > 64 * 1024 ? (size_t)per_sm - 1024 : (size_t)per_sm; /* NVIDIA keeps 1 KB per block */
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
@@ -376,16 +529,22 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         hipLaunchKernelGGL(gemm_exact_kernel, grid, dim3(EX_THREADS), 0, stream, *a);
         return hipGetLastError();
     }
-    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     bool vec = a->k % 8 == 0;
+    if (bm == ST_BM && a->tiles) {
+        dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
+        /* two blocks of four stages per multiprocessor where shared memory
+         * holds them (measured best on the H100), else one of two stages */
+        if (2 * 4 * ST_STAGE_BYTES <= shared_limit())
+            return vec ? launch_staged<4, 2, true>(a, grid, stream) : launch_staged<4, 2, false>(a, grid, stream);
+        return vec ? launch_staged<2, 1, true>(a, grid, stream) : launch_staged<2, 1, false>(a, grid, stream);
+    }
+    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     void (*kernel)(gptoss_gemm_args);
     int warps = 8;
-    if (a->tiles && bm == 32) /* two row groups: fewer chunks in flight fit the registers */
-        kernel = vec ? gemm_stream_kernel<2, 2, true> : gemm_stream_kernel<2, 2, false>;
-    else if (bm == 16 && (long)grid.x * grid.y < 256) /* few blocks: more loads in flight per warp */
-        kernel = vec ? gemm_stream_kernel<1, 8, true> : gemm_stream_kernel<1, 8, false>;
+    if (bm == 16 && (long)grid.x * grid.y < 256) /* few blocks: more loads in flight per warp */
+        kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;
     else if (bm == 16)
-        kernel = vec ? gemm_stream_kernel<1, 4, true> : gemm_stream_kernel<1, 4, false>;
+        kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
     else {
         warps = 4;
         if (bm == 32)

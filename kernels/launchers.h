@@ -81,17 +81,20 @@ int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim);
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
                                    hipStream_t stream);
 
-/* router.hip */
+/* router.hip: the RMSNorm before the MoE block fused with the router */
 typedef struct {
-    const void *x;    /* [rows][hidden], the mode's type */
-    const void *w;    /* [n_experts][hidden] */
+    const float *x;      /* [rows][hidden] the residual stream */
+    const float *norm_w; /* [hidden] */
+    float *normed;       /* [rows][hidden] the normalized rows */
+    void *normed_bf16;   /* NULL (fp32 mode), or their bf16 copy: the experts' input */
+    const void *w;       /* [n_experts][hidden], the mode's type */
     const float *bias;
     int rows, hidden, n_experts, k;
     float *logits;    /* [rows][n_experts] */
     int *topk_idx;    /* [rows][k] */
     float *topk_w;    /* [rows][k] */
 } gptoss_router_args;
-int gptoss_router_limits(int n_experts, int k);
+int gptoss_router_limits(int n_experts, int k, int hidden);
 hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
 
 /* moe_dispatch.hip */
@@ -110,6 +113,11 @@ typedef struct {
     int rows, k, hidden;
     float *x;                /* += the weighted sum */
     float *agg_trace;        /* NULL, or [rows][hidden] */
+    /* the RMSNorm that follows (the next layer's or the final one), fused:
+     * NULL norm_w, or rmsnorm's outputs (norm_out may be x) */
+    const float *norm_w;
+    float *norm_out;
+    void *norm_out_bf16;
 } gptoss_moe_combine_args;
 int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows);
 hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);

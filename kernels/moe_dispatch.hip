@@ -9,9 +9,11 @@
  *
  * combine: each row sums its experts' outputs times their router weights in
  * ascending expert id, in float, and adds the sum to the residual: the
- * golden's order, which makes the result independent of the batch. */
-#include "device.h"
+ * golden's order, which makes the result independent of the batch. The
+ * block owns the updated row, so it also applies the RMSNorm that follows
+ * (rmsnorm.h: the same bits as rmsnorm.hip), saving that kernel. */
 #include "launchers.h"
+#include "rmsnorm.h"
 
 namespace {
 
@@ -68,7 +70,8 @@ __global__ void __launch_bounds__(DISPATCH_THREADS) moe_dispatch_kernel(gptoss_m
 
 constexpr int MAX_K = 32;
 
-__global__ void moe_combine_kernel(gptoss_moe_combine_args a) {
+__global__ void __launch_bounds__(RMS_THREADS) moe_combine_kernel(gptoss_moe_combine_args a) {
+    __shared__ double scratch[RMS_THREADS / 32];
     int r = blockIdx.x, K = a.k;
     int expert[MAX_K], pair[MAX_K];
     float weight[MAX_K];
@@ -84,14 +87,26 @@ __global__ void moe_combine_kernel(gptoss_moe_combine_args a) {
         pair[at] = a.pair_of[(size_t)r * K + j];
         weight[at] = a.topk_w[(size_t)r * K + j];
     }
+    float *x = a.x + (size_t)r * a.hidden;
     for (int i = threadIdx.x; i < a.hidden; i += blockDim.x) {
         float agg = 0.0f;
         for (int j = 0; j < K; j++)
             agg += a.expert_out[(size_t)pair[j] * a.hidden + i] * weight[j];
         if (a.agg_trace)
             a.agg_trace[(size_t)r * a.hidden + i] = agg;
-        a.x[(size_t)r * a.hidden + i] += agg;
+        x[i] += agg;
     }
+    if (!a.norm_w)
+        return;
+    __syncthreads(); /* the row is complete */
+    double scale = rms_row_scale(x, a.hidden, scratch);
+    float *out = a.norm_out + (size_t)r * a.hidden; /* may be x: the final norm */
+    bf16 *out_bf16 = a.norm_out_bf16 ? (bf16 *)a.norm_out_bf16 + (size_t)r * a.hidden : nullptr;
+    rms_row_apply(x, a.norm_w, scale, a.hidden, [&](int i, float v) {
+        if (out_bf16)
+            out_bf16[i] = from_float<bf16>(v);
+        out[i] = v;
+    });
 }
 
 } // namespace
@@ -107,6 +122,6 @@ hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStre
 }
 
 hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream) {
-    hipLaunchKernelGGL(moe_combine_kernel, dim3(a->rows), dim3(256), 0, stream, *a);
+    hipLaunchKernelGGL(moe_combine_kernel, dim3(a->rows), dim3(RMS_THREADS), 0, stream, *a);
     return hipGetLastError();
 }

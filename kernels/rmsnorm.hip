@@ -1,31 +1,30 @@
 /* RMSNorm of each row, exactly the golden's: the float squares summed in
- * double (any order rounds alike), the course's scale formula, and the
- * product in double (src/core/course_math.h). Writes the fp32 result and,
- * in bf16 mode, the bf16-rounded copy the next GEMM reads. */
-#include "device.h"
+ * double (any order rounds alike; rmsnorm.h fixes one), the course's scale
+ * formula, and the product in double (src/core/course_math.h). Writes the
+ * fp32 result and, in bf16 mode, the bf16-rounded copy the next GEMM reads.
+ * Within a step the norms after the first run fused into the kernel before
+ * them (router.hip, moe_dispatch.hip); this one serves the first layer and
+ * traced steps. */
 #include "launchers.h"
-#include "../src/core/course_math.h"
+#include "rmsnorm.h"
 
 __global__ void rmsnorm_kernel(const float *x, const float *w, int hidden, float *out,
                                bf16 *out_bf16) {
-    __shared__ double scratch[32];
+    __shared__ double scratch[RMS_THREADS / 32];
     const float *row = x + (size_t)blockIdx.x * hidden;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        ss += (double)(row[i] * row[i]);
-    double scale = gptoss_rms_scale(block_all(ss, op_add(), scratch), hidden);
+    double scale = rms_row_scale(row, hidden, scratch);
     float *o = out + (size_t)blockIdx.x * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        float v = gptoss_rms_apply(w[i], scale, row[i]);
-        if (out_bf16)
-            out_bf16[(size_t)blockIdx.x * hidden + i] = from_float<bf16>(v);
-        o[i] = v; /* after the read of row[i]: out may be x (the final norm) */
-    }
+    bf16 *ob = out_bf16 ? out_bf16 + (size_t)blockIdx.x * hidden : nullptr;
+    rms_row_apply(row, w, scale, hidden, [&](int i, float v) { /* out may be x (the final norm) */
+        if (ob)
+            ob[i] = from_float<bf16>(v);
+        o[i] = v;
+    });
 }
 
 hipError_t gptoss_launch_rmsnorm(const float *x, const float *w, int rows, int hidden, float *out,
                                  void *out_bf16, hipStream_t stream) {
-    hipLaunchKernelGGL(rmsnorm_kernel, dim3(rows), dim3(256), 0, stream, x, w, hidden, out,
+    hipLaunchKernelGGL(rmsnorm_kernel, dim3(rows), dim3(RMS_THREADS), 0, stream, x, w, hidden, out,
                        (bf16 *)out_bf16);
     return hipGetLastError();
 }

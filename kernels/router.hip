@@ -1,13 +1,16 @@
-/* The MoE router of each row in one block: the expert logits (one warp per
- * expert, the golden's float products summed in double in both modes: in
- * bf16 mode the products are exact and their double sum nearly always is
- * (while the products' exponents span less than about 25 bits), so the logits, and the
- * routing, match the CPU's bit for bit given equal inputs), the
- * top-k with the golden's tie rule and the course softmax over those k
- * (src/core/course_math.h, softmax.h). */
-#include "device.h"
+/* The MoE block's entry for each row, one block per row: the RMSNorm of the
+ * residual row (rmsnorm.h, written out for the experts' GEMMs, and in bf16
+ * mode rounded as they read it), then the router on that normalized row:
+ * the expert logits (one warp per expert, the golden's float products
+ * summed in double in both modes: in bf16 mode the products are exact and
+ * their double sum nearly always is (while the products' exponents span
+ * less than about 25 bits), so the logits, and the routing, match the CPU's
+ * bit for bit given equal inputs), the top-k with the golden's tie rule and
+ * the course softmax over those k (src/core/course_math.h, softmax.h).
+ * (Blocks of 4 rows, sharing each router weight load, measured slower from
+ * 8 to 256 rows: the rows' norms run one after another.) */
 #include "launchers.h"
-#include "../src/core/course_math.h"
+#include "rmsnorm.h"
 #include "../src/core/softmax.h"
 
 namespace {
@@ -15,29 +18,43 @@ namespace {
 /* a warp per expert: one block reads the whole router matrix, so it needs
  * many loads in flight (256 threads ran at 77 us per 20b row on an H200) */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 1024;
+/* shared memory left for the normalized row after the static arrays */
+constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
 template <class T> __global__ void __launch_bounds__(THREADS) router_kernel(gptoss_router_args a) {
+    extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
-    int r = blockIdx.x, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
-    int warps = blockDim.x / warpSize;
-    const T *x = (const T *)a.x + (size_t)r * a.hidden;
+    __shared__ double scratch[THREADS / 32];
+    T *xs = (T *)normed_row;
+    const int r = blockIdx.x, H = a.hidden, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
+    const int warps = blockDim.x / warpSize;
+    const size_t at = (size_t)r * H;
+    const double scale = rms_row_scale(a.x + at, H, scratch);
+    rms_row_apply(a.x + at, a.norm_w, scale, H, [&](int i, float v) {
+        T rounded = from_float<T>(v);
+        a.normed[at + i] = v;
+        if (a.normed_bf16)
+            ((T *)a.normed_bf16)[at + i] = rounded;
+        xs[i] = rounded;
+    });
+    __syncthreads();
     constexpr int EPV = 16 / sizeof(T); /* values per 16-byte load */
-    const bool vec = a.hidden % EPV == 0;
+    const bool vec = H % EPV == 0;
     for (int e = warp; e < a.n_experts; e += warps) {
-        const T *w = (const T *)a.w + (size_t)e * a.hidden;
+        const T *w = (const T *)a.w + (size_t)e * H;
         double s = 0;
         if (vec) { /* 16 bytes per lane and load: few round trips to memory per row */
-            for (int i = lane * EPV; i < a.hidden; i += warpSize * EPV) {
-                float xs[EPV], ws[EPV];
-                unpack16(*(const uint4 *)(x + i), xs, (const T *)nullptr);
-                unpack16(*(const uint4 *)(w + i), ws, (const T *)nullptr);
+            for (int i = lane * EPV; i < H; i += warpSize * EPV) {
+                float xv[EPV], wv[EPV];
+                unpack16(*(const uint4 *)(xs + i), xv, (const T *)nullptr);
+                unpack16(*(const uint4 *)(w + i), wv, (const T *)nullptr);
 #pragma unroll
-                for (int j = 0; j < EPV; j++)
-                    s += (double)(xs[j] * ws[j]);
+                for (int q = 0; q < EPV; q++)
+                    s += (double)(xv[q] * wv[q]);
             }
         } else {
-            for (int i = lane; i < a.hidden; i += warpSize)
-                s += (double)(to_float(x[i]) * to_float(w[i]));
+            for (int i = lane; i < H; i += warpSize)
+                s += (double)(to_float(xs[i]) * to_float(w[i]));
         }
         s = warp_sum(s);
         if (lane == 0) {
@@ -55,20 +72,23 @@ template <class T> __global__ void __launch_bounds__(THREADS) router_kernel(gpto
     int idx[MAX_K];
     gptoss_topk(logits, a.n_experts, a.k, vals, idx);
     gptoss_course_softmax(vals, a.k);
-    for (int j = 0; j < a.k; j++) {
-        a.topk_idx[(size_t)r * a.k + j] = idx[j];
-        a.topk_w[(size_t)r * a.k + j] = vals[j];
+    for (int q = 0; q < a.k; q++) {
+        a.topk_idx[(size_t)r * a.k + q] = idx[q];
+        a.topk_w[(size_t)r * a.k + q] = vals[q];
     }
 }
 
 } // namespace
 
-int gptoss_router_limits(int n_experts, int k) { return n_experts <= MAX_EXPERTS && k <= MAX_K; }
+int gptoss_router_limits(int n_experts, int k, int hidden) {
+    return n_experts <= MAX_EXPERTS && k <= MAX_K && (size_t)hidden * sizeof(float) <= ROW_BYTES;
+}
 
 hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream) {
+    size_t elem = bf16_mode ? sizeof(bf16) : sizeof(float);
     if (bf16_mode)
-        hipLaunchKernelGGL(router_kernel<bf16>, dim3(a->rows), dim3(THREADS), 0, stream, *a);
+        hipLaunchKernelGGL(router_kernel<bf16>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
     else
-        hipLaunchKernelGGL(router_kernel<float>, dim3(a->rows), dim3(THREADS), 0, stream, *a);
+        hipLaunchKernelGGL(router_kernel<float>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
     return hipGetLastError();
 }

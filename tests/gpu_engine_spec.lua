@@ -305,9 +305,10 @@ describe("GPU engine #gpu", function()
   it("batch invariance: a sequence alone or among 63 (127, 255) others gives the same tokens and logits", function()
     local m = gptoss.synthetic("20b-2l", { seed = 9 })
     local c = m.config
-    -- bf16: the experts' GEMMs take 16-row tiles at 64 rows, two of them
-    -- for many experts at 128, and 32-row tiles at 256, often with a row
-    -- group past the expert's last row
+    -- bf16: the experts' GEMMs take 16-row streaming tiles at 64 rows, two
+    -- of them for many experts at 128, and 64-row staged tiles at 256, with
+    -- row groups past the expert's last row; the dense GEMMs of 128 and 256
+    -- rows take the tiled kernel. Alone, every GEMM streams 16-row tiles.
     for _, case in ipairs { { "fp32", 64 }, { "bf16", 64 }, { "bf16", 128 }, { "bf16", 256 } } do
       local mode, n = case[1], case[2]
       local alone = m:replica { device = 1, slots = 1, ctx = 64, weights = mode, kv = mode }

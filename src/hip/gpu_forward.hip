@@ -106,8 +106,9 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
 
     for (int l = 0; l < c->n_layers; l++) {
         int windowed = c->sliding_window > 0 && l % 2 == 0;
-        RUN("rmsnorm", gptoss_launch_rmsnorm(g->x, (const float *)g->w[GPTOSS_T_RMS_ATTN] + (size_t)l * H,
-                                             R, H, g->t, bf ? g->t_in : NULL, st));
+        if (l == 0 || trace) /* else the previous layer's MoE combine applied it */
+            RUN("rmsnorm", gptoss_launch_rmsnorm(g->x, (const float *)g->w[GPTOSS_T_RMS_ATTN] + (size_t)l * H,
+                                                 R, H, g->t, bf ? g->t_in : NULL, st));
         REC("attn_norm", l, 0, 0, H, g->t);
 
         gptoss_gemm_args qkv = {};
@@ -184,12 +185,12 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         }
         REC("resid_attn", l, 0, 0, H, g->x);
 
-        /* MoE block */
-        RUN("rmsnorm", gptoss_launch_rmsnorm(g->x, (const float *)g->w[GPTOSS_T_RMS_FFN] + (size_t)l * H,
-                                             R, H, g->t, bf ? g->t_in : NULL, st));
-        REC("ffn_norm", l, 0, 0, H, g->t);
+        /* MoE block: its RMSNorm runs inside the router */
         gptoss_router_args ro = {};
-        ro.x = g->t_in;
+        ro.x = g->x;
+        ro.norm_w = (const float *)g->w[GPTOSS_T_RMS_FFN] + (size_t)l * H;
+        ro.normed = g->t;
+        ro.normed_bf16 = bf ? g->t_in : NULL;
         ro.w = gptoss_gpu_weight(g, GPTOSS_T_W_ROUTER, (size_t)l * E * H);
         ro.bias = (const float *)g->w[GPTOSS_T_B_ROUTER] + (size_t)l * E;
         ro.rows = R;
@@ -200,6 +201,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         ro.topk_idx = g->topk_i;
         ro.topk_w = g->topk_w;
         RUN("router", gptoss_launch_router(&ro, bf, st));
+        REC("ffn_norm", l, 0, 0, H, g->t);
         REC("router", l, 0, 0, E, g->router_logits);
         REC("topk_idx", l, 1, 0, K, g->topk_i);
         REC("topk_w", l, 0, 0, K, g->topk_w);
@@ -258,12 +260,20 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         mc.hidden = H;
         mc.x = g->x;
         mc.agg_trace = trace ? g->agg : NULL;
+        if (!trace) { /* the norm that follows: traced steps record the residual before it */
+            int last = l + 1 == c->n_layers;
+            mc.norm_w = last ? (const float *)g->w[GPTOSS_T_RMS_OUT]
+                             : (const float *)g->w[GPTOSS_T_RMS_ATTN] + (size_t)(l + 1) * H;
+            mc.norm_out = last ? g->x : g->t;
+            mc.norm_out_bf16 = bf ? g->t_in : NULL;
+        }
         RUN("moe_combine", gptoss_launch_moe_combine(&mc, st));
         REC("moe_out", l, 0, 0, H, g->agg);
         REC("resid_ffn", l, 0, 0, H, g->x);
     }
-    RUN("rmsnorm", gptoss_launch_rmsnorm(g->x, (const float *)g->w[GPTOSS_T_RMS_OUT], R, H, g->x,
-                                         bf ? g->t_in : NULL, st));
+    if (trace || c->n_layers == 0) /* else the last MoE combine applied it */
+        RUN("rmsnorm", gptoss_launch_rmsnorm(g->x, (const float *)g->w[GPTOSS_T_RMS_OUT], R, H, g->x,
+                                             bf ? g->t_in : NULL, st));
     REC("final_norm", -1, 0, 0, H, g->x);
     gptoss_gemm_args un = {};
     un.x = bf ? g->t_in : (const void *)g->x;
