@@ -19,7 +19,7 @@ local MID = {
 
 -- Head shapes that take attention's other staging paths: 18 values per
 -- head (not a multiple of 8: staged value by value, rows padded to 20) and
--- 136 (31 keys per staged chunk: several chunks per split of 64 keys).
+-- 136 (31 keys per staged chunk: several chunks per split of 128 keys).
 local function with_heads(head_dim, n_attn_heads, n_kv_heads)
   local c = {}
   for k, v in pairs(MID) do c[k] = v end
@@ -498,6 +498,24 @@ describe("GPU engine #gpu", function()
       local mem = r.memory
       assert.is_true(mem.weights_fp32 > 0 and mem.kv > 0 and mem.scratch > 0)
       assert.are.equal(mem.total, mem.weights_fp32 + mem.weights_bf16 + mem.kv + mem.scratch)
+      r:close()
+    end)
+
+    it("refuses shapes its kernels cannot take, naming the limits", function()
+      local function shape(changes)
+        local c = {}
+        for k, v in pairs(MID) do c[k] = v end
+        for k, v in pairs(changes) do c[k] = v end
+        return gptoss.synthetic(c)
+      end
+      -- 64 query heads per KV head: attention takes 32 at most
+      expect_error(function() shape({ n_attn_heads = 64, n_kv_heads = 1 }):replica { device = 1 } end,
+        "up to 32 query heads per KV head", "this model: 64 heads, 1 KV heads")
+      -- the router keeps a normalized row in shared memory
+      expect_error(function() shape({ hidden_dim = 12032, n_layers = 1 }):replica { device = 1 } end,
+        "hidden size 11968", "hidden size 12032")
+      local r = m:replica { device = 1, slots = 1, ctx = 8 } -- still usable
+      assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 0 }, tokens = { 1 } }):tokens())
       r:close()
     end)
 
