@@ -509,17 +509,15 @@ int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     return bm;
 }
 
-/* shared memory a block may take on the current device */
-static size_t shared_limit() {
-    int dev = 0, per_sm = 0;
-    if (hipGetDevice(&dev) != hipSuccess ||
-        hipDeviceGetAttribute(&per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, dev) != hipSuccess)
+/* shared memory a block may take, from the multiprocessor's */
+static size_t shared_limit(int shared_per_sm) {
+    if (shared_per_sm <= 0)
         return 48 * 1024;
-    return per_sm > 64 * 1024 ? (size_t)per_sm - 1024 : (size_t)per_sm; /* NVIDIA keeps 1 KB per block */
+    return shared_per_sm > 64 * 1024 ? (size_t)shared_per_sm - 1024 : (size_t)shared_per_sm; /* NVIDIA keeps 1 KB per block */
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
-                              hipStream_t stream) {
+                              int shared_per_sm, hipStream_t stream) {
     int bm = gptoss_gemm_tile_rows(a, bf16_mode);
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
     if (row_blocks <= 0)
@@ -534,7 +532,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
         /* two blocks of four stages per multiprocessor where shared memory
          * holds them (measured best on the H100), else one of two stages */
-        if (2 * 4 * ST_STAGE_BYTES <= shared_limit())
+        if (2 * 4 * ST_STAGE_BYTES <= shared_limit(shared_per_sm))
             return vec ? launch_staged<4, 2, true>(a, grid, stream) : launch_staged<4, 2, false>(a, grid, stream);
         return vec ? launch_staged<2, 1, true>(a, grid, stream) : launch_staged<2, 1, false>(a, grid, stream);
     }

@@ -45,8 +45,10 @@ typedef struct {
 } gptoss_gemm_args;
 /* rows per tile the launch will use (the tile table must be built with it) */
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
+/* warp and shared_per_sm: the device's warp size and shared memory per
+ * multiprocessor (hipDeviceAttributeMaxSharedMemoryPerMultiprocessor) */
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
-                              hipStream_t stream);
+                              int shared_per_sm, hipStream_t stream);
 
 /* rope_kv.hip */
 typedef struct {

@@ -229,6 +229,7 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
     }
     (void)hipDeviceGetAttribute(&g->warp, hipDeviceAttributeWarpSize, o->device);
     (void)hipDeviceGetAttribute(&g->sms, hipDeviceAttributeMultiprocessorCount, o->device);
+    (void)hipDeviceGetAttribute(&g->shared_per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, o->device);
     g->k_layer = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->v_layer = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->layer_positions = (int *)calloc((size_t)c->n_layers, sizeof(int));
