@@ -7,14 +7,17 @@
  *  1. partials: one block per (row, KV head, split of the visible keys).
  *     The G = Hq / Hkv query heads sharing the KV head are done together,
  *     so each cached key and value is read once per row. Keys go by in
- *     chunks of up to 64 (fewer for heads wider than 64) with an online
- *     softmax (running max and sum per head).
+ *     chunks with an online softmax (running max and sum per head): on the
+ *     matrix cores for bf16 caches (up to 16 heads of up to 64 values per
+ *     KV head, gpt-oss's 8 of 64), else with float products in chunks of up
+ *     to 64 keys (fewer for heads wider than 64).
  *  2. combine: 64 threads per (row, head) fold the splits and the sink
  *     logit into one denominator and write the output (and its bf16 copy,
  *     the o projection's input in bf16 mode).
  *
- * Scores are float dot products; the softmax is the online form of the
- * course's, so values differ from the golden's by rounding only.
+ * Scores are float dot products (on the matrix cores, of float-precise
+ * parts: below); the softmax is the online form of the course's, so values
+ * differ from the golden's by rounding only.
  *
  * fp32 mode, the golden's order exactly: one block per (row, head) makes
  * three passes over the visible keys, recomputing each score as the golden
@@ -27,6 +30,7 @@
 #include "attention_score.h"
 #include "device.h"
 #include "launchers.h"
+#include "matrix_core.h"
 #include "../src/core/course_math.h"
 
 namespace {
@@ -243,6 +247,241 @@ attention_partial_kernel(gptoss_attention_args a) {
     }
 }
 
+/* Partials on the matrix cores, for bf16 caches (the float kernel above
+ * serves float caches and head shapes beyond these limits). Products keep
+ * float precision: q and the probabilities enter as sums of three bf16
+ * parts (x = hi + mid + lo, each the bf16 rounding of what the earlier
+ * parts leave), the cached keys and values are bf16 already, so every
+ * product of parts is exact and only the sums round, in the matrix cores'
+ * fixed order rather than the scalar one.
+ *
+ * 128 threads take the split's keys in chunks of 64:
+ *  - scores: warp w multiplies key tile w (16 keys, pieces straight from
+ *    the cache) by the group's query heads (up to 16, the parts staged in
+ *    shared memory) over the head's width, 32 at a time.
+ *  - softmax: 8 threads per head fold the chunk's maximum and sum and keep
+ *    the running ones in registers; the probabilities' parts go to shared
+ *    memory as bf16 rows, keys contiguous.
+ *  - values: warp w takes output tiles of 16 dimensions by the 16 heads, the
+ *    transposed values gathered from the chunk's rows (staged in shared
+ *    memory through registers while the scores run; rows of an odd number
+ *    of words, so a gather hits 32 banks). */
+constexpr int MMA_CHUNK = 64, MMA_HEADS = 16, MMA_MAX_D = 64, PARTS = 3;
+constexpr int MMA_VECS = MMA_CHUNK * (MMA_MAX_D / 8) / THREADS; /* a thread's 16-byte value loads */
+constexpr int MMA_OUT_TILES = MMA_MAX_D / 16 / (THREADS / GPTOSS_WARP_MAX); /* per warp */
+constexpr int MMA_KEY_TILES = MMA_CHUNK / 16 / (THREADS / GPTOSS_WARP_MAX);
+
+struct mma_shape {
+    int G, D8, DK, QS, VS, SS;
+    __host__ __device__ mma_shape(int n_heads, int n_kv_heads, int D) {
+        G = n_heads / n_kv_heads;
+        D8 = (D + 7) / 8 * 8;
+        DK = (D + 31) / 32 * 32;
+        QS = (DK + 63) / 64 * 64 + 32; /* 64 bytes past a multiple of 128: adjacent rows' reads miss */
+        VS = D8 + 2;                   /* an odd number of words: a transposed gather hits 32 banks */
+        SS = MMA_HEADS + 1;
+    }
+    /* bytes: q parts [PARTS][16][QS], probability parts [PARTS][16][64 + 32],
+     * values [64][VS] (bf16), scores [64][SS] and the heads' rescale [16] (float) */
+    __host__ __device__ size_t q_bytes() const { return (size_t)PARTS * MMA_HEADS * QS * 2; }
+    __host__ __device__ size_t p_bytes() const { return (size_t)PARTS * MMA_HEADS * (MMA_CHUNK + 32) * 2; }
+    __host__ __device__ size_t v_bytes() const { return ((size_t)MMA_CHUNK * VS * 2 + 15) / 16 * 16; }
+    __host__ __device__ size_t bytes() const {
+        return q_bytes() + p_bytes() + v_bytes() + ((size_t)MMA_CHUNK * SS + MMA_HEADS) * 4;
+    }
+    bool fits() const { return G <= MMA_HEADS && D8 <= MMA_MAX_D && bytes() <= 48 * 1024; }
+};
+
+/* v as three bf16 parts, hi + mid + lo */
+__device__ __forceinline__ void split3(float v, uint16_t (&p)[PARTS]) {
+    for (int i = 0; i < PARTS; i++) {
+        p[i] = gptoss_bf16_bits(v);
+        v -= gptoss_bf16_float(p[i]);
+    }
+}
+
+/* five blocks per multiprocessor: 96 registers, and the scores' loads in flight */
+__global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attention_args a) {
+    constexpr int P = tile16::PIECES, PS = MMA_CHUNK + 32;
+    extern __shared__ float4 smem4[];
+    const mma_shape sh(a.n_heads, a.n_kv_heads, a.head_dim);
+    const int G = sh.G, D = a.head_dim, kvd = a.n_kv_heads * D, VS = sh.VS, SS = sh.SS;
+    uint16_t *qs = (uint16_t *)smem4, *ps = qs + sh.q_bytes() / 2, *vs = ps + sh.p_bytes() / 2;
+    float *S = (float *)(vs + sh.v_bytes() / 2), *rescale = S + MMA_CHUNK * SS;
+    const int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    const int lane = tid % warpSize, warp = tid / warpSize, warps = THREADS / warpSize;
+    const int pos = a.positions[r], Pn = a.positions_per_slot;
+    const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    const int lo = first + s * a.split_len, hi = min(pos + 1, lo + a.split_len);
+    const float *q = a.q + ((size_t)r * a.n_heads + (size_t)kvh * G) * D;
+    for (int e = tid; e < MMA_HEADS * sh.DK; e += THREADS) {
+        int g = e / sh.DK, d = e - g * sh.DK;
+        uint16_t part[PARTS];
+        split3(g < G && d < D ? q[g * D + d] : 0.0f, part);
+        for (int i = 0; i < PARTS; i++)
+            qs[(i * MMA_HEADS + g) * sh.QS + d] = part[i];
+    }
+    const bf16 *K = (const bf16 *)a.k_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
+    const bf16 *V = (const bf16 *)a.v_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
+    const bool vec = D % 8 == 0;
+    const int kofs = tile16::piece_k(lane), octets = sh.D8 / 8, h = tid / 8, seg = tid % 8;
+    const int out_tiles = (sh.D8 + 15) / 16;
+    const float inv_scale = sqrtf((float)D);
+    float m_run = -INFINITY, l_run = 0.0f; /* head h's, in its 8 threads */
+    tile16::acc_t acc[MMA_OUT_TILES];
+#pragma unroll
+    for (int t = 0; t < MMA_OUT_TILES; t++)
+#pragma unroll
+        for (int i = 0; i < tile16::N; i++)
+            acc[t][i] = 0.0f;
+    __syncthreads(); /* q's parts staged */
+
+    for (int c0 = lo; c0 < hi; c0 += MMA_CHUNK) {
+        const int n = min(MMA_CHUNK, hi - c0);
+        uint4 vreg[MMA_VECS]; /* the chunk's values, rows past n as zeros */
+#pragma unroll
+        for (int j = 0; j < MMA_VECS; j++) {
+            int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
+            vreg[j] = make_uint4(0, 0, 0, 0);
+            if (key < n && key < MMA_CHUNK)
+                vreg[j] = load_bf16x8(V + (size_t)((c0 + key) % Pn) * kvd, d, D, vec);
+        }
+        /* scores of key tiles w, w + warps, ..., the whole width's pieces loaded first */
+        tile16::acc_t st[MMA_KEY_TILES];
+#pragma unroll
+        for (int u = 0; u < MMA_KEY_TILES; u++) {
+            const int kt = warp + u * warps;
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++)
+                st[u][i] = 0.0f;
+            if (kt >= MMA_CHUNK / 16)
+                break;
+            uint4 kp[MMA_MAX_D / 32][P];
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                int key = 16 * kt + tile16::piece_row(lane, j);
+                const bf16 *krow = key < n ? K + (size_t)((c0 + key) % Pn) * kvd : nullptr;
+#pragma unroll
+                for (int c = 0; c < MMA_MAX_D / 32; c++)
+                    if (32 * c < sh.DK)
+                        kp[c][j] = krow ? load_bf16x8(krow, 32 * c + kofs, D, vec) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int c = 0; c < MMA_MAX_D / 32; c++) {
+                if (32 * c >= sh.DK)
+                    break;
+#pragma unroll
+                for (int i = 0; i < PARTS; i++) {
+                    uint4 qp[P];
+#pragma unroll
+                    for (int j = 0; j < P; j++)
+                        qp[j] = *(const uint4 *)(qs + (i * MMA_HEADS + tile16::piece_row(lane, j)) * sh.QS + 32 * c + kofs);
+                    tile16::mma32(st[u], kp[c], qp, lane);
+                }
+            }
+        }
+        __syncthreads(); /* the previous chunk's values and probabilities are used */
+#pragma unroll
+        for (int u = 0; u < MMA_KEY_TILES; u++) {
+            const int kt = warp + u * warps;
+            if (kt >= MMA_CHUNK / 16)
+                break;
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++) {
+                int row, col;
+                if (tile16::coords(i, lane, row, col))
+                    S[(16 * kt + row) * SS + col] = 16 * kt + row < n && col < G ? st[u][i] / inv_scale : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MMA_VECS; j++) {
+            int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
+            if (key < MMA_CHUNK) {
+                uint32_t *dst = (uint32_t *)(vs + key * VS + d);
+                dst[0] = vreg[j].x;
+                dst[1] = vreg[j].y;
+                dst[2] = vreg[j].z;
+                dst[3] = vreg[j].w;
+            }
+        }
+        __syncthreads(); /* scores and values staged */
+        {
+            float m = -INFINITY;
+            for (int k = seg; k < MMA_CHUNK; k += 8)
+                m = fmaxf(m, S[k * SS + h]);
+            for (int off = 1; off < 8; off *= 2)
+                m = fmaxf(m, __shfl_xor(m, off));
+            const float m_new = fmaxf(m_run, m);
+            const bool live = h < G; /* padded heads keep zeros (and no -inf - -inf) */
+            float sum = 0.0f;
+            for (int k = seg; k < MMA_CHUNK; k += 8) {
+                float p = live ? expf(S[k * SS + h] - m_new) : 0.0f;
+                sum += p;
+                uint16_t part[PARTS];
+                split3(p, part);
+                for (int i = 0; i < PARTS; i++)
+                    ps[(i * MMA_HEADS + h) * PS + k] = part[i];
+            }
+            for (int off = 1; off < 8; off *= 2)
+                sum += __shfl_xor(sum, off);
+            const float f = live ? expf(m_run - m_new) : 0.0f;
+            l_run = l_run * f + sum;
+            m_run = m_new;
+            if (seg == 0)
+                rescale[h] = f;
+        }
+        __syncthreads(); /* probabilities and rescales staged */
+#pragma unroll
+        for (int t = 0; t < MMA_OUT_TILES; t++) {
+            const int dt = warp + t * warps;
+            if (dt >= out_tiles)
+                break;
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++) {
+                int row, col;
+                tile16::coords(i, lane, row, col);
+                acc[t][i] *= rescale[col];
+            }
+            for (int kc = 0; kc < MMA_CHUNK; kc += 32) {
+                uint4 vp[P], pp[P];
+#pragma unroll
+                for (int j = 0; j < P; j++) { /* values transposed: 8 keys of one dimension */
+                    int d = 16 * dt + tile16::piece_row(lane, j), k = kc + kofs;
+                    uint32_t w[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        w[e] = d < sh.D8 ? vs[(k + 2 * e) * VS + d] | (uint32_t)vs[(k + 2 * e + 1) * VS + d] << 16 : 0;
+                    vp[j] = make_uint4(w[0], w[1], w[2], w[3]);
+                }
+#pragma unroll
+                for (int i = 0; i < PARTS; i++) {
+#pragma unroll
+                    for (int j = 0; j < P; j++)
+                        pp[j] = *(const uint4 *)(ps + (i * MMA_HEADS + tile16::piece_row(lane, j)) * PS + kc + kofs);
+                    tile16::mma32(acc[t], vp, pp, lane);
+                }
+            }
+        }
+    }
+    const size_t base = ((size_t)r * a.n_heads + (size_t)kvh * G) * a.splits + s;
+#pragma unroll
+    for (int t = 0; t < MMA_OUT_TILES; t++) {
+        const int dt = warp + t * warps;
+        if (dt >= out_tiles)
+            break;
+#pragma unroll
+        for (int i = 0; i < tile16::N; i++) {
+            int row, col;
+            if (tile16::coords(i, lane, row, col) && 16 * dt + row < D && col < G)
+                a.part_o[(base + (size_t)col * a.splits) * D + 16 * dt + row] = acc[t][i];
+        }
+    }
+    if (seg == 0 && h < G) {
+        a.part_ml[2 * (base + (size_t)h * a.splits)] = m_run;
+        a.part_ml[2 * (base + (size_t)h * a.splits) + 1] = l_run;
+    }
+}
+
 /* Combine: 64 threads per head, 4 heads per block; every thread folds the
  * splits itself (a few dozen values, read by all 64 from cache), so the
  * block needs no shared memory and no barrier. */
@@ -339,7 +578,10 @@ hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, 
     dim3 partial_grid(a->rows, a->n_kv_heads, a->splits);
     dim3 combine_grid(a->rows, (a->n_heads + COMBINE_HEADS - 1) / COMBINE_HEADS);
     size_t shared = partial_shape(a->n_heads, a->n_kv_heads, a->head_dim).floats() * sizeof(float);
-    if (kv_bf16)
+    const mma_shape mma(a->n_heads, a->n_kv_heads, a->head_dim);
+    if (kv_bf16 && mma.fits())
+        hipLaunchKernelGGL(attention_mma_kernel, partial_grid, dim3(THREADS), mma.bytes(), stream, *a);
+    else if (kv_bf16)
         hipLaunchKernelGGL(attention_partial_kernel<bf16>, partial_grid, dim3(THREADS), shared, stream, *a);
     else
         hipLaunchKernelGGL(attention_partial_kernel<float>, partial_grid, dim3(THREADS), shared, stream, *a);

@@ -38,6 +38,18 @@ __device__ __forceinline__ void unpack16(uint4 v, float *out, const float *) {
     out[3] = __uint_as_float(v.w);
 }
 
+/* 8 consecutive bf16 of a row from k on, zeros from k_end on; vec: row + k
+ * is 16-byte aligned and k_end a multiple of 8, so one load does */
+__device__ __forceinline__ uint4 load_bf16x8(const bf16 *row, int k, int k_end, bool vec) {
+    if (vec)
+        return k < k_end ? *(const uint4 *)(row + k) : make_uint4(0, 0, 0, 0);
+    uint16_t h[8];
+    for (int j = 0; j < 8; j++)
+        h[j] = k + j < k_end ? row[k + j].bits : 0;
+    return make_uint4(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16,
+                      h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
+}
+
 /* The widest warp of the platform, for launch bounds (the code itself reads
  * warpSize) */
 #if defined(__HIP_PLATFORM_NVIDIA__)

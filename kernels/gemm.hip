@@ -134,17 +134,9 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
  * picked, so a row gets the same bits alone or in any batch. */
 constexpr int MX_KC = 32, MX_BN = 64;
 
-/* 8 consecutive bf16 of a row starting at k, zero past k_end */
-template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int k, int k_end);
-template <> __device__ __forceinline__ uint4 load8<true>(const bf16 *row, int k, int k_end) {
-    return k < k_end ? *(const uint4 *)(row + k) : make_uint4(0, 0, 0, 0);
-}
-template <> __device__ __forceinline__ uint4 load8<false>(const bf16 *row, int k, int k_end) {
-    uint16_t h[8];
-    for (int j = 0; j < 8; j++)
-        h[j] = k + j < k_end ? row[k + j].bits : 0;
-    return make_uint4(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16,
-                      h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
+/* 8 consecutive bf16 of a row starting at k, zero past k_end (device.h) */
+template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int k, int k_end) {
+    return load_bf16x8(row, k, k_end, VEC);
 }
 
 /* row p's input row, or NULL past the tile */
