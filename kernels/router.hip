@@ -16,12 +16,13 @@
 namespace {
 
 /* a warp per expert: one block reads the whole router matrix, so it needs
- * many loads in flight (256 threads ran at 77 us per 20b row on an H200) */
+ * many loads in flight (256 threads ran at 77 us per 20b row on an H200);
+ * two blocks per multiprocessor (32 registers), so 256 rows take one wave */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 1024;
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
-template <class T> __global__ void __launch_bounds__(THREADS) router_kernel(gptoss_router_args a) {
+template <class T> __global__ void __launch_bounds__(THREADS, 2) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
     __shared__ double scratch[THREADS / 32];
