@@ -531,6 +531,7 @@ end)
 
 describe("GPU engine bad input, everywhere", function()
   local m = gptoss.synthetic("7m", { seed = 1 })
+  after_each(helpers.cleanup)
 
   it("refuses GPU-only options and calls on a CPU replica", function()
     expect_error(function() m:replica { rows = 4 } end, "rows and chunk size a GPU replica's buffers")
