@@ -1,0 +1,50 @@
+--- gptoss.files: whole-file reads and writes whose errors name the calling
+-- function, the path and the operating system's reason (shared by the request
+-- files and the logits checker).
+local files = {}
+
+-- io.open's messages start with the path; the errors here name it themselves
+local function os_message(msg, path)
+  msg = tostring(msg)
+  local prefix = path .. ": "
+  if msg:sub(1, #prefix) == prefix then msg = msg:sub(#prefix + 1) end
+  return msg
+end
+
+--- Raises, blaming the caller of fn, unless path is a string.
+function files.check_path(fn, path)
+  if type(path) ~= "string" then
+    error(("%s: path must be a string (got %s)"):format(fn, type(path)), 3)
+  end
+end
+
+--- The file's bytes.
+function files.read(fn, path)
+  local f, msg = io.open(path, "rb")
+  if not f then
+    error(("%s: cannot open '%s': %s"):format(fn, path, os_message(msg, path)), 0)
+  end
+  local data, rmsg = f:read("a")
+  f:close()
+  if not data then
+    error(("%s: cannot read '%s': %s"):format(fn, path, os_message(rmsg, path)), 0)
+  end
+  return data
+end
+
+--- Replaces the file with data; a failed write or close is an error saying the
+-- file may be incomplete.
+function files.write(fn, path, data)
+  local f, msg = io.open(path, "wb")
+  if not f then
+    error(("%s: cannot open '%s' for writing: %s"):format(fn, path, os_message(msg, path)), 0)
+  end
+  local ok, wmsg = f:write(data)
+  local closed, cmsg = f:close()
+  if not ok or not closed then
+    error(("%s: writing '%s' failed, the file may be incomplete: %s")
+      :format(fn, path, os_message(wmsg or cmsg, path)), 0)
+  end
+end
+
+return files
