@@ -19,10 +19,15 @@ namespace {
  * many loads in flight (256 threads ran at 77 us per 20b row on an H200);
  * two blocks per multiprocessor (32 registers), so 256 rows take one wave */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 1024;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int MIN_BLOCKS = 1; /* Turing holds 1024 threads per multiprocessor */
+#else
+constexpr int MIN_BLOCKS = 2;
+#endif
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
-template <class T> __global__ void __launch_bounds__(THREADS, 2) router_kernel(gptoss_router_args a) {
+template <class T> __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
     __shared__ double scratch[THREADS / 32];
