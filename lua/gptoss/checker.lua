@@ -32,10 +32,11 @@ local FLT_MAX = 0x1.fffffep127
 local FLT_OVERFLOW = 0x1.ffffffp127
 local CHUNK = 4096 -- values per string.pack/unpack call: well inside Lua's stack limit
 
-local function is_tensor(v)
+-- whether v is a userdata of the core module's class name ("gptoss.tensor", ...)
+local function is_a(v, name)
   if type(v) ~= "userdata" then return false end
   local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__name == "gptoss.tensor"
+  return type(mt) == "table" and mt.__name == name
 end
 
 local function flatten(t, out)
@@ -49,7 +50,7 @@ end
 -- A list of numbers from a Lua array or a host tensor (row-major); level is the
 -- error level of the public function's caller, seen from here.
 local function values_of(v, fn, what, level)
-  if is_tensor(v) then
+  if is_a(v, "gptoss.tensor") then
     local t = v:totable()
     return v.ndim == 1 and t or flatten(t, {})
   end
@@ -95,12 +96,6 @@ local function to_f32(v)
   return (string.unpack("<f", string.pack("<f", v)))
 end
 
--- A file's bytes shown in a message: quoted, control bytes as C escapes
-local ESCAPES = { ["\t"] = "\\t", ["\r"] = "\\r", ["\n"] = "\\n", ["\\"] = "\\\\", ['"'] = '\\"' }
-local function quote(s)
-  return '"' .. s:gsub('[%c\\"]', function(c) return ESCAPES[c] or ("\\x%02x"):format(c:byte()) end) .. '"'
-end
-
 local NON_FINITE = { nan = 0 / 0, ["-nan"] = 0 / 0, ["+nan"] = 0 / 0,
   inf = math.huge, ["+inf"] = math.huge, ["-inf"] = -math.huge,
   infinity = math.huge, ["+infinity"] = math.huge, ["-infinity"] = -math.huge }
@@ -124,7 +119,7 @@ local function parse_text(path, data)
       v = NON_FINITE[s:lower()]
     end
     if v == nil then
-      error(("checker.read: %s: line %d: %s is not a decimal number"):format(path, line, quote(s)), 0)
+      error(("checker.read: %s: line %d: %s is not a decimal number"):format(path, line, files.quote(s)), 0)
     end
     local f = v and to_f32(v + 0.0)
     if not f then
@@ -206,8 +201,6 @@ local function tolerance(opts, name, default)
   return v
 end
 
-local g = text_value
-
 --- Compares got (a) with the reference expected (b), numpy allclose style.
 -- opts: {atol = 1e-6, rtol = 1e-5}. Returns a table:
 --   ok, count (elements compared), mismatches, max_abs, max_rel (over pairs without a NaN;
@@ -233,7 +226,7 @@ function checker.compare(a, b, opts)
   local na, nb = #a, #b
   local r = { atol = atol, rtol = rtol, got_length = na, expected_length = nb,
     count = 0, mismatches = 0, max_abs = 0.0, max_rel = 0.0 }
-  local tol = ("atol %s, rtol %s"):format(g(atol), g(rtol))
+  local tol = ("atol %s, rtol %s"):format(text_value(atol), text_value(rtol))
   if na ~= nb then
     r.ok = false
     r.message = ("length mismatch: got %d values, expected %d"):format(na, nb)
@@ -268,7 +261,7 @@ function checker.compare(a, b, opts)
   r.count, r.mismatches, r.max_abs, r.max_rel = na, bad, max_abs, max_rel
   r.ok = bad == 0
   r.first = first
-  local maxes = ("max |diff| %s, max rel %s"):format(g(max_abs), g(max_rel))
+  local maxes = ("max |diff| %s, max rel %s"):format(text_value(max_abs), text_value(max_rel))
   if r.ok then
     r.summary = ("OK: all %d values match (%s; %s)"):format(na, maxes, tol)
     r.message = r.summary
@@ -281,18 +274,12 @@ function checker.compare(a, b, opts)
         or first.expected == math.huge or first.expected == -math.huge then
       why = "an infinity matches only the same infinity"
     else
-      why = ("|diff| %s > bound %s"):format(g(first.diff), g(first.bound))
+      why = ("|diff| %s > bound %s"):format(text_value(first.diff), text_value(first.bound))
     end
     r.message = ("first mismatch at element %d: got %s, expected %s (%s)")
-      :format(first.index, g(first.got), g(first.expected), why)
+      :format(first.index, text_value(first.got), text_value(first.expected), why)
   end
   return r
-end
-
-local function is_replica(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__name == "gptoss.replica"
 end
 
 --- Runs one step of token at position pos on a replica's slot and writes that row's logits.
@@ -302,7 +289,7 @@ end
 -- holds pos + 1 positions. Dumping at pos 0 on a fresh or reset slot is the simple case.
 -- Returns the logits as a list of numbers.
 function checker.dump(replica, path, opts)
-  if not is_replica(replica) then
+  if not is_a(replica, "gptoss.replica") then
     error(("checker.dump: expected a gptoss replica (got %s)"):format(type(replica)), 2)
   end
   files.check_path("checker.dump", path)

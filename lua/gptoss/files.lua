@@ -1,6 +1,6 @@
 --- gptoss.files: whole-file reads and writes whose errors name the calling
--- function, the path and the operating system's reason (shared by the request
--- files and the logits checker).
+-- function, the path and the operating system's reason, and the quoting of a
+-- file's bytes in messages (shared by the request files and the logits checker).
 local files = {}
 
 -- io.open's messages start with the path; the errors here name it themselves
@@ -9,6 +9,13 @@ local function os_message(msg, path)
   local prefix = path .. ": "
   if msg:sub(1, #prefix) == prefix then msg = msg:sub(#prefix + 1) end
   return msg
+end
+
+local ESCAPES = { ["\t"] = "\\t", ["\r"] = "\\r", ["\n"] = "\\n", ["\\"] = "\\\\", ['"'] = '\\"' }
+
+--- A file's bytes shown in a message: quoted, control bytes as C escapes.
+function files.quote(s)
+  return '"' .. s:gsub('[%c\\"]', function(c) return ESCAPES[c] or ("\\x%02x"):format(c:byte()) end) .. '"'
 end
 
 --- Raises, blaming the caller of fn, unless path is a string.

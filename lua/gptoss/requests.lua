@@ -30,12 +30,6 @@ local INT_MAX = 0x7fffffff
 -- surely a typo (the course itself could not allocate its buffers for it).
 local MAX_PADDING = 1 << 20
 
--- A file's bytes shown in a message: quoted, control bytes as C escapes
-local ESCAPES = { ["\t"] = "\\t", ["\r"] = "\\r", ["\n"] = "\\n", ["\\"] = "\\\\", ['"'] = '\\"' }
-local function quote(s)
-  return '"' .. s:gsub('[%c\\"]', function(c) return ESCAPES[c] or ("\\x%02x"):format(c:byte()) end) .. '"'
-end
-
 -- Splits as std::getline does: a final "\n" ends the last line rather than
 -- starting an empty one, and text after the last "\n" is still a line.
 local function split_lines(data)
@@ -105,7 +99,7 @@ function requests.read(path, opts)
     if first:match("^[ \t\f\v]*%-%d+[ \t\r\f\v]*$") then
       fail(1, "request count is negative (%s)", first:match("%-%d+"))
     end
-    fail(1, "request count must be a non-negative integer (got %s)", quote(first))
+    fail(1, "request count must be a non-negative integer (got %s)", files.quote(first))
   end
   local count = math.tointeger(tonumber(digits))
   if not count or count > INT_MAX then
@@ -244,7 +238,7 @@ function requests.read_output(path)
           if field:match("^%-%d+$") then
             fail(i, "negative value %s at column %d (the course never writes its -1 terminator)", field, col)
           end
-          fail(i, "%s at column %d is not a token id", quote(field), col)
+          fail(i, "%s at column %d is not a token id", files.quote(field), col)
         end
         local id = math.tointeger(tonumber(field))
         if not id or id > INT_MAX then
