@@ -1,0 +1,441 @@
+--- gptoss.getp: the course's "getp" batch workload (course-spec §3) on one or more replicas.
+--
+-- getp.new{...} is the course's warm_up: it builds one replica per device (or takes the
+-- replicas given) and runs nothing. g:run(prompts) is its inference(): it tokenizes,
+-- partitions the requests over the replicas, and steps every replica from one Lua thread
+-- (each round enqueues one step on every replica with work, then collects them, so GPU
+-- steps overlap across devices). g:close() is its finish. getp.run{..., requests = prompts}
+-- does all three.
+--
+-- Options of getp.new (any other is an error that lists these):
+--   model        from gptoss.load or gptoss.synthetic (default: the given replicas' model)
+--   tokenizer    from gptoss.tokenizer, required; its vocab_size must be the model's
+--   devices      "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
+--   replicas     existing replicas to use instead; they stay the caller's (g:close() leaves
+--                them open) and need ctx >= steps - 1
+--   replica      options of the replicas getp builds: weights, kv, slots, threads (CPU),
+--                rows, chunk (GPU); ctx is steps
+--   steps        the course's -n: prompt + generated tokens (default 1024; 0 or more than the
+--                model's seq_len mean seq_len, as the course clamps it)
+--   sampling     nil (greedy) or {temperature=, top_p=, top_k=, min_p=, seed=}
+--   partition    "round_robin" (default), "blocks", "balanced" or a function (gptoss.partition)
+--   scheduler    "continuous" (default), "static" or a scheduler object (gptoss.scheduler)
+--   on_progress  function(p), p = {done=, total=, tokens=, steps=, elapsed=}, after each round
+--   requests     the prompts, when known before warm-up (the course reads its file first):
+--                they size the slots and are what g:run() runs when given no prompts
+-- g.replicas, g.model, g.tokenizer, g.steps (clamped), g.sampling (nil when greedy, else
+-- the parameters with the seed chosen), g:describe() (one line: replicas, slots, ctx, modes,
+-- steps, sampling, partition, scheduler).
+--
+-- g:run(prompts) returns {outputs = {ids of request 1, ...}, tokens = the course's count,
+-- steps = engine steps of all replicas, per_replica = {{requests = assigned, tokens =,
+-- steps =}, ...}, elapsed = seconds}.
+--
+-- Per request i (course-spec §3.6, the final version):
+--   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text
+--            ends at its first NUL byte, as the course's C string does. A prompt of no
+--            tokens is an error naming the request (the course's getp exits there).
+--   feeding  the prompt's L tokens at positions 0..L-1; the id sampled after position p is
+--            the next token to feed once p + 1 >= L, and is appended to the output.
+--   end      after appending 199999 (<|endoftext|>) or 200002 (<|return|>), which stay in
+--            the output and count, or when L + #output = steps (no position above steps - 2
+--            is ever fed). A prompt of L >= steps tokens generates nothing and never runs.
+--   count    result.tokens, the sum of the outputs' lengths: what the course's inference()
+--            returns and divides by the elapsed time.
+--
+-- Sampling: greedy (the course default) unless sampling.temperature > 0. Request i's slot
+-- then samples with r:sampling(slot, {..., seed = seed + i - 1}), the seed being chosen at
+-- random and kept in g.sampling.seed when none is given. Each draw is keyed by its seed and
+-- position only (README "Sampling"), so a request's output does not depend on the
+-- replica, slot, partition, scheduler or batch it runs in. The course's own sampler is one
+-- xorshift stream shared by the requests in order (course-spec §5); its draws depend on
+-- everything sampled before, which batched generation cannot reproduce.
+--
+-- Slots: replicas getp builds hold ctx = steps positions and, unless replica.slots says
+-- otherwise, min(#requests, 16) slots on the CPU and getp.gpu_slots(...) on a GPU (the
+-- request count is known when getp.new is given requests; 16 and gpu_slots(..., nil)
+-- otherwise). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
+-- max(64, slots) on the CPU, whose steps keep every row's logits on the host (0.8 MB a row
+-- with the real vocabulary).
+--
+-- Partitions: gptoss.partition; schedulers: gptoss.scheduler (whose header describes the
+-- hooks, the state they see and the sequence objects).
+local gptoss = require "gptoss"
+local partition = require "gptoss.partition"
+local scheduler = require "gptoss.scheduler"
+
+local getp = {}
+
+local Getp = {}
+Getp.__index = Getp
+
+-- course-spec §3.6: the course tests these ids, whatever the tokenizer names them
+local STOP = { [199999] = true, [200002] = true }
+local STEPS = 1024 -- the course's -n default
+local CPU_SLOTS, CPU_ROWS = 16, 64
+
+local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
+  "partition", "scheduler", "on_progress", "requests" }
+local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk" }
+local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
+local PARTITIONS = { "round_robin", "blocks", "balanced" }
+local SCHEDULERS = { "continuous", "static" }
+
+--- GPU slot count for replicas getp builds (n_requests may be nil: unknown).
+-- PLACEHOLDER RULE: min(n_requests, 256); to be replaced by one sized by the device's
+-- free memory against the model's weights and the KV bytes of `steps` positions a slot.
+function getp.gpu_slots(device, model, steps, n_requests)
+  return math.max(1, math.min(n_requests or 256, 256))
+end
+
+-- the class name of a gptoss userdata ("gptoss.model", ...), else the Lua type
+local function kind(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return type(mt) == "table" and mt.__name or type(v)
+end
+
+local function listed(list, name)
+  for _, v in ipairs(list) do
+    if v == name then return true end
+  end
+  return false
+end
+
+local function check_known(t, known, what, level)
+  for k in pairs(t) do
+    if not listed(known, k) then
+      error(("getp: unknown %s '%s' (known: %s)"):format(what, tostring(k), table.concat(known, ", ")), level + 1)
+    end
+  end
+end
+
+local function device_name(device)
+  return device == "cpu" and "cpu" or ("gpu " .. tostring(device))
+end
+
+-- a core error message without the "file:line: " position Lua put in front of it
+local function bare(msg)
+  return (tostring(msg):gsub("^[^:\n]+:%d+: ", ""))
+end
+
+local function close_all(replicas)
+  for _, r in ipairs(replicas) do r:close() end
+end
+
+local function check_model(model, level)
+  if kind(model) ~= "gptoss.model" then
+    error(("getp: model must be a model from gptoss.load or gptoss.synthetic (got %s)"):format(kind(model)), level + 1)
+  end
+end
+
+-- The steps of a run, clamped as the course clamps -n (§3.1-3.2): 0 or more than the
+-- model's seq_len mean seq_len.
+local function check_steps(steps, model, level)
+  local seq_len = model.config.seq_len
+  if steps == nil then steps = STEPS end
+  if math.type(steps) ~= "integer" or steps < 0 then
+    error(("getp: steps must be a non-negative integer, 0 meaning the model's seq_len %d (got %s)")
+      :format(seq_len, tostring(steps)), level + 1)
+  end
+  if steps == 0 or steps > seq_len then return seq_len end
+  return steps
+end
+
+-- The sampling parameters of every request's slot but the seed, or nil for greedy.
+-- gptoss.sampler checks the values (and picks the seed when none is given).
+local function check_sampling(sampling, level)
+  if sampling == nil then return nil end
+  if type(sampling) ~= "table" then
+    error(("getp: sampling must be a table (got %s)"):format(type(sampling)), level + 1)
+  end
+  check_known(sampling, SAMPLING_OPTIONS, "sampling option", level + 1)
+  local params = {}
+  for _, k in ipairs(SAMPLING_OPTIONS) do params[k] = sampling[k] end
+  params.temperature = params.temperature or 0 -- the course's -t default
+  local ok, s = pcall(gptoss.sampler, params)
+  if not ok then
+    error("getp: sampling: " .. bare(s):gsub("^sampler: ", ""), level + 1)
+  end
+  if params.temperature == 0 then return nil end
+  params.seed = s.seed
+  return params
+end
+
+local function resolve_partition(p, level)
+  if p == nil then p = "round_robin" end
+  if type(p) == "function" then return p, "custom" end
+  if type(p) == "string" and listed(PARTITIONS, p) then return partition[p], p end
+  error(("getp: partition must be one of %s or a function(requests, replicas) (got %s)")
+    :format(table.concat(PARTITIONS, ", "), type(p) == "string" and "'" .. p .. "'" or type(p)), level + 1)
+end
+
+local function resolve_scheduler(s, level)
+  if s == nil then s = "continuous" end
+  if type(s) == "string" then
+    if listed(SCHEDULERS, s) then return scheduler[s]() end
+    error(("getp: unknown scheduler '%s' (known: %s, or an object with an admit method)")
+      :format(s, table.concat(SCHEDULERS, ", ")), level + 1)
+  end
+  local indexable = type(s) == "table" or type(s) == "userdata"
+  if not indexable or type(s.admit) ~= "function" then
+    error(("getp: scheduler must be %s or an object with an admit method (got %s)")
+      :format(table.concat(SCHEDULERS, ", "), indexable and "one without admit" or type(s)), level + 1)
+  end
+  for _, hook in ipairs { "prefill_chunk", "on_finish" } do
+    if s[hook] ~= nil and type(s[hook]) ~= "function" then
+      error(("getp: scheduler.%s must be a function (got %s)"):format(hook, type(s[hook])), level + 1)
+    end
+  end
+  return s
+end
+
+local function check_prompts(prompts, level)
+  if type(prompts) ~= "table" then
+    error(("getp: requests must be a list of prompt strings (got %s)"):format(type(prompts)), level + 1)
+  end
+  for i = 1, #prompts do
+    if type(prompts[i]) ~= "string" then
+      error(("getp: request %d must be a string (got %s)"):format(i, type(prompts[i])), level + 1)
+    end
+  end
+end
+
+-- The replicas given by the caller: open replica objects.
+local function check_replicas(replicas, level)
+  if type(replicas) ~= "table" or #replicas == 0 then
+    error("getp: no replicas (replicas must be a non-empty list of replica objects)", level + 1)
+  end
+  for k, r in ipairs(replicas) do
+    if kind(r) ~= "gptoss.replica" then
+      error(("getp: replicas[%d] must be a replica (got %s)"):format(k, kind(r)), level + 1)
+    end
+    if r.closed then error(("getp: replicas[%d] is closed"):format(k), level + 1) end
+  end
+end
+
+-- ... and able to run the model for steps.
+local function check_fit(replicas, model, steps, level)
+  for k, r in ipairs(replicas) do
+    if not rawequal(r.model, model) then
+      error(("getp: replicas[%d] holds another model than the one given"):format(k), level + 1)
+    end
+    if r.ctx < steps - 1 then
+      error(("getp: replicas[%d] holds %d positions a slot but steps = %d feeds positions up to %d "
+        .. "(ctx >= %d)"):format(k, r.ctx, steps, steps - 2, steps - 1), level + 1)
+    end
+  end
+end
+
+-- One replica per device, with the options given; on a failure the ones built are closed.
+local function build_replicas(devices, options, model, steps, n_requests, level)
+  if type(devices) ~= "table" or #devices == 0 then
+    error("getp: no replicas (devices must be a non-empty list of \"cpu\" or GPU numbers)", level + 1)
+  end
+  if options ~= nil and type(options) ~= "table" then
+    error(("getp: replica must be a table of replica options (got %s)"):format(type(options)), level + 1)
+  end
+  options = options or {}
+  check_known(options, REPLICA_OPTIONS, "replica option", level + 1)
+  local replicas = {}
+  for k, device in ipairs(devices) do
+    if device ~= "cpu" and math.type(device) ~= "integer" then
+      close_all(replicas)
+      error(("getp: devices[%d] must be \"cpu\" or a GPU number (got %s)"):format(k, tostring(device)), level + 1)
+    end
+    local ropts = { device = device, ctx = steps }
+    for _, name in ipairs(REPLICA_OPTIONS) do ropts[name] = options[name] end
+    if ropts.slots == nil then
+      ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
+          or getp.gpu_slots(device, model, steps, n_requests)
+    end
+    local ok, r = pcall(model.replica, model, ropts)
+    if not ok then
+      close_all(replicas)
+      error(("getp: building the replica on %s: %s"):format(device_name(device), bare(r)), level + 1)
+    end
+    replicas[k] = r
+  end
+  return replicas
+end
+
+local function create(opts, level)
+  if type(opts) ~= "table" then
+    error(("getp: options must be a table (got %s)"):format(type(opts)), level)
+  end
+  check_known(opts, OPTIONS, "option", level)
+  if opts.tokenizer == nil then
+    error("getp: tokenizer is required (gptoss.tokenizer(path))", level)
+  end
+  if kind(opts.tokenizer) ~= "gptoss.tokenizer" then
+    error(("getp: tokenizer must be a tokenizer from gptoss.tokenizer (got %s)"):format(kind(opts.tokenizer)), level)
+  end
+  if opts.replicas ~= nil and (opts.devices ~= nil or opts.replica ~= nil) then
+    error("getp: devices and replica options are for the replicas getp builds; give them or replicas, not both",
+      level)
+  end
+  if opts.replicas ~= nil then check_replicas(opts.replicas, level) end
+  local model = opts.model
+  if model == nil and opts.replicas ~= nil then model = opts.replicas[1].model end
+  check_model(model, level)
+  if opts.tokenizer.vocab_size ~= model.config.vocab_size then
+    error(("getp: the tokenizer has %d entries but the model's vocabulary has %d")
+      :format(opts.tokenizer.vocab_size, model.config.vocab_size), level)
+  end
+  local steps = check_steps(opts.steps, model, level)
+  local sampling = check_sampling(opts.sampling, level)
+  local part, part_name = resolve_partition(opts.partition, level)
+  local sched = resolve_scheduler(opts.scheduler, level)
+  if opts.on_progress ~= nil and type(opts.on_progress) ~= "function" then
+    error(("getp: on_progress must be a function (got %s)"):format(type(opts.on_progress)), level)
+  end
+  if opts.requests ~= nil then check_prompts(opts.requests, level) end
+
+  local replicas, owned = opts.replicas, false
+  if replicas ~= nil then
+    check_fit(replicas, model, steps, level)
+  else
+    local devices = opts.devices
+    if devices == nil then
+      devices = {}
+      for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
+      if #devices == 0 then devices = { "cpu" } end
+    end
+    replicas, owned = build_replicas(devices, opts.replica, model, steps, opts.requests and #opts.requests, level), true
+  end
+  local copy = {}
+  for k, r in ipairs(replicas) do copy[k] = r end
+  return setmetatable({
+    model = model, tokenizer = opts.tokenizer, replicas = copy, owned = owned, steps = steps,
+    sampling = sampling, partition = part, partition_name = part_name, scheduler = sched,
+    on_progress = opts.on_progress, requests = opts.requests, closed = false,
+  }, Getp)
+end
+
+--- Builds (or takes) the replicas; runs nothing. See the header for the options.
+function getp.new(opts)
+  return create(opts, 3)
+end
+
+-- A step's bounds on a replica: GPU replicas say theirs; the CPU has none of its own.
+local function bounds(r)
+  if r.device == "cpu" then
+    local rows = math.max(CPU_ROWS, r.slots)
+    return rows, rows
+  end
+  return r.rows, r.chunk
+end
+
+local function run(g, prompts, level)
+  if g.closed then error("getp: used after close", level) end
+  if prompts == nil then prompts = g.requests end
+  check_prompts(prompts, level)
+  local started = gptoss.clock()
+
+  local limit_tokens = g.model.config.initial_context_length
+  local requests = {}
+  for i, text in ipairs(prompts) do
+    local ids = g.tokenizer:encode(text:match("^[^\0]*"), { max_tokens = limit_tokens })
+    if #ids == 0 then
+      error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(i),
+        level)
+    end
+    requests[i] = { index = i, text = text, tokens = ids, limit = math.max(0, g.steps - #ids) }
+  end
+  local assignment = g.partition(requests, g.replicas)
+  partition.check(assignment, #requests, #g.replicas)
+
+  local outputs, runners, per_replica, done = {}, {}, {}, 0
+  for k, r in ipairs(g.replicas) do
+    local queue = {}
+    for _, i in ipairs(assignment[k] or {}) do
+      local req = requests[i]
+      local seq = {
+        index = i, text = req.text, prompt = req.tokens, output = {}, limit = req.limit,
+        position = 0, replica = r,
+      }
+      if g.sampling then
+        seq.sampling = {}
+        for name, v in pairs(g.sampling) do seq.sampling[name] = v end
+        seq.sampling.seed = g.sampling.seed + i - 1
+      end
+      outputs[i] = seq.output
+      if req.limit > 0 then
+        queue[#queue + 1] = seq
+      else
+        seq.finish, done = "length", done + 1
+      end
+    end
+    local rows, chunk = bounds(r)
+    runners[k] = scheduler.runner(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP })
+    per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0 }
+  end
+
+  local tokens, steps = 0, 0
+  while true do
+    local handles = {}
+    for k, runner in ipairs(runners) do
+      if runner:busy() then handles[k] = g.replicas[k]:step(runner:build()) end
+    end
+    if next(handles) == nil then break end
+    for k, runner in ipairs(runners) do
+      if handles[k] then
+        local generated, ended = runner:apply(handles[k]:tokens())
+        local pr = per_replica[k]
+        pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
+        tokens, steps, done = tokens + generated, steps + 1, done + ended
+      end
+    end
+    if g.on_progress then
+      g.on_progress { done = done, total = #requests, tokens = tokens, steps = steps,
+        elapsed = gptoss.clock() - started }
+    end
+  end
+  return { outputs = outputs, tokens = tokens, steps = steps, per_replica = per_replica,
+    elapsed = gptoss.clock() - started }
+end
+
+--- Runs the prompts (a list of strings; default: the requests given to getp.new).
+-- Returns {outputs = {ids of request i, ...}, tokens = the course's count, steps = engine
+-- steps, per_replica = {{requests=, tokens=, steps=}, ...}, elapsed = seconds}.
+function Getp:run(prompts)
+  return run(self, prompts, 3)
+end
+
+--- One line: the replicas (device, slots, ctx, modes), steps, sampling, partition, scheduler.
+function Getp:describe()
+  local parts = {}
+  for k, r in ipairs(self.replicas) do
+    if r.closed then
+      parts[k] = "closed"
+    else
+      local rows, chunk = bounds(r)
+      parts[k] = ("%s (%d %s, ctx %d, weights %s, kv %s, %d rows a step%s)"):format(device_name(r.device),
+        r.slots, r.slots == 1 and "slot" or "slots", r.ctx, r.weights, r.kv, rows,
+        chunk < rows and (", %d of one slot"):format(chunk) or "")
+    end
+  end
+  local s = self.sampling
+  local sampling = s and ("temperature %g, top_p %g, top_k %d, min_p %g, seed %d + request - 1")
+      :format(s.temperature, s.top_p or 1, s.top_k or 0, s.min_p or 0, s.seed) or "greedy"
+  return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s"):format(#self.replicas,
+    #self.replicas == 1 and "replica" or "replicas", table.concat(parts, ", "), self.steps, sampling,
+    self.partition_name, self.scheduler.name or "custom")
+end
+
+--- Closes the replicas getp built (not the ones it was given). Idempotent.
+function Getp:close()
+  if self.closed then return end
+  self.closed = true
+  if self.owned then close_all(self.replicas) end
+end
+
+Getp.__close = Getp.close
+Getp.__tostring = Getp.describe
+
+--- new + run + close: getp.run{..., requests = prompts} returns run's result.
+function getp.run(opts)
+  local g <close> = create(opts, 3)
+  return run(g, opts.requests, 3)
+end
+
+return getp
