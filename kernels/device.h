@@ -113,6 +113,17 @@ template <class T, class Op> __device__ __forceinline__ T warp_all(T v, Op op) {
 template <class T> __device__ __forceinline__ T warp_sum(T v) { return warp_all(v, op_add()); }
 template <class T> __device__ __forceinline__ T warp_max(T v) { return warp_all(v, op_max()); }
 
+/* the sum of v over this lane and the lanes below it */
+template <class T> __device__ __forceinline__ T warp_inclusive_sum(T v) {
+    const int lane = threadIdx.x % warpSize;
+    for (int o = 1; o < warpSize; o *= 2) {
+        T below = __shfl_up(v, o);
+        if (lane >= o)
+            v += below;
+    }
+    return v;
+}
+
 /* op over the block, the same value in every thread, the warps folded in a
  * fixed order (so sums are reproducible). slots holds one T per warp
  * (blockDim.x / 32 at most, the smallest warp); calls may follow each other

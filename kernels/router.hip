@@ -8,7 +8,9 @@
  * bit for bit given equal inputs), the top-k with the golden's tie rule and
  * the course softmax over those k (src/core/course_math.h, softmax.h).
  * (Blocks of 4 rows, sharing each router weight load, measured slower from
- * 8 to 256 rows: the rows' norms run one after another.) */
+ * 8 to 256 rows: the rows' norms run one after another. Blocks of 2 rows
+ * normalized side by side by the two halves of the block: no faster at 256
+ * rows, slower at 1.) */
 #include "launchers.h"
 #include "rmsnorm.h"
 #include "../src/core/softmax.h"
@@ -67,13 +69,12 @@ template <class T> __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) router
             float v = (float)s;
             v += a.bias[e];
             logits[e] = v;
+            a.logits[(size_t)r * a.n_experts + e] = v;
         }
     }
     __syncthreads();
     if (threadIdx.x != 0)
         return;
-    for (int e = 0; e < a.n_experts; e++)
-        a.logits[(size_t)r * a.n_experts + e] = logits[e];
     float vals[MAX_K];
     int idx[MAX_K];
     gptoss_topk(logits, a.n_experts, a.k, vals, idx);

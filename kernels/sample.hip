@@ -87,12 +87,7 @@ __device__ void sweep(const float *x, int begin, int end, int first, int stride,
 /* the sum of v over the threads before this one; *total gets the block's */
 __device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *slots) {
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
-    uint64_t incl = v;
-    for (int o = 1; o < warpSize; o *= 2) {
-        uint64_t up = __shfl_up(incl, o);
-        if (lane >= o)
-            incl += up;
-    }
+    uint64_t incl = warp_inclusive_sum(v);
     if (lane == warpSize - 1)
         slots[warp] = incl;
     __syncthreads();
