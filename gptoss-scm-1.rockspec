@@ -9,7 +9,8 @@ description = {
   detailed = [[
 A Lua 5.4 extension module written in C with HIP kernels. The Makefile builds
 gptoss/core.so for HIP_PLATFORM=nvidia|amd|cpu (environment variables reach
-make) together with the pure-Lua package gptoss.
+make) together with the pure-Lua package gptoss, and installs examples/run.lua,
+the course's command line, as the command gptoss-run.
 ]],
   license = "MIT",
 }
@@ -26,5 +27,10 @@ build = {
   install_variables = {
     INST_LIBDIR = "$(LIBDIR)",
     INST_LUADIR = "$(LUADIR)",
+  },
+  -- luarocks copies these itself after the make install pass, whatever the build type,
+  -- and puts a wrapper in the tree's bin/ that sets the tree's module paths
+  install = {
+    bin = { ["gptoss-run"] = "examples/run.lua" },
   },
 }

@@ -285,36 +285,11 @@ describe("checker.compare", function()
   end)
 end)
 
--- the interpreter running this test (the lowest negative index of arg) and the
--- repository root (where gptoss.checker was found), for the command line
-local function command_line()
-  if type(arg) ~= "table" or arg[-1] == nil then return nil, "arg[-1] (the interpreter) is not set" end
-  local i = -1
-  while arg[i - 1] ~= nil do i = i - 1 end
-  local lua = arg[i]
-  local module = package.searchpath("gptoss.checker", package.path)
-  local root = module and module:match("^(.-)lua/gptoss/checker%.lua$")
-  if not root then return nil, "gptoss.checker was not found as <root>/lua/gptoss/checker.lua" end
-  local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-  local prefix = ("LUA_PATH=%s LUA_CPATH=%s %s %s"):format(q(package.path), q(package.cpath), q(lua),
-    q((root == "" and "./" or root) .. "examples/checker.lua"))
-  local ok = os.execute(("%s --help >/dev/null 2>&1"):format(prefix))
-  if not ok then return nil, ("'%s examples/checker.lua --help' does not run"):format(lua) end
-  return function(args)
-    local out, err = tmp(), tmp()
-    local cmd = { prefix }
-    for _, a in ipairs(args) do cmd[#cmd + 1] = q(a) end
-    local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), q(out), q(err)))
-    assert.are.equal("exit", how)
-    return code, read_file(out), read_file(err)
-  end
-end
-
 describe("examples/checker.lua", function()
   after_each(cleanup_all)
 
   it("exits 0 on a match, 1 on a mismatch, 2 on usage and file errors", function()
-    local run, why = command_line()
+    local run, why = H.script_runner("examples/checker.lua")
     if not run then
       pending("cannot run the command line: " .. why)
       return

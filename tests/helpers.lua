@@ -83,4 +83,35 @@ function helpers.cleanup()
   collectgarbage()
 end
 
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+--- A runner of a script of the repository as a child process, with the interpreter
+-- running the specs (the lowest negative index of arg) and their LUA_PATH/LUA_CPATH:
+-- run(args) -> exit code, stdout, stderr. Returns nil and why when it cannot be run
+-- (`SCRIPT --help` must exit 0), for the caller to mark its test pending.
+function helpers.script_runner(script)
+  if type(arg) ~= "table" or arg[-1] == nil then return nil, "arg[-1] (the interpreter) is not set" end
+  local i = -1
+  while arg[i - 1] ~= nil do i = i - 1 end
+  local lua = arg[i]
+  local module = package.searchpath("gptoss.getp", package.path)
+  local root = module and module:match("^(.-)lua/gptoss/getp%.lua$")
+  if not root then return nil, "gptoss.getp was not found as <root>/lua/gptoss/getp.lua" end
+  local prefix = ("LUA_PATH=%s LUA_CPATH=%s %s %s"):format(shell_quote(package.path), shell_quote(package.cpath),
+    shell_quote(lua), shell_quote((root == "" and "./" or root) .. script))
+  if not os.execute(("%s --help >/dev/null 2>&1"):format(prefix)) then
+    return nil, ("'%s %s --help' does not run"):format(lua, script)
+  end
+  return function(args)
+    local out, err = helpers.tmp(), helpers.tmp()
+    local cmd = { prefix }
+    for _, a in ipairs(args) do cmd[#cmd + 1] = shell_quote(a) end
+    local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), shell_quote(out), shell_quote(err)))
+    assert(how == "exit", ("%s ended by %s %s"):format(script, tostring(how), tostring(code)))
+    return code, helpers.read_file(out), helpers.read_file(err)
+  end
+end
+
 return helpers

@@ -6,7 +6,7 @@
 local gptoss = require "gptoss"
 local parity = require "gptoss.parity"
 local H = require "helpers"
-local expect_error, read_file, tmp, cleanup = H.expect_error, H.read_file, H.tmp, H.cleanup
+local expect_error, tmp, cleanup = H.expect_error, H.tmp, H.cleanup
 
 -- small but complete (as in replica_spec): GQA, a window, 8 experts of which 4 are chosen
 local TINY = {
@@ -515,39 +515,11 @@ describe("parity.compare bad input", function()
   end)
 end)
 
--- the interpreter running this test and the repository root (where gptoss.parity was
--- found), for the command line (as checker_spec does it)
-local function command_line()
-  if type(arg) ~= "table" or arg[-1] == nil then return nil, "arg[-1] (the interpreter) is not set" end
-  local i = -1
-  while arg[i - 1] ~= nil do i = i - 1 end
-  local lua = arg[i]
-  local module = package.searchpath("gptoss.parity", package.path)
-  local root = module and module:match("^(.-)lua/gptoss/parity%.lua$")
-  if not root then return nil, "gptoss.parity was not found as <root>/lua/gptoss/parity.lua" end
-  local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-  local prefix = ("LUA_PATH=%s LUA_CPATH=%s %s %s"):format(q(package.path), q(package.cpath), q(lua),
-    q((root == "" and "./" or root) .. "examples/parity.lua"))
-  if not os.execute(("%s --help >/dev/null 2>&1"):format(prefix)) then
-    return nil, ("'%s examples/parity.lua --help' does not run"):format(lua)
-  end
-  return function(args)
-    local err = tmp()
-    local cmd = { prefix }
-    for _, a in ipairs(args) do cmd[#cmd + 1] = q(a) end
-    local p = assert(io.popen(("%s 2>%s"):format(table.concat(cmd, " "), q(err))))
-    local out = p:read("a")
-    local _, how, code = p:close()
-    assert.are.equal("exit", how)
-    return code, out, read_file(err)
-  end
-end
-
 describe("examples/parity.lua", function()
   after_each(cleanup)
 
   it("exits 0 within tolerance, 1 over it, 2 on usage and input errors", function()
-    local run, why = command_line()
+    local run, why = H.script_runner("examples/parity.lua")
     if not run then
       pending("cannot run the command line: " .. why)
       return

@@ -85,6 +85,11 @@ end
 
 --- Seconds on a monotonic wall clock (for timing steps).
 gptoss.clock = core.clock
+--- Whole milliseconds since the epoch, truncated as the course's now_ms (course-spec
+-- §3.2): what the course's elapsed times and TPS are computed from.
+gptoss.realtime_ms = core.realtime_ms
+--- Whether a file descriptor (0, 1, 2, ...) is a terminal.
+gptoss.isatty = core.isatty
 gptoss.copy_bandwidth = core.copy_bandwidth
 
 local function infer_shape(values, shape, depth)

@@ -1,6 +1,8 @@
 /* luaopen_gptoss_core: the C module behind require "gptoss". */
+#include <limits.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../hip/backend.h"
 #include "binding.h"
@@ -136,6 +138,24 @@ static int l_clock(lua_State *L) {
     return 1;
 }
 
+/* gptoss.core.realtime_ms() -> whole milliseconds of CLOCK_REALTIME, computed as the
+ * course's now_ms (course-spec §3.2: tv_sec * 1000 + tv_nsec / 1000000 in integers), so
+ * that elapsed times and TPS truncate exactly as the course's harness truncates them */
+static int l_realtime_ms(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushinteger(L, (lua_Integer)ts.tv_sec * 1000 + (lua_Integer)(ts.tv_nsec / 1000000));
+    return 1;
+}
+
+/* gptoss.core.isatty(fd) -> whether the descriptor is a terminal (false for one that is
+ * not open or out of range), for output meant only for a person watching */
+static int l_isatty(lua_State *L) {
+    lua_Integer fd = luaL_checkinteger(L, 1);
+    lua_pushboolean(L, fd >= 0 && fd <= INT_MAX && isatty((int)fd));
+    return 1;
+}
+
 int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_tensor(L);
     gptoss_open_model(L);
@@ -152,6 +172,8 @@ int luaopen_gptoss_core(lua_State *L) {
         {"sampler", gptoss_lua_sampler},
         {"devices", l_devices},
         {"clock", l_clock},
+        {"realtime_ms", l_realtime_ms},
+        {"isatty", l_isatty},
         {"copy_bandwidth", l_copy_bandwidth},
         {NULL, NULL},
     };

@@ -1,0 +1,235 @@
+#!/usr/bin/env lua5.4
+-- The course's command line (course-spec §3), installed as gptoss-run by the rockspec:
+--   run.lua <model.bin> -m getp -i requests.txt -o output.txt [-n 1024] [-t 0 -p 0.9 -s 0] [-z tokenizer.bin]
+--   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
+--   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
+-- plus our long options (--devices, --weights, --kv, --slots, --scheduler, --partition,
+-- --profile, --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
+--
+-- stdout carries what run.cpp prints: the 15 header lines at load, then
+--   getp      "requests size = N B", "Num requests: N", "\nwarm up elapsed time(s): X\n"
+--             (getp.new: building the replicas), "\nelapsed time(s): X, achieved throughput
+--             TPS (tok/s): Y\n" (g:run only, CLOCK_REALTIME whole milliseconds, Y = tokens /
+--             ms * 1000), then the output file is written (untimed) and "\nfinish elapsed
+--             time(s): X\n" (closing the replicas)
+--   generate  the prompt's first piece and every later one as the course's generate loop
+--             feeds them, one position a step on one slot, then "\n"; on stderr
+--             "achieved tok/s: X" timed from after the first step, as the course does
+-- and after them --profile's tables and --json's line. stderr also carries notes (the
+-- tokenizer used when it is not the course's default, request-file warnings, the replicas
+-- chosen) and, on a terminal, a progress line during getp; --quiet drops all three, not the
+-- request file's warnings.
+--
+-- Sampling: greedy unless -t > 0. generate then draws with the course's sampler (one
+-- xorshift stream, course-spec §5), exactly as run.cpp; getp with gptoss.getp's seeded
+-- per-request sampler (seed -s + request - 1), since the course's single stream depends on
+-- the order in which requests are sampled, which batching changes.
+-- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on stderr.
+local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
+local getp = require "gptoss.getp"
+local requests = require "gptoss.requests"
+local progress = require "gptoss.progress"
+
+local NAME = (arg and arg[0] or "run.lua"):match("[^/]*$")
+-- course-spec §3.6: the stop ids the course's loops test
+local STOP = { [199999] = true, [200002] = true }
+-- --json's fields, in the order they are written
+local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
+  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "elapsed", "tok_per_s", "warm_up", "finish" }
+
+local function fail(msg)
+  io.stdout:flush()
+  io.stderr:write(NAME, ": ", msg, "\n")
+  os.exit(1)
+end
+
+local a, usage_error = cli.parse(arg, NAME, os.time())
+if not a then
+  io.stderr:write(cli.parser(NAME):get_usage(), "\n\nError: ", usage_error, "\n")
+  os.exit(1)
+end
+if a.mode == "chat" then
+  fail("-m chat is not supported: the course's chat mode is leftover llama2 code ([INST] template, "
+    .. "end-of-turn token 2); use -m generate or -m getp")
+end
+-- the course's getp exits silently when either is missing
+if a.mode == "getp" and (a.input == nil or a.output == nil) then
+  fail("-m getp needs -i <request file> and -o <output file>")
+end
+if a.mode == "generate" and a.input == nil then
+  fail("-m generate needs a prompt: -i \"text\"")
+end
+local json = a.json and require "dkjson"
+
+local function note(msg)
+  if not a.quiet then io.stderr:write(NAME, ": ", msg, "\n") end
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function seconds(ms) return ms / 1000 end
+
+local function device_name(device)
+  return device == "cpu" and "cpu" or ("gpu " .. device)
+end
+
+-- --profile's table (GPU) and memory line of each replica, read while they are open
+local function profile_report(replicas, wall)
+  local lines = {}
+  for k, r in ipairs(replicas) do
+    local name = ("replica %d (%s)"):format(k, device_name(r.device))
+    if r.device == "cpu" then
+      lines[#lines + 1] = ("profile, %s: per-kernel timing is for GPU replicas"):format(name)
+    else
+      local rows = cli.profile_lines(name, r:profile(), wall)
+      table.move(rows, 1, #rows, #lines + 1, lines)
+    end
+    lines[#lines + 1] = cli.memory_line(name, r.memory)
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+local function start_profiling(replicas)
+  for _, r in ipairs(replicas) do
+    if r.device ~= "cpu" then r:profile(true) end
+  end
+end
+
+local bar -- the progress line, when shown
+
+local function run_getp(model, tok, steps, devices, weights, kv, figures)
+  local prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
+  for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
+  -- course-spec §3.4: its two request buffers, as it prints their size
+  io.write(("requests size = %d B\n"):format(#prompts * tok.max_token_length * (steps + 1) * 2))
+  io.write(("Num requests: %d\n"):format(#prompts))
+  io.flush()
+
+  if not a.quiet and gptoss.isatty(2) then
+    bar = progress.new { write = function(s) io.stderr:write(s) end }
+  end
+  local sampling = a.temperature > 0 and { temperature = a.temperature, top_p = a.top_p, seed = a.seed } or nil
+  local t0 = gptoss.realtime_ms()
+  local g = getp.new {
+    model = model, tokenizer = tok, devices = devices, steps = steps, sampling = sampling,
+    replica = { weights = weights, kv = kv, slots = a.slots },
+    partition = a.partition, scheduler = a.scheduler, requests = prompts,
+    on_progress = bar and function(p) bar:update(p) end,
+  }
+  local warm = gptoss.realtime_ms() - t0
+  io.write(("\nwarm up elapsed time(s): %f\n"):format(seconds(warm)))
+  io.flush()
+  note(g:describe())
+  local slots = {}
+  for k, r in ipairs(g.replicas) do slots[k] = r.slots end
+  if a.profile then start_profiling(g.replicas) end
+
+  local t1 = gptoss.realtime_ms()
+  local result = g:run()
+  local ms = gptoss.realtime_ms() - t1
+  local tps = cli.tps(result.tokens, ms)
+  io.write(("\nelapsed time(s): %f, achieved throughput TPS (tok/s): %f\n"):format(seconds(ms), tps))
+  io.flush()
+  requests.write(a.output, result.outputs)
+  local report = a.profile and profile_report(g.replicas, seconds(ms))
+
+  local t2 = gptoss.realtime_ms()
+  g:close()
+  local finish = gptoss.realtime_ms() - t2
+  io.write(("\nfinish elapsed time(s): %f\n"):format(seconds(finish)))
+  if report then io.write(report) end
+  io.flush()
+  figures.requests, figures.slots, figures.tokens, figures.steps = #prompts, slots, result.tokens, result.steps
+  figures.elapsed, figures.tok_per_s, figures.warm_up, figures.finish = seconds(ms), tps, seconds(warm), seconds(finish)
+  figures.scheduler, figures.partition = a.scheduler, a.partition
+end
+
+-- The course's generate (run.cpp, course-spec §3.1): one position a step, the prompt forced
+-- until its last token, then sampled ids until a stop id or `steps` positions.
+local function run_generate(model, tok, steps, device, weights, kv, figures)
+  local prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
+  if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
+  local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv }
+  note(tostring(r))
+  if a.profile then start_profiling { r } end
+  local sampler = a.temperature > 0
+      and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
+  local decoder = tok:decoder()
+  io.write(decoder:add(prompt[1]))
+  io.flush()
+  local t0 = gptoss.realtime_ms()
+  local token, pos, start, generated = prompt[1], 0, nil, 0
+  while pos < steps do
+    local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
+    local next_id
+    if pos < #prompt - 1 then
+      next_id = prompt[pos + 2]
+    else
+      next_id = sampler and sampler:sample(h:logits()[1]) or h:tokens()[1]
+      generated = generated + 1
+    end
+    pos = pos + 1
+    if STOP[next_id] then break end
+    io.write(decoder:add(next_id))
+    io.flush()
+    token = next_id
+    start = start or gptoss.realtime_ms() -- the first step can be slower, so the course skips it
+  end
+  io.write(decoder:flush(), "\n")
+  io.flush()
+  local stop = gptoss.realtime_ms()
+  local tps = pos > 1 and cli.tps(pos - 1, stop - start)
+  if tps then io.stderr:write(("achieved tok/s: %f\n"):format(tps)) end
+  if a.profile then io.write(profile_report({ r }, seconds(stop - t0))) end
+  figures.requests, figures.slots, figures.tokens, figures.steps = 1, { 1 }, pos - 1, pos
+  figures.generated, figures.prompt_tokens = generated, #prompt
+  figures.elapsed, figures.tok_per_s = start and seconds(stop - start) or 0, tps or 0
+end
+
+local function main()
+  local model
+  if a.synthetic then
+    model = gptoss.synthetic(a.synthetic, { seed = a.seed_weights })
+  else
+    model = gptoss.load(a.checkpoint)
+  end
+  io.write(cli.header(model.config))
+  io.flush()
+  local steps = cli.clamp_steps(a.steps, model.config.seq_len)
+  local path, why = cli.tokenizer_path(a.tokenizer, exists)
+  if why then note(why) end
+  local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
+
+  local devices = a.devices
+  if devices == nil then
+    devices = {}
+    for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
+    if #devices == 0 then devices = { "cpu" } end
+  end
+  -- bf16 is the GPU engine's fast path; the CPU golden's bf16 mode is a reference only
+  local default_mode = devices[1] == "cpu" and "fp32" or "bf16"
+  local weights = a.weights or default_mode
+  local kv = a.kv or a.weights or default_mode
+
+  local figures = {
+    mode = a.mode, model = a.synthetic and ("synthetic " .. a.synthetic) or a.checkpoint,
+    devices = devices, weights = weights, kv = kv, steps_limit = steps,
+  }
+  if a.mode == "getp" then
+    run_getp(model, tok, steps, devices, weights, kv, figures)
+  else
+    run_generate(model, tok, steps, devices[1], weights, kv, figures)
+  end
+  if json then print(json.encode(figures, { keyorder = JSON_ORDER })) end
+end
+
+local ok, err = pcall(main)
+if not ok then
+  if bar then bar:close() end
+  fail(cli.message(err))
+end

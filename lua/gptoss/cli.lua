@@ -1,0 +1,270 @@
+--- gptoss.cli: the course's command line (course-spec §3.1) for examples/run.lua (installed
+-- as gptoss-run): argument parsing, the course's post-processing of the values, and the
+-- text the command prints besides the course's timing lines.
+--
+-- Syntax: `run <checkpoint.bin> [-x value]...` as the course's, or `--synthetic NAME`
+-- instead of the file. Course flags are "-" and one letter and always take the next
+-- argument as their value, whatever it looks like (`-t -1`, `-i "-a prompt"`, `-i ""`):
+-- cli.parse rewrites each such pair as `--long=value` before argparse sees it, since
+-- argparse would take a value starting with "-" for an option. A flag given twice keeps
+-- its last value, as in the course. Our own options are all "--" long names, so none can
+-- collide with a course flag (the long names the pairs become are hidden from the help).
+--
+-- Values, strict where the course's atoi/atof are lax: -t and -p must be numbers and -s
+-- and -n integers (the course reads "abc" as 0). Then the course's rules (cli.normalize):
+--   -t  rounded to float as the course stores it; below 0 -> 0
+--   -p  rounded to float; outside [0, 1] -> 0.9
+--   -s  0 -> the time in seconds (the course's (unsigned) time(NULL))
+--   -n  below 0 -> 0; once the model is loaded, 0 or above its seq_len -> seq_len
+--       (cli.clamp_steps)
+--   -z  default tokenizer.bin as the course's; when that file does not exist and -z is
+--       not given, $GPTOSS_TOKENIZER or else build/tokenizer.bin (cli.tokenizer_path)
+local argparse = require "argparse"
+
+local cli = {}
+
+-- course flag -> the long alias it is rewritten to
+local COURSE_FLAGS = {
+  ["-t"] = "--temperature", ["-p"] = "--top-p", ["-s"] = "--seed", ["-n"] = "--steps",
+  ["-i"] = "--input", ["-o"] = "--output", ["-z"] = "--tokenizer", ["-m"] = "--mode",
+  ["-y"] = "--system-prompt",
+}
+local MODES = { "generate", "getp", "chat" }
+local COURSE_TOKENIZER, FALLBACK_TOKENIZER = "tokenizer.bin", "build/tokenizer.bin"
+
+-- argparse converters; their messages name the flag, which argparse leaves out
+local function number(flag)
+  return function(s)
+    local v = tonumber(s)
+    if v == nil or v ~= v then return nil, ("%s: '%s' is not a number"):format(flag, s) end
+    return v
+  end
+end
+
+local function integer(flag, min)
+  return function(s)
+    local v = math.tointeger(tonumber(s))
+    if v == nil or (min and v < min) then
+      return nil, ("%s: '%s' is not %s"):format(flag, s, min and ("an integer >= %d"):format(min) or "an integer")
+    end
+    return v
+  end
+end
+
+--- "cpu" -> {"cpu"}; "1,2" -> {1, 2} (GPU numbers from 1, each once); else nil, message.
+function cli.devices(s)
+  if s == "cpu" then return { "cpu" } end
+  local list, seen = {}, {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    local id = math.tointeger(tonumber(item:match("^%s*(.-)%s*$")))
+    if id == nil or id < 1 or seen[id] then
+      return nil, ("--devices: '%s' is not \"cpu\" or a list of distinct GPU numbers from 1 (\"1,2\")"):format(s)
+    end
+    seen[id] = true
+    list[#list + 1] = id
+  end
+  return list
+end
+
+-- A course flag with its hidden long alias (what cli.rewrite turns "-t value" into); the
+-- option's field is the alias without dashes (a.temperature, a.top_p, ...).
+local function course(p, flag, ...)
+  local long = COURSE_FLAGS[flag]
+  return p:option(flag, ...):hidden_name(long):target((long:sub(3):gsub("-", "_")))
+end
+
+--- The argparse parser (name: the command's name in messages).
+function cli.parser(name)
+  local p = argparse(name, "gpt-oss inference with the course's command line (course-spec §3.1).")
+    :help_max_width(100)
+    :epilog(table.concat({
+      "The course's flags are one dash and one letter and take the next argument as their value;",
+      "ours are long names. Examples:",
+      "  " .. name .. " model.bin -m getp -i in.txt -o out.txt",
+      "  " .. name .. " model.bin -n 256 -i \"Once upon a time\"",
+      "  " .. name .. " --synthetic 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
+    }, "\n"))
+  p:argument("checkpoint", "A course .bin model file (or --synthetic NAME)."):args("?")
+  course(p, "-t", "Temperature; 0 is greedy (below 0 means 0).", "0"):argname("<float>")
+    :convert(number("-t"))
+  course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")
+    :convert(number("-p"))
+  course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(integer("-s"))
+  course(p, "-n", "Prompt + generated tokens a request may reach (0: the model's max_seq_len).",
+    "1024"):argname("<int>"):convert(integer("-n"))
+  course(p, "-i", "The request file (getp) or the prompt (generate)."):argname("<string>")
+  course(p, "-o", "The output file (getp)."):argname("<path>")
+  course(p, "-z", ("tokenizer.bin path (default %s, else $GPTOSS_TOKENIZER or %s).")
+    :format(COURSE_TOKENIZER, FALLBACK_TOKENIZER)):argname("<path>")
+  course(p, "-m", "generate | getp | chat (chat is not supported).", "generate"):argname("<string>")
+  course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
+  p:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
+    :argname("<name>")
+  p:option("--seed-weights", "Seed of the synthetic weights.", "1"):argname("<int>"):convert(integer("--seed-weights"))
+  p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
+    .. "else cpu; generate uses the first).")
+    :argname("<list>"):convert(cli.devices)
+  p:option("--weights", "Weight precision (default bf16 on GPUs, fp32 on the CPU)."):choices { "fp32", "bf16" }
+  p:option("--kv", "KV cache precision (default: --weights when given, else as its default)."):choices { "fp32", "bf16" }
+  p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
+    :argname("<int>"):convert(integer("--slots", 1))
+  p:option("--scheduler", "getp scheduler.", "continuous"):choices { "continuous", "static" }
+  p:option("--partition", "How getp spreads the requests over the replicas.", "round_robin")
+    :choices { "round_robin", "blocks", "balanced" }
+  p:flag("--profile", "Time every kernel of GPU replicas with device events (each step then waits "
+    .. "for the device, so the run is slower) and print a table per replica, with its memory.")
+  p:flag("--quiet", "No progress line, replica description or tokenizer note on stderr (warnings stay).")
+  p:flag("--json", "Print one JSON line with the run's figures after the course's lines.")
+  return p
+end
+
+--- Course flag pairs rewritten as --long=value (see the header); the rest as given.
+function cli.rewrite(argv)
+  local out, i = {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    if COURSE_FLAGS[a] and i < #argv then
+      out[#out + 1] = COURSE_FLAGS[a] .. "=" .. argv[i + 1]
+      i = i + 2
+    else
+      out[#out + 1] = a
+      i = i + 1
+    end
+  end
+  return out
+end
+
+-- float as the course's C variables hold it; +-inf beyond float's range
+local function f32(x)
+  if math.abs(x) > 0x1.fffffep127 then return x > 0 and math.huge or -math.huge end
+  return (string.unpack("<f", string.pack("<f", x)))
+end
+
+--- The course's post-processing of -t, -p, -s, -n (course-spec §3.1), before the model is
+-- known: returns {temperature=, top_p=, seed=, steps=}. now: the time in seconds for -s 0.
+function cli.normalize(values, now)
+  local t, p = f32(values.temperature), f32(values.top_p)
+  if t < 0 then t = 0.0 end
+  if p < 0 or p > 1 then p = f32(0.9) end
+  local seed = values.seed
+  if seed == 0 then seed = now end
+  local steps = values.steps
+  if steps < 0 then steps = 0 end
+  return { temperature = t, top_p = p, seed = seed, steps = steps }
+end
+
+--- -n once the model is loaded: 0 or more than seq_len mean seq_len.
+function cli.clamp_steps(steps, seq_len)
+  if steps == 0 or steps > seq_len then return seq_len end
+  return steps
+end
+
+--- Parses the command line: returns the options (course values normalised; devices a
+-- list or nil), or nil and a message for the user. now: for -s 0.
+function cli.parse(argv, name, now)
+  local parser = cli.parser(name)
+  local ok, a = parser:pparse(cli.rewrite(argv))
+  if not ok then return nil, a end
+  if (a.checkpoint == nil) == (a.synthetic == nil) then
+    return nil, "give a model file or --synthetic NAME (one of them)"
+  end
+  local known = false
+  for _, m in ipairs(MODES) do known = known or m == a.mode end
+  if not known then
+    return nil, ("unknown mode '%s' (known: generate, getp; the course's chat is not supported)"):format(a.mode)
+  end
+  local v = cli.normalize(a, now)
+  a.temperature, a.top_p, a.seed, a.steps = v.temperature, v.top_p, v.seed, v.steps
+  return a
+end
+
+--- The course's default tokenizer path unless -z is given or the file is missing.
+-- Returns the path and, when it is not the course's default nor given, a note saying why.
+-- exists(path) -> boolean.
+function cli.tokenizer_path(given, exists)
+  if given then return given end
+  if exists(COURSE_TOKENIZER) then return COURSE_TOKENIZER end
+  local fallback = os.getenv("GPTOSS_TOKENIZER") or FALLBACK_TOKENIZER
+  return fallback, ("%s is not in the current directory: using %s (-z PATH to choose)")
+    :format(COURSE_TOKENIZER, fallback)
+end
+
+--- The 15 lines run.cpp prints when it opens a model (course-spec §1.1-1.2), "\n" ended.
+function cli.header(config)
+  local c = config
+  return table.concat({
+    ("vocab_size: %d"):format(c.vocab_size),
+    ("hidden_dim: %d"):format(c.hidden_dim),
+    ("n_experts: %d"):format(c.n_experts),
+    ("experts_per_token: %d"):format(c.experts_per_token),
+    ("intermediate_dim: %d"):format(c.intermediate_dim),
+    ("n_layers: %d"):format(c.n_layers),
+    ("head_dim: %d"):format(c.head_dim),
+    ("n_attn_heads: %d"):format(c.n_attn_heads),
+    ("n_kv_heads: %d"):format(c.n_kv_heads),
+    ("max_seq_len: %d"):format(c.seq_len),
+    ("init context len: %d"):format(c.initial_context_length),
+    ("rope theta: %f"):format(c.rope_theta),
+    ("rope_scaling_factor: %f"):format(c.rope_scaling_factor),
+    ("sliding window: %d"):format(c.sliding_window),
+    ("swiglu_limit: %f"):format(c.swiglu_limit),
+  }, "\n") .. "\n"
+end
+
+--- Tokens per second as the course computes it from whole milliseconds (tokens / ms *
+-- 1000), a run under one millisecond counting as one (the course would divide by zero).
+function cli.tps(tokens, ms)
+  return tokens / math.max(ms, 1) * 1000
+end
+
+--- An error message without the "file:line: " Lua put in front of it.
+function cli.message(err)
+  return (tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""))
+end
+
+local MEMORY_ORDER = { "weights", "weights_fp32", "weights_bf16", "kv", "scratch", "total" }
+
+--- "memory, NAME: weights 12.0 MiB, kv 4.0 MiB, ..." from r.memory (bytes by category).
+function cli.memory_line(name, memory)
+  local keys, listed = {}, {}
+  for _, k in ipairs(MEMORY_ORDER) do
+    if memory[k] then keys[#keys + 1], listed[k] = k, true end
+  end
+  local others = {}
+  for k in pairs(memory) do
+    if not listed[k] then others[#others + 1] = k end
+  end
+  table.sort(others)
+  table.move(others, 1, #others, #keys + 1, keys)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = ("%s %.1f MiB"):format(k, memory[k] / 2 ^ 20) end
+  return ("memory, %s: %s"):format(name, table.concat(parts, ", "))
+end
+
+--- The per-kernel table of one replica from r:profile() rows {label=, seconds=, calls=},
+-- slowest first, with each kernel's share of wall (the inference's seconds). A list of lines.
+function cli.profile_lines(name, rows, wall)
+  local sorted = table.move(rows, 1, #rows, 1, {})
+  table.sort(sorted, function(x, y) return x.seconds > y.seconds end)
+  local total_label = "(all kernels)"
+  local width = #total_label
+  for _, r in ipairs(sorted) do width = math.max(width, #r.label) end
+  local row = "  %-" .. width .. "s %10s %9s %10s %7s"
+  local lines = {
+    ("profile, %s: %d kernels, %.3f s of inference"):format(name, #sorted, wall),
+    row:format("kernel", "total s", "calls", "avg ms", "% wall"),
+  }
+  local total, calls = 0, 0
+  local function line(label, seconds, n)
+    return row:format(label, ("%.4f"):format(seconds), n, ("%.4f"):format(n > 0 and 1000 * seconds / n or 0),
+      ("%.1f"):format(wall > 0 and 100 * seconds / wall or 0))
+  end
+  for _, r in ipairs(sorted) do
+    lines[#lines + 1] = line(r.label, r.seconds, r.calls)
+    total, calls = total + r.seconds, calls + r.calls
+  end
+  lines[#lines + 1] = line(total_label, total, calls)
+  return lines
+end
+
+return cli

@@ -1,0 +1,412 @@
+-- The course's command line, examples/run.lua: its parts in process (gptoss.cli's parsing
+-- and the course's rules for -t -p -s -n, the header and table text, gptoss.progress with
+-- a fake writer and reports of chosen elapsed times, gptoss.realtime_ms and
+-- gptoss.isatty), then the script itself as a child process on CPU replicas of the
+-- synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs in process and
+-- the course's lines (course-spec §3.2) in their formats, generate's text equal to the
+-- course's loop (run.cpp) written plainly here, --json, and every error a message on
+-- stderr with status 1.
+local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
+local progress = require "gptoss.progress"
+local getp = require "gptoss.getp"
+local requests = require "gptoss.requests"
+local json = require "dkjson"
+local H = require "helpers"
+local tmp, cleanup, write_file, read_file = H.tmp, H.cleanup, H.write_file, H.read_file
+
+local f32 = function(x) return (string.unpack("<f", string.pack("<f", x))) end
+local TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+
+describe("gptoss.cli", function()
+  local function parse(...)
+    return cli.parse({ ... }, "run.lua", 1234)
+  end
+
+  it("takes a course flag's next argument as its value, whatever it looks like", function()
+    assert.are.same({ "m.bin", "--temperature=-1", "--input=-hello", "--input=", "--quiet", "-n" },
+      cli.rewrite { "m.bin", "-t", "-1", "-i", "-hello", "-i", "", "--quiet", "-n" })
+    local a = assert(parse("m.bin", "-t", "-1", "-i", "--x", "-n", "-5", "-m", "getp", "-o", "-t"))
+    assert.are.equal("m.bin", a.checkpoint)
+    assert.are.equal(0.0, a.temperature)
+    assert.are.equal("--x", a.input)
+    assert.are.equal(0, a.steps)
+    assert.are.equal("getp", a.mode)
+    assert.are.equal("-t", a.output)
+    -- the checkpoint anywhere, the last of a repeated flag, an empty prompt
+    a = assert(parse("-n", "5", "-n", "7", "m.bin", "-i", ""))
+    assert.are.equal(7, a.steps)
+    assert.are.equal("m.bin", a.checkpoint)
+    assert.are.equal("", a.input)
+    -- the course's defaults
+    a = assert(parse("--synthetic", "7m"))
+    assert.are.same({ 0.0, f32(0.9), 1234, 1024, "generate", 1 },
+      { a.temperature, a.top_p, a.seed, a.steps, a.mode, a.seed_weights })
+    assert.is_nil(a.tokenizer)
+    assert.is_nil(a.devices)
+  end)
+
+  it("applies the course's post-processing of -t -p -s -n (course-spec §3.1)", function()
+    local function norm(t, p, s, n) return cli.normalize({ temperature = t, top_p = p, seed = s, steps = n }, 99) end
+    assert.are.same({ temperature = 0.0, top_p = f32(0.9), seed = 99, steps = 0 }, norm(-0.5, 1.5, 0, -3))
+    assert.are.same({ temperature = f32(0.7), top_p = 0.0, seed = -5, steps = 12 }, norm(0.7, 0, -5, 12))
+    assert.are.same({ temperature = 0.0, top_p = 1.0, seed = 7, steps = 0 }, norm(1e-50, 1, 7, 0))
+    assert.are.equal(f32(0.9), norm(0, -0.01, 1, 1).top_p)
+    assert.are.equal(math.huge, norm(1e300, 0.5, 1, 1).temperature) -- the course's float is inf too
+    assert.are.equal(2048, cli.clamp_steps(0, 2048))
+    assert.are.equal(2048, cli.clamp_steps(2049, 2048))
+    assert.are.equal(2048, cli.clamp_steps(2048, 2048))
+    assert.are.equal(1, cli.clamp_steps(1, 2048))
+  end)
+
+  it("parses our long options and refuses bad values, naming the flag", function()
+    local a = assert(parse("--synthetic", "20b-2l", "--devices", "2, 1", "--weights", "fp32", "--slots", "8",
+      "--scheduler", "static", "--partition", "blocks", "--profile", "--quiet", "--json", "--seed-weights", "3"))
+    assert.are.same({ "20b-2l", { 2, 1 }, "fp32", 8, "static", "blocks", true, true, true, 3 },
+      { a.synthetic, a.devices, a.weights, a.slots, a.scheduler, a.partition, a.profile, a.quiet, a.json,
+        a.seed_weights })
+    assert.are.same({ "cpu" }, assert(parse("--synthetic", "7m", "--devices", "cpu")).devices)
+    for _, case in ipairs {
+      { { "m.bin", "--synthetic", "7m" }, "give a model file or --synthetic NAME (one of them)" },
+      { {}, "give a model file or --synthetic NAME" },
+      { { "m.bin", "-m", "chats" }, "unknown mode 'chats' (known: generate, getp; the course's chat is not supported)" },
+      { { "m.bin", "-t", "hot" }, "-t: 'hot' is not a number" },
+      { { "m.bin", "-p", "nan" }, "-p: 'nan' is not a number" },
+      { { "m.bin", "-s", "1.5" }, "-s: '1.5' is not an integer" },
+      { { "m.bin", "-n", "ten" }, "-n: 'ten' is not an integer" },
+      { { "m.bin", "--slots", "0" }, "--slots: '0' is not an integer >= 1" },
+      { { "m.bin", "--devices", "0" }, "--devices: '0' is not \"cpu\" or a list of distinct GPU numbers" },
+      { { "m.bin", "--devices", "1,1" }, "--devices: '1,1' is not" },
+      { { "m.bin", "--devices", "cpu,1" }, "--devices: 'cpu,1' is not" },
+      { { "m.bin", "--weights", "fp16" }, "argument for option '--weights' must be one of 'fp32', 'bf16'" },
+      { { "m.bin", "-x", "1" }, "unknown option '-x'" },
+      { { "m.bin", "-i" }, "option '-i' requires an argument" },
+    } do
+      local a2, err = cli.parse(case[1], "run.lua", 0)
+      assert.is_nil(a2, table.concat(case[1], " "))
+      assert.truthy(err:find(case[2], 1, true), err)
+    end
+  end)
+
+  it("finds the tokenizer as the course does, else falls back and says so", function()
+    local function never() return false end
+    assert.are.equal("my.bin", cli.tokenizer_path("my.bin", never))
+    assert.are.equal("tokenizer.bin", cli.tokenizer_path(nil, function(p) return p == "tokenizer.bin" end))
+    local path, why = cli.tokenizer_path(nil, never)
+    assert.are.equal(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin", path)
+    assert.are.equal(("tokenizer.bin is not in the current directory: using %s (-z PATH to choose)"):format(path), why)
+  end)
+
+  it("prints run.cpp's header lines and the course's TPS", function()
+    assert.are.equal(table.concat({
+      "vocab_size: 201088", "hidden_dim: 32", "n_experts: 32", "experts_per_token: 4", "intermediate_dim: 64",
+      "n_layers: 2", "head_dim: 32", "n_attn_heads: 2", "n_kv_heads: 1", "max_seq_len: 2048",
+      "init context len: 4096", "rope theta: 150000.000000", "rope_scaling_factor: 32.000000",
+      "sliding window: 128", "swiglu_limit: 7.000000", "",
+    }, "\n"), cli.header(H.CONFIG_7M))
+    assert.are.equal(80 / 187 * 1000, cli.tps(80, 187))
+    assert.are.equal(5000.0, cli.tps(5, 0)) -- under a millisecond counts as one
+    assert.are.equal(0.0, cli.tps(0, 0))
+    assert.are.equal("load: no such file", cli.message("lua/gptoss/init.lua:16: load: no such file"))
+    assert.are.equal("plain: 1:2", cli.message("plain: 1:2"))
+  end)
+
+  it("formats the per-kernel table slowest first, and memory in MiB", function()
+    local rows = { { label = "rmsnorm", seconds = 0.25, calls = 100 }, { label = "gemm_bf16", seconds = 1.5, calls = 300 },
+      { label = "idle", seconds = 0, calls = 0 } }
+    assert.are.same({
+      "profile, replica 1 (gpu 1): 3 kernels, 2.000 s of inference",
+      "  kernel           total s     calls     avg ms  % wall",
+      "  gemm_bf16         1.5000       300     5.0000    75.0",
+      "  rmsnorm           0.2500       100     2.5000    12.5",
+      "  idle              0.0000         0     0.0000     0.0",
+      "  (all kernels)     1.7500       400     4.3750    87.5",
+    }, cli.profile_lines("replica 1 (gpu 1)", rows, 2))
+    assert.are.equal("gemm_bf16", rows[2].label) -- the caller's rows keep their order
+    assert.are.equal("memory, replica 1 (cpu): weights 50.5 MiB, kv 2.0 MiB, total 52.5 MiB",
+      cli.memory_line("replica 1 (cpu)", { total = 52.5 * 2 ^ 20, kv = 2 ^ 21, weights = 50.5 * 2 ^ 20 }))
+    assert.are.equal("memory, gpu: weights 3.0 MiB, weights_fp32 1.0 MiB, weights_bf16 2.0 MiB, kv 0.0 MiB, "
+      .. "scratch 0.5 MiB, total 5.5 MiB, zz 1.0 MiB",
+      cli.memory_line("gpu", { zz = 2 ^ 20, scratch = 2 ^ 19, total = 5.5 * 2 ^ 20, kv = 0,
+        weights_bf16 = 2 ^ 21, weights_fp32 = 2 ^ 20, weights = 3 * 2 ^ 20 }))
+  end)
+end)
+
+describe("gptoss.progress", function()
+  it("rewrites one line at most every interval, pads shorter lines and ends with a newline", function()
+    local out = {}
+    local bar = progress.new { write = function(s) out[#out + 1] = s end }
+    bar:update { done = 0, total = 4, tokens = 10, elapsed = 0.1 }
+    bar:update { done = 1, total = 4, tokens = 20, elapsed = 0.3 } -- 0.2 s after the last: skipped
+    bar:update { done = 2, total = 4, tokens = 400, elapsed = 2.0 }
+    bar:update { done = 3, total = 4, tokens = 450, elapsed = 3.0 }
+    bar:update { done = 4, total = 4, tokens = 500, elapsed = 3.1 } -- the last one is always drawn
+    assert.are.same({
+      "\r0/4 requests, 10 tokens, 100.0 tok/s, ETA --",
+      "\r2/4 requests, 400 tokens, 200.0 tok/s, ETA 0:02",
+      "\r3/4 requests, 450 tokens, 150.0 tok/s, ETA 0:01",
+      "\r4/4 requests, 500 tokens, 161.3 tok/s, ETA 0:00\n",
+    }, out)
+    bar:close() -- the line is ended already
+    assert.are.equal(4, #out)
+
+    out = {}
+    bar = progress.new { write = function(s) out[#out + 1] = s end, interval = 0 }
+    bar:update { done = 10, total = 100, tokens = 123456, elapsed = 60 }
+    bar:update { done = 11, total = 100, tokens = 9, elapsed = 61 }
+    local first = "10/100 requests, 123456 tokens, 2057.6 tok/s, ETA 9:00"
+    local second = "11/100 requests, 9 tokens, 0.1 tok/s, ETA 8:14"
+    assert.are.same({ "\r" .. first, "\r" .. second .. (" "):rep(#first - #second) }, out)
+    bar:close() -- a run that stopped early: the line is ended
+    assert.are.equal("\n", out[3])
+    bar:close()
+    assert.are.equal(3, #out)
+  end)
+
+  it("formats durations and refuses bad options", function()
+    assert.are.same({ "0:00", "0:59", "1:00", "59:59", "1:00:00", "26:02:05" },
+      { progress.duration(0), progress.duration(59.4), progress.duration(59.6), progress.duration(3599),
+        progress.duration(3600), progress.duration(93725) })
+    assert.are.equal("0/0 requests, 0 tokens, 0.0 tok/s, ETA 0:00",
+      progress.format { done = 0, total = 0, tokens = 0, elapsed = 0 })
+    H.expect_error(function() progress.new {} end, "progress.new: opts.write must be a function(text)")
+    H.expect_error(function() progress.new { write = print, interval = -1 } end,
+      "progress.new: interval must be a non-negative number of seconds (got -1)")
+  end)
+end)
+
+describe("gptoss.realtime_ms and gptoss.isatty", function()
+  it("gives CLOCK_REALTIME in whole milliseconds", function()
+    local before = os.time()
+    local ms = gptoss.realtime_ms()
+    local after = os.time()
+    assert.are.equal("integer", math.type(ms))
+    assert.is_true(ms // 1000 >= before - 1 and ms // 1000 <= after + 1, tostring(ms))
+    local later = gptoss.realtime_ms()
+    assert.is_true(later >= ms)
+  end)
+
+  it("says whether a descriptor is a terminal", function()
+    assert.is_false(gptoss.isatty(-1))
+    assert.is_false(gptoss.isatty(1 << 40))
+    assert.is_false(gptoss.isatty(1000)) -- not open
+    H.expect_error(function() gptoss.isatty("two") end, "number expected, got string")
+    local i = -1
+    while arg[i - 1] ~= nil do i = i - 1 end
+    local code = ("LUA_PATH='%s' LUA_CPATH='%s' %s -e 'io.write(tostring(require(\"gptoss\").isatty(1)))'")
+      :format(package.path, package.cpath, arg[i])
+    local p = assert(io.popen(code))
+    assert.are.equal("false", p:read("a")) -- a pipe
+    p:close()
+    if os.execute("command -v script >/dev/null 2>&1") then -- util-linux: run it on a terminal
+      p = assert(io.popen(("script -qec %q /dev/null </dev/null"):format(code)))
+      assert.truthy(p:read("a"):find("true", 1, true))
+      p:close()
+    end
+  end)
+end)
+
+describe("examples/run.lua", function()
+  local model = gptoss.synthetic("7m", { seed = 1 }) -- --seed-weights' default
+  local tok = gptoss.tokenizer(TOKENIZER)
+  local STEPS = 24
+  local PROMPTS = { "Hello", "Hello world", "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve" }
+  local HEADER = cli.header(model.config)
+  local run, why
+  local function runner()
+    if run == nil and why == nil then run, why = H.script_runner("examples/run.lua") end
+    if not run then pending("cannot run the command line: " .. why) end
+    return run
+  end
+  after_each(cleanup)
+
+  -- no traceback and no Lua position in what a user reads
+  local function clean(err)
+    assert.is_nil(err:find("traceback", 1, true), err)
+    assert.is_nil(err:find("%.lua:%d+:"), err)
+  end
+
+  local function request_file(lines)
+    local path = tmp()
+    write_file(path, table.concat(lines, "\n") .. "\n")
+    return path
+  end
+
+  it("runs getp as the course: its lines, its output file, its TPS; --json and --profile", function()
+    local run = runner()
+    if not run then return end
+    local input, output = request_file { "4", PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], "an extra line" }, tmp()
+    local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
+      "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", "--profile" }
+    assert.are.equal(0, code, err)
+    assert.are.equal(("run.lua: warning: %s: 1 line after the 4 prompts is ignored, as the course reads only "
+      .. "the count\n"):format(input), err) -- warnings stay under --quiet
+
+    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, requests = PROMPTS }
+    assert.are.same(expected.outputs, requests.read_output(output))
+    local ref = tmp()
+    requests.write(ref, expected.outputs)
+    assert.are.equal(read_file(ref), read_file(output))
+
+    assert.are.equal(HEADER, out:sub(1, #HEADER))
+    local rest = out:sub(#HEADER + 1)
+    local warm, elapsed, tps, finish, report, line = rest:match(
+      "^requests size = 25600 B\nNum requests: 4\n"
+      .. "\nwarm up elapsed time%(s%): (%d+%.%d%d%d%d%d%d)\n"
+      .. "\nelapsed time%(s%): (%d+%.%d%d%d%d%d%d), achieved throughput TPS %(tok/s%): (%d+%.%d%d%d%d%d%d)\n"
+      .. "\nfinish elapsed time%(s%): (%d+%.%d%d%d%d%d%d)\n"
+      .. "(.-)"
+      .. "({[^\n]*})\n$")
+    assert.truthy(warm, rest)
+    -- whole milliseconds, and TPS from them exactly as the course computes it
+    local ms = math.tointeger(math.floor(tonumber(elapsed) * 1000 + 0.5))
+    assert.are.equal(elapsed, ("%f"):format(ms / 1000))
+    assert.are.equal(("%f"):format(cli.tps(expected.tokens, ms)), tps)
+    assert.are.equal(("%f"):format(tonumber(finish)), finish)
+    assert.are.equal("profile, replica 1 (cpu): per-kernel timing is for GPU replicas\n"
+      .. cli.memory_line("replica 1 (cpu)", model:replica { slots = 4, ctx = STEPS }.memory) .. "\n", report)
+
+    local figures = json.decode(line)
+    assert.are.same({
+      mode = "getp", model = "synthetic 7m", devices = { "cpu" }, weights = "fp32", kv = "fp32", slots = { 4 },
+      scheduler = "continuous", partition = "round_robin", requests = 4, steps_limit = STEPS,
+      tokens = expected.tokens, steps = expected.steps,
+    }, {
+      mode = figures.mode, model = figures.model, devices = figures.devices, weights = figures.weights,
+      kv = figures.kv, slots = figures.slots, scheduler = figures.scheduler, partition = figures.partition,
+      requests = figures.requests, steps_limit = figures.steps_limit, tokens = figures.tokens, steps = figures.steps,
+    })
+    -- JSON numbers carry 14 significant digits (dkjson)
+    local function near(x, y) return math.abs(x - y) <= 1e-12 * math.abs(y) end
+    assert.is_true(near(figures.elapsed, ms / 1000))
+    assert.is_true(near(figures.tok_per_s, cli.tps(expected.tokens, ms)))
+    assert.is_true(near(figures.warm_up, tonumber(warm)))
+  end)
+
+  it("clamps -n as the course, describes its replicas and notes the tokenizer it falls back to", function()
+    local run = runner()
+    if not run then return end
+    local input = request_file { "0" }
+    for _, case in ipairs { { "-5", 2048 }, { "0", 2048 }, { "5000", 2048 }, { "100", 100 } } do
+      local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-n", case[1],
+        "--devices", "cpu", "--weights", "bf16", "--slots", "3", "--scheduler", "static", "--json" }
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find(("\nrequests size = 0 B\nNum requests: 0\n"), 1, true), out)
+      local figures = json.decode(out:match("\n({[^\n]*})\n$"))
+      assert.are.equal(case[2], figures.steps_limit, case[1])
+      assert.are.same({ "bf16", "bf16", { 3 }, 0, 0 }, -- --kv follows --weights
+        { figures.weights, figures.kv, figures.slots, figures.tokens, figures.requests })
+      assert.truthy(err:find(("run.lua: getp: 1 replica: cpu (3 slots, ctx %d, weights bf16, kv bf16, "):format(case[2]),
+        1, true), err)
+      assert.truthy(err:find("; steps " .. case[2] .. "; greedy; partition round_robin; scheduler static\n", 1, true), err)
+      if not io.open("tokenizer.bin") then
+        assert.truthy(err:find(("run.lua: tokenizer.bin is not in the current directory: using %s (-z PATH to choose)\n")
+          :format(TOKENIZER), 1, true), err)
+      end
+    end
+  end)
+
+  -- run.cpp's generate as written there (course-spec §3.1): one position a step, the prompt
+  -- forced until its last token, then sampled; returns every id it prints
+  local function course_generate(text, steps, sampler)
+    local prompt = tok:encode(text, { max_tokens = model.config.initial_context_length })
+    local r <close> = model:replica { device = "cpu", slots = 1, ctx = steps }
+    local printed, token, pos = { prompt[1] }, prompt[1], 0
+    while pos < steps do
+      local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
+      local next_id
+      if pos < #prompt - 1 then
+        next_id = prompt[pos + 2]
+      elseif sampler then
+        next_id = sampler:sample(h:logits()[1])
+      else
+        next_id = h:logits()[1]:argmax() - 1
+      end
+      pos = pos + 1
+      if next_id == 199999 or next_id == 200002 then break end
+      printed[#printed + 1] = next_id
+      token = next_id
+    end
+    return printed, pos
+  end
+
+  it("runs generate as the course's loop, greedy (-t below 0 too) or with the course's sampler", function()
+    local run = runner()
+    if not run then return end
+    local ids, pos = course_generate("Hello world", 12)
+    for _, t in ipairs { "0", "-1" } do
+      local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "12", "-t", t, "-z", TOKENIZER,
+        "--devices", "cpu", "--quiet", "--json" }
+      assert.are.equal(0, code, err)
+      assert.truthy(err:match("^achieved tok/s: %d+%.%d%d%d%d%d%d\n$"), err)
+      local text, line = out:match("^(.*\n)({[^\n]*})\n$")
+      assert.are.equal(HEADER .. tok:decode(ids) .. "\n", text)
+      local figures = json.decode(line)
+      assert.are.same({ "generate", 1, { 1 }, 2, pos - 1, pos, pos - 1 },
+        { figures.mode, figures.requests, figures.slots, figures.prompt_tokens, figures.tokens, figures.steps,
+          figures.generated })
+    end
+
+    local sampler = gptoss.sampler { mode = "course", temperature = f32(0.8), top_p = f32(0.9), seed = 5 }
+    local sampled = course_generate("Hello world", 10, sampler)
+    local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "10", "-t", "0.8", "-p", "5",
+      "-s", "5", "-z", TOKENIZER, "--devices", "cpu" }
+    assert.are.equal(0, code, err)
+    assert.are.equal(HEADER .. tok:decode(sampled) .. "\n", out)
+    assert.truthy(err:find("run.lua: gptoss.replica(cpu, 1 slots x 10 positions, weights fp32, kv fp32", 1, true), err)
+    assert.truthy(err:find("\nachieved tok/s: %d+%.%d+\n$"), err)
+  end)
+
+  it("says what is wrong on stderr and exits 1", function()
+    local run = runner()
+    if not run then return end
+    local input = request_file { "2", "Hello", "world" }
+    local bad = request_file { "two", "Hello" }
+    local missing = tmp() .. ".bin"
+    local usage = "^Usage: run%.lua "
+    local cases = {
+      { { "--synthetic", "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>\n$" },
+      { { "--synthetic", "7m", "-m", "getp", "-o", tmp() }, "^run%.lua: %-m getp needs %-i" },
+      { { "--synthetic", "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"\n$" },
+      { { "--synthetic", "7m", "-m", "chat", "-i", "hi" }, "^run%.lua: %-m chat is not supported: the course's chat mode" },
+      { { "--synthetic", "7m", "-m", "bogus" }, usage, "Error: unknown mode 'bogus'" },
+      { { "--synthetic", "7m", "-t" }, usage, "Error: option '-t' requires an argument" },
+      { { "--synthetic", "7m", "-q", "1" }, usage, "Error: unknown option '-q'" },
+      { { missing, "-i", "hi" }, ("^run%%.lua: load: cannot open model file '%s': No such file or directory\n$")
+        :format(missing:gsub("%p", "%%%0")) },
+      { { "--synthetic", "9m", "-i", "hi" }, "^run%.lua: synthetic: unknown model shape '9m'" },
+      { { "--synthetic", "7m", "-m", "getp", "-i", bad, "-o", tmp(), "-z", TOKENIZER },
+        ("^run%%.lua: requests%%.read: %s: line 1: request count must be a non%%-negative integer %%(got \"two\"%%)\n$")
+          :format(bad:gsub("%p", "%%%0")) },
+      { { "--synthetic", "7m", "-m", "getp", "-i", tmp() .. ".none", "-o", tmp(), "-z", TOKENIZER },
+        "^run%.lua: requests%.read: cannot open '" },
+      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", "/nonexistent-gptoss-dir/out.txt", "-z", TOKENIZER,
+        "-n", "3", "--devices", "cpu", "--quiet" },
+        "^run%.lua: requests%.write: cannot open '/nonexistent%-gptoss%-dir/out%.txt' for writing: No such file" },
+      { { "--synthetic", "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
+    }
+    if #gptoss.devices() == 0 then
+      cases[#cases + 1] = { { "--synthetic", "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
+        "^run%.lua: replica: device 1: no GPU is available" }
+    end
+    for _, case in ipairs(cases) do
+      local code, out, err = run(case[1])
+      local what = table.concat(case[1], " ")
+      assert.are.equal(1, code, what)
+      assert.truthy(err:find(case[2]), what .. "\n" .. err)
+      if case[3] then assert.truthy(err:find(case[3], 1, true), what .. "\n" .. err) end
+      clean(err)
+      -- nothing reached stdout but the header of a model that loaded
+      assert.truthy(out == "" or out:sub(1, #HEADER) == HEADER, what .. "\n" .. out)
+    end
+
+    local code, out, err = run { "-h" }
+    assert.are.equal(0, code)
+    assert.truthy(out:find("^Usage: run%.lua "), out)
+    for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "--synthetic <name>", "--devices <list>",
+      "--profile", "--quiet", "--json" } do
+      assert.truthy(out:find(flag, 1, true), flag)
+    end
+    assert.are.equal("", err)
+  end)
+end)
