@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
 }
 
 /* Staged, for the experts' grouped GEMMs at many rows per expert: a block
- * covers a 64-row tile by 128 outputs with 8 warps, warp w taking outputs
+ * covers a tile of BM rows (32 or 64) by 128 outputs with 8 warps, warp w taking outputs
  * 32 (w / 2) .. + 31 over the even (w even) or odd chunks, for each 16-row
  * group that holds rows (an expert's tile is sized for the busiest expert;
  * groups past its rows are skipped). Each stage holds one even and one odd
@@ -342,18 +342,19 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
  * a row's 8 pieces of 16 bytes, swizzled in odd rows (index ^ 4): the 8
  * lanes of a quarter warp, reading 4 pieces of two adjacent rows, then hit
  * distinct banks. */
-constexpr int ST_BM = 64, ST_MT = ST_BM / 16, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
-constexpr int ST_ROWS = ST_BM + ST_BN, ST_RP = 2 * MX_KC / 8; /* stage rows, pieces per row */
-constexpr size_t ST_STAGE_BYTES = (size_t)ST_ROWS * ST_RP * 16;
+constexpr int ST_BM = 64, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
+constexpr int ST_RP = 2 * MX_KC / 8; /* pieces per stage row */
+/* a stage: BM rows of X, then ST_BN rows of W */
+__host__ __device__ constexpr size_t staged_stage_bytes(int bm) { return (size_t)(bm + ST_BN) * ST_RP * 16; }
 
-template <int STAGES, int MIN_BLOCKS, bool VEC>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC>
 __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
-    constexpr int P = tile16::PIECES, MT = ST_MT, RP = ST_RP, PASS = ST_THREADS / RP;
-    constexpr int XR = (ST_BM + PASS - 1) / PASS, ODD_LD = ST_BN + 4;
-    static_assert(ST_BM * ODD_LD * sizeof(float) <= STAGES * ST_STAGE_BYTES, "the odd sums fit the ring");
+    constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP, ST_ROWS = BM + ST_BN;
+    constexpr int XR = (BM + PASS - 1) / PASS, ODD_LD = ST_BN + 4;
+    static_assert(BM * ODD_LD * sizeof(float) <= STAGES * staged_stage_bytes(BM), "the odd sums fit the ring");
     extern __shared__ uint4 ring[]; /* [STAGES][ST_ROWS][RP] */
     row_tile t;
-    if (!block_rows(a, ST_BM, t))
+    if (!block_rows(a, BM, t))
         return;
     const int tid = threadIdx.x, lane = tid % warpSize, warp = tid / warpSize;
     const int parity = warp & 1, wn = warp >> 1, n0 = blockIdx.y * ST_BN;
@@ -368,7 +369,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
 #pragma unroll
     for (int i = 0; i < XR; i++) {
         int r = tid / RP + PASS * i;
-        xsrc[i] = r < ST_BM ? x_row(a, t, t.begin + r) : nullptr;
+        xsrc[i] = r < BM ? x_row(a, t, t.begin + r) : nullptr;
     }
     auto issue = [&](int s) {
         if (s < stages) {
@@ -380,10 +381,10 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
                 if (r >= ST_ROWS)
                     break;
                 const bf16 *src = nullptr;
-                if (r < ST_BM)
+                if (r < BM)
                     src = i < XR ? xsrc[i] : nullptr;
-                else if (n0 + r - ST_BM < a.n)
-                    src = W + (size_t)(n0 + r - ST_BM) * a.k;
+                else if (n0 + r - BM < a.n)
+                    src = W + (size_t)(n0 + r - BM) * a.k;
                 bool valid = src && k < a.k;
                 uint4 *dst = buf + r * RP + (piece ^ ((r & 1) << 2));
                 if (VEC)
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
         for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                int r = ST_BM + 32 * wn + 16 * n + tile16::piece_row(lane, j);
+                int r = BM + 32 * wn + 16 * n + tile16::piece_row(lane, j);
                 wp[n][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
             }
 #pragma unroll
@@ -469,16 +470,16 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
     }
 }
 
-template <int STAGES, int MIN_BLOCKS, bool VEC>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC>
 hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
-    const void *kernel = (const void *)gemm_staged_kernel<STAGES, MIN_BLOCKS, VEC>;
-    size_t bytes = STAGES * ST_STAGE_BYTES;
+    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC>;
+    size_t bytes = STAGES * staged_stage_bytes(BM);
     if (bytes > 48 * 1024) {
         hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<STAGES, MIN_BLOCKS, VEC>), grid, dim3(ST_THREADS), bytes, stream, *a);
+    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC>), grid, dim3(ST_THREADS), bytes, stream, *a);
     return hipGetLastError();
 }
 
@@ -489,10 +490,12 @@ int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
         return EX_BM;
     /* grouped: 16-row streaming tiles up to 16 expected rows per expert (an
      * expert with a few more takes two tiles, its second read of the weights
-     * mostly from L2); beyond, 64-row staged tiles, which read each expert's
-     * weights once even when it got several dozen rows */
+     * mostly from L2); beyond, staged tiles of 32 rows up to 32 expected rows
+     * (H100, 256 rows: 64-row tiles there copied and kept X rows that were
+     * not used, 10525 -> 10765 tok/s at ctx 512), then of 64 rows, which read
+     * each expert's weights once even when it got several dozen rows */
     if (a->rows_hint > 0)
-        return a->rows_hint <= 16 ? 16 : ST_BM;
+        return a->rows_hint <= 16 ? 16 : a->rows_hint <= 32 ? 32 : ST_BM;
     /* dense: the largest tile that still gives the GPU a few hundred blocks
      * (any choice computes the same bits) */
     int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
@@ -508,6 +511,16 @@ static size_t shared_limit(int shared_per_sm) {
     return shared_per_sm > 64 * 1024 ? (size_t)shared_per_sm - 1024 : (size_t)shared_per_sm; /* NVIDIA keeps 1 KB per block */
 }
 
+/* two blocks of four stages per multiprocessor where shared memory holds
+ * them (measured best on the H100: six stages, or 64-row tiles where 32
+ * suffice, were slower), else one of two stages */
+template <int BM>
+static hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+    if (2 * 4 * staged_stage_bytes(BM) <= limit)
+        return vec ? launch_staged<BM, 4, 2, true>(a, grid, stream) : launch_staged<BM, 4, 2, false>(a, grid, stream);
+    return vec ? launch_staged<BM, 2, 1, true>(a, grid, stream) : launch_staged<BM, 2, 1, false>(a, grid, stream);
+}
+
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
                               int shared_per_sm, hipStream_t stream) {
     int bm = gptoss_gemm_tile_rows(a, bf16_mode);
@@ -520,18 +533,17 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         return hipGetLastError();
     }
     bool vec = a->k % 8 == 0;
-    /* dense too when all rows are one 64-row tile and the outputs are many
-     * (the unembedding): 8 warps and a deeper ring keep more bytes in flight
-     * (H100, 64 rows: 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled
-     * kernel was faster) */
-    bool one_wide_tile = row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
-    if (bm == ST_BM && (a->tiles || one_wide_tile)) {
+    /* grouped tiles of 32 or 64 rows are staged; dense ones too when all
+     * rows are one 64-row tile and the outputs are many (the unembedding):
+     * 8 warps and a deeper ring keep more bytes in flight (H100, 64 rows:
+     * 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled kernel was
+     * faster) */
+    bool one_wide_tile = bm == ST_BM && row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
+    if ((a->tiles && bm > 16) || one_wide_tile) {
         dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
-        /* two blocks of four stages per multiprocessor where shared memory
-         * holds them (measured best on the H100), else one of two stages */
-        if (2 * 4 * ST_STAGE_BYTES <= shared_limit(shared_per_sm))
-            return vec ? launch_staged<4, 2, true>(a, grid, stream) : launch_staged<4, 2, false>(a, grid, stream);
-        return vec ? launch_staged<2, 1, true>(a, grid, stream) : launch_staged<2, 1, false>(a, grid, stream);
+        size_t limit = shared_limit(shared_per_sm);
+        return bm == 32 ? launch_staged_fit<32>(a, grid, vec, limit, stream)
+                        : launch_staged_fit<ST_BM>(a, grid, vec, limit, stream);
     }
     dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     void (*kernel)(gptoss_gemm_args);
