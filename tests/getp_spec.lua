@@ -194,10 +194,16 @@ describe("getp", function()
     assert.are.equal(16, slots {})
     assert.are.equal(1, slots { requests = {} })
     assert.are.equal(5, slots { requests = many, replica = { slots = 5 } })
-    -- the placeholder GPU rule
-    assert.are.equal(256, getp.gpu_slots(1, model, 1024, nil))
-    assert.are.equal(256, getp.gpu_slots(1, model, 1024, 5000))
-    assert.are.equal(7, getp.gpu_slots(1, model, 1024, 7))
+    -- the GPU guess: what memory leaves after the weights, over a slot's KV and logits
+    local big = gptoss.synthetic("20b")
+    local GiB = 1 << 30
+    local bf16 = { weights = "bf16", kv = "bf16" }
+    local h100 = getp.gpu_slots(80 * GiB, big, 1024, nil, bf16)
+    assert.is_true(h100 > 1000 and h100 < 1400, h100) -- 38 GiB left, ~29 MB a slot
+    assert.are.equal(7, getp.gpu_slots(80 * GiB, big, 1024, 7, bf16))
+    assert.is_true(getp.gpu_slots(80 * GiB, big, 2048, nil, bf16) < h100) -- more positions
+    assert.are.equal(1, getp.gpu_slots(40 * GiB, big, 1024, nil, bf16))     -- weights do not fit
+    assert.are.equal(1, getp.gpu_slots(0, big, 1024, 7, bf16))             -- no such device
   end)
 
   it("clamps steps as the course does: 0 or more than seq_len mean seq_len", function()

@@ -52,9 +52,10 @@
 -- everything sampled before, which batched generation cannot reproduce.
 --
 -- Slots: replicas getp builds hold ctx = steps positions and, unless replica.slots says
--- otherwise, min(#requests, 16) slots on the CPU and getp.gpu_slots(...) on a GPU (the
--- request count is known when getp.new is given requests; 16 and gpu_slots(..., nil)
--- otherwise). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
+-- otherwise, min(#requests, 16) slots on the CPU and on a GPU as many as its memory holds
+-- for steps positions, at most #requests (getp.gpu_slots guesses, shrinking by 10% while
+-- the replica reports memory short; the request count is known when getp.new is given
+-- requests). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
 -- max(64, slots) on the CPU, whose steps keep every row's logits on the host (0.8 MB a row
 -- with the real vocabulary).
 --
@@ -81,11 +82,37 @@ local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
 local SCHEDULERS = { "continuous", "static" }
 
---- GPU slot count for replicas getp builds (n_requests may be nil: unknown).
--- PLACEHOLDER RULE: min(n_requests, 256); to be replaced by one sized by the device's
--- free memory against the model's weights and the KV bytes of `steps` positions a slot.
-function getp.gpu_slots(device, model, steps, n_requests)
-  return math.max(1, math.min(n_requests or 256, 256))
+-- Device bytes a GPU replica needs besides its slots, kept free for the runtime.
+local GPU_RESERVE = 1 << 30
+-- A slot count refused for memory is retried this much smaller.
+local SHRINK = 0.9
+
+-- Bytes of one element of a tensor on the device: bf16 replicas keep the weight
+-- matrices in bf16 (README "Replicas and steps"), everything else stays fp32.
+local MATRICES = { token_embedding_table = true, out = true, w_qkv = true, w_o = true, w_router = true,
+  w_mlp1 = true, w_mlp2 = true }
+
+--- A first guess at the slots a GPU replica of the model can hold for steps positions
+-- on a device of `memory` bytes: (memory - weights - a reserve) / (bytes of one slot's
+-- KV cache + one row's logits), at most n_requests (when known) and at least 1. It is a
+-- guess from the dominant terms only: the replica itself measures, and getp shrinks the
+-- count by 10% while the device says memory is short. opts: weights, kv ("fp32"|"bf16").
+function getp.gpu_slots(memory, model, steps, n_requests, opts)
+  local c, bf16 = model.config, opts and opts.weights == "bf16"
+  local weights = 0
+  for _, t in ipairs(model.tensors) do
+    weights = weights + ((bf16 and MATRICES[t.name]) and t.bytes // 2 or t.bytes)
+  end
+  local kv_elem = (opts and opts.kv or (bf16 and "bf16" or "fp32")) == "bf16" and 2 or 4
+  local per_position = 2 * c.n_kv_heads * c.head_dim * kv_elem
+  local positions = 0
+  for l = 0, c.n_layers - 1 do
+    local windowed = c.sliding_window > 0 and l % 2 == 0
+    positions = positions + (windowed and math.min(steps, c.sliding_window + 128) or steps)
+  end
+  local per_slot = positions * per_position + 4 * c.vocab_size
+  local fit = math.floor((memory - weights - GPU_RESERVE) / per_slot)
+  return math.max(1, math.min(fit, n_requests or fit))
 end
 
 -- the class name of a gptoss userdata ("gptoss.model", ...), else the Lua type
@@ -244,11 +271,19 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     end
     local ropts = { device = device, ctx = steps }
     for _, name in ipairs(REPLICA_OPTIONS) do ropts[name] = options[name] end
+    local chosen = ropts.slots == nil and device ~= "cpu"
     if ropts.slots == nil then
       ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
-          or getp.gpu_slots(device, model, steps, n_requests)
+          or getp.gpu_slots((gptoss.devices()[device] or { memory = 0 }).memory, model, steps, n_requests, ropts)
     end
     local ok, r = pcall(model.replica, model, ropts)
+    -- a count getp guessed shrinks while the device is short of memory (the replica's
+    -- "device N: need X GiB ..." and "cannot allocate" refusals); other errors stand
+    while not ok and chosen and ropts.slots > 1 and tostring(r):find("device %d+: need")
+        or not ok and chosen and ropts.slots > 1 and tostring(r):find("cannot allocate") do
+      ropts.slots = math.max(1, math.floor(ropts.slots * SHRINK))
+      ok, r = pcall(model.replica, model, ropts)
+    end
     if not ok then
       close_all(replicas)
       error(("getp: building the replica on %s: %s"):format(device_name(device), bare(r)), level + 1)

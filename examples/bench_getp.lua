@@ -1,0 +1,67 @@
+#!/usr/bin/env lua5.4
+-- getp throughput, the course's way: N requests of about 14 tokens (questions built from
+-- templates, like the course's evaluation file) through gptoss.getp on a synthetic model,
+-- greedy, TPS = generated tokens / whole milliseconds of CLOCK_REALTIME around the
+-- inference only (course-spec §3.2). Prints the replicas chosen, a table and one JSON line.
+--   lua5.4 examples/bench_getp.lua [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
+local argparse = require "argparse"
+local json = require "dkjson"
+local gptoss = require "gptoss"
+local getp = require "gptoss.getp"
+
+local parser = argparse("bench_getp.lua", "getp throughput of a synthetic model.")
+parser:option("--model", "Synthetic shape name.", "20b")
+parser:option("--requests", "Number of requests.", "1024"):convert(math.tointeger)
+parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(math.tointeger)
+parser:option("--devices", "Comma-separated GPU numbers, or cpu (default: every GPU).")
+parser:option("--slots", "Slots per replica (default: getp's, from memory).")
+  :convert(math.tointeger)
+parser:option("--weights", "fp32 or bf16.", "bf16")
+parser:option("--scheduler", "continuous or static.", "continuous")
+parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
+parser:option("--tokenizer", "tokenizer.bin.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+local a = parser:parse()
+
+local SUBJECTS = { "sleep", "the ocean", "black holes", "ancient Rome", "machine learning", "coffee",
+  "volcanoes", "friendship", "the stock market", "honey bees", "jazz", "the moon" }
+local ASKS = { "In a few sentences, what is the biggest misconception people have about %s?",
+  "Could you explain %s to a curious ten year old, step by step?",
+  "Please write a short poem of four lines about %s and its beauty.",
+  "Give me three surprising facts about %s that most people do not know." }
+
+local tok = gptoss.tokenizer(a.tokenizer)
+local prompts, prompt_tokens = {}, 0
+for i = 1, a.requests do
+  local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]
+  prompts[i] = ask:format(subject)
+  prompt_tokens = prompt_tokens + #tok:encode(prompts[i])
+end
+
+local devices
+if a.devices then
+  devices = {}
+  for d in a.devices:gmatch("[^,]+") do devices[#devices + 1] = d == "cpu" and d or math.tointeger(d) end
+end
+local model = gptoss.synthetic(a.model, { seed = 1 })
+local t0 = gptoss.realtime_ms()
+local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
+  devices = devices, replica = { weights = a.weights, kv = a.weights, slots = a.slots },
+  scheduler = a.scheduler, partition = a.partition }
+local t1 = gptoss.realtime_ms()
+io.stderr:write(g:describe(), "\n")
+local result = g:run()
+local t2 = gptoss.realtime_ms()
+local ms = math.max(1, t2 - t1)
+local tps = result.tokens / ms * 1000
+
+local slots = {}
+for k, r in ipairs(g.replicas) do slots[k] = r.slots end
+print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt", "steps", "seconds", "TPS (tok/s)"))
+print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
+  result.steps, ms / 1000, tps))
+print(json.encode({
+  bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
+  prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
+  tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
+  partition = a.partition, device = #gptoss.devices() > 0 and gptoss.devices()[1].name or "cpu",
+}))
