@@ -3,8 +3,8 @@
 -- getp.new{...} is the course's warm_up: it builds one replica per device (or takes the
 -- replicas given) and runs nothing. g:run(prompts) is its inference(): it tokenizes,
 -- partitions the requests over the replicas, and steps every replica from one Lua thread
--- (each round enqueues one step on every replica with work, then collects them, so GPU
--- steps overlap across devices). g:close() is its finish. getp.run{..., requests = prompts}
+-- (a replica's next step is enqueued as soon as its last one is collected, so GPU steps
+-- overlap across devices and with the Lua work of the others). g:close() is its finish. getp.run{..., requests = prompts}
 -- does all three.
 --
 -- Options of getp.new (any other is an error that lists these):
@@ -274,7 +274,8 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     local chosen = ropts.slots == nil and device ~= "cpu"
     if ropts.slots == nil then
       ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
-          or getp.gpu_slots((gptoss.devices()[device] or { memory = 0 }).memory, model, steps, n_requests, ropts)
+          or getp.gpu_slots((gptoss.devices()[device] or { memory = 0 }).memory, model, steps,
+            n_requests and -(-n_requests // #devices), ropts) -- a replica's share of the requests
     end
     local ok, r = pcall(model.replica, model, ropts)
     -- a count getp guessed shrinks while the device is short of memory (the replica's
@@ -405,19 +406,22 @@ local function run(g, prompts, level)
     per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0 }
   end
 
+  -- Each replica's next step is enqueued as soon as its last one is collected, before
+  -- the others are waited on: a GPU then computes while Lua serves the other replicas
+  -- (collecting every replica before enqueuing any left each GPU idle meanwhile).
   local tokens, steps = 0, 0
-  while true do
-    local handles = {}
-    for k, runner in ipairs(runners) do
-      if runner:busy() then handles[k] = g.replicas[k]:step(runner:build()) end
-    end
-    if next(handles) == nil then break end
+  local handles = {}
+  for k, runner in ipairs(runners) do
+    if runner:busy() then handles[k] = g.replicas[k]:step(runner:build()) end
+  end
+  while next(handles) ~= nil do
     for k, runner in ipairs(runners) do
       if handles[k] then
         local generated, ended = runner:apply(handles[k]:tokens())
         local pr = per_replica[k]
         pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
         tokens, steps, done = tokens + generated, steps + 1, done + ended
+        handles[k] = runner:busy() and g.replicas[k]:step(runner:build()) or nil
       end
     end
     if g.on_progress then
