@@ -6,17 +6,10 @@
 -- Exit status: 0 all values match, 1 a mismatch (or different lengths), 2 usage or file errors.
 local argparse = require "argparse"
 local checker = require "gptoss.checker"
+local cli = require "gptoss.cli"
 
-local function fail_usage(msg)
-  io.stderr:write(msg, "\n")
-  os.exit(2)
-end
-
-local function non_negative(s)
-  local v = tonumber(s)
-  if v == nil or v ~= v or v < 0 then return nil, ("'%s' is not a non-negative number"):format(s) end
-  return v
-end
+local non_negative = cli.non_negative
+local function fail_usage(msg) cli.exit_with(2, msg) end
 
 local parser = argparse("checker.lua", "Compares a logits file with a reference, numpy allclose style.")
 parser:argument("got", "Logits to check.")

@@ -12,17 +12,10 @@
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local parity = require "gptoss.parity"
+local cli = require "gptoss.cli"
 
-local function fail_usage(msg)
-  io.stderr:write(msg, "\n")
-  os.exit(2)
-end
-
-local function non_negative(s)
-  local v = tonumber(s)
-  if v == nil or v ~= v or v < 0 then return nil, ("'%s' is not a non-negative number"):format(s) end
-  return v
-end
+local non_negative = cli.non_negative
+local function fail_usage(msg) cli.exit_with(2, msg) end
 
 local function integer(s)
   local v = math.tointeger(tonumber(s))

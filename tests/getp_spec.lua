@@ -68,15 +68,8 @@ end
 -- The id a slot sampling at temperature 1e30 draws for the token at `position`: every
 -- weight expf((logit - max) / T) is then exactly 1, so README "Sampling" rule 4 picks id
 -- floor(u * vocab), u the draw of (seed, position).
-local function mix64(z)
-  z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
-  z = (z ~ (z >> 27)) * 0x94D049BB133111EB
-  return z ~ (z >> 31)
-end
 local function flat_draw(seed, position)
-  local key = mix64(seed ~ 0x243F6A8885A308D3)
-  local u = (mix64(key + (position + 1) * 0x9E3779B97F4A7C15) >> 11) * 2.0 ^ -53
-  return math.floor(u * model.config.vocab_size)
+  return math.floor(H.sample_uniform(seed, position) * model.config.vocab_size)
 end
 -- the first seed from 0 whose draws at the given positions are the given ids
 -- (false: any id but a stop id)

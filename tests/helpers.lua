@@ -36,6 +36,21 @@ function helpers.flatten(t, out)
   return out
 end
 
+--- SplitMix64's finaliser (src/core/synth.h gptoss_mix64); Lua integers wrap mod 2^64 and
+-- >> is logical, so this is the C function exactly.
+function helpers.mix64(z)
+  z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
+  z = (z ~ (z >> 27)) * 0x94D049BB133111EB
+  return z ~ (z >> 31)
+end
+
+--- The default sampler's draw u in [0, 1) for (seed, position) (sampler.h
+-- gptoss_sample_uniform).
+function helpers.sample_uniform(seed, position)
+  local key = helpers.mix64(seed ~ 0x243F6A8885A308D3)
+  return (helpers.mix64(key + (position + 1) * 0x9E3779B97F4A7C15) >> 11) * 2.0 ^ -53
+end
+
 --- A float's 32 bits rounded to bf16, nearest even (not for NaNs).
 function helpers.bf16_bits(u)
   return (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000

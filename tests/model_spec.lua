@@ -177,11 +177,7 @@ local function check_bf16_row(row)
 end
 
 -- The synthetic recipe of src/core/synth.h, in Lua's wrapping 64-bit integers.
-local function mix64(z)
-   z = (z ~ (z >> 30)) * -4658895280553007687 -- 0xBF58476D1CE4E5B9
-   z = (z ~ (z >> 27)) * -7723592293110705685 -- 0x94D049BB133111EB
-   return z ~ (z >> 31)
-end
+local mix64 = H.mix64
 local function synth_key(seed, tensor) return mix64(seed ~ ((tensor + 1) * -3335678366873096957)) end -- 0xD1B54A32D192ED03
 local function synth_hash(key, index) return mix64(key + (index + 1) * -7046029254386353131) end -- 0x9E3779B97F4A7C15
 local function unit(h) return (h >> 40) * 2.0 ^ -23 - 1.0 end

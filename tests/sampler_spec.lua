@@ -17,18 +17,8 @@ local V = 201088
 local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 local function expf(x) return f32(math.exp(x)) end
 
--- SplitMix64's finaliser (synth.h gptoss_mix64); Lua integers wrap mod 2^64 and >> is logical.
-local function mix64(z)
-   z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
-   z = (z ~ (z >> 27)) * 0x94D049BB133111EB
-   return z ~ (z >> 31)
-end
-
--- gptoss_sample_uniform (sampler.h): the default mode's u from (seed, position) only.
-local function uniform(seed, position)
-   local key = mix64(seed ~ 0x243F6A8885A308D3)
-   return (mix64(key + (position + 1) * 0x9E3779B97F4A7C15) >> 11) * (1.0 / 9007199254740992.0)
-end
+local mix64 = H.mix64 -- SplitMix64's finaliser (synth.h gptoss_mix64)
+local uniform = H.sample_uniform -- gptoss_sample_uniform: the default mode's u from (seed, position) only
 
 -- Inverses of those bijections, to build seeds that give a chosen draw (exact boundary cases).
 local function inv_mul(a) -- a odd: a * inv_mul(a) == 1 mod 2^64 (Newton: 3, 6, 12, ... bits)

@@ -23,6 +23,7 @@
 --   |a_i - b_i| <= atol + rtol * |b_i|
 -- NaN in either never passes; an infinity passes only against the same infinity.
 local files = require "gptoss.files"
+local util = require "gptoss.util"
 
 local checker = {}
 
@@ -32,20 +33,8 @@ local FLT_MAX = 0x1.fffffep127
 local FLT_OVERFLOW = 0x1.ffffffp127
 local CHUNK = 4096 -- values per string.pack/unpack call: well inside Lua's stack limit
 
--- whether v is a userdata of the core module's class name ("gptoss.tensor", ...)
-local function is_a(v, name)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__name == name
-end
-
-local function flatten(t, out)
-  for i = 1, #t do
-    local v = t[i]
-    if type(v) == "table" then flatten(v, out) else out[#out + 1] = v end
-  end
-  return out
-end
+local function is_a(v, name) return util.kind(v) == name end
+local flatten = util.flatten
 
 -- A list of numbers from a Lua array or a host tensor (row-major); level is the
 -- error level of the public function's caller, seen from here.

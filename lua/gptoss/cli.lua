@@ -51,6 +51,19 @@ local function integer(flag, min)
   end
 end
 
+--- An argparse converter for tolerances and the like: the number, or nil and a message.
+function cli.non_negative(s)
+  local v = tonumber(s)
+  if v == nil or v ~= v or v < 0 then return nil, ("'%s' is not a non-negative number"):format(s) end
+  return v
+end
+
+--- Writes msg on stderr and ends the script with the given exit status.
+function cli.exit_with(status, msg)
+  io.stderr:write(msg, "\n")
+  os.exit(status)
+end
+
 --- "cpu" -> {"cpu"}; "1,2" -> {1, 2} (GPU numbers from 1, each once); else nil, message.
 function cli.devices(s)
   if s == "cpu" then return { "cpu" } end

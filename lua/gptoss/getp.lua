@@ -64,6 +64,7 @@
 local gptoss = require "gptoss"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
+local util = require "gptoss.util"
 
 local getp = {}
 
@@ -115,11 +116,7 @@ function getp.gpu_slots(memory, model, steps, n_requests, opts)
   return math.max(1, math.min(fit, n_requests or fit))
 end
 
--- the class name of a gptoss userdata ("gptoss.model", ...), else the Lua type
-local function kind(v)
-  local mt = type(v) == "userdata" and getmetatable(v)
-  return type(mt) == "table" and mt.__name or type(v)
-end
+local kind = util.kind
 
 local function listed(list, name)
   for _, v in ipairs(list) do

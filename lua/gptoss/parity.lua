@@ -39,6 +39,8 @@
 -- L's stored keys or values of an earlier traced position that differ (beyond the noise,
 -- or rounded apart when both caches are bf16). Between replicas of the same numeric mode
 -- a divergence without a cause points at a bug.
+local util = require "gptoss.util"
+
 local parity = {}
 
 --- The per-layer stages of a trace, in forward order.
@@ -82,19 +84,8 @@ local ATTENTION = { scores = true, probs = true, attn_out = true }
 -- GEMM inputs, rounded to bf16 in bf16 weights mode (README "Numerics of the golden engine")
 local GEMM_INPUT = { attn_norm = true, attn_out = true, ffn_norm = true, swiglu = true, final_norm = true }
 
-local function is_a(v, name)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__name == name
-end
-
-local function flatten(t, out)
-  for i = 1, #t do
-    local v = t[i]
-    if type(v) == "table" then flatten(v, out) else out[#out + 1] = v end
-  end
-  return out
-end
+local function is_a(v, name) return util.kind(v) == name end
+local flatten = util.flatten
 
 --- The values of a host tensor (row-major) or of a (nested) list, as one flat list.
 function parity.flatten(t)
