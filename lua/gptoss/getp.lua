@@ -57,7 +57,11 @@
 -- the replica reports memory short; the request count is known when getp.new is given
 -- requests). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
 -- max(64, slots) on the CPU, whose steps keep every row's logits on the host (0.8 MB a row
--- with the real vocabulary).
+-- with the real vocabulary). GPU replicas getp builds get, unless replica.rows says
+-- otherwise, rows = slots + a quarter of them (at least 128) for prefill: with rows = slots,
+-- a step whose slots all decode has no row left for a newly admitted prompt, and the last
+-- prompts of a full start wait ~100 steps (1024 requests of 15 tokens: 1121 steps against
+-- 1034, most of the extra ones part empty).
 --
 -- Partitions: gptoss.partition; schedulers: gptoss.scheduler (whose header describes the
 -- hooks, the state they see and the sequence objects).
@@ -85,6 +89,13 @@ local SCHEDULERS = { "continuous", "static" }
 
 -- Device bytes a GPU replica needs besides its slots, kept free for the runtime.
 local GPU_RESERVE = 1 << 30
+-- Rows a GPU step carries beyond one per slot, for prefill: a fraction of the slots, at least
+-- PREFILL_ROWS_MIN (the header's "Slots" says why).
+local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
+
+local function gpu_rows(slots)
+  return slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS))
+end
 -- A slot count refused for memory is retried this much smaller.
 local SHRINK = 0.9
 
@@ -95,7 +106,7 @@ local MATRICES = { token_embedding_table = true, out = true, w_qkv = true, w_o =
 
 --- A first guess at the slots a GPU replica of the model can hold for steps positions
 -- on a device of `memory` bytes: (memory - weights - a reserve) / (bytes of one slot's
--- KV cache + one row's logits), at most n_requests (when known) and at least 1. It is a
+-- KV cache + the logits of its share of a step's rows), at most n_requests (when known) and at least 1. It is a
 -- guess from the dominant terms only: the replica itself measures, and getp shrinks the
 -- count by 10% while the device says memory is short. opts: weights, kv ("fp32"|"bf16").
 function getp.gpu_slots(memory, model, steps, n_requests, opts)
@@ -111,7 +122,7 @@ function getp.gpu_slots(memory, model, steps, n_requests, opts)
     local windowed = c.sliding_window > 0 and l % 2 == 0
     positions = positions + (windowed and math.min(steps, c.sliding_window + 128) or steps)
   end
-  local per_slot = positions * per_position + 4 * c.vocab_size
+  local per_slot = positions * per_position + (1 + PREFILL_ROWS) * 4 * c.vocab_size
   local fit = math.floor((memory - weights - GPU_RESERVE) / per_slot)
   return math.max(1, math.min(fit, n_requests or fit))
 end
@@ -269,17 +280,20 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     local ropts = { device = device, ctx = steps }
     for _, name in ipairs(REPLICA_OPTIONS) do ropts[name] = options[name] end
     local chosen = ropts.slots == nil and device ~= "cpu"
+    local rows_chosen = ropts.rows == nil and device ~= "cpu"
     if ropts.slots == nil then
       ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
           or getp.gpu_slots((gptoss.devices()[device] or { memory = 0 }).memory, model, steps,
             n_requests and -(-n_requests // #devices), ropts) -- a replica's share of the requests
     end
+    if rows_chosen then ropts.rows = gpu_rows(ropts.slots) end
     local ok, r = pcall(model.replica, model, ropts)
     -- a count getp guessed shrinks while the device is short of memory (the replica's
     -- "device N: need X GiB ..." and "cannot allocate" refusals); other errors stand
     while not ok and chosen and ropts.slots > 1 and tostring(r):find("device %d+: need")
         or not ok and chosen and ropts.slots > 1 and tostring(r):find("cannot allocate") do
       ropts.slots = math.max(1, math.floor(ropts.slots * SHRINK))
+      if rows_chosen then ropts.rows = gpu_rows(ropts.slots) end
       ok, r = pcall(model.replica, model, ropts)
     end
     if not ok then
