@@ -152,11 +152,11 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
  * flight. Each weight is read once per block, with many loads outstanding
  * even when the grid is small: decode of the dense layers (also dense GEMMs
  * of a few dozen rows, whose larger tiles would leave the GPU half idle) and
- * the experts' grouped GEMMs at a few rows per expert. Two blocks per
- * multiprocessor where the ring fits the registers for that; the deepest
- * ring (small grids) takes one. */
+ * the experts' grouped GEMMs at a few rows per expert. The ring's DEPTH
+ * sets the blocks a multiprocessor holds (registers): three at DEPTH 3, two
+ * at 4, one at 8 (the launcher picks by the grid). */
 template <int DEPTH, bool VEC>
-__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
+__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
     row_tile t;
     if (!block_rows(a, 16, t))
@@ -521,8 +521,8 @@ static hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool v
     return vec ? launch_staged<BM, 2, 1, true>(a, grid, stream) : launch_staged<BM, 2, 1, false>(a, grid, stream);
 }
 
-hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
-                              int shared_per_sm, hipStream_t stream) {
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
+                              const gptoss_gpu_shape *dev, hipStream_t stream) {
     int bm = gptoss_gemm_tile_rows(a, bf16_mode);
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
     if (row_blocks <= 0)
@@ -541,15 +541,25 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     bool one_wide_tile = bm == ST_BM && row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
     if ((a->tiles && bm > 16) || one_wide_tile) {
         dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
-        size_t limit = shared_limit(shared_per_sm);
+        size_t limit = shared_limit(dev->shared_per_sm);
         return bm == 32 ? launch_staged_fit<32>(a, grid, vec, limit, stream)
                         : launch_staged_fit<ST_BM>(a, grid, vec, limit, stream);
     }
     dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     void (*kernel)(gptoss_gemm_args);
     int warps = 8;
-    if (bm == 16 && (long)grid.x * grid.y < 256) /* few blocks: more loads in flight per warp */
+    /* the ring as deep as the grid lets it be: a grid the multiprocessors
+     * hold at one block each takes the deepest (more loads in flight per
+     * warp); a dense one that fits at three each but not two takes three of
+     * DEPTH 3 (one wave); else two each. H100, 64 rows: the o projection's
+     * 180 blocks 0.91 -> 0.68 ms a step at two each than at one, the qkv
+     * projection's 320 blocks 0.83 -> 0.69 at three; the experts' grids at
+     * three each were slower (9.24 -> 9.85 ms) */
+    long blocks = (long)grid.x * grid.y, sms = dev->multiprocessors;
+    if (bm == 16 && blocks <= sms)
         kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;
+    else if (bm == 16 && !a->tiles && blocks > 2 * sms && blocks <= 3 * sms)
+        kernel = vec ? gemm_stream_kernel<3, true> : gemm_stream_kernel<3, false>;
     else if (bm == 16)
         kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
     else {
@@ -559,6 +569,6 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         else
             kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
     }
-    hipLaunchKernelGGL(kernel, grid, dim3(warps * warp), 0, stream, *a);
+    hipLaunchKernelGGL(kernel, grid, dim3(warps * dev->warp), 0, stream, *a);
     return hipGetLastError();
 }

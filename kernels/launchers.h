@@ -27,6 +27,13 @@ hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *
 hipError_t gptoss_launch_rmsnorm(const float *x, const float *w, int rows, int hidden, float *out,
                                  void *out_bf16, hipStream_t stream);
 
+/* the device attributes launchers size their grids by, read once per replica */
+typedef struct {
+    int warp;            /* hipDeviceAttributeWarpSize */
+    int multiprocessors; /* hipDeviceAttributeMultiprocessorCount */
+    int shared_per_sm;   /* hipDeviceAttributeMaxSharedMemoryPerMultiprocessor */
+} gptoss_gpu_shape;
+
 /* gemm.hip */
 enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU };
 typedef struct {
@@ -45,10 +52,8 @@ typedef struct {
 } gptoss_gemm_args;
 /* rows per tile the launch will use (the tile table must be built with it) */
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
-/* warp and shared_per_sm: the device's warp size and shared memory per
- * multiprocessor (hipDeviceAttributeMaxSharedMemoryPerMultiprocessor) */
-hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles, int warp,
-                              int shared_per_sm, hipStream_t stream);
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
+                              const gptoss_gpu_shape *dev, hipStream_t stream);
 
 /* rope_kv.hip */
 typedef struct {

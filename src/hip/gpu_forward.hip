@@ -120,7 +120,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         qkv.k = H;
         qkv.epilogue = GPTOSS_GEMM_STORE;
         qkv.y = g->qkv;
-        RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, g->warp, g->shared_per_sm, st));
+        RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
         REC("qkv", l, 0, 0, Q, g->qkv);
 
         gptoss_rope_kv_args rk = {};
@@ -178,7 +178,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         o.k = HqD;
         o.epilogue = trace ? GPTOSS_GEMM_STORE : GPTOSS_GEMM_RESIDUAL;
         o.y = trace ? g->proj : g->x;
-        RUN("gemm_o", gptoss_launch_gemm(&o, bf, 0, g->warp, g->shared_per_sm, st));
+        RUN("gemm_o", gptoss_launch_gemm(&o, bf, 0, &g->dev, st));
         if (trace) {
             REC("attn_proj", l, 0, 0, H, g->proj);
             RUN("trace_add", gptoss_launch_trace_add(g->x, g->proj, (size_t)H, st));
@@ -233,7 +233,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         md.tile_count = g->tile_count;
         RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
         int max_tiles = gptoss_moe_max_tiles(R, K, E, md.tile_rows);
-        RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, g->warp, g->shared_per_sm, st));
+        RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, &g->dev, st));
         if (trace)
             RUN("trace_swiglu",
                 gptoss_launch_trace_swiglu(g->m1, P, I, c->swiglu_limit, g->y_trace, g->act, bf, st));
@@ -247,7 +247,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         m2.k = I;
         m2.epilogue = GPTOSS_GEMM_STORE;
         m2.y = g->m2;
-        RUN("gemm_mlp2", gptoss_launch_gemm(&m2, bf, max_tiles, g->warp, g->shared_per_sm, st));
+        RUN("gemm_mlp2", gptoss_launch_gemm(&m2, bf, max_tiles, &g->dev, st));
         if (trace && record_experts(g, trace, l, err))
             return -1;
         gptoss_moe_combine_args mc = {};
@@ -283,7 +283,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
     un.k = H;
     un.epilogue = GPTOSS_GEMM_STORE;
     un.y = g->logits;
-    RUN("gemm_logits", gptoss_launch_gemm(&un, bf, 0, g->warp, g->shared_per_sm, st));
+    RUN("gemm_logits", gptoss_launch_gemm(&un, bf, 0, &g->dev, st));
     REC("logits", -1, 0, 0, c->vocab_size, g->logits);
     return 0;
 }

@@ -40,7 +40,7 @@ struct gptoss_gpu {
     gptoss_model *m;
     gptoss_config c;
     gptoss_gpu_opts o;
-    int warp, sms, shared_per_sm; /* device attributes, read once */
+    gptoss_gpu_shape dev;
     hipStream_t stream;
     char *arena;
     gptoss_gpu_memory mem;

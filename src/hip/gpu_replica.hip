@@ -227,9 +227,9 @@ int gptoss_gpu_new(gptoss_model *m, const gptoss_gpu_opts *o, gptoss_gpu **out, 
         gptoss_gpu_fail(err, g, "cannot select the device", e);
         goto fail;
     }
-    (void)hipDeviceGetAttribute(&g->warp, hipDeviceAttributeWarpSize, o->device);
-    (void)hipDeviceGetAttribute(&g->sms, hipDeviceAttributeMultiprocessorCount, o->device);
-    (void)hipDeviceGetAttribute(&g->shared_per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, o->device);
+    (void)hipDeviceGetAttribute(&g->dev.warp, hipDeviceAttributeWarpSize, o->device);
+    (void)hipDeviceGetAttribute(&g->dev.multiprocessors, hipDeviceAttributeMultiprocessorCount, o->device);
+    (void)hipDeviceGetAttribute(&g->dev.shared_per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, o->device);
     g->k_layer = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->v_layer = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->layer_positions = (int *)calloc((size_t)c->n_layers, sizeof(int));
