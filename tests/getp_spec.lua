@@ -3,7 +3,8 @@
 -- here and run token by token on a one-slot replica, whatever the partition, scheduler,
 -- slot count or replica count; the steps cap, the stop ids (reached through sampling at a
 -- temperature so high that every id is equally likely, so that the draw is computable),
--- the count, sampling seeds, request files, progress reports and every bad-input error.
+-- the count, sampling seeds, request files, progress reports, GPU slot sizing (with a
+-- stand-in device) and every bad-input error.
 local gptoss = require "gptoss"
 local getp = require "gptoss.getp"
 local requests = require "gptoss.requests"
@@ -197,6 +198,45 @@ describe("getp", function()
     assert.is_true(getp.gpu_slots(80 * GiB, big, 2048, nil, bf16) < h100) -- more positions
     assert.are.equal(1, getp.gpu_slots(40 * GiB, big, 1024, nil, bf16))     -- weights do not fit
     assert.are.equal(1, getp.gpu_slots(0, big, 1024, 7, bf16))             -- no such device
+  end)
+
+  -- GPU sizing without a GPU: gptoss.devices reports one device and model:replica is a
+  -- stand-in that refuses like a short device until the slots fit, then builds a CPU replica
+  it("shrinks the GPU slots it chose by 10% while the device is short, rows following", function()
+    local mt, devices = getmetatable(model), gptoss.devices
+    local index = mt.__index
+    local tries = {}
+    local function fake_replica(m, o)
+      tries[#tries + 1] = { slots = o.slots, rows = o.rows }
+      if o.slots > (o.fits or 5) then
+        error(("replica: device %d: need %.2f GiB for weights (...); 0.50 GiB free"):format(o.device, o.slots / 10), 2)
+      end
+      return index(m, "replica")(m, { device = "cpu", slots = o.slots, ctx = o.ctx })
+    end
+    mt.__index = function(u, k) if k == "replica" then return fake_replica end return index(u, k) end
+    gptoss.devices = function() return { { memory = 1 << 40 } } end
+    local ok, err = pcall(function()
+      local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+        requests = { "a", "b", "c", "d", "e", "f", "g", "h" } }
+      assert.are.equal(5, g.replicas[1].slots)
+      -- 8 (the requests) -> 7 -> 6 -> 5, each try with slots + 128 rows
+      assert.are.same({ { slots = 8, rows = 136 }, { slots = 7, rows = 135 }, { slots = 6, rows = 134 },
+        { slots = 5, rows = 133 } }, tries)
+      -- slots the caller gave never shrink: the refusal stands
+      tries = {}
+      expect_error(function()
+        getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 }, replica = { slots = 8 } }
+      end, "getp: building the replica on gpu 1: replica: device 1: need 0.80 GiB")
+      assert.are.equal(1, #tries)
+      -- rows the caller gave stay as given while the slots shrink
+      tries = {}
+      local g2 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+        requests = { "a", "b", "c", "d", "e", "f" }, replica = { rows = 300 } }
+      assert.are.same({ { slots = 6, rows = 300 }, { slots = 5, rows = 300 } }, tries)
+      assert.are.equal(5, g2.replicas[1].slots)
+    end)
+    mt.__index, gptoss.devices = index, devices
+    assert(ok, err)
   end)
 
   it("clamps steps as the course does: 0 or more than seq_len mean seq_len", function()
