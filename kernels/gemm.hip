@@ -552,9 +552,9 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
      * hold at one block each takes the deepest (more loads in flight per
      * warp); a dense one that fits at three each but not two takes three of
      * DEPTH 3 (one wave); else two each. H100, 64 rows: the o projection's
-     * 180 blocks 0.91 -> 0.68 ms a step at two each than at one, the qkv
-     * projection's 320 blocks 0.83 -> 0.69 at three; the experts' grids at
-     * three each were slower (9.24 -> 9.85 ms) */
+     * 180 blocks 0.91 -> 0.68 ms a step at two each instead of one, the qkv
+     * projection's 320 blocks 0.83 -> 0.69 at three instead of two; the
+     * experts' grids at three each were slower (9.24 -> 9.85 ms) */
     long blocks = (long)grid.x * grid.y, sms = dev->multiprocessors;
     if (bm == 16 && blocks <= sms)
         kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;

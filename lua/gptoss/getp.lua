@@ -96,6 +96,7 @@ local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
 local function gpu_rows(slots)
   return slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS))
 end
+
 -- A slot count refused for memory is retried this much smaller.
 local SHRINK = 0.9
 
@@ -106,9 +107,10 @@ local MATRICES = { token_embedding_table = true, out = true, w_qkv = true, w_o =
 
 --- A first guess at the slots a GPU replica of the model can hold for steps positions
 -- on a device of `memory` bytes: (memory - weights - a reserve) / (bytes of one slot's
--- KV cache + the logits of its share of a step's rows), at most n_requests (when known) and at least 1. It is a
--- guess from the dominant terms only: the replica itself measures, and getp shrinks the
--- count by 10% while the device says memory is short. opts: weights, kv ("fp32"|"bf16").
+-- KV cache + the logits of its share of a step's rows), at most n_requests (when known)
+-- and at least 1. It is a guess from the dominant terms only: the replica itself measures,
+-- and getp shrinks the count by 10% while the device says memory is short. opts: weights,
+-- kv ("fp32"|"bf16").
 function getp.gpu_slots(memory, model, steps, n_requests, opts)
   local c, bf16 = model.config, opts and opts.weights == "bf16"
   local weights = 0
