@@ -205,11 +205,7 @@ function checker.compare(a, b, opts)
     error(("checker.compare: options must be a table (got %s)"):format(type(opts)), 2)
   end
   opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= "atol" and k ~= "rtol" then
-      error(("checker.compare: unknown option '%s' (known: atol, rtol)"):format(tostring(k)), 2)
-    end
-  end
+  util.check_known("checker.compare", opts, { "atol", "rtol" }, "option", 2)
   local atol = tolerance(opts, "atol", DEFAULT_ATOL)
   local rtol = tolerance(opts, "rtol", DEFAULT_RTOL)
   local na, nb = #a, #b
@@ -286,11 +282,7 @@ function checker.dump(replica, path, opts)
     error(("checker.dump: options must be a table {token =, pos = [, slot =, format =]} (got %s)")
       :format(type(opts)), 2)
   end
-  for k in pairs(opts) do
-    if k ~= "token" and k ~= "pos" and k ~= "slot" and k ~= "format" then
-      error(("checker.dump: unknown option '%s' (known: token, pos, slot, format)"):format(tostring(k)), 2)
-    end
-  end
+  util.check_known("checker.dump", opts, { "token", "pos", "slot", "format" }, "option", 2)
   for _, k in ipairs { "token", "pos" } do
     if math.type(opts[k]) ~= "integer" then
       error(("checker.dump: %s must be an integer (got %s)"):format(k, tostring(opts[k])), 2)

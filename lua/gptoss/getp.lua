@@ -131,19 +131,10 @@ end
 
 local kind = util.kind
 
-local function listed(list, name)
-  for _, v in ipairs(list) do
-    if v == name then return true end
-  end
-  return false
-end
+local listed = util.listed
 
 local function check_known(t, known, what, level)
-  for k in pairs(t) do
-    if not listed(known, k) then
-      error(("getp: unknown %s '%s' (known: %s)"):format(what, tostring(k), table.concat(known, ", ")), level + 1)
-    end
-  end
+  util.check_known("getp", t, known, what, level + 1)
 end
 
 local function device_name(device)

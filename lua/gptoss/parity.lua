@@ -184,11 +184,7 @@ local function merge_tolerance(fn, base, user, n_layers, level)
   if type(user) ~= "table" then
     error(("%s: tolerance must be a table {abs =, rel =, stages =} (got %s)"):format(fn, type(user)), level)
   end
-  for k in pairs(user) do
-    if k ~= "abs" and k ~= "rel" and k ~= "stages" and k ~= "mode" then
-      error(("%s: tolerance: unknown field '%s' (known: abs, rel, stages, mode)"):format(fn, tostring(k)), level)
-    end
-  end
+  util.check_known(fn .. ": tolerance", user, { "abs", "rel", "stages", "mode" }, "field", level)
   for _, f in ipairs { "abs", "rel" } do
     if user[f] ~= nil then
       check_bound(fn, "tolerance." .. f, user[f], level + 1)
@@ -207,11 +203,8 @@ local function merge_tolerance(fn, base, user, n_layers, level)
         error(("%s: tolerance.stages['%s'] must be a table {abs =, rel =} (got %s)"):format(fn, key, type(t)), level)
       end
       local s = tol.stages[key] or {}
+      util.check_known(("%s: tolerance.stages['%s']"):format(fn, key), t, { "abs", "rel" }, "field", level)
       for f, v in pairs(t) do
-        if f ~= "abs" and f ~= "rel" then
-          error(("%s: tolerance.stages['%s']: unknown field '%s' (known: abs, rel)"):format(fn, key, tostring(f)),
-            level)
-        end
         check_bound(fn, ("tolerance.stages['%s'].%s"):format(key, f), v, level + 1)
         s[f] = v
       end
@@ -505,8 +498,7 @@ local function worse(x, y)
   return y ~= y or y > x
 end
 
-local COMPARE_OPTIONS = { tokens = true, positions = true, slot = true, tolerance = true, print = true,
-  noise = true, layers = true }
+local COMPARE_OPTIONS = { "tokens", "positions", "slot", "tolerance", "noise", "print", "layers" }
 
 --- Runs opts.tokens at opts.positions through replicas a and b with r:trace and compares
 -- every stage (see the header). Options:
@@ -539,12 +531,7 @@ function parity.compare(a, b, opts)
   if type(opts) ~= "table" then
     error(("%s: options must be a table {tokens =, positions =, ...} (got %s)"):format(fn, type(opts)), 2)
   end
-  for k in pairs(opts) do
-    if not COMPARE_OPTIONS[k] then
-      error(("%s: unknown option '%s' (known: tokens, positions, slot, tolerance, noise, print, layers)")
-        :format(fn, tostring(k)), 2)
-    end
-  end
+  util.check_known(fn, opts, COMPARE_OPTIONS, "option", 2)
   check_list(fn, "tokens", opts.tokens, 3)
   local tokens, positions = opts.tokens, opts.positions
   if positions == nil then

@@ -19,6 +19,7 @@
 --   negative value, so the -1 terminator ends the list but is never written itself; an
 --   empty generation is an empty line; no header and nothing after the last "\n".
 local files = require "gptoss.files"
+local util = require "gptoss.util"
 
 local requests = {}
 
@@ -75,11 +76,7 @@ function requests.read(path, opts)
     error(("requests.read: options must be a table (got %s)"):format(type(opts)), 2)
   end
   opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= "max_token_length" and k ~= "steps" then
-      error(("requests.read: unknown option '%s' (known: max_token_length, steps)"):format(tostring(k)), 2)
-    end
-  end
+  util.check_known("requests.read", opts, { "max_token_length", "steps" }, "option", 2)
   local max_token_length = positive_integer_option(opts, "max_token_length", MAX_TOKEN_LENGTH)
   local steps = positive_integer_option(opts, "steps", STEPS)
   local slot = max_token_length * (steps + 1)

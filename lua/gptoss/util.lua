@@ -9,6 +9,25 @@ function util.kind(v)
   return type(mt) == "table" and type(mt.__name) == "string" and mt.__name or type(v)
 end
 
+--- True when name is one of the values of list.
+function util.listed(list, name)
+  for _, v in ipairs(list) do
+    if v == name then return true end
+  end
+  return false
+end
+
+--- Raises "<fn>: unknown <what> '<key>' (known: <known, in order>)" at `level` (as for
+-- error, counted from the caller) for the first key of t that is not in the list known.
+function util.check_known(fn, t, known, what, level)
+  for k in pairs(t) do
+    if not util.listed(known, k) then
+      error(("%s: unknown %s '%s' (known: %s)"):format(fn, what, tostring(k), table.concat(known, ", ")),
+        level + 1)
+    end
+  end
+end
+
 --- Appends the values of a (nested) list to out in order, depth first; returns out.
 function util.flatten(t, out)
   for i = 1, #t do
