@@ -74,9 +74,7 @@ end
 
 local function seconds(ms) return ms / 1000 end
 
-local function device_name(device)
-  return device == "cpu" and "cpu" or ("gpu " .. device)
-end
+local device_name = getp.device_name
 
 -- --profile's table (GPU) and memory line of each replica, read while they are open
 local function profile_report(replicas, wall)

@@ -33,7 +33,7 @@ local FLT_MAX = 0x1.fffffep127
 local FLT_OVERFLOW = 0x1.ffffffp127
 local CHUNK = 4096 -- values per string.pack/unpack call: well inside Lua's stack limit
 
-local function is_a(v, name) return util.kind(v) == name end
+local is_a = util.is_a
 local flatten = util.flatten
 
 -- A list of numbers from a Lua array or a host tensor (row-major); level is the

@@ -137,9 +137,11 @@ local function check_known(t, known, what, level)
   util.check_known("getp", t, known, what, level + 1)
 end
 
-local function device_name(device)
+--- "cpu" or "gpu N": how getp's messages and descriptions name a replica's device.
+function getp.device_name(device)
   return device == "cpu" and "cpu" or ("gpu " .. tostring(device))
 end
+local device_name = getp.device_name
 
 -- a core error message without the "file:line: " position Lua put in front of it
 local function bare(msg)

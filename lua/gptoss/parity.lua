@@ -84,7 +84,7 @@ local ATTENTION = { scores = true, probs = true, attn_out = true }
 -- GEMM inputs, rounded to bf16 in bf16 weights mode (README "Numerics of the golden engine")
 local GEMM_INPUT = { attn_norm = true, attn_out = true, ffn_norm = true, swiglu = true, final_norm = true }
 
-local function is_a(v, name) return util.kind(v) == name end
+local is_a = util.is_a
 local flatten = util.flatten
 
 --- The values of a host tensor (row-major) or of a (nested) list, as one flat list.

@@ -9,6 +9,9 @@ function util.kind(v)
   return type(mt) == "table" and type(mt.__name) == "string" and mt.__name or type(v)
 end
 
+--- True when v is a gptoss object of that class: util.is_a(r, "gptoss.replica").
+function util.is_a(v, name) return util.kind(v) == name end
+
 --- True when name is one of the values of list.
 function util.listed(list, name)
   for _, v in ipairs(list) do
