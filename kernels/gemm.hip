@@ -9,13 +9,15 @@
  *  - exact (fp32 mode): float weights and inputs, each output a double
  *    accumulator fed float products, as the golden's matmul: any summation
  *    order rounds to the same float except in rare double-rounding ties.
- *  - matrix (bf16 mode): bf16 weights and inputs on the matrix cores with
- *    fp32 accumulators (matrix_core.h), in one summation order whatever the
- *    kernel (below): streaming (blocks of 16 rows by 64 outputs, operands
- *    straight into registers) for decode and the experts at up to 16 rows
- *    per expert, staged (64-row expert tiles by 128 outputs through a ring
- *    of shared-memory stages) for the experts beyond, tiled (16 MT rows by
- *    64, through shared memory) for dense GEMMs of many rows. */
+ *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled for the experts:
+ *    launchers.h) and inputs on the matrix cores with fp32 accumulators
+ *    (matrix_core.h), in one summation order whatever the kernel (below):
+ *    streaming (blocks of 16 rows by 64 outputs, operands straight into
+ *    registers) for decode and the experts at up to 16 rows per expert,
+ *    staged (64-row expert tiles by 128 outputs through a ring of
+ *    shared-memory stages) for the experts beyond, tiled (16 MT rows by 64,
+ *    through shared memory, [n][k] weights only) for dense GEMMs of many
+ *    rows. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -146,6 +148,11 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
     return (const bf16 *)a.x + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
 }
 
+/* the tile's expert's weights, [n][k] or tiled (launchers.h) */
+__device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const row_tile &t) {
+    return (const bf16 *)a.w + (size_t)t.expert * (a.w_tiled ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
+}
+
 /* Streaming, operands loaded straight into the registers the matrix cores
  * read: a block covers 16 rows by 64 outputs with 8 warps, warp w doing
  * outputs 16 (w / 2).. over the even (w even) or odd chunks, DEPTH chunks in
@@ -165,22 +172,27 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 3 : DEPTH <=
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
     int n0 = blockIdx.y * MX_BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
-    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
-    const bf16 *src[2][P]; /* X, then W */
+    const bf16 *W = expert_w(a, t);
+    const bf16 *src[2][P]; /* X, then W, at chunk 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int r = tile16::piece_row(lane, j);
         const bf16 *x = x_row(a, t, t.begin + r);
         src[0][j] = x ? x + kofs : nullptr;
-        src[1][j] = n0 + r < a.n ? W + (size_t)(n0 + r) * a.k + kofs : nullptr;
+        src[1][j] = n0 + r >= a.n  ? nullptr
+                    : a.w_tiled    ? W + gptoss_tiled_at(n0 + r, kofs, chunks)
+                                   : W + (size_t)(n0 + r) * a.k + kofs;
     }
+    /* tiled weights: a chunk further is a tile further, zeros past k */
+    const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
     auto fetch = [&](int c, uint4 (&buf)[2][P]) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                buf[m][j] = src[m][j] && c < chunks ? load8<VEC>(src[m][j], c * MX_KC, a.k - kofs)
-                                                    : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < P; j++) {
+            buf[0][j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
+            buf[1][j] = src[1][j] && c < chunks ? load8<VEC>(src[1][j] + (size_t)c * (w_step - MX_KC), c * MX_KC, w_end)
+                                                : zero;
+        }
     };
     tile16::acc_t acc;
 #pragma unroll
@@ -242,7 +254,7 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
     int n0 = blockIdx.y * MX_BN, wm = warp / (4 / MT), wn = warp % (4 / MT);
     const bool active = t.begin + 16 * wm < t.end;
     const int chunks = (a.k + MX_KC - 1) / MX_KC;
-    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
+    const bf16 *W = expert_w(a, t);
 
     const bf16 *src[PER]; /* piece q: row q / 4 (X rows, then W rows), k 8 (q % 4) */
 #pragma unroll
@@ -344,10 +356,11 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
  * distinct banks. */
 constexpr int ST_BM = 64, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
 constexpr int ST_RP = 2 * MX_KC / 8; /* pieces per stage row */
+static_assert(ST_THREADS / ST_RP % GPTOSS_TILE_ROWS == 0, "a copy pass covers whole bands of weight tiles");
 /* a stage: BM rows of X, then ST_BN rows of W */
 __host__ __device__ constexpr size_t staged_stage_bytes(int bm) { return (size_t)(bm + ST_BN) * ST_RP * 16; }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED>
 __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP, ST_ROWS = BM + ST_BN;
     constexpr int XR = (BM + PASS - 1) / PASS, ODD_LD = ST_BN + 4;
@@ -361,7 +374,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
     const bool computes = warp < ST_WARPS; /* 32-lane warps under 64-lane launch bounds only copy */
     const int groups = (t.end - t.begin + 15) / 16;
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
-    const bf16 *W = (const bf16 *)a.w + (size_t)t.expert * a.n * a.k;
+    const bf16 *W = expert_w(a, t);
 
     /* the thread copies piece tid % RP of rows tid / RP + PASS i (X rows, then W rows) */
     const int piece = tid % RP;
@@ -371,22 +384,35 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
         int r = tid / RP + PASS * i;
         xsrc[i] = r < BM ? x_row(a, t, t.begin + r) : nullptr;
     }
+    /* and weight rows n0 + tid / RP + PASS i - BM; tiled, each in the band
+     * of 16 rows PASS i / 16 - BM / 16 after row n0 + tid / RP's, at the
+     * same row of its tiles, piece % 4 of chunk 2 s + piece / 4 */
+    const size_t band = gptoss_tiled_band(chunks);
+    const bf16 *wsrc = W + gptoss_tiled_at(n0 + tid / RP, 8 * piece, chunks);
     auto issue = [&](int s) {
         if (s < stages) {
             uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
-            const int k = s * 2 * MX_KC + 8 * piece;
+            const int k = s * 2 * MX_KC + 8 * piece, chunk = k / MX_KC;
 #pragma unroll
             for (int i = 0; i < (ST_ROWS + PASS - 1) / PASS; i++) {
                 int r = tid / RP + PASS * i;
                 if (r >= ST_ROWS)
                     break;
+                uint4 *dst = buf + r * RP + (piece ^ ((r & 1) << 2));
+                if (TILED && r >= BM) { /* zeros past k */
+                    int o = n0 + r - BM;
+                    bool valid = o < a.n && chunk < chunks;
+                    const bf16 *src = wsrc + (ptrdiff_t)((PASS * i - BM) / GPTOSS_TILE_ROWS) * (ptrdiff_t)band +
+                                      (size_t)2 * s * GPTOSS_TILE_ELEMS;
+                    copy16_async(dst, valid ? src : W, valid);
+                    continue;
+                }
                 const bf16 *src = nullptr;
                 if (r < BM)
                     src = i < XR ? xsrc[i] : nullptr;
                 else if (n0 + r - BM < a.n)
                     src = W + (size_t)(n0 + r - BM) * a.k;
                 bool valid = src && k < a.k;
-                uint4 *dst = buf + r * RP + (piece ^ ((r & 1) << 2));
                 if (VEC)
                     copy16_async(dst, valid ? src + k : W, valid);
                 else
@@ -470,16 +496,17 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
     }
 }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED>
 hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
-    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC>;
+    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED>;
     size_t bytes = STAGES * staged_stage_bytes(BM);
     if (bytes > 48 * 1024) {
         hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC>), grid, dim3(ST_THREADS), bytes, stream, *a);
+    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED>), grid, dim3(ST_THREADS), bytes, stream,
+                       *a);
     return hipGetLastError();
 }
 
@@ -514,11 +541,19 @@ static size_t shared_limit(int shared_per_sm) {
 /* two blocks of four stages per multiprocessor where shared memory holds
  * them (measured best on the H100: six stages, or 64-row tiles where 32
  * suffice, were slower), else one of two stages */
-template <int BM>
+template <int BM, bool TILED>
 static hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
     if (2 * 4 * staged_stage_bytes(BM) <= limit)
-        return vec ? launch_staged<BM, 4, 2, true>(a, grid, stream) : launch_staged<BM, 4, 2, false>(a, grid, stream);
-    return vec ? launch_staged<BM, 2, 1, true>(a, grid, stream) : launch_staged<BM, 2, 1, false>(a, grid, stream);
+        return vec ? launch_staged<BM, 4, 2, true, TILED>(a, grid, stream)
+                   : launch_staged<BM, 4, 2, false, TILED>(a, grid, stream);
+    return vec ? launch_staged<BM, 2, 1, true, TILED>(a, grid, stream)
+               : launch_staged<BM, 2, 1, false, TILED>(a, grid, stream);
+}
+
+template <int BM>
+static hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+    return a->w_tiled ? launch_staged_fit<BM, true>(a, grid, vec, limit, stream)
+                      : launch_staged_fit<BM, false>(a, grid, vec, limit, stream);
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
@@ -539,11 +574,11 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
      * 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled kernel was
      * faster) */
     bool one_wide_tile = bm == ST_BM && row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
-    if ((a->tiles && bm > 16) || one_wide_tile) {
+    if (((a->tiles || a->w_tiled) && bm > 16) || one_wide_tile) {
         dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
         size_t limit = shared_limit(dev->shared_per_sm);
-        return bm == 32 ? launch_staged_fit<32>(a, grid, vec, limit, stream)
-                        : launch_staged_fit<ST_BM>(a, grid, vec, limit, stream);
+        return bm == 32 ? launch_staged_rows<32>(a, grid, vec, limit, stream)
+                        : launch_staged_rows<ST_BM>(a, grid, vec, limit, stream);
     }
     dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
     void (*kernel)(gptoss_gemm_args);

@@ -12,11 +12,50 @@
 #include "../src/core/synth.h"
 #include "../src/hip/hip_runtime_compat.h"
 
-/* weights.hip: out[i] = synthetic value of element first + i, as float or
- * rounded to bf16; and in-place-free fp32 → bf16 conversion */
+/* The experts' bf16 weights on the device may be tiled (a replica that
+ * decodes at most 16 rows per expert: gptoss_gpu_tiled): each [n][k] matrix
+ * (one per layer and expert) is cut into tiles of 16 rows by 32 k, zero
+ * past n and k; tile (r / 16, k / 32) lies at ((r / 16) * chunks + k / 32)
+ * * 512 elements, chunks = ceil(k / 32), its rows 64 bytes apart. The
+ * pieces a warp multiplies for one chunk of 16 rows (matrix_core.h) are
+ * then one contiguous KiB, and a 16-row band of the matrix streams from
+ * memory in order: H100, 64 rows, mlp1 9.21 -> 8.77 ms a step, mlp2 4.83
+ * -> 4.58. The dense layers' weights stay [n][k]: tiled, their GEMMs of
+ * 128 rows and more (each weight read by several row tiles) ran 15-35%
+ * slower (256 rows: qkv 1.41 -> 1.87 ms, the unembedding 1.41 -> 1.88),
+ * though those of 64 rows gained 7-11%. So do fp32 weights, the embedding
+ * table and the router's. */
+typedef struct {
+    int64_t n, k; /* 0, 0: not tiled */
+} gptoss_tiling;
+#define GPTOSS_TILE_ROWS 16
+#define GPTOSS_TILE_K 32
+#define GPTOSS_TILE_ELEMS (GPTOSS_TILE_ROWS * GPTOSS_TILE_K)
+/* elements of one band of 16 rows, chunks = ceil(k / 32) */
+__host__ __device__ static inline uint64_t gptoss_tiled_band(int64_t chunks) {
+    return (uint64_t)chunks * GPTOSS_TILE_ELEMS;
+}
+/* elements of one tiled [n][k] matrix, padding included */
+__host__ __device__ static inline uint64_t gptoss_tiled_elems(int64_t n, int64_t k) {
+    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) *
+           gptoss_tiled_band((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K);
+}
+/* where element (r, k) of a tiled matrix lies, chunks = ceil(k / 32) */
+__host__ __device__ static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t chunks) {
+    return (uint64_t)(r / GPTOSS_TILE_ROWS) * gptoss_tiled_band(chunks) +
+           (uint64_t)(k / GPTOSS_TILE_K) * GPTOSS_TILE_ELEMS + (r % GPTOSS_TILE_ROWS) * GPTOSS_TILE_K +
+           k % GPTOSS_TILE_K;
+}
+
+/* weights.hip: elements first .. first + count - 1 of a tensor (its flat
+ * index, as in the file), as float or rounded to nearest even bf16: the
+ * synthetic value of each element, or the fp32 values at in. Flat, out
+ * receives them in order; tiled, out is the whole tensor and each goes to
+ * its tile (a tiled tensor's padding must be zeroed first). */
 hipError_t gptoss_launch_synth_fill(const gptoss_synth_param &p, uint64_t first, uint64_t count,
-                                    void *out, int out_bf16, hipStream_t stream);
-hipError_t gptoss_launch_to_bf16(const float *in, uint64_t count, void *out, hipStream_t stream);
+                                    void *out, int out_bf16, gptoss_tiling tiling, hipStream_t stream);
+hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count, void *out,
+                                 gptoss_tiling tiling, hipStream_t stream);
 
 /* embedding.hip: x[r] = table[tokens[r]] widened to fp32 */
 hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, int rows,
@@ -39,7 +78,9 @@ enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU };
 typedef struct {
     const void *x;      /* [.][k] inputs, the mode's type (fp32 or bf16) */
     const int *x_rows;  /* NULL: row p reads x[p]; else x[x_rows[p]] */
-    const void *w;      /* [n][k] weights (grouped: expert e at w + e * n * k) */
+    const void *w;      /* [n][k] weights, or tiled (grouped: expert e's n k
+                           elements, or its gptoss_tiled_elems, further on) */
+    int w_tiled;        /* bf16 mode only */
     const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
     int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
     int rows_hint;      /* grouped: the expected rows per expert, sizing tiles */

@@ -390,6 +390,34 @@ describe("GPU engine #gpu", function()
     graphed:close()
   end)
 
+  it("converts a model file's weights to the synthetic model's bf16 bits, tiled or not", function()
+    -- 8 experts, top 2: replicas of up to 64 slots tile the experts'
+    -- weights (gptoss_gpu_tiled), of 65 keep rows of k. An intermediate
+    -- width of 100 leaves tiles part empty (mlp1 200 x 256, mlp2 256 x 100,
+    -- whose rows are not whole 16-byte pieces either). Two rows make the
+    -- upload's staging small, so tensors cross it in many pieces.
+    local config = with_heads(18, 6, 2)
+    config.intermediate_dim = 100
+    local m = gptoss.synthetic(config, { seed = 14 })
+    local path = helpers.tmp()
+    m:save(path)
+    local file = gptoss.load(path)
+    local function opts(slots)
+      return { device = 1, slots = slots, ctx = 32, rows = 2, weights = "bf16", kv = "bf16" }
+    end
+    local replicas = { m:replica(opts(2)), file:replica(opts(2)), m:replica(opts(65)), file:replica(opts(65)) }
+    for pos = 0, 2 do
+      local b = { slots = { 1, 2 }, positions = { pos, pos }, tokens = { 3 + pos, 4999 - pos }, logits = true }
+      local first = replicas[1]:step(b)
+      for i = 2, #replicas do
+        local h = replicas[i]:step(b)
+        assert.are.equal(0, first:logits():max_abs_diff(h:logits()))
+        assert.are.same(first:tokens(), h:tokens())
+      end
+    end
+    for _, r in ipairs(replicas) do r:close() end
+  end)
+
   it("samples on the GPU exactly as gptoss.sampler does on the same logits", function()
     local m = gptoss.synthetic("7m", { seed = 11 })
     local r = m:replica { device = 1, slots = 6, ctx = 64 }

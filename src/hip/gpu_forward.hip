@@ -113,7 +113,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
 
         gptoss_gemm_args qkv = {};
         qkv.x = g->t_in;
-        qkv.w = gptoss_gpu_weight(g, GPTOSS_T_W_QKV, (size_t)l * Q * H);
+        qkv.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_QKV, l);
         qkv.bias = (const float *)g->w[GPTOSS_T_B_QKV] + (size_t)l * Q;
         qkv.rows = R;
         qkv.n = Q;
@@ -171,7 +171,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
 
         gptoss_gemm_args o = {};
         o.x = g->attn_in;
-        o.w = gptoss_gpu_weight(g, GPTOSS_T_W_O, (size_t)l * H * HqD);
+        o.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_O, l);
         o.bias = (const float *)g->w[GPTOSS_T_B_O] + (size_t)l * H;
         o.rows = R;
         o.n = H;
@@ -191,7 +191,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         ro.norm_w = (const float *)g->w[GPTOSS_T_RMS_FFN] + (size_t)l * H;
         ro.normed = g->t;
         ro.normed_bf16 = bf ? g->t_in : NULL;
-        ro.w = gptoss_gpu_weight(g, GPTOSS_T_W_ROUTER, (size_t)l * E * H);
+        ro.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_ROUTER, l);
         ro.bias = (const float *)g->w[GPTOSS_T_B_ROUTER] + (size_t)l * E;
         ro.rows = R;
         ro.hidden = H;
@@ -209,7 +209,8 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         gptoss_gemm_args m1 = {};
         m1.x = g->t_in;
         m1.x_rows = g->pair_row;
-        m1.w = gptoss_gpu_weight(g, GPTOSS_T_W_MLP1, (size_t)l * E * 2 * I * H);
+        m1.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP1, l);
+        m1.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_MLP1);
         m1.bias = (const float *)g->w[GPTOSS_T_B_MLP1] + (size_t)l * E * 2 * I;
         m1.rows = P;
         m1.n = 2 * I;
@@ -241,7 +242,8 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         gptoss_gemm_args m2 = m1;
         m2.x = g->act;
         m2.x_rows = NULL;
-        m2.w = gptoss_gpu_weight(g, GPTOSS_T_W_MLP2, (size_t)l * E * H * I);
+        m2.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP2, l);
+        m2.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_MLP2);
         m2.bias = (const float *)g->w[GPTOSS_T_B_MLP2] + (size_t)l * E * H;
         m2.n = H;
         m2.k = I;

@@ -87,8 +87,11 @@ struct gptoss_gpu {
 
 /* Bytes of one element of tensor i on the device. */
 size_t gptoss_gpu_elem(const gptoss_gpu *g, int tensor);
-/* The tensor's slice for layer l (and expert e), in elements of its type. */
-const void *gptoss_gpu_weight(const gptoss_gpu *g, int tensor, size_t elem_offset);
+/* Whether the device holds the tensor's matrices tiled (launchers.h). */
+int gptoss_gpu_tiled(const gptoss_gpu *g, int tensor);
+/* Layer l's part of a per-layer weight tensor (all its experts), as the
+ * device holds it (tiled or not). */
+const void *gptoss_gpu_layer_weight(const gptoss_gpu *g, int tensor, int layer);
 
 /* Enqueues the forward pass of the rows already uploaded to upload_dev
  * (rows, slots, positions); with trace != NULL (one row) it waits after each

@@ -22,7 +22,7 @@ extern "C" int gptoss_hip_synth_read(int device, const gptoss_synth_param *p, ui
     int rc = -1;
     CHECK(hipSetDevice(device), "cannot select the device");
     CHECK(hipMalloc((void **)&buf, count * sizeof(float)), "cannot allocate the tensor");
-    CHECK(gptoss_launch_synth_fill(*p, first, count, buf, 0, 0), "synth_fill kernel");
+    CHECK(gptoss_launch_synth_fill(*p, first, count, buf, 0, gptoss_tiling{0, 0}, 0), "synth_fill kernel");
     CHECK(hipMemcpy(host_out, buf, count * sizeof(float), hipMemcpyDeviceToHost), "copy back");
     rc = 0;
 fail:
