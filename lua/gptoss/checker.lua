@@ -201,11 +201,7 @@ end
 function checker.compare(a, b, opts)
   a = values_of(a, "checker.compare", "got", 3)
   b = values_of(b, "checker.compare", "expected", 3)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("checker.compare: options must be a table (got %s)"):format(type(opts)), 2)
-  end
-  opts = opts or {}
-  util.check_known("checker.compare", opts, { "atol", "rtol" }, "option", 2)
+  opts = util.options("checker.compare", opts, { "atol", "rtol" }, 2)
   local atol = tolerance(opts, "atol", DEFAULT_ATOL)
   local rtol = tolerance(opts, "rtol", DEFAULT_RTOL)
   local na, nb = #a, #b

@@ -296,10 +296,7 @@ function parity.compare_traces(ta, tb, config, tolerance, opts)
   if type(config) ~= "table" or math.type(config.n_layers) ~= "integer" then
     error(("%s: config must be a model's config table (got %s)"):format(fn, type(config)), 2)
   end
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("%s: options must be a table (got %s)"):format(fn, type(opts)), 2)
-  end
-  opts = opts or {}
+  opts = util.options(fn, opts, nil, 2)
   local wa, ka, wb, kb = "fp32", "fp32", "fp32", "fp32"
   if opts.a ~= nil then wa, ka = mode_of(opts.a, fn, "opts.a", 3) end
   if opts.b ~= nil then wb, kb = mode_of(opts.b, fn, "opts.b", 3) end

@@ -72,11 +72,7 @@ end
 -- everything the course accepts but that is likely a mistake.
 function requests.read(path, opts)
   files.check_path("requests.read", path)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("requests.read: options must be a table (got %s)"):format(type(opts)), 2)
-  end
-  opts = opts or {}
-  util.check_known("requests.read", opts, { "max_token_length", "steps" }, "option", 2)
+  opts = util.options("requests.read", opts, { "max_token_length", "steps" }, 2)
   local max_token_length = positive_integer_option(opts, "max_token_length", MAX_TOKEN_LENGTH)
   local steps = positive_integer_option(opts, "steps", STEPS)
   local slot = max_token_length * (steps + 1)

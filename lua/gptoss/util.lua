@@ -31,6 +31,17 @@ function util.check_known(fn, t, known, what, level)
   end
 end
 
+--- An optional options table: nil gives {}, anything but a table is an error
+-- naming fn, and with known every key must be listed there (check_known).
+function util.options(fn, opts, known, level)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(("%s: options must be a table (got %s)"):format(fn, type(opts)), level + 1)
+  end
+  if known then util.check_known(fn, opts, known, "option", level + 1) end
+  return opts
+end
+
 --- Appends the values of a (nested) list to out in order, depth first; returns out.
 function util.flatten(t, out)
   for i = 1, #t do

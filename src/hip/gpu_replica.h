@@ -85,8 +85,6 @@ struct gptoss_gpu {
     int made_prof_events; /* created so far; reused by later steps */
 };
 
-/* Bytes of one element of tensor i on the device. */
-size_t gptoss_gpu_elem(const gptoss_gpu *g, int tensor);
 /* Whether the device holds the tensor's matrices tiled (launchers.h). */
 int gptoss_gpu_tiled(const gptoss_gpu *g, int tensor);
 /* Layer l's part of a per-layer weight tensor (all its experts), as the

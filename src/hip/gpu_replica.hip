@@ -23,7 +23,8 @@ static int is_matrix(int t) {
            t == GPTOSS_T_W_MLP2;
 }
 
-size_t gptoss_gpu_elem(const gptoss_gpu *g, int tensor) {
+/* bytes of one element of the tensor on the device */
+static size_t elem_bytes(const gptoss_gpu *g, int tensor) {
     return g->o.weights_bf16 && is_matrix(tensor) ? 2 : 4;
 }
 
@@ -59,7 +60,7 @@ static uint64_t device_elems(const gptoss_gpu *g, int t) {
 const void *gptoss_gpu_layer_weight(const gptoss_gpu *g, int tensor, int layer) {
     const gptoss_tensor_desc *d = &g->m->layout.t[tensor];
     size_t per_layer = device_elems(g, tensor) / (uint64_t)d->dims[0];
-    return (const char *)g->w[tensor] + (size_t)layer * per_layer * gptoss_gpu_elem(g, tensor);
+    return (const char *)g->w[tensor] + (size_t)layer * per_layer * elem_bytes(g, tensor);
 }
 
 int gptoss_gpu_fail(char *err, const gptoss_gpu *g, const char *what, hipError_t e) {
@@ -95,8 +96,8 @@ static void make_plan(gptoss_gpu *g, plan *pl) {
     size_t P = R * K, act = o->weights_bf16 ? 2 : 4, kv = o->kv_bf16 ? 2 : 4;
     pl->n = 0;
     for (int t = 0; t < GPTOSS_N_TENSORS; t++)
-        add(pl, &g->w[t], device_elems(g, t) * gptoss_gpu_elem(g, t),
-            gptoss_gpu_elem(g, t) == 2 ? 1 : 0);
+        add(pl, &g->w[t], device_elems(g, t) * elem_bytes(g, t),
+            elem_bytes(g, t) == 2 ? 1 : 0);
     for (int l = 0; l < c->n_layers; l++) {
         size_t bytes = (size_t)o->slots * g->layer_positions[l] * kvd * kv;
         add(pl, &g->k_layer[l], bytes, 2);
@@ -163,7 +164,7 @@ static int env_flag(const char *name) {
 static hipError_t fill_tensor(gptoss_gpu *g, int t, float *staging, size_t staging_floats) {
     const gptoss_model *m = g->m;
     const gptoss_tensor_desc *d = &m->layout.t[t];
-    int to_bf16 = gptoss_gpu_elem(g, t) == 2;
+    int to_bf16 = elem_bytes(g, t) == 2;
     gptoss_tiling tiling = tiling_of(g, t);
     if (m->synthetic) {
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, t);
@@ -192,7 +193,7 @@ static int upload_weights(gptoss_gpu *g, char *err) {
     for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
         hipError_t e = hipSuccess;
         if (device_elems(g, t) != g->m->layout.t[t].count) /* the tiles' padding */
-            e = hipMemsetAsync(g->w[t], 0, device_elems(g, t) * gptoss_gpu_elem(g, t), g->stream);
+            e = hipMemsetAsync(g->w[t], 0, device_elems(g, t) * elem_bytes(g, t), g->stream);
         if (e == hipSuccess)
             e = fill_tensor(g, t, staging, staging_floats);
         if (e == hipSuccess)
