@@ -7,15 +7,17 @@
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
 
 local parser = argparse("bench_getp.lua", "getp throughput of a synthetic model.")
 parser:option("--model", "Synthetic shape name.", "20b")
-parser:option("--requests", "Number of requests.", "1024"):convert(math.tointeger)
-parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(math.tointeger)
+parser:option("--requests", "Number of requests.", "1024"):convert(cli.integer("--requests", 1))
+parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cli.integer("--steps", 1))
 parser:option("--devices", "Comma-separated GPU numbers, or cpu (default: every GPU).")
+  :convert(cli.devices)
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
-  :convert(math.tointeger)
+  :convert(cli.integer("--slots", 1))
 parser:option("--weights", "fp32 or bf16.", "bf16")
 parser:option("--scheduler", "continuous or static.", "continuous")
 parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
@@ -37,15 +39,10 @@ for i = 1, a.requests do
   prompt_tokens = prompt_tokens + #tok:encode(prompts[i])
 end
 
-local devices
-if a.devices then
-  devices = {}
-  for d in a.devices:gmatch("[^,]+") do devices[#devices + 1] = d == "cpu" and d or math.tointeger(d) end
-end
 local model = gptoss.synthetic(a.model, { seed = 1 })
 local t0 = gptoss.realtime_ms()
 local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-  devices = devices, replica = { weights = a.weights, kv = a.weights, slots = a.slots },
+  devices = a.devices, replica = { weights = a.weights, kv = a.weights, slots = a.slots },
   scheduler = a.scheduler, partition = a.partition }
 local t1 = gptoss.realtime_ms()
 io.stderr:write(g:describe(), "\n")
@@ -59,9 +56,12 @@ for k, r in ipairs(g.replicas) do slots[k] = r.slots end
 print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt", "steps", "seconds", "TPS (tok/s)"))
 print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
   result.steps, ms / 1000, tps))
+-- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
+local first = a.devices and a.devices[1] or (#gptoss.devices() > 0 and 1 or "cpu")
+local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
 print(json.encode({
   bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
   prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
   tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
-  partition = a.partition, device = #gptoss.devices() > 0 and gptoss.devices()[1].name or "cpu",
+  partition = a.partition, device = device_name,
 }))

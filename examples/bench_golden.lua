@@ -5,13 +5,14 @@
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 
 local parser = argparse("bench_golden.lua", "CPU golden engine throughput.")
 parser:option("--model", "Synthetic shape name.", "7m")
-parser:option("--slots", "Sequences.", "4"):convert(math.tointeger)
-parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(math.tointeger)
-parser:option("--decode", "Decode steps.", "8"):convert(math.tointeger)
-parser:option("--threads", "CPU threads (0: all).", "0"):convert(math.tointeger)
+parser:option("--slots", "Sequences.", "4"):convert(cli.integer("--slots", 1))
+parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
+parser:option("--decode", "Decode steps.", "8"):convert(cli.integer("--decode", 0))
+parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--threads", 0))
 parser:option("--weights", "fp32 or bf16.", "fp32")
 local a = parser:parse()
 

@@ -8,15 +8,16 @@
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 
 local parser = argparse("bench_gpu.lua", "GPU decode throughput of a synthetic model.")
 parser:option("--model", "Synthetic shape name.", "20b")
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
-parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(math.tointeger)
-parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(math.tointeger)
+parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
+parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--weights", "fp32 or bf16.", "bf16")
-parser:option("--device", "GPU number.", "1"):convert(math.tointeger)
-parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8"):convert(math.tointeger)
+parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
+parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8"):convert(cli.integer("--profile-steps", 0))
 local a = parser:parse()
 
 local model = gptoss.synthetic(a.model, { seed = 1 })

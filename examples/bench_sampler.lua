@@ -8,9 +8,10 @@
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 
 local parser = argparse("bench_sampler.lua", "CPU sampler cost per draw.")
-parser:option("--draws", "Draws per configuration.", "200"):convert(math.tointeger)
+parser:option("--draws", "Draws per configuration.", "200"):convert(cli.integer("--draws", 1))
 parser:option("--sharpen", "Factor applied to the logits for the peaked row.", "40"):convert(tonumber)
 local a = parser:parse()
 

@@ -7,13 +7,14 @@
 --   lua5.4 examples/custom_scheduler.lua [--model 7m] [--steps 64] [--slots 4] [--replicas 1]
 local argparse = require "argparse"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
 
 local parser = argparse("custom_scheduler.lua", "getp with a custom scheduler on the CPU.")
 parser:option("--model", "Synthetic shape name.", "7m")
-parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(math.tointeger)
-parser:option("--slots", "Slots of each CPU replica.", "4"):convert(math.tointeger)
-parser:option("--replicas", "CPU replicas.", "1"):convert(math.tointeger)
+parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cli.integer("--steps", 1))
+parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cli.integer("--slots", 1))
+parser:option("--replicas", "CPU replicas.", "1"):convert(cli.integer("--replicas", 1))
 parser:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
 local args = parser:parse()
 

@@ -8,18 +8,19 @@
 --                            [--temperature T --top-p P --top-k K --sample-seed S]
 local argparse = require "argparse"
 local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
 
 local parser = argparse("demo.lua", "Text generation with the CPU golden engine.")
 parser:option("--model", "Synthetic shape name or a course .bin file.", "7m")
-parser:option("--seed", "Seed of the synthetic weights.", "7"):convert(math.tointeger)
-parser:option("--steps", "Tokens to generate at most.", "16"):convert(math.tointeger)
+parser:option("--seed", "Seed of the synthetic weights.", "7"):convert(cli.integer("--seed"))
+parser:option("--steps", "Tokens to generate at most.", "16"):convert(cli.integer("--steps", 1))
 parser:option("--prompt", "Prompt text.", "Hello world")
 parser:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
 parser:option("--temperature", "Sampling temperature (0: greedy).", "0"):convert(tonumber)
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(tonumber)
-parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(math.tointeger)
-parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(math.tointeger)
-parser:option("--threads", "CPU threads (0: all).", "0"):convert(math.tointeger)
+parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cli.integer("--top-k", 0))
+parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(cli.integer("--sample-seed"))
+parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--threads", 0))
 local args = parser:parse()
 
 -- a path that exists is a model file; anything else names a synthetic shape

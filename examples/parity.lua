@@ -17,12 +17,6 @@ local cli = require "gptoss.cli"
 local non_negative = cli.non_negative
 local function fail_usage(msg) cli.exit_with(2, msg) end
 
-local function integer(s)
-  local v = math.tointeger(tonumber(s))
-  if v == nil then return nil, ("'%s' is not an integer"):format(s) end
-  return v
-end
-
 local function replica_spec(s)
   local device, weights, kv = s:match("^([^:]+):(%w+)/?(%w*)$")
   if kv == "" then kv = weights end
@@ -48,7 +42,7 @@ end
 local parser = argparse("parity.lua", "Compares two replicas of a model stage by stage on the same tokens.")
 parser:argument("model", "A course .bin model file (or use --synthetic)."):args("?")
 parser:option("--synthetic", "A synthetic model of a named shape (7m, 20b, 20b-2l, 120b).")
-parser:option("--seed", "Seed of the synthetic weights.", "0"):convert(integer)
+parser:option("--seed", "Seed of the synthetic weights.", "0"):convert(cli.integer("--seed"))
 parser:option("--a", "The replica checked, DEVICE:WEIGHTS[/KV].", "cpu:bf16"):convert(replica_spec)
 parser:option("--b", "The reference replica, DEVICE:WEIGHTS[/KV].", "cpu:fp32"):convert(replica_spec)
 parser:option("--tokens", "Token ids, comma-separated.")

@@ -130,6 +130,9 @@ describe("parity.compare of identical numerics", function()
     assert.truthy(lines[4]:find("^embedding "), lines[4])
     assert.truthy(lines[#lines - 1]:find("^logits "), lines[#lines - 1])
     assert.are.equal("all stages within tolerance", lines[#lines])
+    assert.are.same(lines, parity.format(report))
+    expect_error(function() parity.format(report, { layer = true }) end,
+      "parity.format: unknown option 'layer' (known: layers)")
   end)
 
   it("continues a slot's sequence, and truncates it where a position is traced again", function()
@@ -395,6 +398,8 @@ describe("parity.compare_traces on hand-modified traces", function()
       "parity.compare_traces: config must be a model's config table")
     expect_error(function() parity.compare_traces(ta, tb, c, nil, 5) end,
       "parity.compare_traces: options must be a table (got number)")
+    expect_error(function() parity.compare_traces(ta, tb, c, nil, { nosie = 1 }) end,
+      "parity.compare_traces: unknown option 'nosie' (known: a, b, noise)")
     expect_error(function() parity.compare_traces(ta, tb, c, nil, { noise = -1 }) end,
       "parity.compare_traces: opts.noise must be a non-negative number (got -1)")
     expect_error(function() parity.compare_traces(ta, tb, c, nil, { a = { weights = "int8", kv = "fp32" } }) end,

@@ -258,6 +258,8 @@ describe("bad input", function()
     { "non-integer token", { slots = { 1 }, positions = { 0 }, tokens = { 1.5 } }, "tokens[1] must be an integer" },
     { "string slot", { slots = { "a" }, positions = { 0 }, tokens = { 1 } }, "slots[1] must be an integer" },
     { "missing tokens", { slots = { 1 }, positions = { 0 } }, "tokens must be a table" },
+    { "a misspelt key", { slots = { 1 }, positions = { 0 }, tokens = { 1 }, logit = true },
+      "step: unknown option 'logit' (known: slots, positions, tokens, logits)" },
   }
   for _, case in ipairs(cases) do
     it("rejects " .. case[1] .. " and stays usable", function()
@@ -404,6 +406,11 @@ describe("per-slot sampling (r:sampling)", function()
     H.expect_error(function() r:sampling(1, { top_p = "x" }) end, "replica:sampling: top_p must be a number")
     H.expect_error(function() r:sampling(1, { mode = "course" }) end, "per-slot sampling has the default mode only")
     H.expect_error(function() r:sampling(1, 0.5) end, "table expected")
+    -- a misspelt setting is an error, not greedy or a default in disguise
+    H.expect_error(function() r:sampling(1, { temprature = 1 }) end,
+      "replica:sampling: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed)")
+    local g = r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
+    assert.are.equal(g:logits()[1]:argmax() - 1, g:tokens()[1]) -- still greedy
     r:close()
     H.expect_error(function() r:sampling(1, { temperature = 1 }) end, "replica: used after close")
   end)

@@ -170,6 +170,8 @@ describe("gptoss.progress", function()
     assert.are.equal("0/0 requests, 0 tokens, 0.0 tok/s, ETA 0:00",
       progress.format { done = 0, total = 0, tokens = 0, elapsed = 0 })
     H.expect_error(function() progress.new {} end, "progress.new: opts.write must be a function(text)")
+    H.expect_error(function() progress.new { write = print, intervall = 1 } end,
+      "progress.new: unknown option 'intervall' (known: write, interval)")
     H.expect_error(function() progress.new { write = print, interval = -1 } end,
       "progress.new: interval must be a non-negative number of seconds (got -1)")
   end)

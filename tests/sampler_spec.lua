@@ -1050,6 +1050,8 @@ describe("sampler", function()
          end
          expect_error(function() gptoss.sampler("x") end, "sampler: options must be a table (got string)")
          expect_error(function() gptoss.sampler(3) end, "options must be a table (got number)")
+         expect_error(function() gptoss.sampler({ temprature = 0 }) end,
+            "sampler: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, logprobs)")
          -- the limits themselves are fine
          gptoss.sampler({ top_p = 0, min_p = 1, top_k = 0, logprobs = 20, temperature = 0 })
          gptoss.sampler({ top_p = 1, min_p = 0, logprobs = 0 })
@@ -1099,6 +1101,8 @@ describe("sampler", function()
          expect_error(function() s:sample(x, true) end, "position must be an integer (got true)")
          expect_error(function() s:sample(x, math.maxinteger) end, "position must be within 0..", "(got 9223372036854775807)")
          expect_error(function() s:sample(x, { position = -3 }) end, "position must be within 0..", "(got -3)")
+         expect_error(function() s:sample(x, { pos = 3 }) end,
+            "sampler:sample: unknown option 'pos' (known: position, logprobs)")
          expect_error(function() s:sample(x, { position = 0.5 }) end, "position must be an integer (got 0.5)")
          expect_error(function() s:sample(x, { logprobs = 21 }) end,
             "sampler:sample: logprobs must be within 0..20 (got 21)")

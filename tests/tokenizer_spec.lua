@@ -272,6 +272,8 @@ describe("tokenizer", function()
       assert.are.same(all, tok:encode("Hello world, hello tokenizer", { max_tokens = 1000 }))
       expect_error(function() tok:encode("x", { max_tokens = -1 }) end, "max_tokens must be >= 0")
       expect_error(function() tok:encode("x", { max_tokens = "many" }) end, "max_tokens must be an integer")
+      expect_error(function() tok:encode("x", { max_token = 1 }) end,
+        "tokenizer:encode: unknown option 'max_token' (known: special, max_tokens)")
     end)
 
     it("never merges into a special token, and maps unknown bytes to 0", function()
@@ -416,6 +418,8 @@ describe("tokenizer", function()
       expect_error(function() gptoss.tokenizer(path, { vocab_size = 0 }) end, "vocab_size must be within 1..")
       expect_error(function() gptoss.tokenizer(path, { vocab_size = "x" }) end, "vocab_size must be an integer")
       expect_error(function() gptoss.tokenizer(path, 3) end, "options must be a table")
+      expect_error(function() gptoss.tokenizer(path, { vocab = 3 }) end,
+        "tokenizer: unknown option 'vocab' (known: vocab_size)")
       expect_error(function() gptoss.tokenizer(nil) end, "path must be a string")
     end)
 

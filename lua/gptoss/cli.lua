@@ -41,7 +41,9 @@ local function number(flag)
   end
 end
 
-local function integer(flag, min)
+--- An argparse converter for an integer flag (at least min when given): the integer, or
+-- nil and a message naming the flag.
+function cli.integer(flag, min)
   return function(s)
     local v = math.tointeger(tonumber(s))
     if v == nil or (min and v < min) then
@@ -102,9 +104,9 @@ function cli.parser(name)
     :convert(number("-t"))
   course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")
     :convert(number("-p"))
-  course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(integer("-s"))
+  course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(cli.integer("-s"))
   course(p, "-n", "Prompt + generated tokens a request may reach (0: the model's max_seq_len).",
-    "1024"):argname("<int>"):convert(integer("-n"))
+    "1024"):argname("<int>"):convert(cli.integer("-n"))
   course(p, "-i", "The request file (getp) or the prompt (generate)."):argname("<string>")
   course(p, "-o", "The output file (getp)."):argname("<path>")
   course(p, "-z", ("tokenizer.bin path (default %s, else $GPTOSS_TOKENIZER or %s).")
@@ -113,14 +115,14 @@ function cli.parser(name)
   course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
   p:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
     :argname("<name>")
-  p:option("--seed-weights", "Seed of the synthetic weights.", "1"):argname("<int>"):convert(integer("--seed-weights"))
+  p:option("--seed-weights", "Seed of the synthetic weights.", "1"):argname("<int>"):convert(cli.integer("--seed-weights"))
   p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
     .. "else cpu; generate uses the first).")
     :argname("<list>"):convert(cli.devices)
   p:option("--weights", "Weight precision (default bf16 on GPUs, fp32 on the CPU)."):choices { "fp32", "bf16" }
   p:option("--kv", "KV cache precision (default: --weights when given, else as its default)."):choices { "fp32", "bf16" }
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
-    :argname("<int>"):convert(integer("--slots", 1))
+    :argname("<int>"):convert(cli.integer("--slots", 1))
   p:option("--scheduler", "getp scheduler.", "continuous"):choices { "continuous", "static" }
   p:option("--partition", "How getp spreads the requests over the replicas.", "round_robin")
     :choices { "round_robin", "blocks", "balanced" }

@@ -2,6 +2,7 @@
 -- The C module gptoss.core holds the model loader, the synthetic-weight
 -- recipe, host tensors and the engines; this file gives them their Lua shape.
 local core = require "gptoss.core"
+local util = require "gptoss.util"
 
 local gptoss = {
   VERSION = "0.1.0",
@@ -36,10 +37,7 @@ end
 -- take the "7m" values), with weights from the seeded recipe.
 -- opts.seed: integer, default 0.
 function gptoss.synthetic(shape, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then
-    error(("synthetic: options must be a table (got %s)"):format(type(opts)), 2)
-  end
+  opts = util.options("synthetic", opts, { "seed" }, 2)
   local seed = opts.seed or 0
   if math.type(seed) ~= "integer" then
     error(("synthetic: seed must be an integer (got %s)"):format(tostring(seed)), 2)
@@ -67,20 +65,14 @@ function gptoss.tokenizer(path, opts)
   if type(path) ~= "string" then
     error(("tokenizer: path must be a string (got %s)"):format(type(path)), 2)
   end
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("tokenizer: options must be a table (got %s)"):format(type(opts)), 2)
-  end
-  return core.tokenizer(path, opts)
+  return core.tokenizer(path, util.options("tokenizer", opts, nil, 2))
 end
 
 --- A sampler over logits rows: gptoss.sampler{temperature=, top_k=, top_p=,
 -- min_p=, seed=, logprobs=} or gptoss.sampler{mode="course", ...}; see
 -- README "Sampling" for the exact rules.
 function gptoss.sampler(opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("sampler: options must be a table (got %s)"):format(type(opts)), 2)
-  end
-  return core.sampler(opts)
+  return core.sampler(util.options("sampler", opts, nil, 2))
 end
 
 --- Seconds on a monotonic wall clock (for timing steps).

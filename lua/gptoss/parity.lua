@@ -296,7 +296,7 @@ function parity.compare_traces(ta, tb, config, tolerance, opts)
   if type(config) ~= "table" or math.type(config.n_layers) ~= "integer" then
     error(("%s: config must be a model's config table (got %s)"):format(fn, type(config)), 2)
   end
-  opts = util.options(fn, opts, nil, 2)
+  opts = util.options(fn, opts, { "a", "b", "noise" }, 2)
   local wa, ka, wb, kb = "fp32", "fp32", "fp32", "fp32"
   if opts.a ~= nil then wa, ka = mode_of(opts.a, fn, "opts.a", 3) end
   if opts.b ~= nil then wb, kb = mode_of(opts.b, fn, "opts.b", 3) end
@@ -700,7 +700,7 @@ local MAX_FLIPS_SHOWN = 20
 -- (its worst layer; with opts.layers, one line per layer and stage as well), the
 -- verdict, and the flips.
 function parity.format(report, opts)
-  opts = opts or {}
+  opts = util.options("parity.format", opts, { "layers" }, 2)
   local lines = {}
   local function add(fmt, ...) lines[#lines + 1] = fmt:format(...) end
   local positions = report.positions

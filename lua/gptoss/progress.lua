@@ -11,6 +11,8 @@
 -- short steps does not spend its time writing; the report with done == total is always
 -- drawn, followed by "\n". A shorter line is padded with spaces over the longer one it
 -- replaces. The caller decides whether to show it at all (only on a terminal).
+local util = require "gptoss.util"
+
 local progress = {}
 
 local Bar = {}
@@ -43,6 +45,7 @@ function progress.new(opts)
   if type(opts) ~= "table" or type(opts.write) ~= "function" then
     error("progress.new: opts.write must be a function(text)", 2)
   end
+  util.check_known("progress.new", opts, { "write", "interval" }, "option", 2)
   local interval = opts.interval or 0.25
   if type(interval) ~= "number" or interval < 0 then
     error(("progress.new: interval must be a non-negative number of seconds (got %s)"):format(tostring(interval)), 2)

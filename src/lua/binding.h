@@ -45,6 +45,10 @@ lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *
 /* Same for a string field restricted to a list of choices; returns the index. */
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt);
+/* Raises "<fn>: unknown option '<key>' (known: ...)" for a key of the options
+ * table at idx that the NULL-terminated list known lacks: a misspelt option
+ * is an error, never silently its default. */
+void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known);
 
 /* Reads sampler options (mode, temperature, top_p, top_k, min_p, seed) of
  * the table at idx with their defaults; a default-mode seed left out is a

@@ -54,6 +54,33 @@ lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *
     return v;
 }
 
+/* pushes the NULL-terminated list as "a, b, c" */
+static const char *push_joined(lua_State *L, const char *const *list) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; list[i]; i++) {
+        luaL_addstring(&b, i ? ", " : "");
+        luaL_addstring(&b, list[i]);
+    }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known) {
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), known[i]) == 0;
+        if (!ok) {
+            const char *key = luaL_tolstring(L, -2, NULL);
+            luaL_error(L, "%s: unknown option '%s' (known: %s)", fn, key, push_joined(L, known));
+        }
+        lua_pop(L, 1);
+    }
+}
+
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt) {
     lua_getfield(L, idx, field);
@@ -65,14 +92,7 @@ int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
             if (strcmp(s, choices[i]) == 0)
                 v = i;
         if (v < 0) {
-            luaL_Buffer b;
-            luaL_buffinit(L, &b);
-            for (int i = 0; choices[i]; i++) {
-                luaL_addstring(&b, i ? ", " : "");
-                luaL_addstring(&b, choices[i]);
-            }
-            luaL_pushresult(&b);
-            const char *allowed = lua_tostring(L, -1);
+            const char *allowed = push_joined(L, choices);
             const char *got = luaL_tolstring(L, -2, NULL);
             luaL_error(L, "%s: %s must be one of %s (got %s)", fn, field, allowed, got);
         }

@@ -75,15 +75,7 @@ int gptoss_lua_replica(lua_State *L) {
     lua_settop(L, 2);
     static const char *const known[] = {"device", "slots", "ctx",  "weights", "kv",
                                         "threads", "rows",  "chunk", NULL};
-    lua_pushnil(L);
-    while (lua_next(L, 2)) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), known[i]) == 0;
-        if (!ok)
-            return luaL_error(L, "replica: unknown option '%s'", luaL_tolstring(L, -2, NULL));
-        lua_pop(L, 1);
-    }
+    gptoss_opt_known(L, 2, "replica", known);
     int device = -1; /* the CPU */
     lua_getfield(L, 2, "device");
     if (lua_isinteger(L, -1))
@@ -178,6 +170,8 @@ static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
 
 static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
     luaL_checktype(L, tbl, LUA_TTABLE);
+    static const char *const known[] = {"slots", "positions", "tokens", "logits", NULL};
+    gptoss_opt_known(L, tbl, "step", known);
     int n = -1;
     int *slots = int_array(L, tbl, "slots", &n);
     b->positions = int_array(L, tbl, "positions", &n);
@@ -305,6 +299,8 @@ static int r_sampling(lua_State *L) {
         return 0;
     }
     luaL_checktype(L, 3, LUA_TTABLE);
+    static const char *const known[] = {"mode", "temperature", "top_k", "top_p", "min_p", "seed", NULL};
+    gptoss_opt_known(L, 3, "replica:sampling", known);
     gptoss_sample_params p;
     gptoss_read_sample_params(L, 3, "replica:sampling", &p);
     if (p.mode != GPTOSS_SAMPLE_DEFAULT)

@@ -68,6 +68,8 @@ int gptoss_lua_sampler(lua_State *L) {
         lua_newtable(L);
     }
     luaL_checktype(L, 1, LUA_TTABLE);
+    static const char *const known[] = {"mode", "temperature", "top_k", "top_p", "min_p", "seed", "logprobs", NULL};
+    gptoss_opt_known(L, 1, "sampler", known);
     gptoss_sample_params p;
     gptoss_read_sample_params(L, 1, "sampler", &p);
     lua_getfield(L, 1, "logprobs");
@@ -131,6 +133,8 @@ static int l_sample(lua_State *L) {
     lua_Integer position = (lua_Integer)u->position;
     int logprobs = u->logprobs;
     if (lua_type(L, 3) == LUA_TTABLE) {
+        static const char *const known[] = {"position", "logprobs", NULL};
+        gptoss_opt_known(L, 3, "sampler:sample", known);
         position = gptoss_opt_integer(L, 3, "sampler:sample", "position", position);
         lua_getfield(L, 3, "logprobs");
         if (!lua_isnil(L, -1))

@@ -74,6 +74,8 @@ static int l_encode(lua_State *L) {
     lua_Integer max_tokens = LUA_MAXINTEGER;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
+        static const char *const known[] = {"special", "max_tokens", NULL};
+        gptoss_opt_known(L, 3, "tokenizer:encode", known);
         lua_getfield(L, 3, "special");
         special = lua_toboolean(L, -1);
         lua_pop(L, 1);
@@ -213,6 +215,8 @@ int gptoss_lua_tokenizer(lua_State *L) {
     lua_Integer vocab = GPTOSS_VOCAB_SIZE;
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
+        static const char *const known[] = {"vocab_size", NULL};
+        gptoss_opt_known(L, 2, "tokenizer", known);
         vocab = gptoss_opt_integer(L, 2, "tokenizer", "vocab_size", GPTOSS_VOCAB_SIZE);
         if (vocab < 1 || vocab > INT32_MAX)
             return luaL_error(L, "tokenizer: vocab_size must be within 1..%d (got %I)", INT32_MAX,
