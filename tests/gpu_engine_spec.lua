@@ -124,7 +124,9 @@ end
 --    within the noise but rounds to different bf16 values) in a stage before
 --    it at the same position, or
 --  - for an attention stage of layer L: layer L's stored keys or values of
---    an earlier position of the slot that differ once rounded.
+--    an earlier position of the slot that differ once rounded (with an fp32
+--    KV cache, that differ at all: nothing rounds them, and the keys and
+--    values themselves are not rounding flips).
 -- A kernel bug diverges without such a cause and fails.
 local DIVERGE = 2e-5
 local STAGES = { "attn_norm", "qkv", "q_rope", "k_rope", "scores", "probs", "attn_out", "attn_proj",
@@ -160,15 +162,25 @@ local function rounds_apart(fa, fb, from)
   end
 end
 
+-- the first element from index `from` that differs, or nil
+local function differs(fa, fb, from)
+  for i = from, #fb do
+    if fa[i] ~= fb[i] then return i end
+  end
+end
+
 -- One traced row on both engines: the first stage beyond DIVERGE (first,
 -- first_layer, first_stage), a routing or rounding flip before it (flip),
--- and the layers whose stored key or value rounds apart (kv_apart[l]).
-local function examine(tg, tc, c)
+-- and the layers whose stored key or value comes apart (kv_apart[l]): rounds
+-- apart in a bf16 cache, differs in an fp32 one.
+local function examine(tg, tc, c, kv)
   local r = { kv_apart = {} }
   local values_from = (c.n_attn_heads + c.n_kv_heads) * c.head_dim + 1 -- qkv's value part
+  local stored_apart = kv == "bf16" and rounds_apart or differs
   local function stage(name, l, a, b)
     local fa, fb = flat(a), flat(b)
-    if l and (name == "k_rope" or name == "qkv") and rounds_apart(fa, fb, name == "qkv" and values_from or 1) then
+    local stored = name == "k_rope" or name == "qkv"
+    if l and stored and stored_apart(fa, fb, name == "qkv" and values_from or 1) then
       r.kv_apart[l] = true
     end
     if r.first then return end
@@ -184,7 +196,7 @@ local function examine(tg, tc, c)
     end
     if d > DIVERGE then
       r.first, r.first_layer, r.first_stage = ("%s (%.2g of its max)"):format(where, d), l, name
-    elseif ROUNDED[name] and not r.flip then
+    elseif ROUNDED[name] and not (stored and kv ~= "bf16") and not r.flip then
       local i = rounds_apart(fa, fb, name == "qkv" and values_from or 1)
       if i then r.flip = ("bf16 rounding flip at %s element %d: GPU %.9g, CPU %.9g"):format(where, i, fa[i], fb[i]) end
     end
@@ -204,7 +216,7 @@ end
 local function explain_slot(gpu, cpu, c, slot, fed_tokens, last)
   local seen = {}
   for p = last, 0, -1 do
-    seen[p] = examine(gpu:trace(slot, fed_tokens[p], p), cpu:trace(slot, fed_tokens[p], p), c)
+    seen[p] = examine(gpu:trace(slot, fed_tokens[p], p), cpu:trace(slot, fed_tokens[p], p), c, gpu.kv)
   end
   local origin, diverging, by_history = nil, 0, 0
   for p = 0, last do
@@ -232,10 +244,10 @@ local function explain_slot(gpu, cpu, c, slot, fed_tokens, last)
   return ("%s; %d diverging positions, %d of them through the stored KV"):format(origin, diverging, by_history)
 end
 
-local function bf16_parity(model, n_slots, starts, decodes)
+local function bf16_parity(model, n_slots, starts, decodes, kv)
   local c = model.config
-  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96, weights = "bf16", kv = "bf16" }
-  local cpu = model:replica { slots = n_slots, ctx = 96, weights = "bf16", kv = "bf16" }
+  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96, weights = "bf16", kv = kv }
+  local cpu = model:replica { slots = n_slots, ctx = 96, weights = "bf16", kv = kv }
   local zeros = gptoss.tensor.zeros { c.vocab_size }
   local worst, rows, over = 0, 0, {}
   local fed = {} -- fed[slot][pos]: the token each position ran with
@@ -292,10 +304,11 @@ describe("GPU engine #gpu", function()
   describe("bf16 mode against the CPU's bf16 mode: max |dlogit| / max |logit| <= 1e-3 per row, "
     .. "or a divergence that starts at a routing or bf16 rounding flip", function()
     for _, case in ipairs { { "7m", "7m", 4 }, { "mid", MID, 4 }, { "20b-2l", "20b-2l", 3 },
-      { "heads of 18", NARROW_HEADS, 2 }, { "heads of 136", WIDE_HEADS, 2 } } do
+      { "heads of 18", NARROW_HEADS, 2 }, { "heads of 136", WIDE_HEADS, 2 },
+      { "7m, fp32 KV cache", "7m", 4, "fp32" } } do
       it(case[1], function()
         local worst, rows, slots = bf16_parity(gptoss.synthetic(case[2], { seed = 8 }), case[3],
-          { 0, 3, 10, 25 }, 64)
+          { 0, 3, 10, 25 }, 64, case[4] or "bf16")
         note("bf16 %s: %d rows, worst max|d|/max|logit| %.3g; %d slots with rows over 1e-3, each explained",
           case[1], rows, worst, slots)
       end)

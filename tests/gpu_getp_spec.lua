@@ -9,7 +9,8 @@ local helpers = require "helpers"
 local devices = gptoss.devices()
 local STEPS = 40
 local model = gptoss.synthetic("7m", { seed = 1 })
-local tok = gptoss.tokenizer(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+local TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+local tok = gptoss.tokenizer(TOKENIZER)
 local PROMPTS = {
   "Hello", "Hello world", "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve",
   "Once upon a time, in a land far away, there lived", "What is the biggest misconception about sleep?",
@@ -65,6 +66,30 @@ describe("getp on GPUs #gpu", function()
     for _, r in ipairs(replicas) do r:close() end
     assert.are.same(cpu.outputs, gpu.outputs)
     note("fp32: two replicas on GPUs 1 and %d: %d requests, identical to the CPU", second, #PROMPTS)
+  end)
+
+  it("writes them from the command line with GPTOSS_SYNC_LAUNCHES=1 (no graphs, each kernel checked "
+    .. "as it is launched) as with captured graphs", function()
+    local run_cli, why = helpers.script_runner("examples/run.lua")
+    if not run_cli then
+      pending("cannot run the command line: " .. why)
+      return
+    end
+    local input = helpers.tmp()
+    helpers.write_file(input, #PROMPTS .. "\n" .. table.concat(PROMPTS, "\n") .. "\n")
+    local outputs = {}
+    for _, env in ipairs { { GPTOSS_SYNC_LAUNCHES = "1" }, {} } do
+      local output = helpers.tmp()
+      local code, _, err = run_cli({ "--synthetic", "7m", "--seed-weights", "1", "-m", "getp", "-i", input,
+        "-o", output, "-n", tostring(STEPS), "-z", TOKENIZER, "--devices", "1", "--weights", "fp32", "--quiet" }, env)
+      assert.are.equal(0, code, err)
+      outputs[#outputs + 1] = helpers.read_file(output)
+    end
+    local ref = helpers.tmp()
+    require("gptoss.requests").write(ref, cpu.outputs)
+    assert.are.equal(helpers.read_file(ref), outputs[1])
+    assert.are.equal(outputs[1], outputs[2])
+    helpers.cleanup()
   end)
 
   it("measures how far bf16 greedy outputs agree with fp32", function()
