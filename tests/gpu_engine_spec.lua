@@ -125,8 +125,8 @@ end
 --    it at the same position, or
 --  - for an attention stage of layer L: layer L's stored keys or values of
 --    an earlier position of the slot that differ once rounded (with an fp32
---    KV cache, that differ at all: nothing rounds them, and the keys and
---    values themselves are not rounding flips).
+--    KV cache nothing rounds them: that differ beyond DIVERGE, i.e. that
+--    carry an earlier position's divergence).
 -- A kernel bug diverges without such a cause and fails.
 local DIVERGE = 2e-5
 local STAGES = { "attn_norm", "qkv", "q_rope", "k_rope", "scores", "probs", "attn_out", "attn_proj",
@@ -162,25 +162,24 @@ local function rounds_apart(fa, fb, from)
   end
 end
 
--- the first element from index `from` that differs, or nil
-local function differs(fa, fb, from)
-  for i = from, #fb do
-    if fa[i] ~= fb[i] then return i end
-  end
+-- whether what a KV cache stores of a stage (elements from `from` on) comes
+-- apart between the engines: rounds apart in a bf16 cache; in an fp32 one,
+-- which rounds nothing, differs beyond DIVERGE
+local function stored_apart(fa, fb, from, kv)
+  if kv == "bf16" then return rounds_apart(fa, fb, from) ~= nil end
+  return divergence(table.move(fa, from, #fa, 1, {}), table.move(fb, from, #fb, 1, {})) > DIVERGE
 end
 
 -- One traced row on both engines: the first stage beyond DIVERGE (first,
 -- first_layer, first_stage), a routing or rounding flip before it (flip),
--- and the layers whose stored key or value comes apart (kv_apart[l]): rounds
--- apart in a bf16 cache, differs in an fp32 one.
+-- and the layers whose stored key or value comes apart (kv_apart[l]).
 local function examine(tg, tc, c, kv)
   local r = { kv_apart = {} }
   local values_from = (c.n_attn_heads + c.n_kv_heads) * c.head_dim + 1 -- qkv's value part
-  local stored_apart = kv == "bf16" and rounds_apart or differs
   local function stage(name, l, a, b)
     local fa, fb = flat(a), flat(b)
     local stored = name == "k_rope" or name == "qkv"
-    if l and stored and stored_apart(fa, fb, name == "qkv" and values_from or 1) then
+    if l and stored and stored_apart(fa, fb, name == "qkv" and values_from or 1, kv) then
       r.kv_apart[l] = true
     end
     if r.first then return end
