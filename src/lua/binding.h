@@ -50,9 +50,10 @@ int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
  * is an error, never silently its default. */
 void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known);
 
-/* Reads sampler options (mode, temperature, top_p, top_k, min_p, seed) of
- * the table at idx with their defaults; a default-mode seed left out is a
- * fresh random one. Raises on wrong types; ranges are the core's check. */
+/* Reads sampler options (GPTOSS_SAMPLE_OPTIONS) of the table at idx with
+ * their defaults; a default-mode seed left out is a fresh random one. Raises
+ * on wrong types; ranges are the core's check. */
+#define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed"
 void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sample_params *p);
 
 /* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or

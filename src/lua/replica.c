@@ -299,7 +299,7 @@ static int r_sampling(lua_State *L) {
         return 0;
     }
     luaL_checktype(L, 3, LUA_TTABLE);
-    static const char *const known[] = {"mode", "temperature", "top_k", "top_p", "min_p", "seed", NULL};
+    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, NULL};
     gptoss_opt_known(L, 3, "replica:sampling", known);
     gptoss_sample_params p;
     gptoss_read_sample_params(L, 3, "replica:sampling", &p);

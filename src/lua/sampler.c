@@ -68,7 +68,7 @@ int gptoss_lua_sampler(lua_State *L) {
         lua_newtable(L);
     }
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *const known[] = {"mode", "temperature", "top_k", "top_p", "min_p", "seed", "logprobs", NULL};
+    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, "logprobs", NULL};
     gptoss_opt_known(L, 1, "sampler", known);
     gptoss_sample_params p;
     gptoss_read_sample_params(L, 1, "sampler", &p);
