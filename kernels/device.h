@@ -124,6 +124,25 @@ template <class T> __device__ __forceinline__ T warp_inclusive_sum(T v) {
     return v;
 }
 
+/* (v, i) becomes (ov, oi) when that is the higher value, or the same with a
+ * lower id (-0 and +0 are the same): the golden's order for top-k and argmax;
+ * NaN never wins, and i = INT_MAX means "nothing yet" */
+__device__ __forceinline__ void take_better(float &v, int &i, float ov, int oi) {
+    if (ov > v || (ov == v && oi < i)) {
+        v = ov;
+        i = oi;
+    }
+}
+
+/* take_better over the warp; every lane gets the winner */
+__device__ __forceinline__ void warp_best(float &v, int &i) {
+    for (int o = warpSize / 2; o > 0; o /= 2) {
+        float ov = __shfl_xor(v, o);
+        int oi = __shfl_xor(i, o);
+        take_better(v, i, ov, oi);
+    }
+}
+
 /* op over the block, the same value in every thread, the warps folded in a
  * fixed order (so sums are reproducible). slots holds one T per warp
  * (blockDim.x / 32 at most, the smallest warp); calls may follow each other

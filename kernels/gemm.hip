@@ -9,15 +9,15 @@
  *  - exact (fp32 mode): float weights and inputs, each output a double
  *    accumulator fed float products, as the golden's matmul: any summation
  *    order rounds to the same float except in rare double-rounding ties.
- *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled for the experts:
- *    launchers.h) and inputs on the matrix cores with fp32 accumulators
- *    (matrix_core.h), in one summation order whatever the kernel (below):
- *    streaming (blocks of 16 rows by 64 outputs, operands straight into
- *    registers) for decode and the experts at up to 16 rows per expert,
- *    staged (64-row expert tiles by 128 outputs through a ring of
- *    shared-memory stages) for the experts beyond, tiled (16 MT rows by 64,
- *    through shared memory, [n][k] weights only) for dense GEMMs of many
- *    rows. */
+ *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled: launchers.h) and
+ *    inputs on the matrix cores with fp32 accumulators (matrix_core.h), in
+ *    one summation order whatever the kernel (below): streaming (blocks of
+ *    16 rows by 64 or 32 outputs, operands straight into registers) for
+ *    decode and the experts at up to 16 rows per expert, staged (32- or
+ *    64-row tiles by 128 outputs through a ring of shared-memory stages)
+ *    for the experts beyond and for tiled weights at more rows, tiled (16 MT
+ *    rows by 64, through shared memory, [n][k] weights only) for dense
+ *    GEMMs of many rows. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -154,23 +154,24 @@ __device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const
 }
 
 /* Streaming, operands loaded straight into the registers the matrix cores
- * read: a block covers 16 rows by 64 outputs with 8 warps, warp w doing
- * outputs 16 (w / 2).. over the even (w even) or odd chunks, DEPTH chunks in
- * flight. Each weight is read once per block, with many loads outstanding
- * even when the grid is small: decode of the dense layers (also dense GEMMs
- * of a few dozen rows, whose larger tiles would leave the GPU half idle) and
- * the experts' grouped GEMMs at a few rows per expert. The ring's DEPTH
+ * read: a block covers 16 rows by BN outputs (64 or 32) with BN / 8 warps,
+ * warp w doing outputs 16 (w / 2).. over the even (w even) or odd chunks,
+ * DEPTH chunks in flight. Each weight is read once per block, with many
+ * loads outstanding even when the grid is small: decode of the dense layers
+ * (also dense GEMMs of a few dozen rows, whose larger tiles would leave the
+ * GPU half idle) and the experts' grouped GEMMs at a few rows per expert. The ring's DEPTH
  * sets the blocks a multiprocessor holds (registers): three at DEPTH 3, two
- * at 4, one at 8 (the launcher picks by the grid). */
-template <int DEPTH, bool VEC>
-__global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1) gemm_stream_kernel(gptoss_gemm_args a) {
+ * at 4, one at 8, twice that at 32 outputs (the launcher picks by the
+ * grid). */
+template <int DEPTH, bool VEC, int BN = MX_BN>
+__global__ void __launch_bounds__(BN / 8 * GPTOSS_WARP_MAX, (DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1) * (MX_BN / BN)) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
     row_tile t;
     if (!block_rows(a, 16, t))
         return;
-    __shared__ float even[16 * MX_BN];
+    __shared__ float even[16 * BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
-    int n0 = blockIdx.y * MX_BN + 16 * (warp >> 1);
+    int n0 = blockIdx.y * BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *W = expert_w(a, t);
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 3 : DEPTH <=
                 int row, col;
                 if (!tile16::coords(i, lane, row, col))
                     continue;
-                float *e = even + row * MX_BN + 16 * (warp >> 1) + col;
+                float *e = even + row * BN + 16 * (warp >> 1) + col;
                 int p = t.begin + row, o = n0 + col;
                 if (half == 0) {
                     e[0] = acc[i];
@@ -512,6 +513,12 @@ hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t strea
 
 } // namespace
 
+typedef void (*gemm_kernel_t)(gptoss_gemm_args);
+
+template <int DEPTH, int BN> static gemm_kernel_t stream_kernel(bool vec) {
+    return vec ? gemm_stream_kernel<DEPTH, true, BN> : gemm_stream_kernel<DEPTH, false, BN>;
+}
+
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
         return EX_BM;
@@ -568,11 +575,12 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         return hipGetLastError();
     }
     bool vec = a->k % 8 == 0;
-    /* grouped tiles of 32 or 64 rows are staged; dense ones too when all
-     * rows are one 64-row tile and the outputs are many (the unembedding):
-     * 8 warps and a deeper ring keep more bytes in flight (H100, 64 rows:
-     * 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled kernel was
-     * faster) */
+    /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
+     * tiled weights (the tiled kernel reads rows of k), and dense ones when
+     * all rows are one 64-row tile and the outputs are many (the
+     * unembedding): 8 warps and a deeper ring keep more bytes in flight
+     * (H100, 64 rows: 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled
+     * kernel was faster) */
     bool one_wide_tile = bm == ST_BM && row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
     if (((a->tiles || a->w_tiled) && bm > 16) || one_wide_tile) {
         dim3 grid(row_blocks, (a->n + ST_BN - 1) / ST_BN);
@@ -580,30 +588,43 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         return bm == 32 ? launch_staged_rows<32>(a, grid, vec, limit, stream)
                         : launch_staged_rows<ST_BM>(a, grid, vec, limit, stream);
     }
-    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
-    void (*kernel)(gptoss_gemm_args);
-    int warps = 8;
-    /* the ring as deep as the grid lets it be: a grid the multiprocessors
-     * hold at one block each takes the deepest (more loads in flight per
-     * warp); a dense one that fits at three each but not two takes three of
-     * DEPTH 3 (one wave); else two each. H100, 64 rows: the o projection's
-     * 180 blocks 0.91 -> 0.68 ms a step at two each instead of one, the qkv
-     * projection's 320 blocks 0.83 -> 0.69 at three instead of two; the
-     * experts' grids at three each were slower (9.24 -> 9.85 ms) */
-    long blocks = (long)grid.x * grid.y, sms = dev->multiprocessors;
-    if (bm == 16 && blocks <= sms)
-        kernel = vec ? gemm_stream_kernel<8, true> : gemm_stream_kernel<8, false>;
-    else if (bm == 16 && !a->tiles && blocks > 2 * sms && blocks <= 3 * sms)
-        kernel = vec ? gemm_stream_kernel<3, true> : gemm_stream_kernel<3, false>;
-    else if (bm == 16)
-        kernel = vec ? gemm_stream_kernel<4, true> : gemm_stream_kernel<4, false>;
-    else {
-        warps = 4;
-        if (bm == 32)
-            kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
+    if (bm == 16) {
+        /* Streaming. The experts' grouped GEMMs take blocks of 32 outputs
+         * (4 warps): twice the blocks, each half as long, so a shorter tail
+         * after the last full wave (H100, 64 rows, ctx 1024, one build
+         * switched: 3691.5 -> 3744.9 tok/s; mlp1 8.66 and mlp2 4.52 ms a
+         * step against 8.79 and 4.59 in an earlier session). The
+         * ring is as deep as the grid lets it be: a grid the multiprocessors
+         * hold at once at depth 8 takes it (more loads in flight per warp);
+         * a dense one that fits three 64-output blocks each but not two
+         * takes depth 3 (one wave); else depth 4. H100, 64 rows: the o
+         * projection's 180 blocks 0.91 -> 0.68 ms a step at two each
+         * instead of one, the qkv projection's 320 blocks 0.83 -> 0.69 at
+         * three instead of two; the experts' grids at three each were
+         * slower (9.24 -> 9.85 ms) */
+        const bool grouped = a->tiles != nullptr;
+        const int bn = grouped ? 32 : MX_BN;
+        dim3 grid(row_blocks, (a->n + bn - 1) / bn);
+        long blocks = (long)grid.x * grid.y, fit = (long)dev->multiprocessors * (MX_BN / bn);
+        gemm_kernel_t kernel;
+        if (grouped)
+            kernel = blocks <= fit ? stream_kernel<8, 32>(vec) : stream_kernel<4, 32>(vec);
+        else if (blocks <= fit)
+            kernel = stream_kernel<8, MX_BN>(vec);
+        else if (blocks > 2 * fit && blocks <= 3 * fit)
+            kernel = stream_kernel<3, MX_BN>(vec);
         else
-            kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
+            kernel = stream_kernel<4, MX_BN>(vec);
+        hipLaunchKernelGGL(kernel, grid, dim3(bn / 8 * dev->warp), 0, stream, *a);
+        return hipGetLastError();
     }
-    hipLaunchKernelGGL(kernel, grid, dim3(warps * dev->warp), 0, stream, *a);
+    /* tiled: 4 warps */
+    dim3 grid(row_blocks, (a->n + MX_BN - 1) / MX_BN);
+    gemm_kernel_t kernel;
+    if (bm == 32)
+        kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
+    else
+        kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
+    hipLaunchKernelGGL(kernel, grid, dim3(4 * dev->warp), 0, stream, *a);
     return hipGetLastError();
 }

@@ -12,19 +12,19 @@
 #include "../src/core/synth.h"
 #include "../src/hip/hip_runtime_compat.h"
 
-/* The experts' bf16 weights on the device may be tiled (a replica that
- * decodes at most 16 rows per expert: gptoss_gpu_tiled): each [n][k] matrix
- * (one per layer and expert) is cut into tiles of 16 rows by 32 k, zero
- * past n and k; tile (r / 16, k / 32) lies at ((r / 16) * chunks + k / 32)
- * * 512 elements, chunks = ceil(k / 32), its rows 64 bytes apart. The
- * pieces a warp multiplies for one chunk of 16 rows (matrix_core.h) are
- * then one contiguous KiB, and a 16-row band of the matrix streams from
- * memory in order: H100, 64 rows, mlp1 9.21 -> 8.77 ms a step, mlp2 4.83
- * -> 4.58. The dense layers' weights stay [n][k]: tiled, their GEMMs of
- * 128 rows and more (each weight read by several row tiles) ran 15-35%
- * slower (256 rows: qkv 1.41 -> 1.87 ms, the unembedding 1.41 -> 1.88),
- * though those of 64 rows gained 7-11%. So do fp32 weights, the embedding
- * table and the router's. */
+/* Some bf16 weights on the device may be tiled (gptoss_gpu_tiled: the
+ * experts' when a replica decodes at most 16 rows per expert, the qkv and
+ * output projections' up to 64 slots): each [n][k] matrix (one per layer and
+ * expert) is cut into tiles of 16 rows by 32 k, zero past n and k; tile
+ * (r / 16, k / 32) lies at ((r / 16) * chunks + k / 32) * 512 elements,
+ * chunks = ceil(k / 32), its rows 64 bytes apart. The pieces a warp
+ * multiplies for one chunk of 16 rows (matrix_core.h) are then one
+ * contiguous KiB, and a 16-row band of the matrix streams from memory in
+ * order: H100, 64 rows, mlp1 9.21 -> 8.77 ms a step, mlp2 4.83 -> 4.58.
+ * Dense GEMMs of 128 rows and more (each weight read by several row tiles)
+ * ran 15-35% slower tiled (256 rows: qkv 1.41 -> 1.87 ms, the unembedding
+ * 1.41 -> 1.88). fp32 weights, the embedding table, the router's and the
+ * unembedding stay [n][k]. */
 typedef struct {
     int64_t n, k; /* 0, 0: not tiled */
 } gptoss_tiling;
@@ -142,7 +142,10 @@ typedef struct {
     int *topk_idx;    /* [rows][k] */
     float *topk_w;    /* [rows][k] */
 } gptoss_router_args;
+/* 1 if the router takes the shape; the largest hidden size it takes (its
+ * normalized row lives in shared memory) */
 int gptoss_router_limits(int n_experts, int k, int hidden);
+int gptoss_router_max_hidden(void);
 hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
 
 /* moe_dispatch.hip */

@@ -103,15 +103,6 @@ __device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *slots) {
 
 __device__ uint64_t add(uint64_t a, uint64_t b) { return a + b; }
 
-/* (v, i) becomes (ov, oi) when that is the higher logit, or the same with a
- * lower id; NaN never wins and i = INT_MAX means "nothing yet" */
-__device__ void take_better(float &v, int &i, float ov, int oi) {
-    if (ov > v || (ov == v && oi < i)) {
-        v = ov;
-        i = oi;
-    }
-}
-
 /* a 64-bit add from two native 32-bit atomics (a 64-bit one is a
  * compare-and-swap loop on NVIDIA), the carry read off the low word */
 __device__ void add_wide(uint32_t *lo, uint32_t *hi, uint64_t v) {
@@ -214,11 +205,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
             }
         }
     });
-    for (int o = warpSize / 2; o > 0; o /= 2) {
-        float ov = __shfl_xor(top, o);
-        int oi = __shfl_xor(top_i, o);
-        take_better(top, top_i, ov, oi);
-    }
+    warp_best(top, top_i);
     if (tid % warpSize == 0) {
         sh.slotf[tid / warpSize] = top;
         sh.slot32[tid / warpSize] = top_i;

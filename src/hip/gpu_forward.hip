@@ -114,6 +114,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         gptoss_gemm_args qkv = {};
         qkv.x = g->t_in;
         qkv.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_QKV, l);
+        qkv.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_QKV);
         qkv.bias = (const float *)g->w[GPTOSS_T_B_QKV] + (size_t)l * Q;
         qkv.rows = R;
         qkv.n = Q;
@@ -172,6 +173,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         gptoss_gemm_args o = {};
         o.x = g->attn_in;
         o.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_O, l);
+        o.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_O);
         o.bias = (const float *)g->w[GPTOSS_T_B_O] + (size_t)l * H;
         o.rows = R;
         o.n = H;

@@ -28,15 +28,22 @@ static size_t elem_bytes(const gptoss_gpu *g, int tensor) {
     return g->o.weights_bf16 && is_matrix(tensor) ? 2 : 4;
 }
 
-/* The experts' bf16 weights are tiled when a step that decodes every slot
- * expects at most 16 rows per expert: their GEMMs then stream, where tiles
- * are faster. With more rows they run staged, and there rows of k were
- * faster (H100, getp of 1024 requests, 256 steps: 15940 tok/s against
- * 14797 and 14916 tiled). Either way a row gets the same bits. */
+/* Which bf16 weights are tiled (launchers.h). The experts' when a step that
+ * decodes every slot expects at most 16 rows per expert: their GEMMs then
+ * stream, where tiles are faster. With more rows they run staged, and there
+ * rows of k were faster (H100, getp of 1024 requests, 256 steps: 15940
+ * tok/s against 14797 and 14916 tiled). The attention's qkv and output
+ * projections' up to 64 slots, where their decode GEMMs stream 16-row tiles
+ * (H100, 64 rows: qkv 0.682 -> 0.618 ms a step, o 0.698 -> 0.655); with more
+ * rows each weight is re-read by several row tiles, and tiles were 15-35%
+ * slower there. Either way a row gets the same bits. */
 int gptoss_gpu_tiled(const gptoss_gpu *g, int tensor) {
     const gptoss_config *c = &g->c;
-    return g->o.weights_bf16 && (tensor == GPTOSS_T_W_MLP1 || tensor == GPTOSS_T_W_MLP2) &&
-           (int64_t)g->o.slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
+    if (!g->o.weights_bf16)
+        return 0;
+    if (tensor == GPTOSS_T_W_MLP1 || tensor == GPTOSS_T_W_MLP2)
+        return (int64_t)g->o.slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
+    return (tensor == GPTOSS_T_W_QKV || tensor == GPTOSS_T_W_O) && g->o.slots <= 64;
 }
 
 static gptoss_tiling tiling_of(const gptoss_gpu *g, int t) {
@@ -243,9 +250,9 @@ static int check_shape(const gptoss_gpu *g, char *err) {
         !gptoss_router_limits(c->n_experts, c->experts_per_token, c->hidden_dim)) {
         snprintf(err, GPTOSS_ERR_LEN,
                  "replica: the GPU engine supports up to 32 query heads per KV head, heads of up "
-                 "to 256 values, 2048 values per KV group, 256 experts, top-32 and hidden size 11968 (this model: %d heads, "
+                 "to 256 values, 2048 values per KV group, 256 experts, top-32 and hidden size %d (this model: %d heads, "
                  "%d KV heads of %d, %d experts, top-%d, hidden size %d)",
-                 c->n_attn_heads, c->n_kv_heads, c->head_dim, c->n_experts, c->experts_per_token, c->hidden_dim);
+                 gptoss_router_max_hidden(), c->n_attn_heads, c->n_kv_heads, c->head_dim, c->n_experts, c->experts_per_token, c->hidden_dim);
         return -1;
     }
     return 0;
