@@ -159,10 +159,10 @@ __device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const
  * DEPTH chunks in flight. Each weight is read once per block, with many
  * loads outstanding even when the grid is small: decode of the dense layers
  * (also dense GEMMs of a few dozen rows, whose larger tiles would leave the
- * GPU half idle) and the experts' grouped GEMMs at a few rows per expert. The ring's DEPTH
- * sets the blocks a multiprocessor holds (registers): three at DEPTH 3, two
- * at 4, one at 8, twice that at 32 outputs (the launcher picks by the
- * grid). */
+ * GPU half idle) and the experts' grouped GEMMs at a few rows per expert.
+ * The ring's DEPTH sets the blocks a multiprocessor holds (registers): three
+ * at DEPTH 3, two at 4, one at 8, twice that at 32 outputs (the launcher
+ * picks by the grid). */
 template <int DEPTH, bool VEC, int BN = MX_BN>
 __global__ void __launch_bounds__(BN / 8 * GPTOSS_WARP_MAX, (DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1) * (MX_BN / BN)) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES;
@@ -593,9 +593,9 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
          * (4 warps): twice the blocks, each half as long, so a shorter tail
          * after the last full wave (H100, 64 rows, ctx 1024, one build
          * switched: 3691.5 -> 3744.9 tok/s; mlp1 8.66 and mlp2 4.52 ms a
-         * step against 8.79 and 4.59 in an earlier session). The
-         * ring is as deep as the grid lets it be: a grid the multiprocessors
-         * hold at once at depth 8 takes it (more loads in flight per warp);
+         * step against 8.79 and 4.59 in an earlier session). The ring is
+         * as deep as the grid lets it be: a grid the multiprocessors hold at
+         * once at depth 8 takes it (more loads in flight per warp);
          * a dense one that fits three 64-output blocks each but not two
          * takes depth 3 (one wave); else depth 4. H100, 64 rows: the o
          * projection's 180 blocks 0.91 -> 0.68 ms a step at two each

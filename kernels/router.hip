@@ -19,9 +19,10 @@
 
 namespace {
 
-/* a warp per expert or two: one block reads the whole router matrix, so it
- * needs many loads in flight (256 threads ran at 77 us per 20b row on an
- * H200): BATCH loads per lane before their sums. Two blocks per
+/* warp w takes experts w, w + 16, .. (two each of the 20b's 32): one block
+ * reads the whole router matrix, so it needs many loads in flight (256
+ * threads ran at 77 us per 20b row on an H200): BATCH loads per lane before
+ * their sums. Two blocks per
  * multiprocessor (64 registers: at 1024 threads, 32 registers spilled the
  * batch), so 256 rows take one wave. H100, 64 rows of the 20b, with the
  * top k in one warp: 0.504 -> 0.398 ms a step over 24 layers (1024 threads,

@@ -2,7 +2,7 @@
  * CPU's recipe (src/core/synth.h), so a GPU replica of a 20b/120b synthetic
  * model needs no host copy and holds exactly the CPU's bits, and fp32 →
  * bf16 conversion (round to nearest even, as the golden's bf16 mode) of
- * tensors uploaded from a file; either placed in the experts' tiled layout
+ * tensors uploaded from a file; either placed in the tiled layout
  * (launchers.h) where asked. */
 #include "device.h"
 #include "launchers.h"

@@ -250,9 +250,10 @@ static int check_shape(const gptoss_gpu *g, char *err) {
         !gptoss_router_limits(c->n_experts, c->experts_per_token, c->hidden_dim)) {
         snprintf(err, GPTOSS_ERR_LEN,
                  "replica: the GPU engine supports up to 32 query heads per KV head, heads of up "
-                 "to 256 values, 2048 values per KV group, 256 experts, top-32 and hidden size %d (this model: %d heads, "
-                 "%d KV heads of %d, %d experts, top-%d, hidden size %d)",
-                 gptoss_router_max_hidden(), c->n_attn_heads, c->n_kv_heads, c->head_dim, c->n_experts, c->experts_per_token, c->hidden_dim);
+                 "to 256 values, 2048 values per KV group, 256 experts, top-32 and hidden size %d "
+                 "(this model: %d heads, %d KV heads of %d, %d experts, top-%d, hidden size %d)",
+                 gptoss_router_max_hidden(), c->n_attn_heads, c->n_kv_heads, c->head_dim, c->n_experts,
+                 c->experts_per_token, c->hidden_dim);
         return -1;
     }
     return 0;
