@@ -1,6 +1,7 @@
 /* Linear layers: Y[p][o] = sum_i X[p][i] * W[o][i] for p in a list of rows,
- * with bias and an epilogue (store, add into the residual, or SwiGLU over
- * mlp1's interleaved gate/up outputs). Rows may be gathered from another
+ * with bias and an epilogue (store, add into the residual, SwiGLU over
+ * mlp1's interleaved gate/up outputs, or RoPE and the KV cache write for
+ * the qkv projection: rope.h). Rows may be gathered from another
  * array (MoE: a sorted pair reads its token's activations) and grouped by
  * expert through a tile table built on the device (moe_dispatch.hip), so the
  * host launches a fixed grid without knowing how many rows each expert got.
@@ -12,7 +13,7 @@
  *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled: launchers.h) and
  *    inputs on the matrix cores with fp32 accumulators (matrix_core.h), in
  *    one summation order whatever the kernel (below): streaming (blocks of
- *    16 rows by 64 or 32 outputs, operands straight into registers) for
+ *    16 rows by 32 outputs, operands straight into registers) for
  *    decode and the experts at up to 16 rows per expert, staged (32- or
  *    64-row tiles by 128 outputs through a ring of shared-memory stages)
  *    for the experts beyond and for tiled weights at more rows, tiled (16 MT
@@ -21,6 +22,7 @@
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
+#include "rope.h"
 #include "../src/core/course_math.h"
 
 namespace {
@@ -154,24 +156,32 @@ __device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const
 }
 
 /* Streaming, operands loaded straight into the registers the matrix cores
- * read: a block covers 16 rows by BN outputs (64 or 32) with BN / 8 warps,
- * warp w doing outputs 16 (w / 2).. over the even (w even) or odd chunks,
- * DEPTH chunks in flight. Each weight is read once per block, with many
- * loads outstanding even when the grid is small: decode of the dense layers
- * (also dense GEMMs of a few dozen rows, whose larger tiles would leave the
- * GPU half idle) and the experts' grouped GEMMs at a few rows per expert.
- * The ring's DEPTH sets the blocks a multiprocessor holds (registers): three
- * at DEPTH 3, two at 4, one at 8, twice that at 32 outputs (the launcher
- * picks by the grid). */
-template <int DEPTH, bool VEC, int BN = MX_BN>
-__global__ void __launch_bounds__(BN / 8 * GPTOSS_WARP_MAX, (DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1) * (MX_BN / BN)) gemm_stream_kernel(gptoss_gemm_args a) {
-    constexpr int P = tile16::PIECES;
+ * read: a block covers 16 rows by 32 outputs with 4 warps, warp w doing
+ * outputs 16 (w / 2).. over the even (w even) or odd chunks, DEPTH chunks
+ * in flight. Each weight is read once per block, with many loads
+ * outstanding even when the grid is small: decode of the dense layers (also
+ * dense GEMMs of a few dozen rows, whose larger tiles would leave the GPU
+ * half idle) and the experts' grouped GEMMs at a few rows per expert. The
+ * ring's DEPTH sets the blocks a multiprocessor holds (registers): six at
+ * DEPTH 3, four at 4, two at 8 (the launcher picks by the grid).
+ *
+ * With the ROPE_KV epilogue (a qkv projection, heads of 64) block y takes
+ * outputs 16 (y % 2).. of head y / 2 and the 16 half a head further, so
+ * each rotated pair (i, i + 32) is the block's, whose shared row buffer
+ * brings the two halves together. */
+constexpr int STREAM_BN = 32;
+
+template <int DEPTH, bool VEC>
+__global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, 2 * (DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1)) gemm_stream_kernel(gptoss_gemm_args a) {
+    constexpr int P = tile16::PIECES, BN = STREAM_BN;
     row_tile t;
     if (!block_rows(a, 16, t))
         return;
     __shared__ float even[16 * BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
-    int n0 = blockIdx.y * BN + 16 * (warp >> 1);
+    const bool rope = a.epilogue == GPTOSS_GEMM_ROPE_KV;
+    int n0 = rope ? (blockIdx.y >> 1) * 64 + (blockIdx.y & 1) * 16 + 32 * (warp >> 1)
+                  : blockIdx.y * BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *W = expert_w(a, t);
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
@@ -225,12 +235,48 @@ __global__ void __launch_bounds__(BN / 8 * GPTOSS_WARP_MAX, (DEPTH <= 3 ? 3 : DE
                 if (half == 0) {
                     e[0] = acc[i];
                     e[1] = acc[i + 1];
+                } else if (rope) { /* the outputs as a STORE would write them, for the pairs below */
+                    float v0 = e[0] + acc[i], v1 = e[1] + acc[i + 1];
+                    if (a.bias) {
+                        v0 += a.bias[o];
+                        v1 += a.bias[o + 1];
+                    }
+                    e[0] = v0;
+                    e[1] = v1;
                 } else if (p < t.end && o < a.n) {
                     epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
                 }
             }
         if (half == 0)
             __syncthreads();
+    }
+    if (rope) {
+        __syncthreads();
+        const gptoss_rope_kv_args &q = a.rope;
+        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16, kv_heads = q.n_heads + q.n_kv_heads;
+        for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
+            const int row = item / 16, c = item % 16, p = t.begin + row;
+            if (p >= t.end)
+                continue;
+            const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
+            if (head < kv_heads) {
+                float y0, y1;
+                rope_rotate(q, p, i0 + c, x0, x1, y0, y1);
+                if (a.rope_kv_bf16)
+                    rope_store_pair<bf16>(q, p, head, i0 + c, y0, y1);
+                else
+                    rope_store_pair<float>(q, p, head, i0 + c, y0, y1);
+            } else {
+                const int j = (head - kv_heads) * 64 + i0 + c;
+                if (a.rope_kv_bf16) {
+                    rope_store_v<bf16>(q, p, j, x0);
+                    rope_store_v<bf16>(q, p, j + 32, x1);
+                } else {
+                    rope_store_v<float>(q, p, j, x0);
+                    rope_store_v<float>(q, p, j + 32, x1);
+                }
+            }
+        }
     }
 }
 
@@ -515,8 +561,8 @@ hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t strea
 
 typedef void (*gemm_kernel_t)(gptoss_gemm_args);
 
-template <int DEPTH, int BN> static gemm_kernel_t stream_kernel(bool vec) {
-    return vec ? gemm_stream_kernel<DEPTH, true, BN> : gemm_stream_kernel<DEPTH, false, BN>;
+template <int DEPTH> static gemm_kernel_t stream_kernel(bool vec) {
+    return vec ? gemm_stream_kernel<DEPTH, true> : gemm_stream_kernel<DEPTH, false>;
 }
 
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
@@ -563,9 +609,18 @@ static hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool 
                       : launch_staged_fit<BM, false>(a, grid, vec, limit, stream);
 }
 
+int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode) {
+    /* the streaming kernel's (bf16, dense, 16-row tiles), heads of 64 */
+    const gptoss_rope_kv_args &rope = a->rope;
+    return bf16_mode && !a->tiles && gptoss_gemm_tile_rows(a, bf16_mode) == 16 && rope.head_dim == 64 &&
+           a->n == (rope.n_heads + 2 * rope.n_kv_heads) * 64;
+}
+
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
                               const gptoss_gpu_shape *dev, hipStream_t stream) {
     int bm = gptoss_gemm_tile_rows(a, bf16_mode);
+    if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a, bf16_mode))
+        return hipErrorInvalidValue;
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
     if (row_blocks <= 0)
         return hipSuccess;
@@ -589,33 +644,27 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
                         : launch_staged_rows<ST_BM>(a, grid, vec, limit, stream);
     }
     if (bm == 16) {
-        /* Streaming. The experts' grouped GEMMs take blocks of 32 outputs
-         * (4 warps): twice the blocks, each half as long, so a shorter tail
-         * after the last full wave (H100, 64 rows, ctx 1024, one build
-         * switched: 3691.5 -> 3744.9 tok/s; mlp1 8.66 and mlp2 4.52 ms a
-         * step against 8.79 and 4.59 in an earlier session). The ring is
-         * as deep as the grid lets it be: a grid the multiprocessors hold at
-         * once at depth 8 takes it (more loads in flight per warp);
-         * a dense one that fits three 64-output blocks each but not two
-         * takes depth 3 (one wave); else depth 4. H100, 64 rows: the o
+        /* Streaming, 32 outputs a block (4 warps): against 64 (8 warps),
+         * twice the blocks, each half as long, so a shorter tail after the
+         * last full wave. H100, ctx 1024, one build switched: the experts'
+         * grouped GEMMs 3691.5 -> 3744.9 tok/s at 64 rows; the dense ones
+         * (with RoPE fused into the qkv projection's) 241.7 -> 246.4 tok/s
+         * at 1 row, 3849.6 -> 3878.4 at 64. The ring is as deep as the grid
+         * lets it be: a grid the multiprocessors hold at once at depth 8
+         * takes it (more loads in flight per warp); a dense one of more
+         * than 4 but at most 6 blocks per multiprocessor takes depth 3,
+         * which holds 6 (one wave); else depth 4. H100, 64 rows, 64-output blocks: the o
          * projection's 180 blocks 0.91 -> 0.68 ms a step at two each
          * instead of one, the qkv projection's 320 blocks 0.83 -> 0.69 at
          * three instead of two; the experts' grids at three each were
          * slower (9.24 -> 9.85 ms) */
         const bool grouped = a->tiles != nullptr;
-        const int bn = grouped ? 32 : MX_BN;
-        dim3 grid(row_blocks, (a->n + bn - 1) / bn);
-        long blocks = (long)grid.x * grid.y, fit = (long)dev->multiprocessors * (MX_BN / bn);
-        gemm_kernel_t kernel;
-        if (grouped)
-            kernel = blocks <= fit ? stream_kernel<8, 32>(vec) : stream_kernel<4, 32>(vec);
-        else if (blocks <= fit)
-            kernel = stream_kernel<8, MX_BN>(vec);
-        else if (blocks > 2 * fit && blocks <= 3 * fit)
-            kernel = stream_kernel<3, MX_BN>(vec);
-        else
-            kernel = stream_kernel<4, MX_BN>(vec);
-        hipLaunchKernelGGL(kernel, grid, dim3(bn / 8 * dev->warp), 0, stream, *a);
+        dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
+        long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
+        gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec)
+                               : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec)
+                                                                                   : stream_kernel<4>(vec);
+        hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
         return hipGetLastError();
     }
     /* tiled: 4 warps */

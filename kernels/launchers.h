@@ -73,8 +73,21 @@ typedef struct {
     int shared_per_sm;   /* hipDeviceAttributeMaxSharedMemoryPerMultiprocessor */
 } gptoss_gpu_shape;
 
+/* rope_kv.hip's arguments: RoPE on a qkv projection's rows, fused with the
+ * KV cache write */
+typedef struct {
+    const float *qkv;  /* [rows][(Hq + 2 Hkv) D] */
+    const float *cos, *sin; /* [ctx][D / 2] */
+    const int *slots, *positions;
+    int rows, n_heads, n_kv_heads, head_dim;
+    int positions_per_slot; /* of this layer's cache: ctx, or the window ring */
+    float *q;               /* [rows][Hq D] */
+    void *k_cache, *v_cache; /* this layer's [slots][positions_per_slot][Hkv D] */
+    float *k_trace;          /* NULL, or [rows][Hkv D] */
+} gptoss_rope_kv_args;
+
 /* gemm.hip */
-enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU };
+enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU, GPTOSS_GEMM_ROPE_KV };
 typedef struct {
     const void *x;      /* [.][k] inputs, the mode's type (fp32 or bf16) */
     const int *x_rows;  /* NULL: row p reads x[p]; else x[x_rows[p]] */
@@ -90,23 +103,21 @@ typedef struct {
     float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
     void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
     float swiglu_limit;
+    /* ROPE_KV, where gptoss_gemm_takes_rope (a dense qkv projection): the
+     * outputs go through RoPE into q and the KV cache (rope_kv.hip's work),
+     * y is not written */
+    gptoss_rope_kv_args rope;
+    int rope_kv_bf16;
 } gptoss_gemm_args;
 /* rows per tile the launch will use (the tile table must be built with it) */
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
+/* 1 if the launch takes the ROPE_KV epilogue (rows, n, k and rope set) */
+int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode);
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
                               const gptoss_gpu_shape *dev, hipStream_t stream);
 
-/* rope_kv.hip */
-typedef struct {
-    const float *qkv;  /* [rows][(Hq + 2 Hkv) D] */
-    const float *cos, *sin; /* [ctx][D / 2] */
-    const int *slots, *positions;
-    int rows, n_heads, n_kv_heads, head_dim;
-    int positions_per_slot; /* of this layer's cache: ctx, or the window ring */
-    float *q;               /* [rows][Hq D] */
-    void *k_cache, *v_cache; /* this layer's [slots][positions_per_slot][Hkv D] */
-    float *k_trace;          /* NULL, or [rows][Hkv D] */
-} gptoss_rope_kv_args;
+/* rope_kv.hip (its arguments are declared before the GEMM's, whose qkv
+ * epilogue takes them) */
 hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, int kv_bf16, hipStream_t stream);
 
 /* attention.hip (and the tracer's scores in trace_stages.hip) */

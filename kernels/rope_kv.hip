@@ -1,11 +1,8 @@
-/* RoPE on the fresh q and k of each row (half-split pairs i, i + D/2, the
- * golden's float arithmetic with its cos/sin table uploaded from the host),
- * fused with the KV cache write: k and v go to the row's slot at
- * position % positions (a ring for windowed layers), rounded to bf16 when
- * the cache is bf16. k_trace, when given, receives the rotated k before any
+/* RoPE on the fresh q and k of each row, fused with the KV cache write
+ * (rope.h), for qkv projections whose GEMM did not take it in its epilogue
+ * (gemm.hip). k_trace, when given, receives the rotated k before any
  * rounding (the tracer's k_rope). */
-#include "device.h"
-#include "launchers.h"
+#include "rope.h"
 
 constexpr int ROPE_THREADS = 128;
 
@@ -15,37 +12,20 @@ constexpr int ROPE_THREADS = 128;
  * took 10 us per layer, latency alone). */
 template <class KV>
 __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(gptoss_rope_kv_args a) {
-    int r = blockIdx.x, half = a.head_dim / 2, pos = a.positions[r];
+    int r = blockIdx.x, half = a.head_dim / 2;
     int hqd = a.n_heads * a.head_dim, kvd = a.n_kv_heads * a.head_dim;
     int e = blockIdx.y * ROPE_THREADS + threadIdx.x, pairs = (a.n_heads + a.n_kv_heads) * half;
     const float *qkv = a.qkv + (size_t)r * (hqd + 2 * kvd);
-    size_t at = ((size_t)a.slots[r] * a.positions_per_slot + pos % a.positions_per_slot) * kvd;
-    KV *k_out = (KV *)a.k_cache + at, *v_out = (KV *)a.v_cache + at;
     if (e >= pairs) {
         if (e - pairs < kvd)
-            v_out[e - pairs] = from_float<KV>(qkv[hqd + kvd + e - pairs]);
+            rope_store_v<KV>(a, r, e - pairs, qkv[hqd + kvd + e - pairs]);
         return;
     }
     int h = e / half, i = e % half;
-    bool is_q = h < a.n_heads;
-    const float *src = is_q ? qkv + h * a.head_dim : qkv + hqd + (h - a.n_heads) * a.head_dim;
-    float cs = a.cos[(size_t)pos * half + i], sn = a.sin[(size_t)pos * half + i];
-    float x0 = src[i], x1 = src[i + half];
-    float y0 = x0 * cs - x1 * sn;
-    float y1 = x1 * cs + x0 * sn;
-    if (is_q) {
-        float *q = a.q + (size_t)r * hqd + h * a.head_dim;
-        q[i] = y0;
-        q[i + half] = y1;
-    } else {
-        int off = (h - a.n_heads) * a.head_dim;
-        k_out[off + i] = from_float<KV>(y0);
-        k_out[off + i + half] = from_float<KV>(y1);
-        if (a.k_trace) {
-            a.k_trace[(size_t)r * kvd + off + i] = y0;
-            a.k_trace[(size_t)r * kvd + off + i + half] = y1;
-        }
-    }
+    const float *src = qkv + h * a.head_dim; /* the k heads follow the q heads */
+    float y0, y1;
+    rope_rotate(a, r, i, src[i], src[i + half], y0, y1);
+    rope_store_pair<KV>(a, r, h, i, y0, y1);
 }
 
 hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, int kv_bf16, hipStream_t stream) {

@@ -111,19 +111,6 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
                                                  R, H, g->t, bf ? g->t_in : NULL, st));
         REC("attn_norm", l, 0, 0, H, g->t);
 
-        gptoss_gemm_args qkv = {};
-        qkv.x = g->t_in;
-        qkv.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_QKV, l);
-        qkv.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_QKV);
-        qkv.bias = (const float *)g->w[GPTOSS_T_B_QKV] + (size_t)l * Q;
-        qkv.rows = R;
-        qkv.n = Q;
-        qkv.k = H;
-        qkv.epilogue = GPTOSS_GEMM_STORE;
-        qkv.y = g->qkv;
-        RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
-        REC("qkv", l, 0, 0, Q, g->qkv);
-
         gptoss_rope_kv_args rk = {};
         rk.qkv = g->qkv;
         rk.cos = g->cos;
@@ -139,7 +126,26 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         rk.k_cache = g->k_layer[l];
         rk.v_cache = g->v_layer[l];
         rk.k_trace = trace ? g->k_trace : NULL;
-        RUN("rope_kv", gptoss_launch_rope_kv(&rk, g->o.kv_bf16, st));
+
+        /* RoPE and the KV write in the GEMM's epilogue where it takes them
+         * (traced steps record the projection before them) */
+        gptoss_gemm_args qkv = {};
+        qkv.x = g->t_in;
+        qkv.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_QKV, l);
+        qkv.w_tiled = gptoss_gpu_tiled(g, GPTOSS_T_W_QKV);
+        qkv.bias = (const float *)g->w[GPTOSS_T_B_QKV] + (size_t)l * Q;
+        qkv.rows = R;
+        qkv.n = Q;
+        qkv.k = H;
+        qkv.y = g->qkv;
+        qkv.rope = rk;
+        qkv.rope_kv_bf16 = g->o.kv_bf16;
+        qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv, bf) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
+        RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
+        if (qkv.epilogue == GPTOSS_GEMM_STORE) {
+            REC("qkv", l, 0, 0, Q, g->qkv);
+            RUN("rope_kv", gptoss_launch_rope_kv(&rk, g->o.kv_bf16, st));
+        }
         REC("q_rope", l, 0, 0, HqD, g->q);
         REC("k_rope", l, 0, 0, kvd, g->k_trace);
 
