@@ -252,28 +252,29 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, 2 * (DEPTH <=
     }
     if (rope) {
         __syncthreads();
-        const gptoss_rope_kv_args &q = a.rope;
-        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16, kv_heads = q.n_heads + q.n_kv_heads;
+        const gptoss_rope_kv_args &rk = a.rope;
+        /* heads below `rotated` (q, then k) rotate; v heads are stored as they are */
+        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16, rotated = rk.n_heads + rk.n_kv_heads;
         for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
             const int row = item / 16, c = item % 16, p = t.begin + row;
             if (p >= t.end)
                 continue;
             const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
-            if (head < kv_heads) {
+            if (head < rotated) {
                 float y0, y1;
-                rope_rotate(q, p, i0 + c, x0, x1, y0, y1);
+                rope_rotate(rk, p, i0 + c, x0, x1, y0, y1);
                 if (a.rope_kv_bf16)
-                    rope_store_pair<bf16>(q, p, head, i0 + c, y0, y1);
+                    rope_store_pair<bf16>(rk, p, head, i0 + c, y0, y1);
                 else
-                    rope_store_pair<float>(q, p, head, i0 + c, y0, y1);
+                    rope_store_pair<float>(rk, p, head, i0 + c, y0, y1);
             } else {
-                const int j = (head - kv_heads) * 64 + i0 + c;
+                const int j = (head - rotated) * 64 + i0 + c;
                 if (a.rope_kv_bf16) {
-                    rope_store_v<bf16>(q, p, j, x0);
-                    rope_store_v<bf16>(q, p, j + 32, x1);
+                    rope_store_v<bf16>(rk, p, j, x0);
+                    rope_store_v<bf16>(rk, p, j + 32, x1);
                 } else {
-                    rope_store_v<float>(q, p, j, x0);
-                    rope_store_v<float>(q, p, j + 32, x1);
+                    rope_store_v<float>(rk, p, j, x0);
+                    rope_store_v<float>(rk, p, j + 32, x1);
                 }
             }
         }
@@ -653,11 +654,11 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
          * lets it be: a grid the multiprocessors hold at once at depth 8
          * takes it (more loads in flight per warp); a dense one of more
          * than 4 but at most 6 blocks per multiprocessor takes depth 3,
-         * which holds 6 (one wave); else depth 4. H100, 64 rows, 64-output blocks: the o
-         * projection's 180 blocks 0.91 -> 0.68 ms a step at two each
-         * instead of one, the qkv projection's 320 blocks 0.83 -> 0.69 at
-         * three instead of two; the experts' grids at three each were
-         * slower (9.24 -> 9.85 ms) */
+         * which holds 6 (one wave); else depth 4. H100, 64 rows, when the
+         * dense blocks had 64 outputs: the o projection's 180 blocks 0.91
+         * -> 0.68 ms a step at two each instead of one, the qkv
+         * projection's 320 blocks 0.83 -> 0.69 at three instead of two;
+         * the experts' grids at three each were slower (9.24 -> 9.85 ms) */
         const bool grouped = a->tiles != nullptr;
         dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
         long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
