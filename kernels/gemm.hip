@@ -48,17 +48,22 @@ __device__ __forceinline__ bool block_rows(const gptoss_gemm_args &a, int bm, ro
     return t.begin < t.end;
 }
 
-/* One pair of outputs (o, o + 1) of row p; o + 1 may be past n (then v1 is
- * ignored) except for SwiGLU, whose n is even. */
-template <class T>
-__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,
-                                         float v0, float v1) {
+/* the bias of outputs o and o + 1 (past n: none) added */
+__device__ __forceinline__ void add_bias(const gptoss_gemm_args &a, const row_tile &t, int o, float &v0, float &v1) {
     const float *bias = a.bias ? a.bias + (size_t)t.expert * a.n : nullptr;
     if (bias) {
         v0 += bias[o];
         if (o + 1 < a.n)
             v1 += bias[o + 1];
     }
+}
+
+/* One pair of outputs (o, o + 1) of row p; o + 1 may be past n (then v1 is
+ * ignored) except for SwiGLU, whose n is even. */
+template <class T>
+__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,
+                                         float v0, float v1) {
+    add_bias(a, t, o, v0, v1);
     if (a.epilogue == GPTOSS_GEMM_SWIGLU) {
         T *act = (T *)a.act + (size_t)p * (a.n / 2) + o / 2;
         *act = from_float<T>(gptoss_swiglu(v0, v1, a.swiglu_limit));
@@ -237,10 +242,7 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, 2 * (DEPTH <=
                     e[1] = acc[i + 1];
                 } else if (rope) { /* the outputs as a STORE would write them, for the pairs below */
                     float v0 = e[0] + acc[i], v1 = e[1] + acc[i + 1];
-                    if (a.bias) {
-                        v0 += a.bias[o];
-                        v1 += a.bias[o + 1];
-                    }
+                    add_bias(a, t, o, v0, v1);
                     e[0] = v0;
                     e[1] = v1;
                 } else if (p < t.end && o < a.n) {
@@ -252,31 +254,16 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, 2 * (DEPTH <=
     }
     if (rope) {
         __syncthreads();
-        const gptoss_rope_kv_args &rk = a.rope;
-        /* heads below `rotated` (q, then k) rotate; v heads are stored as they are */
-        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16, rotated = rk.n_heads + rk.n_kv_heads;
+        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16;
         for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
             const int row = item / 16, c = item % 16, p = t.begin + row;
             if (p >= t.end)
                 continue;
             const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
-            if (head < rotated) {
-                float y0, y1;
-                rope_rotate(rk, p, i0 + c, x0, x1, y0, y1);
-                if (a.rope_kv_bf16)
-                    rope_store_pair<bf16>(rk, p, head, i0 + c, y0, y1);
-                else
-                    rope_store_pair<float>(rk, p, head, i0 + c, y0, y1);
-            } else {
-                const int j = (head - rotated) * 64 + i0 + c;
-                if (a.rope_kv_bf16) {
-                    rope_store_v<bf16>(rk, p, j, x0);
-                    rope_store_v<bf16>(rk, p, j + 32, x1);
-                } else {
-                    rope_store_v<float>(rk, p, j, x0);
-                    rope_store_v<float>(rk, p, j + 32, x1);
-                }
-            }
+            if (a.rope.kv_bf16)
+                rope_store_head_pair<bf16>(a.rope, p, head, i0 + c, x0, x1);
+            else
+                rope_store_head_pair<float>(a.rope, p, head, i0 + c, x0, x1);
         }
     }
 }

@@ -83,6 +83,7 @@ typedef struct {
     int positions_per_slot; /* of this layer's cache: ctx, or the window ring */
     float *q;               /* [rows][Hq D] */
     void *k_cache, *v_cache; /* this layer's [slots][positions_per_slot][Hkv D] */
+    int kv_bf16;             /* the cache's type: bf16, else float */
     float *k_trace;          /* NULL, or [rows][Hkv D] */
 } gptoss_rope_kv_args;
 
@@ -107,7 +108,6 @@ typedef struct {
      * outputs go through RoPE into q and the KV cache (rope_kv.hip's work),
      * y is not written */
     gptoss_rope_kv_args rope;
-    int rope_kv_bf16;
 } gptoss_gemm_args;
 /* rows per tile the launch will use (the tile table must be built with it) */
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
@@ -118,7 +118,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
 
 /* rope_kv.hip (its arguments are declared before the GEMM's, whose qkv
  * epilogue takes them) */
-hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, int kv_bf16, hipStream_t stream);
+hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, hipStream_t stream);
 
 /* attention.hip (and the tracer's scores in trace_stages.hip) */
 typedef struct {

@@ -52,4 +52,22 @@ template <class KV> __device__ __forceinline__ void rope_store_v(const gptoss_ro
     ((KV *)a.v_cache + rope_cache_at(a, r))[j] = from_float<KV>(v);
 }
 
+/* the projection's values (x0, x1) at i and i + D/2 of head h of row r
+ * (the query heads, then the key heads, then the value heads) where they
+ * go: a query's or key's rotated, a value's as it is */
+template <class KV>
+__device__ __forceinline__ void rope_store_head_pair(const gptoss_rope_kv_args &a, int r, int h, int i, float x0,
+                                                     float x1) {
+    const int rotated = a.n_heads + a.n_kv_heads, half = a.head_dim / 2;
+    if (h < rotated) {
+        float y0, y1;
+        rope_rotate(a, r, i, x0, x1, y0, y1);
+        rope_store_pair<KV>(a, r, h, i, y0, y1);
+    } else {
+        const int j = (h - rotated) * a.head_dim + i;
+        rope_store_v<KV>(a, r, j, x0);
+        rope_store_v<KV>(a, r, j + half, x1);
+    }
+}
+
 #endif

@@ -28,10 +28,10 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(gptoss_rope_kv_ar
     rope_store_pair<KV>(a, r, h, i, y0, y1);
 }
 
-hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, int kv_bf16, hipStream_t stream) {
+hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, hipStream_t stream) {
     int items = (a->n_heads + a->n_kv_heads) * (a->head_dim / 2) + a->n_kv_heads * a->head_dim;
     dim3 grid(a->rows, (items + ROPE_THREADS - 1) / ROPE_THREADS);
-    if (kv_bf16)
+    if (a->kv_bf16)
         hipLaunchKernelGGL(rope_kv_kernel<bf16>, grid, dim3(ROPE_THREADS), 0, stream, *a);
     else
         hipLaunchKernelGGL(rope_kv_kernel<float>, grid, dim3(ROPE_THREADS), 0, stream, *a);

@@ -125,6 +125,7 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         rk.q = g->q;
         rk.k_cache = g->k_layer[l];
         rk.v_cache = g->v_layer[l];
+        rk.kv_bf16 = g->o.kv_bf16;
         rk.k_trace = trace ? g->k_trace : NULL;
 
         /* RoPE and the KV write in the GEMM's epilogue where it takes them
@@ -139,12 +140,11 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
         qkv.k = H;
         qkv.y = g->qkv;
         qkv.rope = rk;
-        qkv.rope_kv_bf16 = g->o.kv_bf16;
         qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv, bf) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
         RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
         if (qkv.epilogue == GPTOSS_GEMM_STORE) {
             REC("qkv", l, 0, 0, Q, g->qkv);
-            RUN("rope_kv", gptoss_launch_rope_kv(&rk, g->o.kv_bf16, st));
+            RUN("rope_kv", gptoss_launch_rope_kv(&rk, st));
         }
         REC("q_rope", l, 0, 0, HqD, g->q);
         REC("k_rope", l, 0, 0, kvd, g->k_trace);
