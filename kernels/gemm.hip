@@ -168,7 +168,7 @@ __device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const
  * dense GEMMs of a few dozen rows, whose larger tiles would leave the GPU
  * half idle) and the experts' grouped GEMMs at a few rows per expert. The
  * ring's DEPTH sets the blocks a multiprocessor holds (registers): six at
- * DEPTH 3, four at 4, two at 8 (the launcher picks by the grid).
+ * DEPTH 3, four at 5, two at 8 (the launcher picks by the grid).
  *
  * With the ROPE_KV epilogue (a qkv projection, heads of 64) block y takes
  * outputs 16 (y % 2).. of head y / 2 and the 16 half a head further, so
@@ -186,7 +186,7 @@ constexpr int STREAM_BN = 32;
  * o 0.649 -> 0.569, mlp1 6.350 -> 6.193, mlp2 3.372 -> 3.277; 4991.6 ->
  * 5147.2 tok/s. */
 template <int DEPTH, bool VEC, bool FULL>
-__global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, 2 * (DEPTH <= 3 ? 3 : DEPTH <= 4 ? 2 : 1)) gemm_stream_kernel(gptoss_gemm_args a) {
+__global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
     row_tile t;
     if (!block_rows(a, 16, t))
@@ -661,7 +661,11 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
          * lets it be: a grid the multiprocessors hold at once at depth 8
          * takes it (more loads in flight per warp); a dense one of more
          * than 4 but at most 6 blocks per multiprocessor takes depth 3,
-         * which holds 6 (one wave); else depth 4. H100, 64 rows, when the
+         * which holds 6 (one wave); else depth 5, which holds 4 (H200,
+         * 64 rows, against depth 4: the experts' mlp1 6.20 -> 5.97 ms a
+         * step, mlp2 3.28 -> 3.18, the o projection's 0.573 -> 0.540; the
+         * qkv projection's 640 blocks at depth 5 0.528 -> 0.786, so it
+         * keeps 3). H100, 64 rows, when the
          * dense blocks had 64 outputs: the o projection's 180 blocks 0.91
          * -> 0.68 ms a step at two each instead of one, the qkv
          * projection's 320 blocks 0.83 -> 0.69 at three instead of two;
@@ -672,7 +676,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
         gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full)
                                : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full)
-                                                                                   : stream_kernel<4>(vec, full);
+                                                                                   : stream_kernel<5>(vec, full);
         hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
         return hipGetLastError();
     }
