@@ -657,19 +657,21 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
          * last full wave. H100, ctx 1024, one build switched: the experts'
          * grouped GEMMs 3691.5 -> 3744.9 tok/s at 64 rows; the dense ones
          * (with RoPE fused into the qkv projection's) 241.7 -> 246.4 tok/s
-         * at 1 row, 3849.6 -> 3878.4 at 64. The ring is as deep as the grid
-         * lets it be: a grid the multiprocessors hold at once at depth 8
-         * takes it (more loads in flight per warp); a dense one of more
-         * than 4 but at most 6 blocks per multiprocessor takes depth 3,
-         * which holds 6 (one wave); else depth 5, which holds 4 (H200,
-         * 64 rows, against depth 4: the experts' mlp1 6.20 -> 5.97 ms a
-         * step, mlp2 3.28 -> 3.18, the o projection's 0.573 -> 0.540; the
-         * qkv projection's 640 blocks at depth 5 0.528 -> 0.786, so it
-         * keeps 3). H100, 64 rows, when the
-         * dense blocks had 64 outputs: the o projection's 180 blocks 0.91
-         * -> 0.68 ms a step at two each instead of one, the qkv
-         * projection's 320 blocks 0.83 -> 0.69 at three instead of two;
-         * the experts' grids at three each were slower (9.24 -> 9.85 ms) */
+         * at 1 row, 3849.6 -> 3878.4 at 64.
+         *
+         * The ring is as deep as the grid lets it be: a grid the
+         * multiprocessors hold at once at depth 8 takes it (more loads in
+         * flight per warp); a dense one of more than 4 but at most 6 blocks
+         * per multiprocessor takes depth 3, which holds 6 (one wave); any
+         * other takes depth 5, which holds 4. H200, 64 rows, depth 5
+         * against 4: the experts' mlp1 6.20 -> 5.97 ms a step, mlp2 3.28 ->
+         * 3.18, the o projection's 0.573 -> 0.540; the qkv projection's 640
+         * blocks 0.528 -> 0.786 at depth 4 or 5, so it keeps 3. Earlier, on
+         * the H100 at 64 rows with 64-output dense blocks: the o
+         * projection's 180 blocks 0.91 -> 0.68 ms a step at two each instead
+         * of one, the qkv projection's 320 blocks 0.83 -> 0.69 at three
+         * instead of two; the experts' grids at three each were slower
+         * (9.24 -> 9.85 ms). */
         const bool grouped = a->tiles != nullptr;
         dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
         long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
