@@ -1,7 +1,8 @@
 #!/usr/bin/env lua5.4
 -- GPU decode throughput: for each batch size B, B sequences prefill a short
--- prompt, then decode greedily (each step feeds the tokens of the last) until
--- the context reaches --ctx. Prints a table (tok/s, mean step time, achieved
+-- prompt, then decode greedily until the context reaches --ctx. Each step is
+-- fed the tokens of the last on the device (tokens = h) and enqueued before
+-- the host reads those (--feed host: the host reads them, then steps). Prints a table (tok/s, mean step time, achieved
 -- GB/s against a measured device-to-device copy, device memory) and one JSON
 -- line per batch size; --profile adds a per-kernel table of the last steps.
 --   lua5.4 examples/bench_gpu.lua [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
@@ -17,6 +18,7 @@ parser:option("--ctx", "Context reached by the last decode step.", "1024"):conve
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--weights", "fp32 or bf16.", "bf16")
 parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
+parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8"):convert(cli.integer("--profile-steps", 0))
 local a = parser:parse()
 
@@ -61,17 +63,25 @@ for b in a.batches:gmatch("%d+") do
   for s = 1, B do ds[s] = s end
   local steps, bytes = 0, 0
   local t0 = gptoss.clock()
+  local pending -- device feed: the step whose tokens the host has not read yet
   for pos = a.prompt, a.ctx - 1 do
     local positions = {}
     for s = 1, B do positions[s] = pos end
-    last = r:step({ slots = ds, positions = positions, tokens = last }):tokens()
+    if a.feed == "host" then
+      last = r:step({ slots = ds, positions = positions, tokens = last }):tokens()
+    else
+      local h = r:step({ slots = ds, positions = positions, tokens = pending or last })
+      if pending then last = pending:tokens() end
+      pending = h
+    end
     steps = steps + 1
     bytes = bytes + step_bytes(B, pos)
   end
+  if pending then last = pending:tokens() end
   local secs = gptoss.clock() - t0
   local res = {
     bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.devices()[a.device].name,
-    batch = B, ctx = a.ctx, steps = steps, seconds = secs, tok_per_s = B * steps / secs,
+    batch = B, ctx = a.ctx, feed = a.feed, steps = steps, seconds = secs, tok_per_s = B * steps / secs,
     step_ms = 1000 * secs / steps, gb_per_s = bytes / secs / 1e9, copy_gb_per_s = copy_bw / 1e9,
     memory = r.memory,
   }

@@ -57,9 +57,10 @@ hipError_t gptoss_launch_synth_fill(const gptoss_synth_param &p, uint64_t first,
 hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count, void *out,
                                  gptoss_tiling tiling, hipStream_t stream);
 
-/* embedding.hip: x[r] = table[tokens[r]] widened to fp32 */
-hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, int rows,
-                                   int hidden, float *x, hipStream_t stream);
+/* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a token -1 - j
+ * is fed[j], the previous step's sample for its row j (NaN row if invalid) */
+hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, const int *fed,
+                                   int vocab, int rows, int hidden, float *x, hipStream_t stream);
 
 /* rmsnorm.hip: out[r] = rmsnorm(x[r]) * w (out may be x); out_bf16 (may be
  * NULL) gets the bf16-rounded copy */

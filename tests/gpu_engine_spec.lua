@@ -366,6 +366,30 @@ describe("GPU engine #gpu", function()
     end
   end)
 
+  it("feeds a step the tokens the latest one sampled on the device, enqueued before they are read", function()
+    local m = gptoss.synthetic("20b-2l", { seed = 12 })
+    local slots, first = { 1, 2, 3, 4 }, tokens_for(12, 4, m.config.vocab_size)
+    local function at(pos) return { pos, pos, pos, pos } end
+    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    for _, r in ipairs { fed, told } do r:sampling(3, { temperature = 1.5, top_k = 40, seed = 4 }) end
+    local h = fed:step { slots = slots, positions = at(0), tokens = first }
+    local ids = told:step { slots = slots, positions = at(0), tokens = first }:tokens()
+    for pos = 1, 24 do
+      local nxt = fed:step { slots = slots, positions = at(pos), tokens = h } -- before h is read
+      assert.are.same(ids, h:tokens())
+      ids = told:step { slots = slots, positions = at(pos), tokens = ids }:tokens()
+      h = nxt
+    end
+    assert.are.same(ids, h:tokens())
+    -- and the logits of a fed step are those of the same step told its tokens
+    local lf = fed:step { slots = slots, positions = at(25), tokens = h, logits = true }:logits()
+    local lt = told:step { slots = slots, positions = at(25), tokens = ids, logits = true }:logits()
+    assert.are.equal(0, lf:max_abs_diff(lt))
+    fed:close()
+    told:close()
+  end)
+
   it("replays captured forward passes with the same results as launching kernel by kernel", function()
     -- profiling launches every kernel itself; plain steps replay graphs
     local m = gptoss.synthetic("20b-2l", { seed = 13 })
@@ -606,6 +630,10 @@ describe("GPU engine bad input, everywhere", function()
       r:sampling(1, { temperature = 1, seed = 3 })
       local h = r:step { slots = { 2, 1 }, positions = { 0, 0 }, tokens = { 1, 1 } }
       expect_error(function() h:tokens() end, "step:tokens: row 2: ", "NaN")
+      -- a step fed by it fails on that row too: the CPU when it reads the
+      -- tokens, the GPU (whose embedding makes the row NaN) when it samples
+      expect_error(function() r:step({ slots = { 2, 1 }, positions = { 1, 1 }, tokens = h }):tokens() end,
+        "step:tokens: row 2: ", "NaN")
       -- a greedy row never picks the NaN
       local t = r:step({ slots = { 2 }, positions = { 1 }, tokens = { 1 } }):tokens()
       assert.are_not.equal(7, t[1])

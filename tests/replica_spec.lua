@@ -415,3 +415,45 @@ describe("per-slot sampling (r:sampling)", function()
     H.expect_error(function() r:sampling(1, { temperature = 1 }) end, "replica: used after close")
   end)
 end)
+
+describe("a step fed by the latest one (tokens = h)", function()
+  local slots, first = { 1, 2, 3 }, { 5, 17, 3 }
+  local function at(pos) return { pos, pos, pos } end
+
+  it("runs each row on the token the latest step chose for it, sampled slots included", function()
+    local fed, told = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
+    for _, r in ipairs { fed, told } do r:sampling(2, { temperature = 2, seed = 5 }) end
+    local hf = fed:step { slots = slots, positions = at(0), tokens = first }
+    local ht = told:step { slots = slots, positions = at(0), tokens = first }
+    for pos = 1, 8 do
+      local nf = fed:step { slots = slots, positions = at(pos), tokens = hf }
+      local ids = ht:tokens()
+      local nt = told:step { slots = slots, positions = at(pos), tokens = ids }
+      assert.are.same(ids, hf:tokens())
+      assert.are.equal(0, nf:logits():max_abs_diff(nt:logits()))
+      hf, ht = nf, nt
+    end
+    assert.are.same(ht:tokens(), hf:tokens())
+    assert.are.equal(9, fed:length(2))
+  end)
+
+  it("refuses a step of another replica, an older step, a batch of another size, leaving the replica usable", function()
+    local r, other = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
+    local old = r:step { slots = slots, positions = at(0), tokens = first }
+    local latest = r:step { slots = slots, positions = at(1), tokens = old }
+    local foreign = other:step { slots = slots, positions = at(0), tokens = first }
+    H.expect_error(function() r:step { slots = slots, positions = at(2), tokens = foreign } end,
+      "step: tokens is a step of another replica")
+    H.expect_error(function() r:step { slots = slots, positions = at(2), tokens = old } end,
+      "step: tokens is step 1 of this replica, not its latest (2): only the latest feeds the next")
+    H.expect_error(function() r:step { slots = { 1, 2 }, positions = { 2, 2 }, tokens = latest } end,
+      "step: tokens is a step of 3 rows; this batch has 2")
+    H.expect_error(function() r:step { slots = slots, positions = at(2), tokens = "latest" } end,
+      "step: tokens must be a table of integers or the replica's latest step (got string)")
+    assert.are.same({ 2, 2, 2 }, { r:length(1), r:length(2), r:length(3) })
+    local ids = latest:tokens()
+    local next_ids = r:step { slots = slots, positions = at(2), tokens = latest }:tokens()
+    assert.are.equal(3, #next_ids)
+    assert.are.same(ids, latest:tokens())
+  end)
+end)

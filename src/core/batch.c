@@ -27,7 +27,8 @@ int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, c
                      n_slots);
             goto out;
         }
-        if (t < 0 || t >= vocab) {
+        int fed = t < 0 && -1 - t < b->fed_rows; /* sampled by the previous step: in range */
+        if (!fed && (t < 0 || t >= vocab)) {
             snprintf(err, GPTOSS_ERR_LEN, "step: tokens[%d] = %d is out of range 0..%d", r + 1, t,
                      vocab - 1);
             goto out;

@@ -15,6 +15,10 @@ typedef struct {
     const int *slots;     /* 0-based */
     const int *positions; /* 0-based */
     const int *tokens;
+    /* > 0: the replica's previous step had fed_rows rows, and a token
+     * -1 - j (j < fed_rows) stands for the one that step sampled for its row
+     * j, which the GPU engine reads on the device; 0: every token is an id */
+    int fed_rows;
 } gptoss_batch;
 
 /* Checks the batch against n_slots slots of ctx positions whose current

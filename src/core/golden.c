@@ -323,6 +323,10 @@ static void add_bias(float *y, const float *b, int rows, int n) {
 int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, gptoss_trace *trace,
                        char *err) {
     const gptoss_config *c = &g->c;
+    if (b->fed_rows) { /* the Lua binding hands it the previous step's ids */
+        snprintf(err, GPTOSS_ERR_LEN, "step: the CPU engine takes token ids only");
+        return -1;
+    }
     if (gptoss_batch_check(b, g->o.slots, g->o.ctx, c->vocab_size, g->length, err))
         return -1;
     if (trace && b->n != 1) {

@@ -101,7 +101,9 @@ int gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace
     hipStream_t st = g->stream;
     const int splits_full = plan_splits(g, b, 0), splits_window = plan_splits(g, b, c->sliding_window > 0);
 
-    RUN("embedding", gptoss_launch_embedding(g->w[GPTOSS_T_EMBEDDING], bf, d_tokens, R, H, g->x, st));
+    /* tokens_dev still holds the previous step's samples (this step's come last) */
+    RUN("embedding", gptoss_launch_embedding(g->w[GPTOSS_T_EMBEDDING], bf, d_tokens, g->tokens_dev,
+                                             c->vocab_size, R, H, g->x, st));
     REC("embedding", -1, 0, 0, H, g->x);
 
     for (int l = 0; l < c->n_layers; l++) {

@@ -665,7 +665,7 @@ int gptoss_gpu_logits(gptoss_gpu *g, const gptoss_gpu_result *res, float *out, c
 
 int gptoss_gpu_trace(gptoss_gpu *g, int slot, int token, int pos, gptoss_trace *trace,
                      float *logits, char *err) {
-    gptoss_batch b = {1, &slot, &pos, &token};
+    gptoss_batch b = {1, &slot, &pos, &token, 0};
     struct ring_entry *r;
     if (begin_step(g, &b, NULL, &r, err) || gptoss_gpu_forward(g, &b, trace, err))
         return -1;

@@ -34,6 +34,7 @@ typedef struct {
     int slots, ctx, weights_bf16, kv_bf16; /* as created, for either engine */
     row_sampling *slot_sampling; /* per slot, in the replica's user value 2 */
     sampler_box *scratch;        /* user value 3 */
+    uint64_t steps;              /* r:step calls done: the latest step's seq */
 } lua_replica;
 
 /* CPU: logits always, sampling drawn on the host by h:tokens().
@@ -44,9 +45,10 @@ typedef struct {
     int rows, vocab;
     row_sampling *rows_sampling; /* CPU, NULL when every row is greedy; user value 1 */
     sampler_box *scratch;        /* CPU: the replica's; user value 2 */
-    lua_replica *replica;        /* GPU: user value 3 */
+    lua_replica *replica;        /* GPU; the replica is user value 3 for either engine */
     gptoss_gpu_result result;
     int *tokens;                 /* GPU: rows ids, user value 1 */
+    uint64_t seq;                /* the replica's steps when this one was taken */
 } lua_step;
 
 static int box_gc(lua_State *L) {
@@ -127,6 +129,7 @@ int gptoss_lua_replica(lua_State *L) {
     r->ctx = (int)ctx;
     r->weights_bf16 = weights_bf16;
     r->kv_bf16 = kv_bf16;
+    r->steps = 0;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
     lua_setiuservalue(L, -2, 1);
@@ -168,14 +171,67 @@ static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
     return out;
 }
 
-static void read_batch(lua_State *L, int tbl, gptoss_batch *b) {
+static int s_tokens(lua_State *L);
+
+/* tokens = h: row i takes the token step h sampled for its row i. h must be
+ * the replica's latest step, of as many rows; a GPU replica reads those ids
+ * on the device (gptoss_batch.fed_rows), so the new step is enqueued before
+ * h is done and the device never waits for the host between them. Leaves the
+ * ids on the stack; NULL (nothing pushed) when tokens is not a step. */
+static int *fed_tokens(lua_State *L, int tbl, const lua_replica *r, int n, gptoss_batch *b) {
+    lua_getfield(L, tbl, "tokens");
+    lua_step *h = luaL_testudata(L, -1, GPTOSS_STEP_MT);
+    if (!h) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    lua_getiuservalue(L, -1, 3);
+    int own = lua_touserdata(L, -1) == (const void *)r;
+    lua_pop(L, 1);
+    if (!own)
+        luaL_error(L, "step: tokens is a step of another replica");
+    if (h->seq != r->steps)
+        luaL_error(L, "step: tokens is step %I of this replica, not its latest (%I): only the latest "
+                      "feeds the next", (lua_Integer)h->seq, (lua_Integer)r->steps);
+    if (h->rows != n)
+        luaL_error(L, "step: tokens is a step of %d rows; this batch has %d", h->rows, n);
+    int *out = lua_newuserdatauv(L, sizeof(int) * (size_t)(n ? n : 1), 0);
+    if (r->gpu) {
+        for (int i = 0; i < n; i++)
+            out[i] = -1 - i;
+        b->fed_rows = n;
+    } else { /* the CPU samples on the host: h:tokens() */
+        lua_pushcfunction(L, s_tokens);
+        lua_pushvalue(L, -3);
+        lua_call(L, 1, 1);
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            out[i] = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_remove(L, -2); /* keep the ids, drop the step */
+    return out;
+}
+
+static void read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_batch *b) {
     luaL_checktype(L, tbl, LUA_TTABLE);
     static const char *const known[] = {"slots", "positions", "tokens", "logits", NULL};
     gptoss_opt_known(L, tbl, "step", known);
     int n = -1;
     int *slots = int_array(L, tbl, "slots", &n);
     b->positions = int_array(L, tbl, "positions", &n);
-    b->tokens = int_array(L, tbl, "tokens", &n);
+    b->fed_rows = 0;
+    b->tokens = fed_tokens(L, tbl, r, n, b);
+    if (!b->tokens) {
+        lua_getfield(L, tbl, "tokens");
+        if (!lua_istable(L, -1))
+            luaL_error(L, "step: tokens must be a table of integers or the replica's latest step (got %s)",
+                       luaL_typename(L, -1));
+        lua_pop(L, 1);
+        b->tokens = int_array(L, tbl, "tokens", &n);
+    }
     for (int i = 0; i < n; i++)
         slots[i]--; /* 1-based in Lua */
     b->slots = slots;
@@ -251,15 +307,16 @@ static int gpu_step(lua_State *L, lua_replica *r, const gptoss_batch *b, int wit
     char err[GPTOSS_ERR_LEN];
     if (gptoss_gpu_step(r->gpu, b, rows, &h->result, h->logits ? h->logits->data : NULL, err))
         return luaL_error(L, "%s", err);
+    h->seq = ++r->steps;
     lua_settop(L, step_idx);
     return 1;
 }
 
-/* r:step{slots=, positions=, tokens= [, logits=true]} */
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, logits=true]} */
 static int r_step(lua_State *L) {
     lua_replica *r = check_open(L, 1);
     gptoss_batch b;
-    read_batch(L, 2, &b);
+    read_batch(L, 2, r, &b);
     lua_getfield(L, 2, "logits");
     int with_logits = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -270,6 +327,9 @@ static int r_step(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     if (gptoss_golden_step(g, &b, h->logits->data, NULL, err))
         return luaL_error(L, "%s", err);
+    h->seq = ++r->steps;
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 3);
     /* the batch is valid now: snapshot the sampling of its rows' slots */
     for (int i = 0; i < b.n && !h->rows_sampling; i++)
         if (r->slot_sampling[b.slots[i]].sampled) {
@@ -333,7 +393,7 @@ static int r_trace(lua_State *L) {
     int slot = check_slot(L, r, 2, "trace");
     int token = (int)luaL_checkinteger(L, 3);
     int pos = (int)luaL_checkinteger(L, 4);
-    gptoss_batch b = {1, &slot, &pos, &token};
+    gptoss_batch b = {1, &slot, &pos, &token, 0};
     lua_getiuservalue(L, 1, 1);
     const gptoss_config *c = &gptoss_check_model(L, -1)->config;
     int n_layers = c->n_layers, vocab = c->vocab_size;
