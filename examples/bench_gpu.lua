@@ -2,9 +2,10 @@
 -- GPU decode throughput: for each batch size B, B sequences prefill a short
 -- prompt, then decode greedily until the context reaches --ctx. Each step is
 -- fed the tokens of the last on the device (tokens = h) and enqueued before
--- the host reads those (--feed host: the host reads them, then steps). Prints a table (tok/s, mean step time, achieved
--- GB/s against a measured device-to-device copy, device memory) and one JSON
--- line per batch size; --profile adds a per-kernel table of the last steps.
+-- the host reads those (--feed host: the host reads them, then steps).
+-- Prints a table (tok/s, mean step time, achieved GB/s against a measured
+-- device-to-device copy, device memory) and one JSON line per batch size;
+-- --profile-steps adds a per-kernel table of steps run after the decode.
 --   lua5.4 examples/bench_gpu.lua [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
 local argparse = require "argparse"
 local json = require "dkjson"
