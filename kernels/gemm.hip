@@ -414,10 +414,10 @@ static_assert(ST_THREADS / ST_RP % GPTOSS_TILE_ROWS == 0, "a copy pass covers wh
 /* a stage: BM rows of X, then ST_BN rows of W */
 __host__ __device__ constexpr size_t staged_stage_bytes(int bm) { return (size_t)(bm + ST_BN) * ST_RP * 16; }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
 __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP, ST_ROWS = BM + ST_BN;
-    constexpr int XR = (BM + PASS - 1) / PASS, ODD_LD = ST_BN + 4;
+    constexpr int ODD_LD = ST_BN + 4;
     static_assert(BM * ODD_LD * sizeof(float) <= STAGES * staged_stage_bytes(BM), "the odd sums fit the ring");
     extern __shared__ uint4 ring[]; /* [STAGES][ST_ROWS][RP] */
     row_tile t;
@@ -430,47 +430,63 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
     const bf16 *W = expert_w(a, t);
 
-    /* the thread copies piece tid % RP of rows tid / RP + PASS i (X rows, then W rows) */
-    const int piece = tid % RP;
-    const bf16 *xsrc[XR];
+    /* The thread copies piece tid % RP of stage rows tid / RP + PASS i, X
+     * rows then W rows, each from a source looked up once here: per stage a
+     * copy costs an address computation, not the row's lookup (H100, 1024
+     * rows: that lookup was most of the loop's instructions). X rows of
+     * groups the tile leaves empty are never multiplied and not copied.
+     *
+     * FULL: every stage is two whole chunks and every offset fits 32 bits.
+     * Then rows past the tile read its last row and weight rows past n the
+     * last one (their sums are never stored), so no copy needs a check: a
+     * copy reads the row's offset plus a fixed step per stage (two chunks;
+     * tiled weights: two tiles). Otherwise the thread keeps row numbers
+     * (ZEROS past the tile or n) and checks k. */
+    constexpr int NI = (ST_ROWS + PASS - 1) / PASS;
+    constexpr uint32_t ZEROS = ~0u;
+    const int piece = tid % RP, row0 = tid / RP;
+    auto is_x = [&](int i) { return BM % PASS == 0 ? PASS * i < BM : row0 + PASS * i < BM; };
+    uint32_t from[NI]; /* one register each, not a pointer's two: the 64-row kernel spilled */
+    unsigned copies = 0; /* bit i: row i is copied */
 #pragma unroll
-    for (int i = 0; i < XR; i++) {
-        int r = tid / RP + PASS * i;
-        xsrc[i] = r < BM ? x_row(a, t, t.begin + r) : nullptr;
+    for (int i = 0; i < NI; i++) {
+        const int r = row0 + PASS * i;
+        const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r, o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
+        from[i] = ZEROS;
+        if (r >= ST_ROWS || (is_x(i) && r >= 16 * groups))
+            continue;
+        copies |= 1u << i;
+        if (is_x(i) && p < t.end) {
+            const uint32_t row = a.x_rows ? a.x_rows[p] : p;
+            from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
+        } else if (!is_x(i) && o < a.n) {
+            from[i] = !FULL ? o : (uint32_t)(TILED ? gptoss_tiled_at(o, 8 * piece, chunks) : (size_t)o * a.k + 8 * piece);
+        }
     }
-    /* and weight rows n0 + tid / RP + PASS i - BM; tiled, each in the band
-     * of 16 rows PASS i / 16 - BM / 16 after row n0 + tid / RP's, at the
-     * same row of its tiles, piece % 4 of chunk 2 s + piece / 4 */
-    const size_t band = gptoss_tiled_band(chunks);
-    const bf16 *wsrc = W + gptoss_tiled_at(n0 + tid / RP, 8 * piece, chunks);
     auto issue = [&](int s) {
         if (s < stages) {
-            uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
-            const int k = s * 2 * MX_KC + 8 * piece, chunk = k / MX_KC;
+            uint4 *buf = ring + ((size_t)(s % STAGES) * ST_ROWS + row0) * RP + (piece ^ ((row0 & 1) << 2));
+            const int k = s * 2 * MX_KC + 8 * piece;
+            const bool k_in = k < a.k, tile_in = 2 * s + piece / 4 < chunks; /* tiled: zeros past k */
 #pragma unroll
-            for (int i = 0; i < (ST_ROWS + PASS - 1) / PASS; i++) {
-                int r = tid / RP + PASS * i;
-                if (r >= ST_ROWS)
-                    break;
-                uint4 *dst = buf + r * RP + (piece ^ ((r & 1) << 2));
-                if (TILED && r >= BM) { /* zeros past k */
-                    int o = n0 + r - BM;
-                    bool valid = o < a.n && chunk < chunks;
-                    const bf16 *src = wsrc + (ptrdiff_t)((PASS * i - BM) / GPTOSS_TILE_ROWS) * (ptrdiff_t)band +
-                                      (size_t)2 * s * GPTOSS_TILE_ELEMS;
-                    copy16_async(dst, valid ? src : W, valid);
+            for (int i = 0; i < NI; i++) {
+                if (!(copies >> i & 1))
+                    continue;
+                const bool tiled_w = TILED && !is_x(i);
+                const bf16 *base = is_x(i) ? (const bf16 *)a.x : W;
+                uint4 *dst = buf + PASS * i * RP;
+                if (FULL) {
+                    copy16_async(dst, base + (from[i] + s * (tiled_w ? 2 * GPTOSS_TILE_ELEMS : 2 * MX_KC)), true);
                     continue;
                 }
-                const bf16 *src = nullptr;
-                if (r < BM)
-                    src = i < XR ? xsrc[i] : nullptr;
-                else if (n0 + r - BM < a.n)
-                    src = W + (size_t)(n0 + r - BM) * a.k;
-                bool valid = src && k < a.k;
-                if (VEC)
-                    copy16_async(dst, valid ? src + k : W, valid);
+                const bool valid = from[i] != ZEROS && (tiled_w ? tile_in : k_in);
+                const bf16 *row = base + (size_t)from[i] * a.k;
+                if (tiled_w)
+                    copy16_async(dst, valid ? W + gptoss_tiled_at(from[i], k, chunks) : W, valid);
+                else if (VEC)
+                    copy16_async(dst, valid ? row + k : W, valid);
                 else
-                    *dst = valid ? load8<false>(src, k, a.k) : make_uint4(0, 0, 0, 0);
+                    *dst = valid ? load8<false>(row, k, a.k) : make_uint4(0, 0, 0, 0);
             }
         }
         copy_commit(); /* one group per stage, empty or not */
@@ -495,7 +511,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
         if (!computes || 2 * s + parity >= chunks)
             continue;
         const uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
-        uint4 wp[2][P], xp[MT][P]; /* every piece of the chunk first, then the products */
+        uint4 wp[2][P]; /* the weight pieces, then each group's X pieces and products */
 #pragma unroll
         for (int n = 0; n < 2; n++)
 #pragma unroll
@@ -505,18 +521,17 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
             }
 #pragma unroll
         for (int m = 0; m < MT; m++)
-            if (m < groups)
+            if (m < groups) {
+                uint4 xp[P];
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     int r = 16 * m + tile16::piece_row(lane, j);
-                    xp[m][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+                    xp[j] = buf[r * RP + (q ^ ((r & 1) << 2))];
                 }
 #pragma unroll
-        for (int m = 0; m < MT; m++)
-            if (m < groups)
-#pragma unroll
                 for (int n = 0; n < 2; n++)
-                    tile16::mma32(acc[m][n], xp[m], wp[n], lane);
+                    tile16::mma32(acc[m][n], xp, wp[n], lane);
+            }
     }
     copy_wait<0>();
     __syncthreads(); /* the ring is free: the odd sums go through it */
@@ -550,16 +565,16 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
     }
 }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED>
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL = false>
 hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
-    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED>;
+    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>;
     size_t bytes = STAGES * staged_stage_bytes(BM);
     if (bytes > 48 * 1024) {
         hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED>), grid, dim3(ST_THREADS), bytes, stream,
+    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes, stream,
                        *a);
     return hipGetLastError();
 }
@@ -604,11 +619,16 @@ static size_t shared_limit(int shared_per_sm) {
  * suffice, were slower), else one of two stages */
 template <int BM, bool TILED>
 static hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+    /* the kernel's FULL conditions: whole stages (two chunks), 32-bit offsets */
+    const uint64_t w_elems = TILED ? gptoss_tiled_elems(a->n, a->k) : (uint64_t)a->n * a->k;
+    const bool full = vec && a->k % (2 * MX_KC) == 0 && (uint64_t)a->rows * a->k < UINT32_MAX && w_elems < UINT32_MAX;
     if (2 * 4 * staged_stage_bytes(BM) <= limit)
-        return vec ? launch_staged<BM, 4, 2, true, TILED>(a, grid, stream)
-                   : launch_staged<BM, 4, 2, false, TILED>(a, grid, stream);
-    return vec ? launch_staged<BM, 2, 1, true, TILED>(a, grid, stream)
-               : launch_staged<BM, 2, 1, false, TILED>(a, grid, stream);
+        return full  ? launch_staged<BM, 4, 2, true, TILED, true>(a, grid, stream)
+               : vec ? launch_staged<BM, 4, 2, true, TILED>(a, grid, stream)
+                     : launch_staged<BM, 4, 2, false, TILED>(a, grid, stream);
+    return full  ? launch_staged<BM, 2, 1, true, TILED, true>(a, grid, stream)
+           : vec ? launch_staged<BM, 2, 1, true, TILED>(a, grid, stream)
+                 : launch_staged<BM, 2, 1, false, TILED>(a, grid, stream);
 }
 
 template <int BM>

@@ -318,14 +318,11 @@ describe("GPU engine #gpu", function()
     end
   end)
 
-  it("batch invariance: a sequence alone or among 63 (127, 255) others gives the same tokens and logits", function()
-    local m = gptoss.synthetic("20b-2l", { seed = 9 })
+  -- A sequence alone or among n - 1 others, for each { mode, n } of cases,
+  -- gives the same tokens and logits.
+  local function batch_invariance(m, label, cases)
     local c = m.config
-    -- bf16: the experts' GEMMs take 16-row streaming tiles at 64 rows, two
-    -- of them for many experts at 128, and 64-row staged tiles at 256, with
-    -- row groups past the expert's last row; the dense GEMMs of 128 and 256
-    -- rows take the tiled kernel. Alone, every GEMM streams 16-row tiles.
-    for _, case in ipairs { { "fp32", 64 }, { "bf16", 64 }, { "bf16", 128 }, { "bf16", 256 } } do
+    for _, case in ipairs(cases) do
       local mode, n = case[1], case[2]
       local alone = m:replica { device = 1, slots = 1, ctx = 64, weights = mode, kv = mode }
       local crowd = m:replica { device = 1, slots = n, ctx = 64, weights = mode, kv = mode }
@@ -337,7 +334,7 @@ describe("GPU engine #gpu", function()
         end
         return b
       end
-      -- the crowd prefills its 63 others first, then runs the target among them
+      -- the crowd prefills its n - 1 others first, then runs the target among them
       for s = 2, n do crowd:step(prefill(crowd, s, tokens_for(s, 16, c.vocab_size))):tokens() end
       local ha = alone:step { slots = prefill(nil, 1, prompt).slots, positions = prefill(nil, 1, prompt).positions,
         tokens = prompt, logits = true }
@@ -360,10 +357,32 @@ describe("GPU engine #gpu", function()
         ta, tc = h1:tokens()[1], h2:tokens()[1]
         assert.are.equal(ta, tc)
       end
-      note("batch invariance %s 20b-2l: max |dlogit| alone vs %d rows %.3g", mode, n, worst)
+      note("batch invariance %s %s: max |dlogit| alone vs %d rows %.3g", mode, label, n, worst)
       alone:close()
       crowd:close()
     end
+  end
+
+  it("batch invariance: a sequence alone or among 63 (127, 255, 511) others gives the same tokens and logits",
+    function()
+      -- bf16: the experts' GEMMs take 16-row streaming tiles at 64 rows, two
+      -- of them for many experts at 128, 32-row staged tiles at 256 and
+      -- 64-row ones at 512, with row groups past the expert's last row; the
+      -- dense GEMMs of 128 rows and more take the tiled kernel. Alone, every
+      -- GEMM streams 16-row tiles.
+      batch_invariance(gptoss.synthetic("20b-2l", { seed = 9 }), "20b-2l",
+        { { "fp32", 64 }, { "bf16", 64 }, { "bf16", 128 }, { "bf16", 256 }, { "bf16", 512 } })
+    end)
+
+  it("batch invariance where the experts' staged tiles take their checked copies", function()
+    -- k not a multiple of a stage's 64: mlp1's 196 (nor of 8: element by
+    -- element) and mlp2's 152 (16-byte copies, zeros past k); 8 experts of
+    -- 2 per token give 32-row tiles at 128 rows and 64-row ones at 256
+    local odd = {}
+    for k, v in pairs(MID) do odd[k] = v end
+    odd.hidden_dim, odd.intermediate_dim = 196, 152
+    batch_invariance(gptoss.synthetic(odd, { seed = 10 }), "hidden 196, experts 152",
+      { { "bf16", 128 }, { "bf16", 256 } })
   end)
 
   it("feeds a step the tokens the latest one sampled on the device, enqueued before they are read", function()
