@@ -451,7 +451,8 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         const int r = row0 + PASS * i;
-        const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r, o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
+        const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r;
+        const int o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
         from[i] = ZEROS;
         if (r >= ST_ROWS || (is_x(i) && r >= 16 * groups))
             continue;
@@ -460,7 +461,9 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
             const uint32_t row = a.x_rows ? a.x_rows[p] : p;
             from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
         } else if (!is_x(i) && o < a.n) {
-            from[i] = !FULL ? o : (uint32_t)(TILED ? gptoss_tiled_at(o, 8 * piece, chunks) : (size_t)o * a.k + 8 * piece);
+            from[i] = !FULL  ? o
+                      : TILED ? (uint32_t)gptoss_tiled_at(o, 8 * piece, chunks)
+                              : (uint32_t)o * (uint32_t)a.k + 8 * piece;
         }
     }
     auto issue = [&](int s) {
@@ -480,7 +483,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
                     continue;
                 }
                 const bool valid = from[i] != ZEROS && (tiled_w ? tile_in : k_in);
-                const bf16 *row = base + (size_t)from[i] * a.k;
+                const bf16 *row = valid ? base + (size_t)from[i] * a.k : W;
                 if (tiled_w)
                     copy16_async(dst, valid ? W + gptoss_tiled_at(from[i], k, chunks) : W, valid);
                 else if (VEC)
@@ -574,8 +577,8 @@ hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t strea
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes, stream,
-                       *a);
+    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes,
+                       stream, *a);
     return hipGetLastError();
 }
 
