@@ -81,6 +81,9 @@ __device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_ti
     }
 }
 
+/* the row of x that row p reads (MoE: its pair's token) */
+__device__ __forceinline__ int x_index(const gptoss_gemm_args &a, int p) { return a.x_rows ? a.x_rows[p] : p; }
+
 /* ---- exact: fp32 in, double accumulators ---------------------------------- */
 
 constexpr int EX_BM = 32, EX_BN = 64, EX_BK = 32, EX_THREADS = 256;
@@ -101,8 +104,7 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
             int r = e / EX_BK, k = k0 + e % EX_BK, p = t.begin + r;
             float v = 0.0f;
             if (p < t.end && k < a.k) {
-                int src = a.x_rows ? a.x_rows[p] : p;
-                v = X[(size_t)src * a.k + k];
+                v = X[(size_t)x_index(a, p) * a.k + k];
             }
             xs[r][e % EX_BK] = v;
         }
@@ -152,7 +154,7 @@ template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int 
 __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const row_tile &t, int p) {
     if (p >= t.end)
         return nullptr;
-    return (const bf16 *)a.x + (size_t)(a.x_rows ? a.x_rows[p] : p) * a.k;
+    return (const bf16 *)a.x + (size_t)x_index(a, p) * a.k;
 }
 
 /* the tile's expert's weights, [n][k] or tiled (launchers.h) */
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gpt
             continue;
         copies |= 1u << i;
         if (is_x(i) && p < t.end) {
-            const uint32_t row = a.x_rows ? a.x_rows[p] : p;
+            const uint32_t row = x_index(a, p);
             from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
         } else if (!is_x(i) && o < a.n) {
             from[i] = !FULL  ? o

@@ -20,11 +20,16 @@ local MID = {
 -- Head shapes that take attention's other staging paths: 18 values per
 -- head (not a multiple of 8: staged value by value, rows padded to 20) and
 -- 136 (31 keys per staged chunk: several chunks per split of 128 keys).
-local function with_heads(head_dim, n_attn_heads, n_kv_heads)
+-- The mid shape with some fields changed.
+local function mid_with(changes)
   local c = {}
   for k, v in pairs(MID) do c[k] = v end
-  c.head_dim, c.n_attn_heads, c.n_kv_heads = head_dim, n_attn_heads, n_kv_heads
+  for k, v in pairs(changes) do c[k] = v end
   return c
+end
+
+local function with_heads(head_dim, n_attn_heads, n_kv_heads)
+  return mid_with { head_dim = head_dim, n_attn_heads = n_attn_heads, n_kv_heads = n_kv_heads }
 end
 local NARROW_HEADS, WIDE_HEADS = with_heads(18, 6, 2), with_heads(136, 4, 2)
 
@@ -378,10 +383,8 @@ describe("GPU engine #gpu", function()
     -- k not a multiple of a stage's 64: mlp1's 196 (nor of 8: element by
     -- element) and mlp2's 152 (16-byte copies, zeros past k); 8 experts of
     -- 2 per token give 32-row tiles at 128 rows and 64-row ones at 256
-    local odd = {}
-    for k, v in pairs(MID) do odd[k] = v end
-    odd.hidden_dim, odd.intermediate_dim = 196, 152
-    batch_invariance(gptoss.synthetic(odd, { seed = 10 }), "hidden 196, experts 152",
+    batch_invariance(gptoss.synthetic(mid_with { hidden_dim = 196, intermediate_dim = 152 }, { seed = 10 }),
+      "hidden 196, experts 152",
       { { "bf16", 128 }, { "bf16", 256 } })
   end)
 
@@ -589,12 +592,7 @@ describe("GPU engine #gpu", function()
     end)
 
     it("refuses shapes its kernels cannot take, naming the limits", function()
-      local function shape(changes)
-        local c = {}
-        for k, v in pairs(MID) do c[k] = v end
-        for k, v in pairs(changes) do c[k] = v end
-        return gptoss.synthetic(c)
-      end
+      local function shape(changes) return gptoss.synthetic(mid_with(changes)) end
       -- 64 query heads per KV head: attention takes 32 at most
       expect_error(function() shape({ n_attn_heads = 64, n_kv_heads = 1 }):replica { device = 1 } end,
         "up to 32 query heads per KV head", "this model: 64 heads, 1 KV heads")
