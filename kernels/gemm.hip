@@ -16,9 +16,10 @@
  *    16 rows by 32 outputs, operands straight into registers) for
  *    decode and the experts at up to 16 rows per expert, staged (32- or
  *    64-row tiles by 128 outputs through a ring of shared-memory stages)
- *    for the experts beyond and for tiled weights at more rows, tiled (16 MT
- *    rows by 64, through shared memory, [n][k] weights only) for dense
- *    GEMMs of many rows. */
+ *    for the experts beyond, for tiled weights at more rows and for dense
+ *    GEMMs whose 64-row tiles fill a wave, tiled (16 MT rows by 64, through
+ *    shared memory, [n][k] weights only) for the other dense GEMMs of many
+ *    rows. */
 #include "device.h"
 #include "launchers.h"
 #include "matrix_core.h"
@@ -667,13 +668,19 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     }
     bool vec = a->k % 8 == 0;
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
-     * tiled weights (the tiled kernel reads rows of k), and dense ones when
-     * all rows are one 64-row tile and the outputs are many (the
-     * unembedding): 8 warps and a deeper ring keep more bytes in flight
-     * (H100, 64 rows: 0.61 -> 0.48 ms; with more row tiles the 4-warp tiled
-     * kernel was faster) */
-    bool one_wide_tile = bm == ST_BM && row_blocks == 1 && (a->n + ST_BN - 1) / ST_BN >= 1024;
-    if (((a->tiles || a->w_tiled) && bm > 16) || one_wide_tile) {
+     * tiled weights (the tiled kernel reads rows of k), and dense 64-row
+     * tiles when the staged grid fills a wave of two blocks per
+     * multiprocessor: 8 warps on 128 outputs read a tile's X rows half as
+     * often as the tiled kernel's 4 on 64, and a deeper ring keeps more
+     * bytes in flight. H100, ctx 64, one build switched (ms a step):
+     * unembedding 0.784 -> 0.685 at 128 rows, 5.708 -> 5.321 at 1024,
+     * 11.476 -> 10.701 at 2048; qkv 4.293 -> 3.910 at 1024; tok/s 7323.0
+     * -> 7374.6 at 128, 20092.5 -> 20757.7 at 1024, 21413.6 -> 22084.7 at
+     * 2048. Short of a wave it was slower: the o projection at 512 rows
+     * (184 staged blocks on 132 multiprocessors) 2.122 -> 2.384. */
+    const int col_blocks = (a->n + ST_BN - 1) / ST_BN;
+    const bool dense_wave = !a->tiles && bm == ST_BM && (long)row_blocks * col_blocks >= 2L * dev->multiprocessors;
+    if (((a->tiles || a->w_tiled) && bm > 16) || dense_wave) {
         /* Grouped: the column blocks of a tile are dispatched together
          * (blockIdx.x), so its X rows come from memory once and then from
          * L2, and an expert's tiles still start within a few dozen blocks of
@@ -683,7 +690,6 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
          * (24 MB) once per column block. H100, ctx 64: mlp2 10.455 -> 9.675
          * ms a step at 1024 rows, 18.509 -> 17.903 at 2048, mlp1 20.573 ->
          * 20.036 and 38.716 -> 38.001. */
-        const int col_blocks = (a->n + ST_BN - 1) / ST_BN;
         dim3 grid = a->tiles ? dim3(col_blocks, row_blocks) : dim3(row_blocks, col_blocks);
         size_t limit = shared_limit(dev->shared_per_sm);
         return bm == 32 ? launch_staged_rows<32>(a, grid, vec, limit, stream)

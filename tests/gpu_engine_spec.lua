@@ -373,8 +373,9 @@ describe("GPU engine #gpu", function()
       -- bf16: the experts' GEMMs take 16-row streaming tiles at 64 rows, two
       -- of them for many experts at 128, 32-row staged tiles at 256 and
       -- 64-row ones at 512, with row groups past the expert's last row; the
-      -- dense GEMMs of 128 rows and more take the tiled kernel. Alone, every
-      -- GEMM streams 16-row tiles.
+      -- dense GEMMs of 128 rows and more take the tiled kernel, or the staged
+      -- one where its 64-row tiles fill a wave (the unembedding, and the qkv
+      -- projection at 512 rows). Alone, every GEMM streams 16-row tiles.
       batch_invariance(gptoss.synthetic("20b-2l", { seed = 9 }), "20b-2l",
         { { "fp32", 64 }, { "bf16", 64 }, { "bf16", 128 }, { "bf16", 256 }, { "bf16", 512 } })
     end)
