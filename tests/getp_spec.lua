@@ -269,9 +269,15 @@ describe("getp", function()
       assert.are.equal(STEPS - 2, #result.outputs[2])
       for k, id in ipairs(result.outputs[2]) do assert.are.equal(flat_draw(case.seed + 1, k + 1), id) end
       assert.are.equal(case.length + STEPS - 2, result.tokens)
-      assert.are.same(reference(prompts, STEPS, function(i)
+      local expected = reference(prompts, STEPS, function(i)
         return { temperature = 1e30, seed = case.seed + i - 1 }
-      end), result.outputs)
+      end)
+      assert.are.same(expected, result.outputs)
+      -- in one slot, request 2 follows into the slot request 1 ended in, after the row
+      -- request 1 had in the step built before its stop id was read
+      local one = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS,
+        sampling = sampling, requests = prompts, replica = { slots = 1 } }
+      assert.are.same(expected, one.outputs)
     end
   end)
 

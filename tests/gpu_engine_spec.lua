@@ -413,6 +413,35 @@ describe("GPU engine #gpu", function()
     told:close()
   end)
 
+  it("feeds each row from any row of the latest step (from = h), enqueued before it is read", function()
+    local m = gptoss.synthetic("20b-2l", { seed = 14 })
+    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    for _, r in ipairs { fed, told } do r:sampling(2, { temperature = 1.5, seed = 6 }) end
+    local prev = { 1, 2, 3, 4 }
+    local h = fed:step { slots = prev, positions = { 0, 0, 0, 0 }, tokens = tokens_for(14, 4, m.config.vocab_size) }
+    local ids = told:step { slots = prev, positions = { 0, 0, 0, 0 }, tokens = tokens_for(14, 4, m.config.vocab_size) }:tokens()
+    -- each step's rows in another order; slot 4 told its id; the last steps leave slot 3 out
+    local orders = { { 4, 2, 3, 1 }, { 3, 1, 4, 2 }, { 2, 4, 1, 3 }, { 1, 2, 4 }, { 4, 1, 2 } }
+    for pos = 1, 20 do
+      local order = pos >= 18 and orders[4 + pos % 2] or orders[(pos - 1) % 3 + 1]
+      local row_of = {}
+      for j, s in ipairs(prev) do row_of[s] = j end
+      local bf, bt = { slots = order, positions = {}, tokens = {}, from = h }, { slots = order, positions = {}, tokens = {} }
+      for i, s in ipairs(order) do
+        bf.positions[i], bt.positions[i] = pos, pos
+        bf.tokens[i], bt.tokens[i] = s == 4 and ids[row_of[s]] or -row_of[s], ids[row_of[s]]
+      end
+      local nxt = fed:step(bf) -- before h is read
+      assert.are.same(ids, h:tokens())
+      ids = told:step(bt):tokens()
+      h, prev = nxt, order
+    end
+    assert.are.same(ids, h:tokens())
+    fed:close()
+    told:close()
+  end)
+
   it("replays captured forward passes with the same results as launching kernel by kernel", function()
     -- profiling launches every kernel itself; plain steps replay graphs
     local m = gptoss.synthetic("20b-2l", { seed = 13 })

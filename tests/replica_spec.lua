@@ -259,7 +259,7 @@ describe("bad input", function()
     { "string slot", { slots = { "a" }, positions = { 0 }, tokens = { 1 } }, "slots[1] must be an integer" },
     { "missing tokens", { slots = { 1 }, positions = { 0 } }, "tokens must be a table" },
     { "a misspelt key", { slots = { 1 }, positions = { 0 }, tokens = { 1 }, logit = true },
-      "step: unknown option 'logit' (known: slots, positions, tokens, logits)" },
+      "step: unknown option 'logit' (known: slots, positions, tokens, from, logits)" },
   }
   for _, case in ipairs(cases) do
     it("rejects " .. case[1] .. " and stays usable", function()
@@ -416,7 +416,7 @@ describe("per-slot sampling (r:sampling)", function()
   end)
 end)
 
-describe("a step fed by the latest one (tokens = h)", function()
+describe("a step fed by the latest one (tokens = h, or from = h)", function()
   local slots, first = { 1, 2, 3 }, { 5, 17, 3 }
   local function at(pos) return { pos, pos, pos } end
 
@@ -455,5 +455,54 @@ describe("a step fed by the latest one (tokens = h)", function()
     local next_ids = r:step { slots = slots, positions = at(2), tokens = latest }:tokens()
     assert.are.equal(3, #next_ids)
     assert.are.same(ids, latest:tokens())
+  end)
+
+  it("feeds a row from any row of the latest step (from = h, token -j: its row j), beside told ids", function()
+    local fed, told = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
+    for _, r in ipairs { fed, told } do r:sampling(1, { temperature = 2, seed = 9 }) end
+    local hf = fed:step { slots = slots, positions = at(0), tokens = first }
+    local ht = told:step { slots = slots, positions = at(0), tokens = first }
+    -- the rows in another order each step, slot 2 told its id; the last step leaves slot 2 out
+    local prev, orders = slots, { { 3, 1, 2 }, { 2, 3, 1 }, { 1, 3, 2 }, { 2, 1, 3 }, { 3, 2, 1 }, { 1, 3 } }
+    for pos, order in ipairs(orders) do
+      local ids, row_of = ht:tokens(), {}
+      for j, s in ipairs(prev) do row_of[s] = j end
+      local bf = { slots = order, positions = {}, tokens = {}, from = hf }
+      local bt = { slots = order, positions = {}, tokens = {} }
+      for i, s in ipairs(order) do
+        local j = row_of[s]
+        bf.positions[i], bf.tokens[i] = pos, s == 2 and ids[j] or -j
+        bt.positions[i], bt.tokens[i] = pos, ids[j]
+      end
+      local nf, nt = fed:step(bf), told:step(bt)
+      assert.are.same(ids, hf:tokens())
+      assert.are.equal(0, nf:logits():max_abs_diff(nt:logits()))
+      hf, ht, prev = nf, nt, order
+    end
+    assert.are.same(ht:tokens(), hf:tokens())
+    assert.are.same({ 7, 6, 7 }, { fed:length(1), fed:length(2), fed:length(3) })
+  end)
+
+  it("refuses a bad from, leaving the replica usable", function()
+    local r, other = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
+    local old = r:step { slots = slots, positions = at(0), tokens = first }
+    local latest = r:step { slots = slots, positions = at(1), tokens = old }
+    local foreign = other:step { slots = slots, positions = at(0), tokens = first }
+    local function batch(tokens, from) return { slots = slots, positions = at(2), tokens = tokens, from = from } end
+    H.expect_error(function() r:step(batch({ -1, -2, -3 }, "latest")) end,
+      "step: from must be a step of this replica (got string)")
+    H.expect_error(function() r:step(batch({ -1, -2, -3 }, foreign)) end, "step: from is a step of another replica")
+    H.expect_error(function() r:step(batch({ -1, -2, -3 }, old)) end,
+      "step: from is step 1 of this replica, not its latest (2): only the latest feeds the next")
+    H.expect_error(function() r:step(batch({ -1, -4, 5 }, latest)) end,
+      "step: tokens[2] = -4 refers to row 4 of from, a step of 3 rows")
+    H.expect_error(function() r:step(batch(latest, latest)) end,
+      "step: from is for a table of tokens; tokens = h already names the feeding step")
+    H.expect_error(function() r:step(batch({ -1, -2, -3 })) end, "step: tokens[1] = -1 is out of range 0..")
+    assert.are.same({ 2, 2, 2 }, { r:length(1), r:length(2), r:length(3) })
+    local ids = latest:tokens()
+    assert.are.equal(3, #r:step(batch({ -3, 4, -1 }, latest)):tokens())
+    assert.are.same(ids, latest:tokens())
+    assert.are.same({ 3, 3, 3 }, { r:length(1), r:length(2), r:length(3) })
   end)
 end)

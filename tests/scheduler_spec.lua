@@ -112,17 +112,19 @@ describe("scheduler", function()
     local result = getp.run { tokenizer = tok, replicas = { r }, steps = STEPS, scheduler = sched, requests = PROMPTS }
     assert.are.same(continuous(), result.outputs)
 
-    -- one admission a step while slots are free: 1 and 2 at steps 0 and 1; both end at
+    -- one admission a step while slots are free: 1 and 2 into steps 0 and 1; both end at
     -- step 14 (15 and 14 ids, one a step from the step that fed their last prompt token),
-    -- and 3 and 4 follow into the freed slots at steps 15 and 16
+    -- and 3 and 4 follow into the freed slots at steps 15 and 16. A step is built before
+    -- the ids of the one running are read, so state.step (steps read) is 0 while step 1 is
+    -- built, and 15 while step 16 is; no step ran ahead of the ends at 14 (nothing to feed)
     assert.are.same({
       { step = 0, free = 2, waiting = { 1, 2, 3, 4 }, running = {} },
-      { step = 1, free = 1, waiting = { 2, 3, 4 }, running = { 1 } },
+      { step = 0, free = 1, waiting = { 2, 3, 4 }, running = { 1 } },
       { step = 15, free = 2, waiting = { 3, 4 }, running = {} },
-      { step = 16, free = 1, waiting = { 4 }, running = { 3 } },
+      { step = 15, free = 1, waiting = { 4 }, running = { 3 } },
     }, admits)
     assert.are.same({ 1, 1, 0, 0 }, chunks[1])
-    assert.are.same({ 2, 2, 0, 1 }, chunks[2])
+    assert.are.same({ 2, 2, 0, 0 }, chunks[2])
     -- request 3 (9 tokens) in chunks of 4, 4 and 1, in request 1's old slot
     local three = {}
     for _, c in ipairs(chunks) do

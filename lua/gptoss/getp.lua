@@ -3,9 +3,9 @@
 -- getp.new{...} is the course's warm_up: it builds one replica per device (or takes the
 -- replicas given) and runs nothing. g:run(prompts) is its inference(): it tokenizes,
 -- partitions the requests over the replicas, and steps every replica from one Lua thread
--- (a replica's next step is enqueued as soon as its last one is collected, so GPU steps
--- overlap across devices and with the Lua work of the others). g:close() is its finish. getp.run{..., requests = prompts}
--- does all three.
+-- (a replica's next step is enqueued before its running one is read, so GPU steps overlap
+-- across devices and with the Lua work). g:close() is its finish. getp.run{..., requests =
+-- prompts} does all three.
 --
 -- Options of getp.new (any other is an error that lists these):
 --   model        from gptoss.load or gptoss.synthetic (default: the given replicas' model)
@@ -412,22 +412,32 @@ local function run(g, prompts, level)
     per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0 }
   end
 
-  -- Each replica's next step is enqueued as soon as its last one is collected, before
-  -- the others are waited on: a GPU then computes while Lua serves the other replicas
-  -- (collecting every replica before enqueuing any left each GPU idle meanwhile).
+  -- A replica's next step is enqueued before its running one is read, its decode rows fed
+  -- on the device by that step's (gptoss.scheduler: one step ahead), so a GPU runs step
+  -- after step while Lua reads the last one's ids and serves the other replicas. H100,
+  -- 1024 requests of the 20b: Lua spent ~1 s of a 61 s run between reading a step and
+  -- enqueuing the next, with the GPU idle.
   local tokens, steps = 0, 0
-  local handles = {}
+  local plans, handles = {}, {}
+  local function enqueue(k, plan, from)
+    plan.batch.from = from
+    plans[k], handles[k] = plan, g.replicas[k]:step(plan.batch)
+  end
   for k, runner in ipairs(runners) do
-    if runner:busy() then handles[k] = g.replicas[k]:step(runner:build()) end
+    if runner:busy() then enqueue(k, runner:build()) end
   end
   while next(handles) ~= nil do
     for k, runner in ipairs(runners) do
-      if handles[k] then
-        local generated, ended = runner:apply(handles[k]:tokens())
+      local plan, h = plans[k], handles[k]
+      if h then
+        plans[k], handles[k] = nil, nil
+        local ahead = runner:build(plan)
+        if ahead then enqueue(k, ahead, h) end
+        local generated, ended = runner:apply(plan, h:tokens())
         local pr = per_replica[k]
         pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
         tokens, steps, done = tokens + generated, steps + 1, done + ended
-        handles[k] = runner:busy() and g.replicas[k]:step(runner:build()) or nil
+        if not ahead and runner:busy() then enqueue(k, runner:build()) end
       end
     end
     if g.on_progress then

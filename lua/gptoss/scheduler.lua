@@ -45,6 +45,12 @@
 -- generated id at seq.position), then prefill chunks (consecutive prompt tokens of one
 -- sequence). The row at the last prompt position and every decode row yield the sequence's
 -- next id; the sequence ends after an id of the stop set or its limit-th id.
+--
+-- A replica's next step is built before the ids of its last one are read (one step ahead):
+-- a decode row then takes the id its sequence gets from the step still running (fed on the
+-- device), and a sequence that ends there on a stop id has one more row, whose id is
+-- dropped. So hooks see the state as of the step before the running one: a slot freed by an
+-- ending sequence is offered to admit one step later, and on_finish comes one step later.
 local scheduler = {}
 
 --- Continuous batching: every free slot takes a waiting request at once, and its prompt
@@ -75,9 +81,13 @@ Runner.__index = Runner
 -- The queue's sequences have position 0, an empty output and limit >= 1 (getp finishes
 -- the others itself). opts: rows and chunk (the state's bounds), stop (a set of ids that
 -- end a sequence).
--- runner:busy() says whether requests wait or run; runner:build() admits, asks the hooks
--- and returns the next step's {slots=, positions=, tokens=}; runner:apply(ids) takes the
--- step's sampled ids and returns how many ids were generated and how many sequences ended.
+-- runner:busy() says whether requests wait or run. runner:build(pending) admits, asks the
+-- hooks and returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or
+-- nil when every running sequence ends with the pending plan's step (nothing to feed);
+-- pending is the plan of the step still running (nil: none), whose decode rows feed the
+-- new step's (tokens -j: its row j; the caller sets batch.from to that step).
+-- runner:apply(plan, ids) takes a step's sampled ids and returns how many ids were
+-- generated and how many sequences ended.
 function scheduler.runner(sched, replica, index, queue, opts)
   local free_slots = {}
   for s = 1, replica.slots do free_slots[s] = s end
@@ -117,14 +127,20 @@ local function admit(self)
   st.free = st.free - n
 end
 
-function Runner:build()
+function Runner:build(pending)
   local st, sched = self.state, self.scheduler
   if #st.waiting > 0 and st.free > 0 then admit(self) end
   if #st.running == 0 then
+    if pending then return nil end
     error(("scheduler: admit returned 0 on replica %d while nothing runs there (%d waiting, "
       .. "%d slots free): it would wait forever"):format(st.index, #st.waiting, st.free), 0)
   end
 
+  -- the pending step's row that yields each sequence's next id
+  local fed_by = {}
+  if pending then
+    for i, r in ipairs(pending.rows) do fed_by[pending.seqs[i]] = r end
+  end
   local slots, positions, tokens = {}, {}, {}
   local yield_rows, yield_seqs = {}, {}
   local function row(seq, token)
@@ -138,7 +154,13 @@ function Runner:build()
 
   for _, seq in ipairs(st.running) do
     if #slots == st.rows then break end
-    if seq.position >= #seq.prompt then
+    local from = fed_by[seq]
+    if from then
+      if #seq.output + 1 < seq.limit then -- else its pending id is its last
+        row(seq, -from)
+        yields(seq)
+      end
+    elseif seq.position >= #seq.prompt then
       row(seq, seq.output[#seq.output])
       yields(seq)
     end
@@ -165,25 +187,29 @@ function Runner:build()
     end
   end
   if #slots == 0 then
+    if pending then return nil end
     error(("scheduler: prefill_chunk returned 0 for every sequence on replica %d and none "
       .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
   end
-  self.yield_rows, self.yield_seqs = yield_rows, yield_seqs
-  return { slots = slots, positions = positions, tokens = tokens }
+  return { batch = { slots = slots, positions = positions, tokens = tokens }, rows = yield_rows,
+    seqs = yield_seqs }
 end
 
-function Runner:apply(ids)
+function Runner:apply(plan, ids)
   local st, sched = self.state, self.scheduler
-  local ended = {}
-  for i, r in ipairs(self.yield_rows) do
-    local seq, id = self.yield_seqs[i], ids[r]
-    seq.output[#seq.output + 1] = id
-    if self.stop[id] then
-      seq.finish = "stop"
-    elseif #seq.output >= seq.limit then
-      seq.finish = "length"
+  local ended, generated = {}, 0
+  for i, r in ipairs(plan.rows) do
+    local seq, id = plan.seqs[i], ids[r]
+    if not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
+      generated = generated + 1
+      seq.output[#seq.output + 1] = id
+      if self.stop[id] then
+        seq.finish = "stop"
+      elseif #seq.output >= seq.limit then
+        seq.finish = "length"
+      end
+      if seq.finish then ended[#ended + 1] = seq end
     end
-    if seq.finish then ended[#ended + 1] = seq end
   end
   st.step = st.step + 1
   if #ended > 0 then
@@ -201,7 +227,7 @@ function Runner:apply(ids)
       for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end
     end
   end
-  return #self.yield_rows, #ended
+  return generated, #ended
 end
 
 return scheduler

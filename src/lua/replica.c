@@ -173,64 +173,114 @@ static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
 
 static int s_tokens(lua_State *L);
 
-/* tokens = h: row i takes the token step h sampled for its row i. h must be
- * the replica's latest step, of as many rows; a GPU replica reads those ids
- * on the device (gptoss_batch.fed_rows), so the new step is enqueued before
- * h is done and the device never waits for the host between them. Leaves the
- * ids on the stack; NULL (nothing pushed) when tokens is not a step. */
-static int *fed_tokens(lua_State *L, int tbl, const lua_replica *r, int n, gptoss_batch *b) {
-    lua_getfield(L, tbl, "tokens");
+/* The step at the top of the stack (field `field` of the batch) as the one
+ * feeding this batch: a step of this replica, and its latest. */
+static lua_step *feeding_step(lua_State *L, const lua_replica *r, const char *field) {
     lua_step *h = luaL_testudata(L, -1, GPTOSS_STEP_MT);
-    if (!h) {
-        lua_pop(L, 1);
-        return NULL;
-    }
+    if (!h)
+        luaL_error(L, "step: %s must be a step of this replica (got %s)", field, luaL_typename(L, -1));
     lua_getiuservalue(L, -1, 3);
     int own = lua_touserdata(L, -1) == (const void *)r;
     lua_pop(L, 1);
     if (!own)
-        luaL_error(L, "step: tokens is a step of another replica");
+        luaL_error(L, "step: %s is a step of another replica", field);
     if (h->seq != r->steps)
-        luaL_error(L, "step: tokens is step %I of this replica, not its latest (%I): only the latest "
-                      "feeds the next", (lua_Integer)h->seq, (lua_Integer)r->steps);
+        luaL_error(L, "step: %s is step %I of this replica, not its latest (%I): only the latest "
+                      "feeds the next", field, (lua_Integer)h->seq, (lua_Integer)r->steps);
+    return h;
+}
+
+/* Fed tokens: -1 - j (0-based j, the core's encoding) stands for the id the
+ * feeding step at the top of the stack sampled for its row j. A GPU replica
+ * reads those ids on the device (gptoss_batch.fed_rows), so the new step is
+ * enqueued before the feeding one is done and the device never waits for
+ * the host between them; the CPU samples on the host, so its ids replace
+ * the references here (h:tokens()). */
+static void feed(lua_State *L, const lua_replica *r, const lua_step *h, int *tokens, int n, gptoss_batch *b) {
+    if (r->gpu) {
+        b->fed_rows = h->rows;
+        return;
+    }
+    int refs = 0;
+    for (int i = 0; i < n; i++)
+        refs |= tokens[i] < 0;
+    if (!refs)
+        return;
+    lua_pushcfunction(L, s_tokens);
+    lua_pushvalue(L, -2);
+    lua_call(L, 1, 1);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] >= 0)
+            continue;
+        lua_rawgeti(L, -1, -tokens[i]);
+        tokens[i] = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+/* tokens = h: row i takes the token step h sampled for its row i (h of as
+ * many rows). Leaves the ids on the stack; NULL (nothing pushed) when tokens
+ * is not a step. */
+static int *fed_tokens(lua_State *L, int tbl, const lua_replica *r, int n, gptoss_batch *b) {
+    lua_getfield(L, tbl, "tokens");
+    if (!luaL_testudata(L, -1, GPTOSS_STEP_MT)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    lua_step *h = feeding_step(L, r, "tokens");
     if (h->rows != n)
         luaL_error(L, "step: tokens is a step of %d rows; this batch has %d", h->rows, n);
     int *out = lua_newuserdatauv(L, sizeof(int) * (size_t)(n ? n : 1), 0);
-    if (r->gpu) {
-        for (int i = 0; i < n; i++)
-            out[i] = -1 - i;
-        b->fed_rows = n;
-    } else { /* the CPU samples on the host: h:tokens() */
-        lua_pushcfunction(L, s_tokens);
-        lua_pushvalue(L, -3);
-        lua_call(L, 1, 1);
-        for (int i = 0; i < n; i++) {
-            lua_rawgeti(L, -1, i + 1);
-            out[i] = (int)lua_tointeger(L, -1);
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-    }
-    lua_remove(L, -2); /* keep the ids, drop the step */
+    for (int i = 0; i < n; i++)
+        out[i] = -1 - i;
+    lua_insert(L, -2);
+    feed(L, r, h, out, n, b);
+    lua_pop(L, 1); /* keep the ids, drop the step */
     return out;
+}
+
+/* from = h with a table of tokens: a token -j takes the id step h sampled
+ * for its row j (1-based; -j is the core's -1 - (j - 1)), so the rows of a
+ * step can be fed by any rows of the last one, each row by its own. */
+static void fed_from(lua_State *L, int tbl, const lua_replica *r, int *tokens, int n, gptoss_batch *b) {
+    lua_getfield(L, tbl, "from");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_step *h = feeding_step(L, r, "from");
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 && -tokens[i] > h->rows)
+            luaL_error(L, "step: tokens[%d] = %d refers to row %d of from, a step of %d rows", i + 1,
+                       tokens[i], -tokens[i], h->rows);
+    feed(L, r, h, tokens, n, b);
+    lua_pop(L, 1);
 }
 
 static void read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_batch *b) {
     luaL_checktype(L, tbl, LUA_TTABLE);
-    static const char *const known[] = {"slots", "positions", "tokens", "logits", NULL};
+    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", NULL};
     gptoss_opt_known(L, tbl, "step", known);
     int n = -1;
     int *slots = int_array(L, tbl, "slots", &n);
     b->positions = int_array(L, tbl, "positions", &n);
     b->fed_rows = 0;
     b->tokens = fed_tokens(L, tbl, r, n, b);
-    if (!b->tokens) {
+    if (b->tokens) {
+        lua_getfield(L, tbl, "from");
+        if (!lua_isnil(L, -1))
+            luaL_error(L, "step: from is for a table of tokens; tokens = h already names the feeding step");
+        lua_pop(L, 1);
+    } else {
         lua_getfield(L, tbl, "tokens");
         if (!lua_istable(L, -1))
             luaL_error(L, "step: tokens must be a table of integers or the replica's latest step (got %s)",
                        luaL_typename(L, -1));
         lua_pop(L, 1);
-        b->tokens = int_array(L, tbl, "tokens", &n);
+        int *tokens = int_array(L, tbl, "tokens", &n);
+        fed_from(L, tbl, r, tokens, n, b);
+        b->tokens = tokens;
     }
     for (int i = 0; i < n; i++)
         slots[i]--; /* 1-based in Lua */
