@@ -496,6 +496,8 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
       "step: from is step 1 of this replica, not its latest (2): only the latest feeds the next")
     H.expect_error(function() r:step(batch({ -1, -4, 5 }, latest)) end,
       "step: tokens[2] = -4 refers to row 4 of from, a step of 3 rows")
+    H.expect_error(function() r:step(batch({ -1, -2, -2147483648 }, latest)) end,
+      "step: tokens[3] = -2147483648 refers to row 2147483648 of from, a step of 3 rows")
     H.expect_error(function() r:step(batch(latest, latest)) end,
       "step: from is for a table of tokens; tokens = h already names the feeding step")
     H.expect_error(function() r:step(batch({ -1, -2, -3 })) end, "step: tokens[1] = -1 is out of range 0..")

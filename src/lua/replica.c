@@ -251,9 +251,9 @@ static void fed_from(lua_State *L, int tbl, const lua_replica *r, int *tokens, i
     }
     lua_step *h = feeding_step(L, r, "from");
     for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 && -tokens[i] > h->rows)
-            luaL_error(L, "step: tokens[%d] = %d refers to row %d of from, a step of %d rows", i + 1,
-                       tokens[i], -tokens[i], h->rows);
+        if (tokens[i] < -h->rows) /* not -tokens[i]: INT32_MIN has no negation */
+            luaL_error(L, "step: tokens[%d] = %d refers to row %I of from, a step of %d rows", i + 1,
+                       tokens[i], -(lua_Integer)tokens[i], h->rows);
     feed(L, r, h, tokens, n, b);
     lua_pop(L, 1);
 }
