@@ -389,13 +389,20 @@ describe("GPU engine #gpu", function()
       { { "bf16", 128 }, { "bf16", 256 } })
   end)
 
+  -- two bf16 replicas of m with 4 slots, `slot` sampling alike in both: one to be fed on
+  -- the device, one told its tokens
+  local function fed_and_told(m, slot, sampling)
+    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    for _, r in ipairs { fed, told } do r:sampling(slot, sampling) end
+    return fed, told
+  end
+
   it("feeds a step the tokens the latest one sampled on the device, enqueued before they are read", function()
     local m = gptoss.synthetic("20b-2l", { seed = 12 })
     local slots, first = { 1, 2, 3, 4 }, tokens_for(12, 4, m.config.vocab_size)
     local function at(pos) return { pos, pos, pos, pos } end
-    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
-    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
-    for _, r in ipairs { fed, told } do r:sampling(3, { temperature = 1.5, top_k = 40, seed = 4 }) end
+    local fed, told = fed_and_told(m, 3, { temperature = 1.5, top_k = 40, seed = 4 })
     local h = fed:step { slots = slots, positions = at(0), tokens = first }
     local ids = told:step { slots = slots, positions = at(0), tokens = first }:tokens()
     for pos = 1, 24 do
@@ -415,9 +422,7 @@ describe("GPU engine #gpu", function()
 
   it("feeds each row from any row of the latest step (from = h), enqueued before it is read", function()
     local m = gptoss.synthetic("20b-2l", { seed = 14 })
-    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
-    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
-    for _, r in ipairs { fed, told } do r:sampling(2, { temperature = 1.5, seed = 6 }) end
+    local fed, told = fed_and_told(m, 2, { temperature = 1.5, seed = 6 })
     local prev = { 1, 2, 3, 4 }
     local h = fed:step { slots = prev, positions = { 0, 0, 0, 0 }, tokens = tokens_for(14, 4, m.config.vocab_size) }
     local ids = told:step { slots = prev, positions = { 0, 0, 0, 0 }, tokens = tokens_for(14, 4, m.config.vocab_size) }:tokens()
@@ -425,13 +430,7 @@ describe("GPU engine #gpu", function()
     local orders = { { 4, 2, 3, 1 }, { 3, 1, 4, 2 }, { 2, 4, 1, 3 }, { 1, 2, 4 }, { 4, 1, 2 } }
     for pos = 1, 20 do
       local order = pos >= 18 and orders[4 + pos % 2] or orders[(pos - 1) % 3 + 1]
-      local row_of = {}
-      for j, s in ipairs(prev) do row_of[s] = j end
-      local bf, bt = { slots = order, positions = {}, tokens = {}, from = h }, { slots = order, positions = {}, tokens = {} }
-      for i, s in ipairs(order) do
-        bf.positions[i], bt.positions[i] = pos, pos
-        bf.tokens[i], bt.tokens[i] = s == 4 and ids[row_of[s]] or -row_of[s], ids[row_of[s]]
-      end
+      local bf, bt = helpers.fed_and_told(prev, order, pos, ids, h, 4)
       local nxt = fed:step(bf) -- before h is read
       assert.are.same(ids, h:tokens())
       ids = told:step(bt):tokens()

@@ -36,6 +36,23 @@ function helpers.flatten(t, out)
   return out
 end
 
+--- Two batches of the rows of `order` (slots) at position pos after a step whose rows were
+-- the slots of `prev` and sampled `ids`: one fed from that step (`from` = it, token -j: its
+-- row j), except slot `told` given its id, and one given every id. A fed replica and a
+-- told one stepping these must agree.
+function helpers.fed_and_told(prev, order, pos, ids, from, told)
+  local row_of = {}
+  for j, s in ipairs(prev) do row_of[s] = j end
+  local fed = { slots = order, positions = {}, tokens = {}, from = from }
+  local given = { slots = order, positions = {}, tokens = {} }
+  for i, s in ipairs(order) do
+    local j = row_of[s]
+    fed.positions[i], fed.tokens[i] = pos, s == told and ids[j] or -j
+    given.positions[i], given.tokens[i] = pos, ids[j]
+  end
+  return fed, given
+end
+
 --- SplitMix64's finaliser (src/core/synth.h gptoss_mix64); Lua integers wrap mod 2^64 and
 -- >> is logical, so this is the C function exactly.
 function helpers.mix64(z)

@@ -437,11 +437,16 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
     assert.are.equal(9, fed:length(2))
   end)
 
-  it("refuses a step of another replica, an older step, a batch of another size, leaving the replica usable", function()
+  -- a replica r with two steps (old, latest) and a step of another replica (foreign)
+  local function two_steps_and_a_foreign()
     local r, other = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
     local old = r:step { slots = slots, positions = at(0), tokens = first }
     local latest = r:step { slots = slots, positions = at(1), tokens = old }
-    local foreign = other:step { slots = slots, positions = at(0), tokens = first }
+    return r, old, latest, other:step { slots = slots, positions = at(0), tokens = first }
+  end
+
+  it("refuses a step of another replica, an older step, a batch of another size, leaving the replica usable", function()
+    local r, old, latest, foreign = two_steps_and_a_foreign()
     H.expect_error(function() r:step { slots = slots, positions = at(2), tokens = foreign } end,
       "step: tokens is a step of another replica")
     H.expect_error(function() r:step { slots = slots, positions = at(2), tokens = old } end,
@@ -465,15 +470,8 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
     -- the rows in another order each step, slot 2 told its id; the last step leaves slot 2 out
     local prev, orders = slots, { { 3, 1, 2 }, { 2, 3, 1 }, { 1, 3, 2 }, { 2, 1, 3 }, { 3, 2, 1 }, { 1, 3 } }
     for pos, order in ipairs(orders) do
-      local ids, row_of = ht:tokens(), {}
-      for j, s in ipairs(prev) do row_of[s] = j end
-      local bf = { slots = order, positions = {}, tokens = {}, from = hf }
-      local bt = { slots = order, positions = {}, tokens = {} }
-      for i, s in ipairs(order) do
-        local j = row_of[s]
-        bf.positions[i], bf.tokens[i] = pos, s == 2 and ids[j] or -j
-        bt.positions[i], bt.tokens[i] = pos, ids[j]
-      end
+      local ids = ht:tokens()
+      local bf, bt = H.fed_and_told(prev, order, pos, ids, hf, 2)
       local nf, nt = fed:step(bf), told:step(bt)
       assert.are.same(ids, hf:tokens())
       assert.are.equal(0, nf:logits():max_abs_diff(nt:logits()))
@@ -484,10 +482,7 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
   end)
 
   it("refuses a bad from, leaving the replica usable", function()
-    local r, other = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
-    local old = r:step { slots = slots, positions = at(0), tokens = first }
-    local latest = r:step { slots = slots, positions = at(1), tokens = old }
-    local foreign = other:step { slots = slots, positions = at(0), tokens = first }
+    local r, old, latest, foreign = two_steps_and_a_foreign()
     local function batch(tokens, from) return { slots = slots, positions = at(2), tokens = tokens, from = from } end
     H.expect_error(function() r:step(batch({ -1, -2, -3 }, "latest")) end,
       "step: from must be a step of this replica (got string)")
