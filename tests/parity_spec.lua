@@ -454,10 +454,10 @@ describe("parity.compare bad input", function()
     fails(quiet { tokens = { 1 }, slot = 3 },
       "parity.compare: replica a at tokens[1] (position 0): trace: slot 3 is out of range 1..2")
     fails(quiet { tokens = { 1, 97 } },
-      "parity.compare: replica a at tokens[2] (position 1): step: tokens[1] = 97 is out of range 0..96")
+      "parity.compare: replica a at tokens[2] (position 1): trace: tokens[1] = 97 is out of range 0..96")
     -- usable() leaves 2 positions in slot 1
     fails(quiet { tokens = { 1 }, positions = { 5 } },
-      "parity.compare: replica a at tokens[1] (position 5): step: positions[1] = 5 leaves a gap: slot 1 holds 2 positions")
+      "parity.compare: replica a at tokens[1] (position 5): trace: positions[1] = 5 leaves a gap: slot 1 holds 2 positions")
     fails(quiet { tokens = { 1 }, positions = { 8 } }, "parity.compare: replica a at tokens[1] (position 8)",
       "is past the context")
     -- b's content differs from a's: b refuses to continue
@@ -465,7 +465,7 @@ describe("parity.compare bad input", function()
     b:reset(1)
     a:step { slots = { 1 }, positions = { 0 }, tokens = { 4 } }
     expect_error(function() parity.compare(a, b, quiet { tokens = { 1 }, positions = { 1 } }) end,
-      "parity.compare: replica b at tokens[1] (position 1): step: positions[1] = 1 leaves a gap")
+      "parity.compare: replica b at tokens[1] (position 1): trace: positions[1] = 1 leaves a gap")
     usable()
   end)
 
@@ -594,7 +594,7 @@ describe("examples/parity.lua", function()
     end
     for _, case in ipairs {
       { { "--synthetic", "7m", "--tokens", "1,201088" },
-        "parity.lua: parity.compare: replica a at tokens[2] (position 1): step: tokens[1] = 201088 is out of range" },
+        "parity.lua: parity.compare: replica a at tokens[2] (position 1): trace: tokens[1] = 201088 is out of range" },
       { { "--synthetic", "9m", "--tokens", "1" }, "parity.lua: synthetic: unknown model shape '9m'" },
       { { missing, "--tokens", "1" }, "parity.lua: " },
       { { "--synthetic", "7m", "--prompt", "x", "--tokenizer", missing }, "parity.lua: " },

@@ -308,7 +308,7 @@ describe("bad input", function()
     assert.has_error(function() r:trace(3, 1, 0) end, "trace: slot 3 is out of range 1..2")
     assert.has_error(function() r:reset(0) end, "reset: slot 0 is out of range 1..2")
     assert.has_error(function() r:length(9) end, "length: slot 9 is out of range 1..2")
-    assert.has_error(function() r:trace(1, 97, 0) end, "step: tokens[1] = 97 is out of range 0..96")
+    assert.has_error(function() r:trace(1, 97, 0) end, "trace: tokens[1] = 97 is out of range 0..96")
     usable()
   end)
 
