@@ -142,7 +142,7 @@ local ROUNDED = { attn_norm = true, k_rope = true, qkv = true, attn_out = true, 
   final_norm = true }
 local ATTENTION = { scores = true, probs = true, attn_out = true }
 
-local function flat(t) return helpers.flatten(t:totable()) end
+local flat = helpers.flatten -- a tensor's values, row-major
 
 local function bf16_round(x)
   if x ~= x or x == math.huge or x == -math.huge then return x end

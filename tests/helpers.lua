@@ -25,16 +25,8 @@ function helpers.with(base, changes)
   return c
 end
 
---- The values of a nested table (a tensor's totable()) in order, as one list.
-function helpers.flatten(t, out)
-  out = out or {}
-  if type(t) ~= "table" then
-    out[#out + 1] = t
-    return out
-  end
-  for i = 1, #t do helpers.flatten(t[i], out) end
-  return out
-end
+--- The values of a (nested) table or a host tensor in order, as one list (util.flatten).
+helpers.flatten = require("gptoss.util").flatten
 
 --- Two batches of the rows of `order` (slots) at position pos after a step whose rows were
 -- the slots of `prev` and sampled `ids`: one fed from that step (`from` = it, token -j: its

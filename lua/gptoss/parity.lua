@@ -85,16 +85,10 @@ local ATTENTION = { scores = true, probs = true, attn_out = true }
 local GEMM_INPUT = { attn_norm = true, attn_out = true, ffn_norm = true, swiglu = true, final_norm = true }
 
 local is_a = util.is_a
-local flatten = util.flatten
 
---- The values of a host tensor (row-major) or of a (nested) list, as one flat list.
-function parity.flatten(t)
-  if is_a(t, "gptoss.tensor") then
-    local v = t:totable()
-    return t.ndim == 1 and v or flatten(v, {})
-  end
-  return flatten(t, {})
-end
+--- The values of a host tensor (row-major) or of a (nested) list, as one flat list
+-- (util.flatten).
+parity.flatten = util.flatten
 
 --- x (a float32 value) rounded to the nearest bf16, ties to even; NaN and infinities
 -- are themselves.
