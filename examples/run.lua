@@ -198,7 +198,7 @@ local function main()
   end
   io.write(cli.header(model.config))
   io.flush()
-  local steps = cli.clamp_steps(a.steps, model.config.seq_len)
+  local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   local path, why = cli.tokenizer_path(a.tokenizer, exists)
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
