@@ -203,12 +203,7 @@ local function main()
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 
-  local devices = a.devices
-  if devices == nil then
-    devices = {}
-    for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
-    if #devices == 0 then devices = { "cpu" } end
-  end
+  local devices = a.devices or gptoss.default_devices()
   -- bf16 is the GPU engine's fast path; the CPU golden's bf16 mode is a reference only
   local default_mode = devices[1] == "cpu" and "fp32" or "bf16"
   local weights = a.weights or default_mode

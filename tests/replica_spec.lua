@@ -341,6 +341,15 @@ describe("module", function()
     assert.is_table(gptoss.devices())
     assert.truthy(({ cpu = true, nvidia = true, amd = true })[gptoss.platform])
   end)
+
+  it("defaults to every GPU's number, else the CPU", function()
+    local devices = gptoss.devices
+    finally(function() gptoss.devices = devices end)
+    gptoss.devices = function() return {} end
+    assert.are.same({ "cpu" }, gptoss.default_devices())
+    gptoss.devices = function() return { { id = 1, name = "a" }, { id = 2, name = "b" } } end
+    assert.are.same({ 1, 2 }, gptoss.default_devices())
+  end)
 end)
 
 describe("per-slot sampling (r:sampling)", function()

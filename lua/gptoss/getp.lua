@@ -342,12 +342,7 @@ local function create(opts, level)
   if replicas ~= nil then
     check_fit(replicas, model, steps, level)
   else
-    local devices = opts.devices
-    if devices == nil then
-      devices = {}
-      for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
-      if #devices == 0 then devices = { "cpu" } end
-    end
+    local devices = opts.devices or gptoss.default_devices()
     replicas, owned = build_replicas(devices, opts.replica, model, steps, opts.requests and #opts.requests, level), true
   end
   local copy = {}

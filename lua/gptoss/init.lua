@@ -59,6 +59,14 @@ function gptoss.devices()
   return core.devices()
 end
 
+--- The devices used when none are given (getp, run.lua): every GPU's number, else {"cpu"}.
+function gptoss.default_devices()
+  local list = {}
+  for i, d in ipairs(gptoss.devices()) do list[i] = d.id end
+  if #list == 0 then list = { "cpu" } end
+  return list
+end
+
 --- The course's tokenizer.bin: gptoss.tokenizer(path [, {vocab_size=N}]).
 -- encode/decode exactly as the course code; see README "Tokenizer".
 function gptoss.tokenizer(path, opts)
