@@ -141,4 +141,20 @@ function helpers.script_runner(script)
   end
 end
 
+local runners = {} -- script -> {run =, why =}, made once
+
+--- For use inside an `it`: the runner of a script of the repository (script_runner's),
+-- or the test marked pending when it cannot be run. pending: busted's, which only the
+-- spec sees, passed on.
+function helpers.runner(script, pending)
+  local r = runners[script]
+  if not r then
+    local run, why = helpers.script_runner(script)
+    r = { run = run, why = why }
+    runners[script] = r
+  end
+  if not r.run then pending("cannot run the command line: " .. r.why) end
+  return r.run
+end
+
 return helpers
