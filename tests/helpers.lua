@@ -141,6 +141,19 @@ function helpers.script_runner(script)
   end
 end
 
+--- The exported tokenizer the specs read: $GPTOSS_TOKENIZER (make test sets it), else
+-- build/tokenizer.bin.
+helpers.TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+
+--- For use inside an `it` that needs the tokenizer: helpers.TOKENIZER, or the test marked
+-- pending when that file is missing. pending: busted's, passed on by the spec.
+function helpers.need_tokenizer(pending)
+  local f = io.open(helpers.TOKENIZER, "rb")
+  if not f then pending("needs the tokenizer: make tokenizer") end
+  f:close()
+  return helpers.TOKENIZER
+end
+
 local runners = {} -- script -> {run =, why =}, made once
 
 --- For use inside an `it`: the runner of a script of the repository (script_runner's),

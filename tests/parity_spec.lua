@@ -573,13 +573,11 @@ describe("examples/parity.lua", function()
 
   it("encodes --prompt with the tokenizer", function()
     local run = runner()
-    local tokenizer = os.getenv("GPTOSS_TOKENIZER")
-    if tokenizer and io.open(tokenizer) then
-      local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer,
-        "--a", "cpu:fp32" }
-      assert.are.equal(0, code, err)
-      assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
-    end
+    local tokenizer = H.need_tokenizer(pending)
+    local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer,
+      "--a", "cpu:fp32" }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
   end)
 
   it("exits 2 with the usage on bad arguments", function()

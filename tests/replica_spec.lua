@@ -298,7 +298,7 @@ describe("bad input", function()
   end)
 
   it("says there is no GPU when a device number is asked for on a machine without one", function()
-    if #gptoss.devices() > 0 then return end
+    if #gptoss.devices() > 0 then pending("a GPU is visible: device 1 exists") end
     local ok, err = pcall(m.replica, m, { device = 1 })
     assert.is_false(ok)
     assert.truthy(err:find("device 1: no GPU is available", 1, true), err)

@@ -16,7 +16,7 @@ local H = require "helpers"
 local tmp, cleanup, write_file, read_file = H.tmp, H.cleanup, H.write_file, H.read_file
 
 local f32 = function(x) return (string.unpack("<f", string.pack("<f", x))) end
-local TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+local TOKENIZER = H.TOKENIZER
 
 describe("gptoss.cli", function()
   local function parse(...)

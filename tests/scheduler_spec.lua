@@ -57,7 +57,7 @@ end)
 
 describe("scheduler", function()
   local model = gptoss.synthetic("7m", { seed = 1 })
-  local tok = gptoss.tokenizer(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+  local tok = gptoss.tokenizer(H.TOKENIZER)
   local STEPS = 16
   -- 1, 2, 9 and 9 tokens
   local PROMPTS = { "Hello", "Hello world", "Write a short haiku about the ocean.", "Once upon a time, in a land" }
