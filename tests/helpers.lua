@@ -170,4 +170,17 @@ function helpers.runner(script, pending)
   return r.run
 end
 
+--- Runs each case {args, text} through a script's runner: exit status `status`, nothing on
+-- stdout, and on stderr text (plain) and, when given, usage too ("Usage: NAME.lua").
+function helpers.expect_exits(run, status, cases, usage)
+  local check = require "luassert" -- busted's assert, which only the specs see as a global
+  for _, case in ipairs(cases) do
+    local code, out, err = run(case[1])
+    check.are.equal(status, code, table.concat(case[1], " "))
+    check.are.equal("", out)
+    if usage then check.truthy(err:find(usage, 1, true), err) end
+    check.truthy(err:find(case[2], 1, true), err)
+  end
+end
+
 return helpers

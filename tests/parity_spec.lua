@@ -583,7 +583,7 @@ describe("examples/parity.lua", function()
   it("exits 2 with the usage on bad arguments", function()
     local run = runner()
     local missing = tmp() .. ".bin"
-    for _, case in ipairs {
+    H.expect_exits(run, 2, {
       { {}, "give a model file or --synthetic NAME" },
       { { missing, "--synthetic", "7m", "--tokens", "1" }, "give a model file or --synthetic NAME, not both" },
       { { "--synthetic", "7m" }, "give --tokens or --prompt" },
@@ -594,29 +594,18 @@ describe("examples/parity.lua", function()
       { { "--synthetic", "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
       { { "--synthetic", "7m", "--tokens", "1", "--rtol=-1" }, "'-1' is not a non-negative number" },
       { { "--synthetic", "7m", "--tokens", "1", "--seed", "x" }, "'x' is not an integer" },
-    } do
-      local code, out, err = run(case[1])
-      assert.are.equal(2, code, table.concat(case[1], " "))
-      assert.are.equal("", out)
-      assert.truthy(err:find("Usage: parity.lua", 1, true), err)
-      assert.truthy(err:find(case[2], 1, true), err)
-    end
+    }, "Usage: parity.lua")
   end)
 
   it("exits 2 with the error on bad input", function()
     local run = runner()
     local missing = tmp() .. ".bin"
-    for _, case in ipairs {
+    H.expect_exits(run, 2, {
       { { "--synthetic", "7m", "--tokens", "1,201088" },
         "parity.lua: parity.compare: replica a at tokens[2] (position 1): step: tokens[1] = 201088 is out of range" },
       { { "--synthetic", "9m", "--tokens", "1" }, "parity.lua: synthetic: unknown model shape '9m'" },
       { { missing, "--tokens", "1" }, "parity.lua: " },
       { { "--synthetic", "7m", "--prompt", "x", "--tokenizer", missing }, "parity.lua: " },
-    } do
-      local code, out, err = run(case[1])
-      assert.are.equal(2, code, table.concat(case[1], " "))
-      assert.are.equal("", out)
-      assert.truthy(err:find(case[2], 1, true), err)
-    end
+    })
   end)
 end)
