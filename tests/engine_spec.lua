@@ -98,11 +98,7 @@ describe("descriptions", function()
   end)
 
   it("names a decoder's pending bytes", function()
-    local path = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
-    local f = io.open(path)
-    if not f then return pending("needs the tokenizer: make tokenizer") end
-    f:close()
-    local tok = gptoss.tokenizer(path)
+    local tok = gptoss.tokenizer(H.need_tokenizer(pending))
     local d = tok:decoder()
     assert.are.equal("", d:add(tok:id("\xc3")))
     assert.are.equal("gptoss.decoder(1 byte of a character pending)", tostring(d))
