@@ -39,13 +39,22 @@
 -- L's stored keys or values of an earlier traced position that differ (beyond the noise,
 -- or rounded apart when both caches are bf16). Between replicas of the same numeric mode
 -- a divergence without a cause points at a bug.
+local core = require "gptoss.core"
 local util = require "gptoss.util"
 
 local parity = {}
 
+-- Every stage a trace records, in forward order: the engines' one table.
+local ALL_STAGES = {}
 --- The per-layer stages of a trace, in forward order.
-parity.STAGES = { "attn_norm", "qkv", "q_rope", "k_rope", "scores", "probs", "attn_out", "attn_proj",
-  "resid_attn", "ffn_norm", "router", "topk_idx", "topk_w", "mlp1", "swiglu", "mlp2", "moe_out", "resid_ffn" }
+parity.STAGES = {}
+-- the stages recorded once per token, before the layers and after them
+local ONCE_BEFORE, ONCE_AFTER = {}, {}
+for _, s in ipairs(core.trace_stages()) do
+  ALL_STAGES[#ALL_STAGES + 1] = s.name
+  local list = s.per_layer and parity.STAGES or (#parity.STAGES == 0 and ONCE_BEFORE or ONCE_AFTER)
+  list[#list + 1] = s.name
+end
 
 --- fp32 summation-order noise, relative to a stage's largest value (what the GPU's fp32
 -- mode shows against the golden, README "Numerics of the GPU engine"): a stage within it
@@ -75,9 +84,10 @@ parity.TOLERANCES = {
   bf16 = { abs = 0, rel = 2 ^ -3 },
 }
 
-local NON_LAYER = { embedding = true, final_norm = true, logits = true }
-local KNOWN_STAGE = { embedding = true, final_norm = true, logits = true }
-for _, name in ipairs(parity.STAGES) do KNOWN_STAGE[name] = true end
+local NON_LAYER, KNOWN_STAGE = {}, {}
+for _, name in ipairs(ONCE_BEFORE) do NON_LAYER[name] = true end
+for _, name in ipairs(ONCE_AFTER) do NON_LAYER[name] = true end
+for _, name in ipairs(ALL_STAGES) do KNOWN_STAGE[name] = true end
 -- what a routing flip makes incomparable: rows and weights of the chosen experts
 local PER_EXPERT = { topk_w = true, mlp1 = true, swiglu = true, mlp2 = true }
 local ATTENTION = { scores = true, probs = true, attn_out = true }
@@ -90,14 +100,9 @@ local is_a = util.is_a
 -- (util.flatten).
 parity.flatten = util.flatten
 
---- x (a float32 value) rounded to the nearest bf16, ties to even; NaN and infinities
--- are themselves.
-function parity.bf16_round(x)
-  if x ~= x or x == math.huge or x == -math.huge then return x end
-  local u = string.unpack("<I4", string.pack("<f", x))
-  u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
-  return (string.unpack("<f", string.pack("<I4", u)))
-end
+--- x (as a float32) rounded to the nearest bf16, ties to even, as the engines round;
+-- NaN and infinities are themselves.
+parity.bf16_round = core.bf16_round
 
 --- Divergence of two flat lists over elements from..to (default: all of fb).
 -- Returns max_rel (max |a-b| / max |b|, see the header), max_abs, the index of the worst
@@ -161,9 +166,8 @@ local function check_stage_key(fn, key, n_layers, level)
   l = tonumber(l)
   local known = KNOWN_STAGE[key] or (l and not NON_LAYER[name] and KNOWN_STAGE[name] and l >= 1 and l <= n_layers)
   if not known then
-    error(("%s: tolerance.stages: unknown stage '%s' (a stage name: embedding, %s, final_norm, logits; "
-      .. "or 'layer L NAME' with L in 1..%d)"):format(fn, tostring(key), table.concat(parity.STAGES, ", "), n_layers),
-      level)
+    error(("%s: tolerance.stages: unknown stage '%s' (a stage name: %s; or 'layer L NAME' with L in 1..%d)")
+      :format(fn, tostring(key), table.concat(ALL_STAGES, ", "), n_layers), level)
   end
   if key == "topk_idx" or name == "topk_idx" then
     error(("%s: tolerance.stages: %s has no tolerance: routing must be identical"):format(fn, key), level)
@@ -430,10 +434,9 @@ end
 function parity.compare_traces(ta, tb, config, tolerance, opts)
   local ctx = trace_setup("parity.compare_traces", ta, tb, config, tolerance, opts, 3)
   local row = { stages = {}, order = {}, flips = {}, kv_apart = {} }
-  compare_outside(row, ctx, ta, tb, "embedding", 3)
+  for _, name in ipairs(ONCE_BEFORE) do compare_outside(row, ctx, ta, tb, name, 3) end
   for l = 1, config.n_layers do compare_layer(row, ctx, ta, tb, l, 3) end
-  compare_outside(row, ctx, ta, tb, "final_norm", 3)
-  compare_outside(row, ctx, ta, tb, "logits", 3)
+  for _, name in ipairs(ONCE_AFTER) do compare_outside(row, ctx, ta, tb, name, 3) end
   return row
 end
 
@@ -620,14 +623,6 @@ local function aggregate_row(report, row, position)
   end
 end
 
--- Stage names in forward order, embedding to logits: one report.summary entry each.
-local function stage_names()
-  local names = { "embedding" }
-  for _, name in ipairs(parity.STAGES) do names[#names + 1] = name end
-  names[#names + 1] = "final_norm"
-  names[#names + 1] = "logits"
-  return names
-end
 
 -- Adds layer entry e (a report.stages entry) to summary entry s of its stage name: the
 -- totals, and e as the worst layer when it is (the largest max_rel, or for topk_idx the
@@ -654,7 +649,7 @@ end
 -- report.summary: one entry per stage name, its worst layer and its totals over the layers.
 local function summarize(report)
   local summary = {}
-  for _, name in ipairs(stage_names()) do
+  for _, name in ipairs(ALL_STAGES) do
     local s = { stage = name, ok = true, over_layers = {}, over = 0, compared = 0, not_compared = 0,
       flips = name == "topk_idx" and 0 or nil }
     for _, key in ipairs(report.order) do
