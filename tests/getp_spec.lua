@@ -188,54 +188,63 @@ describe("getp", function()
     assert.are.equal(16, slots {})
     assert.are.equal(1, slots { requests = {} })
     assert.are.equal(5, slots { requests = many, replica = { slots = 5 } })
-    -- the GPU guess: what memory leaves after the weights, over a slot's KV and logits
+    -- the GPU count: the most slots whose memory plan (weights, each slot's KV, the rows'
+    -- logits and scratch) and headroom fit
     local big = gptoss.synthetic("20b")
     local GiB = 1 << 30
     local bf16 = { weights = "bf16", kv = "bf16" }
     local h100 = getp.gpu_slots(80 * GiB, big, 1024, nil, bf16)
-    assert.is_true(h100 > 1000 and h100 < 1400, h100) -- 38 GiB left, ~29 MB a slot
+    assert.is_true(h100 > 1000 and h100 < 1400, h100) -- 41 GiB left after the weights, ~31 MB a slot
     assert.are.equal(7, getp.gpu_slots(80 * GiB, big, 1024, 7, bf16))
     assert.is_true(getp.gpu_slots(80 * GiB, big, 2048, nil, bf16) < h100) -- more positions
-    assert.are.equal(1, getp.gpu_slots(40 * GiB, big, 1024, nil, bf16))     -- weights do not fit
+    assert.are.equal(1, getp.gpu_slots(38 * GiB, big, 1024, nil, bf16))     -- weights (39 GiB) do not fit
     assert.are.equal(1, getp.gpu_slots(0, big, 1024, 7, bf16))             -- no such device
   end)
 
   -- GPU sizing without a GPU: gptoss.devices reports one device and model:replica is a
   -- stand-in that refuses like a short device until the slots fit, then builds a CPU replica
-  it("shrinks the GPU slots it chose by 10% while the device is short, rows following", function()
-    local mt, devices = getmetatable(model), gptoss.devices
+  -- GPU sizing without a GPU: gptoss.devices reports one device with `free` bytes free and
+  -- model:replica is a stand-in that records what it is asked for, then builds a CPU replica
+  it("sizes the GPU slots it chooses from the replica's memory plan and the free memory, rows following", function()
+    local mt, devices, device_memory = getmetatable(model), gptoss.devices, gptoss.device_memory
     local index = mt.__index
-    local tries = {}
+    local tries, free = {}, 0
     local function fake_replica(m, o)
       tries[#tries + 1] = { slots = o.slots, rows = o.rows }
-      if o.slots > (o.fits or 5) then
-        error(("replica: device %d: need %.2f GiB for weights (...); 0.50 GiB free"):format(o.device, o.slots / 10), 2)
-      end
       return index(m, "replica")(m, { device = "cpu", slots = o.slots, ctx = o.ctx })
+    end
+    local function needs(slots, rows) -- what a GPU replica of these counts must find free
+      local plan = model:replica_bytes { device = 1, slots = slots, rows = rows, ctx = STEPS }
+      return plan.total + plan.headroom
     end
     mt.__index = function(u, k) if k == "replica" then return fake_replica end return index(u, k) end
     gptoss.devices = function() return { { memory = 1 << 40 } } end
+    gptoss.device_memory = function() return free, 1 << 40 end
     local ok, err = pcall(function()
+      -- room for 5 slots (each with slots + 128 rows) but not 6
+      free = needs(5, 133)
+      assert.is_true(free < needs(6, 134))
       local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
         requests = { "a", "b", "c", "d", "e", "f", "g", "h" } }
       assert.are.equal(5, g.replicas[1].slots)
-      -- 8 (the requests) -> 7 -> 6 -> 5, each try with slots + 128 rows
-      assert.are.same({ { slots = 8, rows = 136 }, { slots = 7, rows = 135 }, { slots = 6, rows = 134 },
-        { slots = 5, rows = 133 } }, tries)
-      -- slots the caller gave never shrink: the refusal stands
-      tries = {}
-      expect_error(function()
-        getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 }, replica = { slots = 8 } }
-      end, "getp: building the replica on gpu 1: replica: device 1: need 0.80 GiB")
-      assert.are.equal(1, #tries)
-      -- rows the caller gave stay as given while the slots shrink
-      tries = {}
+      assert.are.same({ { slots = 5, rows = 133 } }, tries)
+      -- room for more: the requests bound it
+      tries, free = {}, needs(64, 192)
       local g2 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+        requests = { "a", "b", "c" } }
+      assert.are.same({ { slots = 3, rows = 131 } }, tries)
+      -- slots the caller gave stand
+      tries, free = {}, 0
+      local g3 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+        replica = { slots = 8 } }
+      assert.are.same({ { slots = 8, rows = 136 } }, tries)
+      -- rows the caller gave size the plan and stay as given
+      tries, free = {}, needs(4, 300)
+      local g4 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
         requests = { "a", "b", "c", "d", "e", "f" }, replica = { rows = 300 } }
-      assert.are.same({ { slots = 6, rows = 300 }, { slots = 5, rows = 300 } }, tries)
-      assert.are.equal(5, g2.replicas[1].slots)
+      assert.are.same({ { slots = 4, rows = 300 } }, tries)
     end)
-    mt.__index, gptoss.devices = index, devices
+    mt.__index, gptoss.devices, gptoss.device_memory = index, devices, device_memory
     assert(ok, err)
   end)
 

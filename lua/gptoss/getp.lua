@@ -53,9 +53,8 @@
 --
 -- Slots: replicas getp builds hold ctx = steps positions and, unless replica.slots says
 -- otherwise, min(#requests, 16) slots on the CPU and on a GPU as many as its memory holds
--- for steps positions, at most #requests (getp.gpu_slots guesses, shrinking by 10% while
--- the replica reports memory short; the request count is known when getp.new is given
--- requests). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
+-- for steps positions in the memory it has free, at most #requests (getp.gpu_slots, from
+-- the replica's memory plan; the request count is known when getp.new is given requests). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
 -- max(64, slots) on the CPU, whose steps keep every row's logits on the host (0.8 MB a row
 -- with the real vocabulary). GPU replicas getp builds get, unless replica.rows says
 -- otherwise, rows = slots + a quarter of them (at least 128) for prefill: with rows = slots,
@@ -87,8 +86,6 @@ local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
 local SCHEDULERS = { "continuous", "static" }
 
--- Device bytes a GPU replica needs besides its slots, kept free for the runtime.
-local GPU_RESERVE = 1 << 30
 -- Rows a GPU step carries beyond one per slot, for prefill: a fraction of the slots, at least
 -- PREFILL_ROWS_MIN (the header's "Slots" says why).
 local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
@@ -97,36 +94,33 @@ local function gpu_rows(slots)
   return slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS))
 end
 
--- A slot count refused for memory is retried this much smaller.
-local SHRINK = 0.9
-
--- Bytes of one element of a tensor on the device: bf16 replicas keep the weight
--- matrices in bf16 (README "Replicas and steps"), everything else stays fp32.
-local MATRICES = { token_embedding_table = true, out = true, w_qkv = true, w_o = true, w_router = true,
-  w_mlp1 = true, w_mlp2 = true }
-
---- A first guess at the slots a GPU replica of the model can hold for steps positions
--- on a device of `memory` bytes: (memory - weights - a reserve) / (bytes of one slot's
--- KV cache + the logits of its share of a step's rows), at most n_requests (when known)
--- and at least 1. It is a guess from the dominant terms only: the replica itself measures,
--- and getp shrinks the count by 10% while the device says memory is short. opts: weights,
--- kv ("fp32"|"bf16").
-function getp.gpu_slots(memory, model, steps, n_requests, opts)
-  local c, bf16 = model.config, opts and opts.weights == "bf16"
-  local weights = 0
-  for _, t in ipairs(model.tensors) do
-    weights = weights + ((bf16 and MATRICES[t.name]) and t.bytes // 2 or t.bytes)
+--- The most slots a GPU replica of the model can hold for steps positions when `free` bytes
+-- of device memory are free: the largest count, at most n_requests (when known) and at
+-- least 1, whose memory plan (model:replica_bytes, what the replica itself allocates) and
+-- headroom fit. The rows follow the slots as getp chooses them unless opts.rows is given.
+-- opts: weights, kv, rows, chunk.
+function getp.gpu_slots(free, model, steps, n_requests, opts)
+  opts = opts or {}
+  local function fits(slots)
+    local plan = model:replica_bytes { device = 1, slots = slots, ctx = steps, weights = opts.weights,
+      kv = opts.kv, rows = opts.rows or gpu_rows(slots), chunk = opts.chunk }
+    return plan.total + plan.headroom <= free
   end
-  local kv_elem = (opts and opts.kv or (bf16 and "bf16" or "fp32")) == "bf16" and 2 or 4
-  local per_position = 2 * c.n_kv_heads * c.head_dim * kv_elem
-  local positions = 0
-  for l = 0, c.n_layers - 1 do
-    local windowed = c.sliding_window > 0 and l % 2 == 0
-    positions = positions + (windowed and math.min(steps, c.sliding_window + 128) or steps)
+  local cap = n_requests or math.huge
+  local lo, hi = 1, 2 -- lo fits (or is the floor of 1); find an hi that does not, then bisect
+  while hi <= cap and fits(hi) do lo, hi = hi, 2 * hi end
+  hi = math.min(hi - 1, cap)
+  while lo < hi do
+    local mid = (lo + hi + 1) // 2
+    if fits(mid) then lo = mid else hi = mid - 1 end
   end
-  local per_slot = positions * per_position + (1 + PREFILL_ROWS) * 4 * c.vocab_size
-  local fit = math.floor((memory - weights - GPU_RESERVE) / per_slot)
-  return math.max(1, math.min(fit, n_requests or fit))
+  return lo
+end
+
+-- Bytes free on GPU `device` now, or 0 when there is no such device (the replica says so).
+local function free_memory(device)
+  if not gptoss.devices()[device] then return 0 end
+  return (gptoss.device_memory(device))
 end
 
 local kind = util.kind
@@ -280,23 +274,14 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     end
     local ropts = { device = device, ctx = steps }
     for _, name in ipairs(REPLICA_OPTIONS) do ropts[name] = options[name] end
-    local chosen = ropts.slots == nil and device ~= "cpu"
     local rows_chosen = ropts.rows == nil and device ~= "cpu"
     if ropts.slots == nil then
       ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
-          or getp.gpu_slots((gptoss.devices()[device] or { memory = 0 }).memory, model, steps,
+          or getp.gpu_slots(free_memory(device), model, steps,
             n_requests and -(-n_requests // #devices), ropts) -- a replica's share of the requests
     end
     if rows_chosen then ropts.rows = gpu_rows(ropts.slots) end
     local ok, r = pcall(model.replica, model, ropts)
-    -- a count getp guessed shrinks while the device is short of memory (the replica's
-    -- "device N: need X GiB ..." and "cannot allocate" refusals); other errors stand
-    while not ok and chosen and ropts.slots > 1 and tostring(r):find("device %d+: need")
-        or not ok and chosen and ropts.slots > 1 and tostring(r):find("cannot allocate") do
-      ropts.slots = math.max(1, math.floor(ropts.slots * SHRINK))
-      if rows_chosen then ropts.rows = gpu_rows(ropts.slots) end
-      ok, r = pcall(model.replica, model, ropts)
-    end
     if not ok then
       close_all(replicas)
       error(("getp: building the replica on %s: %s"):format(device_name(device), bare(r)), level + 1)

@@ -91,6 +91,8 @@ gptoss.realtime_ms = core.realtime_ms
 --- Whether a file descriptor (0, 1, 2, ...) is a terminal.
 gptoss.isatty = core.isatty
 gptoss.copy_bandwidth = core.copy_bandwidth
+--- Bytes free on GPU id now and bytes in all: gptoss.device_memory(1) --> free, total.
+gptoss.device_memory = core.device_memory
 
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {
