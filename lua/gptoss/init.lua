@@ -93,6 +93,8 @@ gptoss.isatty = core.isatty
 gptoss.copy_bandwidth = core.copy_bandwidth
 --- Bytes free on GPU id now and bytes in all: gptoss.device_memory(1) --> free, total.
 gptoss.device_memory = core.device_memory
+--- The stages a trace records, in forward order: { {name = "embedding", per_layer = false}, ... }.
+gptoss.trace_stages = core.trace_stages
 
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {
