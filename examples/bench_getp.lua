@@ -2,7 +2,8 @@
 -- getp throughput, the course's way: N requests of about 14 tokens (questions built from
 -- templates, like the course's evaluation file) through gptoss.getp on a synthetic model,
 -- greedy, TPS = generated tokens / whole milliseconds of CLOCK_REALTIME around the
--- inference only (course-spec §3.2). Prints the replicas chosen, a table and one JSON line.
+-- inference only (docs/course.md#control-flow-and-timing). Prints the replicas chosen, a table and
+-- one JSON line.
 --   lua5.4 examples/bench_getp.lua [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
 local argparse = require "argparse"
 local json = require "dkjson"

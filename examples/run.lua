@@ -1,5 +1,6 @@
 #!/usr/bin/env lua5.4
--- The course's command line (course-spec §3), installed as gptoss-run by the rockspec:
+-- The course's command line (docs/course.md#the-getp-workload), installed as gptoss-run by the
+-- rockspec:
 --   run.lua <model.bin> -m getp -i requests.txt -o output.txt [-n 1024] [-t 0 -p 0.9 -s 0] [-z tokenizer.bin]
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
@@ -21,7 +22,7 @@
 -- request file's warnings.
 --
 -- Sampling: greedy unless -t > 0. generate then draws with the course's sampler (one
--- xorshift stream, course-spec §5), exactly as run.cpp; getp with gptoss.getp's seeded
+-- xorshift stream, docs/course.md#the-sampler), exactly as run.cpp; getp with gptoss.getp's seeded
 -- per-request sampler (seed -s + request - 1), since the course's single stream depends on
 -- the order in which requests are sampled, which batching changes.
 -- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on stderr.
@@ -32,7 +33,7 @@ local requests = require "gptoss.requests"
 local progress = require "gptoss.progress"
 
 local NAME = (arg and arg[0] or "run.lua"):match("[^/]*$")
--- course-spec §3.6: the stop ids the course's loops test
+-- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
 local STOP = { [199999] = true, [200002] = true }
 -- --json's fields, in the order they are written
 local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
@@ -103,7 +104,7 @@ local bar -- the progress line, when shown
 local function run_getp(model, tok, steps, devices, weights, kv, figures)
   local prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
   for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
-  -- course-spec §3.4: its two request buffers, as it prints their size
+  -- docs/course.md#request-buffers: its two request buffers, as it prints their size
   io.write(("requests size = %d B\n"):format(#prompts * tok.max_token_length * (steps + 1) * 2))
   io.write(("Num requests: %d\n"):format(#prompts))
   io.flush()
@@ -147,7 +148,8 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   figures.scheduler, figures.partition = a.scheduler, a.partition
 end
 
--- The course's generate (run.cpp, course-spec §3.1): one position a step, the prompt forced
+-- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step, the
+-- prompt forced
 -- until its last token, then sampled ids until a stop id or `steps` positions.
 local function run_generate(model, tok, steps, device, weights, kv, figures)
   local prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })

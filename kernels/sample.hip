@@ -1,5 +1,5 @@
 /* The GPU sampler: one token per row of logits, the same ids as the CPU's
- * gptoss_sample_with (src/core/sampler.c, README "Sampling").
+ * gptoss_sample_with (src/core/sampler.c, docs/api.md#default-mode).
  *
  * One block per row, never sorting. A first pass finds the first maximum
  * and checks the logits; greedy rows stop there. The filters keep a prefix

@@ -1,4 +1,5 @@
--- The logits checker (our own design: the course's is not public, course-spec §6): both file
+-- The logits checker (our own design: the course's is not public,
+-- docs/course.md#what-the-course-does-not-publish): both file
 -- formats byte for byte and every malformed-file error, numpy-allclose comparison at its
 -- boundary, the command line's exit statuses, and logits dumped from a CPU replica of the
 -- synthetic 7m model compared with themselves and with a perturbed copy.

@@ -1,5 +1,6 @@
 -- gptoss.getp end to end on CPU replicas of the synthetic 7m model with the exported
--- tokenizer: outputs equal the course's generate loop (course-spec §3.6) written plainly
+-- tokenizer: outputs equal the course's generate loop
+-- (docs/course.md#generation-rule-and-token-count) written plainly
 -- here and run token by token on a one-slot replica, whatever the partition, scheduler,
 -- slot count or replica count; the steps cap, the stop ids (reached through sampling at a
 -- temperature so high that every id is equally likely, so that the draw is computable),
@@ -22,7 +23,8 @@ local PROMPTS = {
   ("123"):rep(STEPS - 1), ("123"):rep(STEPS), ("987"):rep(STEPS + 6),
 }
 
--- course-spec §3.6, the course's loop as written there, one forward step per position
+-- docs/course.md#generation-rule-and-token-count, the course's loop as written there, one forward
+-- step per position
 local function course_generate(r, prompt, steps)
   local out = {}
   local token, pos = prompt[1], 0
@@ -67,7 +69,7 @@ local function sum_lengths(outputs)
 end
 
 -- The id a slot sampling at temperature 1e30 draws for the token at `position`: every
--- weight expf((logit - max) / T) is then exactly 1, so README "Sampling" rule 4 picks id
+-- weight expf((logit - max) / T) is then exactly 1, so docs/api.md#default-mode rule 4 picks id
 -- floor(u * vocab), u the draw of (seed, position).
 local function flat_draw(seed, position)
   return math.floor(H.sample_uniform(seed, position) * model.config.vocab_size)

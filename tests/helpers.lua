@@ -1,5 +1,6 @@
 -- Helpers shared by the specs: files, temporary paths, error checks, tables
--- and the course's config fields (course-spec §1.1 order, §1.4 values).
+-- and the course's config fields (docs/course.md: #header order,
+-- #named-configurations-and-constants values).
 local helpers = {}
 
 -- Header fields in file order.
@@ -9,7 +10,7 @@ helpers.CONFIG_FIELDS = {
   "rope_scaling_factor", "sliding_window", "swiglu_limit",
 }
 
--- The 7m column of course-spec §1.4.
+-- The 7m column of docs/course.md#named-configurations-and-constants.
 helpers.CONFIG_7M = {
   vocab_size = 201088, hidden_dim = 32, n_experts = 32, experts_per_token = 4, intermediate_dim = 64,
   n_layers = 2, head_dim = 32, n_attn_heads = 2, n_kv_heads = 1, seq_len = 2048,

@@ -1,4 +1,4 @@
--- The course .bin model file (/work/shared/reference/course-spec.md section 1) and synthetic
+-- The course .bin model file (docs/course.md#the-model-file) and synthetic
 -- models: header parsing and validation, tensor layout and offsets, save/load round trips,
 -- trailing bytes, the synthetic-weight recipe (src/core/synth.h) and model:tensor slicing.
 --
@@ -46,7 +46,8 @@ local function header(config)
    return string.pack(HEADER_FMT, table.unpack(values))
 end
 
--- Tensor order and shapes of course-spec 1.3, computed here independently of the C layout.
+-- Tensor order and shapes of docs/course.md#tensor-order-and-shapes, computed here independently
+-- of the C layout.
 local function layout(c)
    local V, H, L, E = c.vocab_size, c.hidden_dim, c.n_layers, c.n_experts
    local I, D, Hq, Hkv = c.intermediate_dim, c.head_dim, c.n_attn_heads, c.n_kv_heads
@@ -122,7 +123,7 @@ local function assert_same_config(got, want)
    end
 end
 
--- e2m1 magnitudes (course-spec 1.5)
+-- e2m1 magnitudes (docs/course.md#how-the-checkpoints-were-exported)
 local E2M1 = { [0] = true, [0.5] = true, [1] = true, [1.5] = true, [2] = true, [3] = true,
    [4] = true, [6] = true }
 local E2M1_MAGS = { 0.5, 1, 1.5, 2, 3, 4, 6 }
@@ -224,7 +225,7 @@ describe("loading a saved 7m synthetic model", function()
       assert.are.equal(header(CONFIG_7M), read_at(path, 0, 60))
    end)
 
-   it("puts every tensor at the offset of course-spec 1.3 (7m column)", function()
+   it("puts every tensor at the offset of docs/course.md's tensor order (7m column)", function()
       local want = {
          token_embedding_table = 60, out = 25739324, rms_attn_w = 51478588, rms_ffn_w = 51478844,
          rms_out_w = 51479100, w_qkv = 51479228, b_qkv = 51511996, w_o = 51513020, b_o = 51529404,
@@ -654,7 +655,7 @@ describe("synthetic models", function()
       if scale_of_d[1] and scale_of_d[2] then assert.are.equal(2 * scale_of_d[1], scale_of_d[2]) end
    end)
 
-   it("have the named configs of course-spec 1.4", function()
+   it("have the named configs of docs/course.md", function()
       assert_same_config(gptoss.config("7m"), CONFIG_7M)
       assert_same_config(gptoss.config("20b"), CONFIG_20B)
       assert_same_config(gptoss.config("120b"), CONFIG_120B)

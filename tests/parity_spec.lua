@@ -92,7 +92,8 @@ end)
 describe("parity.compare of identical numerics", function()
   it("finds no difference at all between two fp32 replicas of the tiny model", function()
     local m = gptoss.synthetic(TINY, { seed = 3 })
-    -- one thread against several: the golden's rows do not depend on it (README)
+    -- one thread against several: the golden's rows do not depend on it
+    -- (docs/numerics.md#batch-invariance)
     local a, b = m:replica { slots = 2, ctx = 16, threads = 1 }, m:replica { slots = 2, ctx = 16, threads = 3 }
     local lines = {}
     local report = parity.compare(a, b, { tokens = SEQ, slot = 2, print = function(l) lines[#lines + 1] = l end })

@@ -1,11 +1,11 @@
 -- An independent plain-Lua implementation of the gpt-oss forward pass (course run.cpp numerics,
--- /work/shared/reference/course-spec.md section 4, "Forward pass"), used to check the C CPU golden
+-- docs/course.md#the-forward-pass), used to check the C CPU golden
 -- engine. The reference runs in double precision; the engine runs in float32 with the course's
 -- double accumulators. Logits must agree to 1e-5 absolute; trace stages to 1e-5 times the stage's
 -- own magnitude (see stage_tol). Expert selection must agree exactly.
 --
 -- The reference also has "variant" switches that reproduce known mistakes of other ports
--- (/work/shared/reference/pitfalls.md). The last block of tests shows that every such variant moves
+-- (a wrong RoPE pairing, a missing sink, ...). The last block of tests shows that every such variant moves
 -- the logits by far more than the tolerance: an engine with that mistake could not pass the
 -- agreement tests above it.
 
@@ -34,7 +34,8 @@ local CFG_MHA = with(CFG_GQA, { n_kv_heads = 4, rope_scaling_factor = 1.0, slidi
 local CFG_YARN = with(CFG_GQA, { rope_theta = 1000.0, initial_context_length = 512 })
 
 -- The synthetic weights of these small shapes keep mlp1 outputs around 1, below the default limit
--- of 7, so this config lowers the limit until every clamp of course-spec 4 step 2.11.2 bites (a
+-- of 7, so this config lowers the limit until every clamp of docs/course.md#per-token step 2.11.2
+-- bites (a
 -- test below checks that all four sides are hit).
 local CFG_CLAMP = with(CFG_GQA, { swiglu_limit = 0.5 })
 
@@ -46,10 +47,11 @@ local TOKENS_A = { 5, 9, 11, 60, 0, 33, 17, 42, 8, 63 }
 local TOKENS_B = { 1, 2, 3, 61, 40, 12, 7, 7, 50, 21 }
 
 ---------------------------------------------------------------------------------------------------
--- Small numeric helpers (course-spec section 4, "Helper numerics")
+-- Small numeric helpers (docs/course.md#helper-numerics)
 ---------------------------------------------------------------------------------------------------
 
--- y[o] = sum_i W[o][i] * x[i] (+ b[o]): weights are stored (out, in), course-spec 1.3.
+-- y[o] = sum_i W[o][i] * x[i] (+ b[o]): weights are stored (out, in),
+-- docs/course.md#tensor-order-and-shapes.
 local function matvec(W, x, b)
    local y = {}
    for o = 1, #W do
@@ -60,7 +62,8 @@ local function matvec(W, x, b)
    return y
 end
 
--- RMSNorm with eps 1e-5 inside the square root (hard-coded in run.cpp, course-spec 1.4).
+-- RMSNorm with eps 1e-5 inside the square root (hard-coded in run.cpp,
+-- docs/course.md#named-configurations-and-constants).
 local function rmsnorm(x, w)
    local ss = 0.0
    for i = 1, #x do ss = ss + x[i] * x[i] end
@@ -102,7 +105,7 @@ end
 local function sigmoid(z) return 1.0 / (1.0 + math.exp(-z)) end
 
 ---------------------------------------------------------------------------------------------------
--- RoPE (course-spec 4, step 2.4)
+-- RoPE (docs/course.md#per-token, step 2.4)
 ---------------------------------------------------------------------------------------------------
 
 -- cos/sin tables for one position. YaRN when s > 1: NTK-by-parts interpolation between the
@@ -141,7 +144,8 @@ local function rope_tables(cfg, pos, v)
 end
 
 -- Rotate every head of a flat (n_heads * D) vector in place. The course pairs dimension i with
--- i + D/2 (half-split), not (2i, 2i+1): no q/k permutation happens at export (course-spec 1.5).
+-- i + D/2 (half-split), not (2i, 2i+1): no q/k permutation happens at export
+-- (docs/course.md#how-the-checkpoints-were-exported).
 local function rope_apply(x, n_heads, D, cos, sin, v)
    local d2 = D // 2
    for h = 0, n_heads - 1 do
@@ -202,7 +206,8 @@ local function new_session(W, cfg, variant)
    return s
 end
 
--- Attention for one layer (course-spec 4, step 2.5). Returns the concatenated head outputs and,
+-- Attention for one layer (docs/course.md#per-token, step 2.5). Returns the concatenated head
+-- outputs and,
 -- for the trace, the per-head scores and probabilities (t = 0..pos, then the sink last).
 function Session:attention(li, q, pos)
    local cfg, v, L = self.cfg, self.v, self.W.layers[li]
@@ -212,7 +217,7 @@ function Session:attention(li, q, pos)
    local windowed = cfg.sliding_window > 0 and ((li - 1) % 2 == 0 or v.window_all_layers)
    local out, scores, probs = {}, {}, {}
    for h = 0, Hq - 1 do
-      -- Consecutive query heads share a kv head (GQA), course-spec 2.5.
+      -- Consecutive query heads share a kv head (GQA), docs/course.md#per-token step 2.5.
       local g = v.gqa_modulo and (h % Hkv) or (h // group)
       local qh = slice(q, h * D + 1, D)
       local sc = {}
@@ -242,7 +247,8 @@ function Session:attention(li, q, pos)
    return out, scores, probs
 end
 
--- SwiGLU of the course (course-spec 4, step 2.11.2-3): mlp1 rows interleave gate (even, 0-based)
+-- SwiGLU of the course (docs/course.md#per-token, steps 2.11.2-3): mlp1 rows interleave gate
+-- (even, 0-based)
 -- and up (odd); the gate is clamped only from above, up on both sides, and up gets a "+1".
 function Session:swiglu(h1)
    local limit, v = self.cfg.swiglu_limit, self.v
@@ -259,12 +265,13 @@ function Session:swiglu(h1)
    return y
 end
 
--- Mixture of experts (course-spec 4, steps 2.8-2.12).
+-- Mixture of experts (docs/course.md#per-token, steps 2.8-2.12).
 function Session:moe(li, t)
    local cfg, v, L = self.cfg, self.v, self.W.layers[li]
    local E, k = cfg.n_experts, cfg.experts_per_token
    local router = matvec(L.w_router, t, L.b_router)
-   -- Top-k of the raw logits, descending; ties go to the lower expert id (course-spec 8.4).
+   -- Top-k of the raw logits, descending; ties go to the lower expert id
+   -- (docs/course.md#per-token, step 2.9).
    local order = {}
    for e = 0, E - 1 do order[e + 1] = e end
    table.sort(order, function(a, b)
@@ -320,7 +327,7 @@ function Session:forward(token, pos)
       tl.attn_norm = t
       local qkv = matvec(L.w_qkv, t, L.b_qkv)
       tl.qkv = qkv
-      -- Rows of w_qkv: q heads, then k heads, then v heads (course-spec 1.3).
+      -- Rows of w_qkv: q heads, then k heads, then v heads (docs/course.md#tensor-order-and-shapes).
       local q = slice(qkv, 1, Hq * D)
       local k = slice(qkv, Hq * D + 1, Hkv * D)
       local vv = slice(qkv, Hq * D + Hkv * D + 1, Hkv * D)
@@ -555,7 +562,8 @@ for _, case in ipairs(CASES) do
          assert_close("decode after trace", step(r, 3, pos + 1, { nxt }):logits():totable()[1], want_next, TOL)
       end)
 
-      -- The sink joins the softmax denominator (course-spec 4, step 2.5.4); that its mass is then
+      -- The sink joins the softmax denominator (docs/course.md#per-token, step 2.5.4); that its
+      -- mass is then
       -- dropped rather than weighting a value shows up in attn_out of the trace test above.
       it("puts the sink logit in the softmax denominator with a visible share", function()
          local c = cfg

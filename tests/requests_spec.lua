@@ -1,4 +1,4 @@
--- The course's getp files (course-spec §3.3-3.5): request files read as the course's
+-- The course's getp files (docs/course.md#request-file): request files read as the course's
 -- read_inputfile does (getline line ends, empty prompts for missing lines, the per-prompt
 -- buffer), output files written byte for byte as its write_outputfile, read back strictly,
 -- and every error naming the file and the line.
@@ -6,7 +6,7 @@ local requests = require "gptoss.requests"
 local H = require "helpers"
 local read_file, write_file, expect_error, tmp, cleanup = H.read_file, H.write_file, H.expect_error, H.tmp, H.cleanup
 
--- course-spec §3.4 with the defaults: max_token_length 128, steps 1024
+-- docs/course.md#request-buffers with the defaults: max_token_length 128, steps 1024
 local LIMIT = 128 * 1025 - 1
 
 local function request_file(s)
@@ -85,7 +85,7 @@ describe("requests.read", function()
   end)
 
   it("warns when the course's int buffer size would overflow", function()
-    -- 16385 requests x 128 x 1025 bytes is past 2^31 - 1 (course-spec §3.4)
+    -- 16385 requests x 128 x 1025 bytes is past 2^31 - 1 (docs/course.md#request-buffers)
     local p = request_file("16385\n")
     local prompts, warnings = requests.read(p)
     assert.are.equal(16385, #prompts)

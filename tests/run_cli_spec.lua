@@ -3,7 +3,8 @@
 -- a fake writer and reports of chosen elapsed times, gptoss.realtime_ms and
 -- gptoss.isatty), then the script itself as a child process on CPU replicas of the
 -- synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs in process and
--- the course's lines (course-spec §3.2) in their formats, generate's text equal to the
+-- the course's lines (docs/course.md#control-flow-and-timing) in their formats, generate's text
+-- equal to the
 -- course's loop (run.cpp) written plainly here, --json, and every error a message on
 -- stderr with status 1.
 local gptoss = require "gptoss"
@@ -46,7 +47,7 @@ describe("gptoss.cli", function()
     assert.is_nil(a.devices)
   end)
 
-  it("applies the course's post-processing of -t -p -s -n (course-spec §3.1)", function()
+  it("applies the course's post-processing of -t -p -s -n (docs/course.md#the-command-line)", function()
     local function norm(t, p, s, n) return cli.normalize({ temperature = t, top_p = p, seed = s, steps = n }, 99) end
     assert.are.same({ temperature = 0.0, top_p = f32(0.9), seed = 99, steps = 0 }, norm(-0.5, 1.5, 0, -3))
     assert.are.same({ temperature = f32(0.7), top_p = 0.0, seed = -5, steps = 12 }, norm(0.7, 0, -5, 12))
@@ -338,7 +339,8 @@ describe("examples/run.lua", function()
     end
   end)
 
-  -- run.cpp's generate as written there (course-spec §3.1): one position a step, the prompt
+  -- run.cpp's generate as written there (docs/course.md#the-command-line): one position a step,
+  -- the prompt
   -- forced until its last token, then sampled; returns every id it prints
   local function course_generate(text, steps, sampler)
     local prompt = tok:encode(text, { max_tokens = model.config.initial_context_length })

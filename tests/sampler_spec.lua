@@ -185,7 +185,7 @@ local function course_seed_for(coin)
 end
 
 ---------------------------------------------------------------------------------------------------
--- The default mode per README "Sampling", written from the rules (no candidate shortcut).
+-- The default mode per docs/api.md#default-mode, written from the rules (no candidate shortcut).
 
 -- 0-based ids ordered by (logit desc, id asc)
 local function ranks_of(x)

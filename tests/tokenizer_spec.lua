@@ -1,4 +1,5 @@
--- The tokenizer: the exported tokenizer.bin's layout (course-spec §2.1) read back independently,
+-- The tokenizer: the exported tokenizer.bin's layout (docs/course.md#tokenizer-file-layout) read
+-- back independently,
 -- the course encode against a slow, literal Lua version of it on thousands of random strings,
 -- known answers, digit splitting, merge order and tie-breaking on small hand-made vocabularies,
 -- special tokens, decode / piece / id, the streaming decoder, and every malformed-file error.
@@ -48,7 +49,7 @@ local function parsed_file()
   return file_cache
 end
 
--- course-spec §2.4, written the obvious way: every round scans all adjacent pairs and merges the
+-- docs/course.md#encode, written the obvious way: every round scans all adjacent pairs and merges the
 -- one whose concatenation has the lowest id (leftmost on ties), skipping specials and anything
 -- longer than max_token_length. A lone byte missing from the vocabulary falls back to its
 -- "<0xHH>" entry (only NUL, which the course's C strings never see), then to 0.

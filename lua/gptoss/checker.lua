@@ -1,6 +1,7 @@
 --- gptoss.checker: logits files and an allclose comparison.
 --
--- The course's own checker and its logits answer files are not public (course-spec §6),
+-- The course's own checker and its logits answer files are not public
+-- (docs/course.md#what-the-course-does-not-publish),
 -- so these formats and this rule are the project's own design, not the course's.
 --
 -- File formats ("text" or "f32"; read and write pick one from the extension, .f32 and
@@ -14,7 +15,7 @@
 --         tolerated; a blank line, hexadecimal or anything else is an error naming the
 --         line. A missing final "\n" is accepted. An empty file holds no values.
 --   f32   raw little-endian IEEE float32, 4 bytes per value, no header (the layout of the
---         course staff's debug logits.bin, course-spec §6). A size that is not a multiple
+--         course staff's debug logits.bin, docs/course.md). A size that is not a multiple
 --         of 4 is an error naming the offset of the stray bytes. Values are rounded to
 --         float32 when written (nearest, ties to even).
 -- Either way a finite value that rounds beyond float32's range is an error.

@@ -1,4 +1,5 @@
---- gptoss.cli: the course's command line (course-spec §3.1) for examples/run.lua (installed
+--- gptoss.cli: the course's command line (docs/course.md#the-command-line) for examples/run.lua
+-- (installed
 -- as gptoss-run): argument parsing, the course's post-processing of the values, and the
 -- text the command prints besides the course's timing lines.
 --
@@ -90,7 +91,7 @@ end
 
 --- The argparse parser (name: the command's name in messages).
 function cli.parser(name)
-  local p = argparse(name, "gpt-oss inference with the course's command line (course-spec §3.1).")
+  local p = argparse(name, "gpt-oss inference with the course's command line (docs/course.md).")
     :help_max_width(100)
     :epilog(table.concat({
       "The course's flags are one dash and one letter and take the next argument as their value;",
@@ -155,7 +156,8 @@ local function f32(x)
   return (string.unpack("<f", string.pack("<f", x)))
 end
 
---- The course's post-processing of -t, -p, -s, -n (course-spec §3.1), before the model is
+--- The course's post-processing of -t, -p, -s, -n (docs/course.md#the-command-line), before the
+-- model is
 -- known: returns {temperature=, top_p=, seed=, steps=}. now: the time in seconds for -s 0.
 function cli.normalize(values, now)
   local t, p = f32(values.temperature), f32(values.top_p)
@@ -198,7 +200,7 @@ function cli.tokenizer_path(given, exists)
     :format(COURSE_TOKENIZER, fallback)
 end
 
---- The 15 lines run.cpp prints when it opens a model (course-spec §1.1-1.2), "\n" ended.
+--- The 15 lines run.cpp prints when it opens a model (docs/course.md#header), "\n" ended.
 function cli.header(config)
   local c = config
   return table.concat({

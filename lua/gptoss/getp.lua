@@ -1,4 +1,5 @@
---- gptoss.getp: the course's "getp" batch workload (course-spec §3) on one or more replicas.
+--- gptoss.getp: the course's "getp" batch workload (docs/course.md#the-getp-workload) on one or
+-- more replicas.
 --
 -- getp.new{...} is the course's warm_up: it builds one replica per device (or takes the
 -- replicas given) and runs nothing. g:run(prompts) is its inference(): it tokenizes,
@@ -31,7 +32,7 @@
 -- steps = engine steps of all replicas, per_replica = {{requests = assigned, tokens =,
 -- steps =}, ...}, elapsed = seconds}.
 --
--- Per request i (course-spec §3.6, the final version):
+-- Per request i (docs/course.md#generation-rule-and-token-count):
 --   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text
 --            ends at its first NUL byte, as the course's C string does. A prompt of no
 --            tokens is an error naming the request (the course's getp exits there).
@@ -46,21 +47,21 @@
 -- Sampling: greedy (the course default) unless sampling.temperature > 0. Request i's slot
 -- then samples with r:sampling(slot, {..., seed = seed + i - 1}), the seed being chosen at
 -- random and kept in g.sampling.seed when none is given. Each draw is keyed by its seed and
--- position only (README "Sampling"), so a request's output does not depend on the
+-- position only (docs/api.md#default-mode), so a request's output does not depend on the
 -- replica, slot, partition, scheduler or batch it runs in. The course's own sampler is one
--- xorshift stream shared by the requests in order (course-spec §5); its draws depend on
+-- xorshift stream shared by the requests in order (docs/course.md#the-sampler); its draws depend on
 -- everything sampled before, which batched generation cannot reproduce.
 --
 -- Slots: replicas getp builds hold ctx = steps positions and, unless replica.slots says
--- otherwise, min(#requests, 16) slots on the CPU and on a GPU as many as its memory holds
--- for steps positions in the memory it has free, at most #requests (getp.gpu_slots, from
--- the replica's memory plan; the request count is known when getp.new is given requests). A step carries at most r.rows rows on a GPU (r.chunk of one slot) and
--- max(64, slots) on the CPU, whose steps keep every row's logits on the host (0.8 MB a row
--- with the real vocabulary). GPU replicas getp builds get, unless replica.rows says
--- otherwise, rows = slots + a quarter of them (at least 128) for prefill: with rows = slots,
--- a step whose slots all decode has no row left for a newly admitted prompt, and the last
--- prompts of a full start wait ~100 steps (1024 requests of 15 tokens: 1121 steps against
--- 1034, most of the extra ones part empty).
+-- otherwise, min(#requests, 16) slots on the CPU, and on a GPU as many as its free memory
+-- holds, at most #requests (getp.gpu_slots, from the replica's memory plan; the request
+-- count is known when getp.new is given requests). A step carries at most r.rows rows on a
+-- GPU (r.chunk of one slot) and max(64, slots) on the CPU, whose steps keep every row's
+-- logits on the host (0.8 MB a row with the real vocabulary). GPU replicas getp builds get,
+-- unless replica.rows says otherwise, rows = slots + a quarter of them (at least 128) for
+-- prefill: with rows = slots, a step whose slots all decode has no row left for a newly
+-- admitted prompt, and the last prompts of a full start wait many steps
+-- (docs/getp.md#slots-and-rows).
 --
 -- Partitions: gptoss.partition; schedulers: gptoss.scheduler (whose header describes the
 -- hooks, the state they see and the sequence objects).
@@ -74,7 +75,8 @@ local getp = {}
 local Getp = {}
 Getp.__index = Getp
 
--- course-spec §3.6: the course tests these ids, whatever the tokenizer names them
+-- docs/course.md#generation-rule-and-token-count: the course tests these ids, whatever the
+-- tokenizer names them
 local STOP = { [199999] = true, [200002] = true }
 local STEPS = 1024 -- the course's -n default
 local CPU_SLOTS, CPU_ROWS = 16, 64
@@ -152,7 +154,7 @@ local function check_model(model, level)
   end
 end
 
---- The course's -n once the model is known (course-spec §3.1-3.2): 0 or more than the
+--- The course's -n once the model is known (docs/course.md#the-command-line): 0 or more than the
 -- model's seq_len mean seq_len. A negative count is the caller's to handle (the command
 -- line reads it as 0, getp refuses it).
 function getp.clamp_steps(steps, seq_len)
@@ -400,9 +402,8 @@ local function run(g, prompts, level)
 
   -- A replica's next step is enqueued before its running one is read, its decode rows fed
   -- on the device by that step's (gptoss.scheduler: one step ahead), so a GPU runs step
-  -- after step while Lua reads the last one's ids and serves the other replicas. H100,
-  -- 1024 requests of the 20b: Lua spent ~1 s of a 61 s run between reading a step and
-  -- enqueuing the next, with the GPU idle.
+  -- after step while Lua reads the last one's ids and serves the other replicas (reading
+  -- first, then enqueuing, left the GPU idle while Lua worked).
   local tokens, steps = 0, 0
   local plans, handles = {}, {}
   local function enqueue(k, plan, from)

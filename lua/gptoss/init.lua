@@ -68,7 +68,7 @@ function gptoss.default_devices()
 end
 
 --- The course's tokenizer.bin: gptoss.tokenizer(path [, {vocab_size=N}]).
--- encode/decode exactly as the course code; see README "Tokenizer".
+-- encode/decode exactly as the course code; see docs/api.md#tokenizer.
 function gptoss.tokenizer(path, opts)
   if type(path) ~= "string" then
     error(("tokenizer: path must be a string (got %s)"):format(type(path)), 2)
@@ -78,15 +78,16 @@ end
 
 --- A sampler over logits rows: gptoss.sampler{temperature=, top_k=, top_p=,
 -- min_p=, seed=, logprobs=} or gptoss.sampler{mode="course", ...}; see
--- README "Sampling" for the exact rules.
+-- docs/api.md#sampling for the exact rules.
 function gptoss.sampler(opts)
   return core.sampler(util.options("sampler", opts, nil, 2))
 end
 
 --- Seconds on a monotonic wall clock (for timing steps).
 gptoss.clock = core.clock
---- Whole milliseconds since the epoch, truncated as the course's now_ms (course-spec
--- §3.2): what the course's elapsed times and TPS are computed from.
+--- Whole milliseconds since the epoch, truncated as the course's now_ms
+-- (docs/course.md#control-flow-and-timing): what the course's elapsed times and TPS are
+-- computed from.
 gptoss.realtime_ms = core.realtime_ms
 --- Whether a file descriptor (0, 1, 2, ...) is a terminal.
 gptoss.isatty = core.isatty

@@ -57,7 +57,7 @@ for _, s in ipairs(core.trace_stages()) do
 end
 
 --- fp32 summation-order noise, relative to a stage's largest value (what the GPU's fp32
--- mode shows against the golden, README "Numerics of the GPU engine"): a stage within it
+-- mode shows against the golden, docs/numerics.md#fp32-mode-of-the-gpu-engine): a stage within it
 -- agrees "in float", so a bf16 rounding that differs there is a flip, not drift.
 parity.NOISE = 2e-5
 
@@ -91,7 +91,7 @@ for _, name in ipairs(ALL_STAGES) do KNOWN_STAGE[name] = true end
 -- what a routing flip makes incomparable: rows and weights of the chosen experts
 local PER_EXPERT = { topk_w = true, mlp1 = true, swiglu = true, mlp2 = true }
 local ATTENTION = { scores = true, probs = true, attn_out = true }
--- GEMM inputs, rounded to bf16 in bf16 weights mode (README "Numerics of the golden engine")
+-- GEMM inputs, rounded to bf16 in bf16 weights mode (docs/numerics.md#bf16-mode-of-the-golden-engine)
 local GEMM_INPUT = { attn_norm = true, attn_out = true, ffn_norm = true, swiglu = true, final_norm = true }
 
 local is_a = util.is_a

@@ -1,4 +1,4 @@
---- gptoss.requests: the course's getp request and output files (course-spec §3.3-3.5).
+--- gptoss.requests: the course's getp request and output files (docs/course.md#request-file).
 --
 -- Request file (read by the course's read_inputfile):
 --   line 1      the request count N, parsed by the course with atoi; here it must be a
@@ -10,7 +10,7 @@
 --               follow, the missing requests are empty strings, as in the course's zeroed
 --               buffer.
 --   Each prompt is memcpy'd into a zeroed slot of max_token_length * (steps + 1) bytes
---   (course-spec §3.4), so a prompt may hold that many bytes minus one, the last byte
+--   (docs/course.md#request-buffers), so a prompt may hold that many bytes minus one, the last byte
 --   being the NUL the course's strlen needs. With the defaults (128, 1024) that is 131199.
 --
 -- Output file (written by the course's write_outputfile):
@@ -23,7 +23,7 @@ local util = require "gptoss.util"
 
 local requests = {}
 
--- course-spec §3.4: tokenizer max_token_length and the getp default steps
+-- docs/course.md#request-buffers: tokenizer max_token_length and the getp default steps
 local MAX_TOKEN_LENGTH = 128
 local STEPS = 1024
 local INT_MAX = 0x7fffffff
@@ -146,7 +146,7 @@ function requests.read(path, opts)
     warnings[#warnings + 1] = ("%s: %d %s after the %d prompts %s ignored, as the course reads only the count")
       :format(path, extra, extra == 1 and "line" or "lines", count, extra == 1 and "is" or "are")
   end
-  -- course-spec §3.4: the course multiplies the buffer size in int
+  -- docs/course.md#request-buffers: the course multiplies the buffer size in int
   if count * slot > INT_MAX then
     warnings[#warnings + 1] = ("%s: %d requests x %d bytes per prompt = %d bytes overflows the course's int "
       .. "buffer size (at most %d)"):format(path, count, slot, count * slot, INT_MAX)

@@ -190,7 +190,8 @@ int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err)
 }
 
 int gptoss_config_named(const char *name, gptoss_config *out) {
-    /* course-spec §1.4; "20b-2l" keeps the 20b widths with two layers */
+    /* docs/course.md#named-configurations-and-constants; "20b-2l" keeps the 20b widths with two
+     * layers */
     static const gptoss_config m7 = {201088, 32, 32, 4, 64, 2, 32, 2, 1, 2048, 4096,
                                      150000.0f, 32.0f, 128, 7.0f};
     static const gptoss_config b20 = {201088, 2880, 32, 4, 2880, 24, 64, 64, 8, 2048, 4096,

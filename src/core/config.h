@@ -1,5 +1,5 @@
 /* Model configuration: the course .bin header, its validation, and the tensor
- * layout it implies (course-spec §1). Plain C11, no Lua, no HIP. */
+ * layout it implies (docs/course.md#the-model-file). Plain C11, no Lua, no HIP. */
 #ifndef GPTOSS_CONFIG_H
 #define GPTOSS_CONFIG_H
 

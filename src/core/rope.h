@@ -1,5 +1,5 @@
 /* YaRN rotary embedding tables, computed exactly as the course's run.cpp does
- * (course-spec §4, step 4): float arithmetic throughout, unrounded low/high
+ * (docs/course.md#per-token, step 2.4): float arithmetic throughout, unrounded low/high
  * bounds, both cos and sin multiplied by the concentration. The GPU engine
  * uploads the same inv_freq table so that angles agree bit for bit. */
 #ifndef GPTOSS_ROPE_H

@@ -6,7 +6,7 @@
  * non-greedy draw, as the course's one shared sampler does.
  *
  * GPTOSS_SAMPLE_DEFAULT is ours, defined so that a GPU kernel can reproduce
- * it (README "Sampling" is the normative text):
+ * it (docs/api.md#default-mode is the normative text):
  *   invalid logits: NaN or +inf raise an error; -inf means "never"; a row of
  *     only -inf raises an error.
  *   temperature 0: the first maximum logit (greedy).

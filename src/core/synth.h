@@ -4,7 +4,7 @@
  * kernel fills a replica of a 20b/120b synthetic model with exactly the bits
  * the CPU produces, without a host copy.
  *
- * The recipe (documented in README "Synthetic models"):
+ * The recipe (documented in docs/api.md#synthetic-weights):
  *   h(seed, tensor, i) = mix64(key(seed, tensor) + (i + 1) * 0x9E3779B97F4A7C15)
  *   mix64 is the SplitMix64 finaliser; key(seed, tensor) = mix64(seed ^ (tensor+1) * 0xD1B54A32D192ED03).
  *   unit(h) = (h >> 40) * 2^-23 - 1, a value of [-1, 1) on a 2^-23 grid.
