@@ -1,5 +1,5 @@
 /* RoPE's arithmetic and the KV cache's addressing, shared by rope_kv.hip
- * and the qkv GEMM's fused epilogue (gemm.hip), so both give the same bits:
+ * and the qkv GEMM's fused epilogue (gemm_stream.h), so both give the same bits:
  * half-split pairs (i, i + D/2), the golden's float arithmetic with its
  * cos/sin table; k and v go to the row's slot at position % positions (a
  * ring for windowed layers), in the cache's type. */
