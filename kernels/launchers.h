@@ -20,11 +20,9 @@
  * chunks = ceil(k / 32), its rows 64 bytes apart. The pieces a warp
  * multiplies for one chunk of 16 rows (matrix_core.h) are then one
  * contiguous KiB, and a 16-row band of the matrix streams from memory in
- * order: H100, 64 rows, mlp1 9.21 -> 8.77 ms a step, mlp2 4.83 -> 4.58.
- * Dense GEMMs of 128 rows and more (each weight read by several row tiles)
- * ran 15-35% slower tiled (256 rows: qkv 1.41 -> 1.87 ms, the unembedding
- * 1.41 -> 1.88). fp32 weights, the embedding table, the router's and the
- * unembedding stay [n][k]. */
+ * order, faster at decode sizes. Dense GEMMs of 128 rows and more (each
+ * weight read by several row tiles) are slower tiled. fp32 weights, the
+ * embedding table, the router's and the unembedding stay [n][k]. */
 typedef struct {
     int64_t n, k; /* 0, 0: not tiled */
 } gptoss_tiling;
