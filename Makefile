@@ -47,7 +47,9 @@ GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-err
 # a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
 HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
 
-C_SRC   := $(wildcard src/core/*.c) $(wildcard src/lua/*.c)
+# src/hip's plain C (the engines' table, the GPU memory plan) is in every build
+C_SRC   := $(wildcard src/core/*.c) $(wildcard src/lua/*.c) \
+           $(filter-out src/hip/cpu_only.c,$(wildcard src/hip/*.c))
 HIP_SRC := $(wildcard src/hip/*.hip) $(wildcard kernels/*.hip)
 ifeq ($(HIP_PLATFORM),cpu)
   C_SRC += src/hip/cpu_only.c

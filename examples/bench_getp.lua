@@ -57,7 +57,7 @@ print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt"
 print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
   result.steps, ms / 1000, tps))
 -- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
-local first = a.devices and a.devices[1] or (#gptoss.devices() > 0 and 1 or "cpu")
+local first = (a.devices or gptoss.default_devices())[1]
 local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
 print(json.encode({
   bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,

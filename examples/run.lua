@@ -198,17 +198,12 @@ local function main()
   end
   io.write(cli.header(model.config))
   io.flush()
-  local steps = cli.clamp_steps(a.steps, model.config.seq_len)
+  local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   local path, why = cli.tokenizer_path(a.tokenizer, exists)
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 
-  local devices = a.devices
-  if devices == nil then
-    devices = {}
-    for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
-    if #devices == 0 then devices = { "cpu" } end
-  end
+  local devices = a.devices or gptoss.default_devices()
   -- bf16 is the GPU engine's fast path; the CPU golden's bf16 mode is a reference only
   local default_mode = devices[1] == "cpu" and "fp32" or "bf16"
   local weights = a.weights or default_mode

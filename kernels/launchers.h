@@ -11,39 +11,7 @@
 #include "../src/core/sampler.h"
 #include "../src/core/synth.h"
 #include "../src/hip/hip_runtime_compat.h"
-
-/* Some bf16 weights on the device may be tiled (gptoss_gpu_tiled: the
- * experts' when a replica decodes at most 16 rows per expert, the qkv and
- * output projections' up to 64 slots): each [n][k] matrix (one per layer and
- * expert) is cut into tiles of 16 rows by 32 k, zero past n and k; tile
- * (r / 16, k / 32) lies at ((r / 16) * chunks + k / 32) * 512 elements,
- * chunks = ceil(k / 32), its rows 64 bytes apart. The pieces a warp
- * multiplies for one chunk of 16 rows (matrix_core.h) are then one
- * contiguous KiB, and a 16-row band of the matrix streams from memory in
- * order, faster at decode sizes. Dense GEMMs of 128 rows and more (each
- * weight read by several row tiles) are slower tiled. fp32 weights, the
- * embedding table, the router's and the unembedding stay [n][k]. */
-typedef struct {
-    int64_t n, k; /* 0, 0: not tiled */
-} gptoss_tiling;
-#define GPTOSS_TILE_ROWS 16
-#define GPTOSS_TILE_K 32
-#define GPTOSS_TILE_ELEMS (GPTOSS_TILE_ROWS * GPTOSS_TILE_K)
-/* elements of one band of 16 rows, chunks = ceil(k / 32) */
-__host__ __device__ static inline uint64_t gptoss_tiled_band(int64_t chunks) {
-    return (uint64_t)chunks * GPTOSS_TILE_ELEMS;
-}
-/* elements of one tiled [n][k] matrix, padding included */
-__host__ __device__ static inline uint64_t gptoss_tiled_elems(int64_t n, int64_t k) {
-    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) *
-           gptoss_tiled_band((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K);
-}
-/* where element (r, k) of a tiled matrix lies, chunks = ceil(k / 32) */
-__host__ __device__ static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t chunks) {
-    return (uint64_t)(r / GPTOSS_TILE_ROWS) * gptoss_tiled_band(chunks) +
-           (uint64_t)(k / GPTOSS_TILE_K) * GPTOSS_TILE_ELEMS + (r % GPTOSS_TILE_ROWS) * GPTOSS_TILE_K +
-           k % GPTOSS_TILE_K;
-}
+#include "layout.h"
 
 /* weights.hip: elements first .. first + count - 1 of a tensor (its flat
  * index, as in the file), as float or rounded to nearest even bf16: the
@@ -180,7 +148,6 @@ typedef struct {
     float *norm_out;
     void *norm_out_bf16;
 } gptoss_moe_combine_args;
-int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows);
 hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);
 hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream);
 
@@ -193,14 +160,11 @@ hipError_t gptoss_launch_trace_swiglu(const float *m1, int pairs, int inter, flo
 hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream_t stream);
 
 /* sample.hip: one token per row of logits [rows][vocab] (device), under
- * params[row] (device). A row with temperature 0 takes the first maximum,
- * NaN never winning (gptoss_argmax); any other row follows gptoss_sample_with
- * (README "Sampling") and gets -1 where that raises (a NaN or +inf logit, or
- * every logit -inf). workspace holds gptoss_sample_workspace_bytes(rows,
- * vocab) bytes of device memory, allocated once by the caller. */
-size_t gptoss_sample_workspace_bytes(int rows, int vocab);
+ * params[row] (device), as gptoss_draw_rows draws on the host: a row with
+ * temperature 0 takes the first maximum, NaN never winning; any other row
+ * follows gptoss_sample_with (docs/api.md "Sampling") and gets -1 where that
+ * raises (a NaN or +inf logit, or every logit -inf). */
 hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
-                                const gptoss_row_sampling *params, int *tokens, void *workspace,
-                                hipStream_t stream);
+                                const gptoss_row_sampling *params, int *tokens, hipStream_t stream);
 
 #endif

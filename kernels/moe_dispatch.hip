@@ -166,10 +166,6 @@ template <int KT> __global__ void __launch_bounds__(RMS_THREADS) moe_combine_ker
 
 } // namespace
 
-int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows) {
-    return (rows * k + tile_rows - 1) / tile_rows + n_experts;
-}
-
 hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream) {
     size_t shared = sizeof(int) * ((size_t)a->n_experts + DISPATCH_CHUNK);
     hipLaunchKernelGGL(moe_dispatch_kernel, dim3(1), dim3(DISPATCH_THREADS), shared, stream, *a);

@@ -326,17 +326,8 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
         tokens[blockIdx.x] = token;
 }
 
-size_t gptoss_sample_workspace_bytes(int rows, int vocab) {
-    /* a row's state lives in shared memory and registers */
-    (void)rows;
-    (void)vocab;
-    return 0;
-}
-
 hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
-                                const gptoss_row_sampling *params, int *tokens, void *workspace,
-                                hipStream_t stream) {
-    (void)workspace;
+                                const gptoss_row_sampling *params, int *tokens, hipStream_t stream) {
     /* the bound keeps every index of a sweep within int */
     if (rows < 0 || vocab < 1 || vocab > (1 << 30))
         return hipErrorInvalidValue;

@@ -13,7 +13,7 @@ local expect_error, tmp, cleanup, write_file = H.expect_error, H.tmp, H.cleanup,
 
 local STEPS = 24
 local model = gptoss.synthetic("7m", { seed = 1 })
-local tok = gptoss.tokenizer(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+local tok = gptoss.tokenizer(H.TOKENIZER)
 -- 1, 2, 9, 9 and 13 tokens; runs of digits are cut in threes, so the last three are
 -- steps - 1 tokens (one generated id), steps tokens and more (none)
 local PROMPTS = {

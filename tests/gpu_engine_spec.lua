@@ -2,6 +2,7 @@
 -- visible; reported as pending elsewhere. Figures the note quotes are
 -- printed on stderr as "[gpu-parity] ...".
 local gptoss = require "gptoss"
+local parity = require "gptoss.parity"
 local helpers = require "helpers"
 local expect_error = helpers.expect_error
 
@@ -21,12 +22,7 @@ local MID = {
 -- head (not a multiple of 8: staged value by value, rows padded to 20) and
 -- 136 (31 keys per staged chunk: several chunks per split of 128 keys).
 -- The mid shape with some fields changed.
-local function mid_with(changes)
-  local c = {}
-  for k, v in pairs(MID) do c[k] = v end
-  for k, v in pairs(changes) do c[k] = v end
-  return c
-end
+local function mid_with(changes) return helpers.with(MID, changes) end
 
 local function with_heads(head_dim, n_attn_heads, n_kv_heads)
   return mid_with { head_dim = head_dim, n_attn_heads = n_attn_heads, n_kv_heads = n_kv_heads }
@@ -134,21 +130,13 @@ end
 --    carry an earlier position's divergence).
 -- A kernel bug diverges without such a cause and fails.
 local DIVERGE = 2e-5
-local STAGES = { "attn_norm", "qkv", "q_rope", "k_rope", "scores", "probs", "attn_out", "attn_proj",
-  "resid_attn", "ffn_norm", "router", "topk_idx", "topk_w", "mlp1", "swiglu", "mlp2", "moe_out", "resid_ffn" }
 -- stages rounded to bf16 before use: GEMM inputs, and the keys and values
 -- stored in a bf16 KV cache (k_rope, qkv's value part)
 local ROUNDED = { attn_norm = true, k_rope = true, qkv = true, attn_out = true, ffn_norm = true, swiglu = true,
   final_norm = true }
 local ATTENTION = { scores = true, probs = true, attn_out = true }
 
-local function flat(t) return helpers.flatten(t:totable()) end
-
-local function bf16_round(x)
-  if x ~= x or x == math.huge or x == -math.huge then return x end
-  local b = helpers.bf16_bits(string.unpack("<I4", string.pack("<f", x)))
-  return (string.unpack("<f", string.pack("<I4", b & 0xFFFFFFFF)))
-end
+local flat = helpers.flatten -- a tensor's values, row-major
 
 -- max |a - b| / max |b| over the finite entries (equal infinities agree)
 local function divergence(a, b)
@@ -160,18 +148,11 @@ local function divergence(a, b)
   return m > 0 and d / m or d
 end
 
--- the first element from index `from` whose bf16 roundings differ, or nil
-local function rounds_apart(fa, fb, from)
-  for i = from, #fb do
-    if bf16_round(fa[i]) ~= bf16_round(fb[i]) then return i end
-  end
-end
-
 -- whether what a KV cache stores of a stage (elements from `from` on) comes
 -- apart between the engines: rounds apart in a bf16 cache; in an fp32 one,
 -- which rounds nothing, differs beyond DIVERGE
 local function stored_apart(fa, fb, from, kv)
-  if kv == "bf16" then return rounds_apart(fa, fb, from) ~= nil end
+  if kv == "bf16" then return parity.rounds_apart(fa, fb, from) ~= nil end
   return divergence(table.move(fa, from, #fa, 1, {}), table.move(fb, from, #fb, 1, {})) > DIVERGE
 end
 
@@ -201,13 +182,13 @@ local function examine(tg, tc, c, kv)
     if d > DIVERGE then
       r.first, r.first_layer, r.first_stage = ("%s (%.2g of its max)"):format(where, d), l, name
     elseif ROUNDED[name] and not (stored and kv ~= "bf16") and not r.flip then
-      local i = rounds_apart(fa, fb, name == "qkv" and values_from or 1)
+      local i = parity.rounds_apart(fa, fb, name == "qkv" and values_from or 1)
       if i then r.flip = ("bf16 rounding flip at %s element %d: GPU %.9g, CPU %.9g"):format(where, i, fa[i], fb[i]) end
     end
   end
   stage("embedding", nil, tg.embedding, tc.embedding)
   for l, lc in ipairs(tc.layers) do
-    for _, name in ipairs(STAGES) do stage(name, l, tg.layers[l][name], lc[name]) end
+    for _, name in ipairs(parity.STAGES) do stage(name, l, tg.layers[l][name], lc[name]) end
   end
   stage("final_norm", nil, tg.final_norm, tc.final_norm)
   stage("logits", nil, tg.logits, tc.logits)

@@ -9,7 +9,7 @@ local helpers = require "helpers"
 local devices = gptoss.devices()
 local STEPS = 40
 local model = gptoss.synthetic("7m", { seed = 1 })
-local TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+local TOKENIZER = helpers.TOKENIZER
 local tok = gptoss.tokenizer(TOKENIZER)
 local PROMPTS = {
   "Hello", "Hello world", "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve",

@@ -25,16 +25,8 @@ function helpers.with(base, changes)
   return c
 end
 
---- The values of a nested table (a tensor's totable()) in order, as one list.
-function helpers.flatten(t, out)
-  out = out or {}
-  if type(t) ~= "table" then
-    out[#out + 1] = t
-    return out
-  end
-  for i = 1, #t do helpers.flatten(t[i], out) end
-  return out
-end
+--- The values of a (nested) table or a host tensor in order, as one list (util.flatten).
+helpers.flatten = require("gptoss.util").flatten
 
 --- Two batches of the rows of `order` (slots) at position pos after a step whose rows were
 -- the slots of `prev` and sampled `ids`: one fed from that step (`from` = it, token -j: its
@@ -146,6 +138,48 @@ function helpers.script_runner(script)
     local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), shell_quote(out), shell_quote(err)))
     assert(how == "exit", ("%s ended by %s %s"):format(script, tostring(how), tostring(code)))
     return code, helpers.read_file(out), helpers.read_file(err)
+  end
+end
+
+--- The exported tokenizer the specs read: $GPTOSS_TOKENIZER (make test sets it), else
+-- build/tokenizer.bin.
+helpers.TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+
+--- For use inside an `it` that needs the tokenizer: helpers.TOKENIZER, or the test marked
+-- pending when that file is missing. pending: busted's, passed on by the spec.
+function helpers.need_tokenizer(pending)
+  local f = io.open(helpers.TOKENIZER, "rb")
+  if not f then pending("needs the tokenizer: make tokenizer") end
+  f:close()
+  return helpers.TOKENIZER
+end
+
+local runners = {} -- script -> {run =, why =}, made once
+
+--- For use inside an `it`: the runner of a script of the repository (script_runner's),
+-- or the test marked pending when it cannot be run. pending: busted's, which only the
+-- spec sees, passed on.
+function helpers.runner(script, pending)
+  local r = runners[script]
+  if not r then
+    local run, why = helpers.script_runner(script)
+    r = { run = run, why = why }
+    runners[script] = r
+  end
+  if not r.run then pending("cannot run the command line: " .. r.why) end
+  return r.run
+end
+
+--- Runs each case {args, text} through a script's runner: exit status `status`, nothing on
+-- stdout, and on stderr text (plain) and, when given, usage too ("Usage: NAME.lua").
+function helpers.expect_exits(run, status, cases, usage)
+  local check = require "luassert" -- busted's assert, which only the specs see as a global
+  for _, case in ipairs(cases) do
+    local code, out, err = run(case[1])
+    check.are.equal(status, code, table.concat(case[1], " "))
+    check.are.equal("", out)
+    if usage then check.truthy(err:find(usage, 1, true), err) end
+    check.truthy(err:find(case[2], 1, true), err)
   end
 end
 

@@ -454,10 +454,10 @@ describe("parity.compare bad input", function()
     fails(quiet { tokens = { 1 }, slot = 3 },
       "parity.compare: replica a at tokens[1] (position 0): trace: slot 3 is out of range 1..2")
     fails(quiet { tokens = { 1, 97 } },
-      "parity.compare: replica a at tokens[2] (position 1): step: tokens[1] = 97 is out of range 0..96")
+      "parity.compare: replica a at tokens[2] (position 1): trace: tokens[1] = 97 is out of range 0..96")
     -- usable() leaves 2 positions in slot 1
     fails(quiet { tokens = { 1 }, positions = { 5 } },
-      "parity.compare: replica a at tokens[1] (position 5): step: positions[1] = 5 leaves a gap: slot 1 holds 2 positions")
+      "parity.compare: replica a at tokens[1] (position 5): trace: positions[1] = 5 leaves a gap: slot 1 holds 2 positions")
     fails(quiet { tokens = { 1 }, positions = { 8 } }, "parity.compare: replica a at tokens[1] (position 8)",
       "is past the context")
     -- b's content differs from a's: b refuses to continue
@@ -465,7 +465,7 @@ describe("parity.compare bad input", function()
     b:reset(1)
     a:step { slots = { 1 }, positions = { 0 }, tokens = { 4 } }
     expect_error(function() parity.compare(a, b, quiet { tokens = { 1 }, positions = { 1 } }) end,
-      "parity.compare: replica b at tokens[1] (position 1): step: positions[1] = 1 leaves a gap")
+      "parity.compare: replica b at tokens[1] (position 1): trace: positions[1] = 1 leaves a gap")
     usable()
   end)
 
@@ -523,33 +523,35 @@ end)
 describe("examples/parity.lua", function()
   after_each(cleanup)
 
-  it("exits 0 within tolerance, 1 over it, 2 on usage and input errors", function()
-    local run, why = H.script_runner("examples/parity.lua")
-    if not run then
-      pending("cannot run the command line: " .. why)
-      return
-    end
-    local base = { "--synthetic", "7m", "--seed", "3", "--tokens", "200006,17, 13225" }
-    local function with(...)
-      local t = { table.unpack(base) }
-      for _, v in ipairs { ... } do t[#t + 1] = v end
-      return t
-    end
+  local function runner() return H.runner("examples/parity.lua", pending) end
+  local base = { "--synthetic", "7m", "--seed", "3", "--tokens", "200006,17, 13225" }
+  local function with(...)
+    local t = { table.unpack(base) }
+    for _, v in ipairs { ... } do t[#t + 1] = v end
+    return t
+  end
 
+  it("exits 0 and prints the table when the replicas agree", function()
+    local run = runner()
     local code, out, err = run(with("--a", "cpu:fp32", "--b", "cpu:fp32"))
     assert.are.equal(0, code, err)
     assert.are.equal("", err)
     assert.truthy(out:find("^parity: a = cpu weights fp32 kv fp32, b = cpu weights fp32 kv fp32"), out)
     assert.truthy(out:find("\nall stages within tolerance\n$"), out)
+  end)
 
+  it("exits 1 over tolerance, naming the first stage over it and the differing modes", function()
+    local run = runner()
     -- the bf16 side reads its embedding rounded: over any tolerance below its rounding
-    code, out = run(with("--a", "cpu:fp32", "--b", "cpu:bf16", "--rtol", "1e-6"))
+    local code, out = run(with("--a", "cpu:fp32", "--b", "cpu:bf16", "--rtol", "1e-6"))
     assert.are.equal(1, code)
     assert.truthy(out:find("\nfirst stage over tolerance: position 0, embedding %(rel [%d.e+-]+ > 1e%-06%)\n"), out)
     assert.truthy(out:find("the replicas' numeric modes differ", 1, true), out)
+  end)
 
-    -- --json: the report as one line, the same verdict
-    code, out = run(with("--a", "cpu:fp32", "--b", "cpu:bf16/fp32", "--rtol", "0", "--json"))
+  it("writes the report as one JSON line with --json, with the same verdict", function()
+    local run = runner()
+    local code, out = run(with("--a", "cpu:fp32", "--b", "cpu:bf16/fp32", "--rtol", "0", "--json"))
     assert.are.equal(1, code)
     local report = require("dkjson").decode(out)
     assert.are.same({ false, "embedding", 0, "bf16", "fp32" },
@@ -560,21 +562,28 @@ describe("examples/parity.lua", function()
     report = require("dkjson").decode(out)
     assert.is_true(report.ok)
     assert.are.equal(1 + 18 * 2 + 2, #report.order)
+  end)
 
-    -- --layers adds a line per layer and stage
+  it("prints a line per layer and stage as well with --layers", function()
+    local run = runner()
     local _, short = run(with("--a", "cpu:fp32", "--b", "cpu:fp32"))
     local _, long = run(with("--a", "cpu:fp32", "--b", "cpu:fp32", "--layers"))
     assert.are.equal(select(2, short:gsub("\n", "")) + 2 + 1 + 18 * 2 + 2, select(2, long:gsub("\n", "")))
+  end)
 
-    local tokenizer = os.getenv("GPTOSS_TOKENIZER")
-    if tokenizer and io.open(tokenizer) then
-      code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer, "--a", "cpu:fp32" }
-      assert.are.equal(0, code, err)
-      assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
-    end
+  it("encodes --prompt with the tokenizer", function()
+    local run = runner()
+    local tokenizer = H.need_tokenizer(pending)
+    local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer,
+      "--a", "cpu:fp32" }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
+  end)
 
+  it("exits 2 with the usage on bad arguments", function()
+    local run = runner()
     local missing = tmp() .. ".bin"
-    for _, case in ipairs {
+    H.expect_exits(run, 2, {
       { {}, "give a model file or --synthetic NAME" },
       { { missing, "--synthetic", "7m", "--tokens", "1" }, "give a model file or --synthetic NAME, not both" },
       { { "--synthetic", "7m" }, "give --tokens or --prompt" },
@@ -585,24 +594,18 @@ describe("examples/parity.lua", function()
       { { "--synthetic", "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
       { { "--synthetic", "7m", "--tokens", "1", "--rtol=-1" }, "'-1' is not a non-negative number" },
       { { "--synthetic", "7m", "--tokens", "1", "--seed", "x" }, "'x' is not an integer" },
-    } do
-      code, out, err = run(case[1])
-      assert.are.equal(2, code, table.concat(case[1], " "))
-      assert.are.equal("", out)
-      assert.truthy(err:find("Usage: parity.lua", 1, true), err)
-      assert.truthy(err:find(case[2], 1, true), err)
-    end
-    for _, case in ipairs {
+    }, "Usage: parity.lua")
+  end)
+
+  it("exits 2 with the error on bad input", function()
+    local run = runner()
+    local missing = tmp() .. ".bin"
+    H.expect_exits(run, 2, {
       { { "--synthetic", "7m", "--tokens", "1,201088" },
-        "parity.lua: parity.compare: replica a at tokens[2] (position 1): step: tokens[1] = 201088 is out of range" },
+        "parity.lua: parity.compare: replica a at tokens[2] (position 1): trace: tokens[1] = 201088 is out of range" },
       { { "--synthetic", "9m", "--tokens", "1" }, "parity.lua: synthetic: unknown model shape '9m'" },
       { { missing, "--tokens", "1" }, "parity.lua: " },
       { { "--synthetic", "7m", "--prompt", "x", "--tokenizer", missing }, "parity.lua: " },
-    } do
-      code, out, err = run(case[1])
-      assert.are.equal(2, code, table.concat(case[1], " "))
-      assert.are.equal("", out)
-      assert.truthy(err:find(case[2], 1, true), err)
-    end
+    })
   end)
 end)

@@ -16,7 +16,7 @@ local H = require "helpers"
 local tmp, cleanup, write_file, read_file = H.tmp, H.cleanup, H.write_file, H.read_file
 
 local f32 = function(x) return (string.unpack("<f", string.pack("<f", x))) end
-local TOKENIZER = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+local TOKENIZER = H.TOKENIZER
 
 describe("gptoss.cli", function()
   local function parse(...)
@@ -53,10 +53,10 @@ describe("gptoss.cli", function()
     assert.are.same({ temperature = 0.0, top_p = 1.0, seed = 7, steps = 0 }, norm(1e-50, 1, 7, 0))
     assert.are.equal(f32(0.9), norm(0, -0.01, 1, 1).top_p)
     assert.are.equal(math.huge, norm(1e300, 0.5, 1, 1).temperature) -- the course's float is inf too
-    assert.are.equal(2048, cli.clamp_steps(0, 2048))
-    assert.are.equal(2048, cli.clamp_steps(2049, 2048))
-    assert.are.equal(2048, cli.clamp_steps(2048, 2048))
-    assert.are.equal(1, cli.clamp_steps(1, 2048))
+    assert.are.equal(2048, getp.clamp_steps(0, 2048))
+    assert.are.equal(2048, getp.clamp_steps(2049, 2048))
+    assert.are.equal(2048, getp.clamp_steps(2048, 2048))
+    assert.are.equal(1, getp.clamp_steps(1, 2048))
   end)
 
   it("parses our long options and refuses bad values, naming the flag", function()
@@ -214,12 +214,7 @@ describe("examples/run.lua", function()
   local STEPS = 24
   local PROMPTS = { "Hello", "Hello world", "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve" }
   local HEADER = cli.header(model.config)
-  local run, why
-  local function runner()
-    if run == nil and why == nil then run, why = H.script_runner("examples/run.lua") end
-    if not run then pending("cannot run the command line: " .. why) end
-    return run
-  end
+  local function runner() return H.runner("examples/run.lua", pending) end
   after_each(cleanup)
 
   -- no traceback and no Lua position in what a user reads
@@ -234,40 +229,76 @@ describe("examples/run.lua", function()
     return path
   end
 
-  it("runs getp as the course: its lines, its output file, its TPS; --json and --profile", function()
+  -- One getp run of the four prompts (and a line the course ignores) with --json and
+  -- --profile, made by the first test that asks: {code, out, err, input, outputs (of the
+  -- -o file), output (its text), expected (gptoss.getp.run's result)}.
+  local getp_run
+  local function run_getp()
     local run = runner()
-    if not run then return end
-    local input, output = request_file { "4", PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], "an extra line" }, tmp()
-    local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
-      "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", "--profile" }
-    assert.are.equal(0, code, err)
-    assert.are.equal(("run.lua: warning: %s: 1 line after the 4 prompts is ignored, as the course reads only "
-      .. "the count\n"):format(input), err) -- warnings stay under --quiet
+    if not getp_run then
+      local input, output = request_file { "4", PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], "an extra line" }, tmp()
+      local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
+        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", "--profile" }
+      getp_run = { code = code, out = out, err = err, input = input, outputs = requests.read_output(output),
+        output = read_file(output),
+        expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, requests = PROMPTS } }
+    end
+    return getp_run
+  end
 
-    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, requests = PROMPTS }
-    assert.are.same(expected.outputs, requests.read_output(output))
-    local ref = tmp()
-    requests.write(ref, expected.outputs)
-    assert.are.equal(read_file(ref), read_file(output))
-
+  -- the parts of getp's stdout after the header: warm, elapsed, tps, finish (as printed),
+  -- what comes between them and the JSON line (--profile's), and that line
+  local function getp_lines(out)
     assert.are.equal(HEADER, out:sub(1, #HEADER))
     local rest = out:sub(#HEADER + 1)
-    local warm, elapsed, tps, finish, report, line = rest:match(
+    local parts = { rest:match(
       "^requests size = 25600 B\nNum requests: 4\n"
       .. "\nwarm up elapsed time%(s%): (%d+%.%d%d%d%d%d%d)\n"
       .. "\nelapsed time%(s%): (%d+%.%d%d%d%d%d%d), achieved throughput TPS %(tok/s%): (%d+%.%d%d%d%d%d%d)\n"
       .. "\nfinish elapsed time%(s%): (%d+%.%d%d%d%d%d%d)\n"
       .. "(.-)"
-      .. "({[^\n]*})\n$")
-    assert.truthy(warm, rest)
+      .. "({[^\n]*})\n$") }
+    assert.truthy(parts[1], rest)
+    return table.unpack(parts)
+  end
+
+  it("runs getp, with only the request file's warning on stderr under --quiet", function()
+    local r = run_getp()
+    assert.are.equal(0, r.code, r.err)
+    assert.are.equal(("run.lua: warning: %s: 1 line after the 4 prompts is ignored, as the course reads only "
+      .. "the count\n"):format(r.input), r.err) -- warnings stay under --quiet
+  end)
+
+  it("writes getp's outputs as gptoss.getp.run's, byte for byte", function()
+    local r = run_getp()
+    assert.are.same(r.expected.outputs, r.outputs)
+    local ref = tmp()
+    requests.write(ref, r.expected.outputs)
+    assert.are.equal(read_file(ref), r.output)
+  end)
+
+  it("prints the course's getp lines, its TPS from whole milliseconds", function()
+    local r = run_getp()
+    local _, elapsed, tps, finish = getp_lines(r.out)
     -- whole milliseconds, and TPS from them exactly as the course computes it
     local ms = math.tointeger(math.floor(tonumber(elapsed) * 1000 + 0.5))
     assert.are.equal(elapsed, ("%f"):format(ms / 1000))
-    assert.are.equal(("%f"):format(cli.tps(expected.tokens, ms)), tps)
+    assert.are.equal(("%f"):format(cli.tps(r.expected.tokens, ms)), tps)
     assert.are.equal(("%f"):format(tonumber(finish)), finish)
+  end)
+
+  it("prints --profile's lines after the course's", function()
+    local r = run_getp()
+    local report = select(5, getp_lines(r.out))
     assert.are.equal("profile, replica 1 (cpu): per-kernel timing is for GPU replicas\n"
       .. cli.memory_line("replica 1 (cpu)", model:replica { slots = 4, ctx = STEPS }.memory) .. "\n", report)
+  end)
 
+  it("ends getp's stdout with --json's figures", function()
+    local r = run_getp()
+    local warm, elapsed, _, _, _, line = getp_lines(r.out)
+    local ms = math.tointeger(math.floor(tonumber(elapsed) * 1000 + 0.5))
+    local expected = r.expected
     local figures = json.decode(line)
     assert.are.same({
       mode = "getp", model = "synthetic 7m", devices = { "cpu" }, weights = "fp32", kv = "fp32", slots = { 4 },
@@ -287,7 +318,6 @@ describe("examples/run.lua", function()
 
   it("clamps -n as the course, describes its replicas and notes the tokenizer it falls back to", function()
     local run = runner()
-    if not run then return end
     local input = request_file { "0" }
     for _, case in ipairs { { "-5", 2048 }, { "0", 2048 }, { "5000", 2048 }, { "100", 100 } } do
       local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-n", case[1],
@@ -334,7 +364,6 @@ describe("examples/run.lua", function()
 
   it("runs generate as the course's loop, greedy (-t below 0 too) or with the course's sampler", function()
     local run = runner()
-    if not run then return end
     local ids, pos = course_generate("Hello world", 12)
     for _, t in ipairs { "0", "-1" } do
       local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "12", "-t", t, "-z", TOKENIZER,
@@ -359,14 +388,26 @@ describe("examples/run.lua", function()
     assert.truthy(err:find("\nachieved tok/s: %d+%.%d+\n$"), err)
   end)
 
-  it("says what is wrong on stderr and exits 1", function()
+  -- Runs each case {args, pattern [, plain text]}: status 1, the pattern (and the text) on
+  -- stderr without a traceback or a Lua position, nothing on stdout but the header of a
+  -- model that loaded.
+  local function exits_1(run, cases)
+    for _, case in ipairs(cases) do
+      local code, out, err = run(case[1])
+      local what = table.concat(case[1], " ")
+      assert.are.equal(1, code, what)
+      assert.truthy(err:find(case[2]), what .. "\n" .. err)
+      if case[3] then assert.truthy(err:find(case[3], 1, true), what .. "\n" .. err) end
+      clean(err)
+      assert.truthy(out == "" or out:sub(1, #HEADER) == HEADER, what .. "\n" .. out)
+    end
+  end
+
+  it("exits 1 when a mode lacks its arguments, and on usage errors", function()
     local run = runner()
-    if not run then return end
     local input = request_file { "2", "Hello", "world" }
-    local bad = request_file { "two", "Hello" }
-    local missing = tmp() .. ".bin"
     local usage = "^Usage: run%.lua "
-    local cases = {
+    exits_1(run, {
       { { "--synthetic", "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>\n$" },
       { { "--synthetic", "7m", "-m", "getp", "-o", tmp() }, "^run%.lua: %-m getp needs %-i" },
       { { "--synthetic", "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"\n$" },
@@ -374,9 +415,30 @@ describe("examples/run.lua", function()
       { { "--synthetic", "7m", "-m", "bogus" }, usage, "Error: unknown mode 'bogus'" },
       { { "--synthetic", "7m", "-t" }, usage, "Error: option '-t' requires an argument" },
       { { "--synthetic", "7m", "-q", "1" }, usage, "Error: unknown option '-q'" },
+    })
+  end)
+
+  it("exits 1 when the model, the tokenizer or the device cannot be had", function()
+    local run = runner()
+    local missing = tmp() .. ".bin"
+    local cases = {
       { { missing, "-i", "hi" }, ("^run%%.lua: load: cannot open model file '%s': No such file or directory\n$")
         :format(missing:gsub("%p", "%%%0")) },
       { { "--synthetic", "9m", "-i", "hi" }, "^run%.lua: synthetic: unknown model shape '9m'" },
+      { { "--synthetic", "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
+    }
+    if #gptoss.devices() == 0 then
+      cases[#cases + 1] = { { "--synthetic", "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
+        "^run%.lua: replica: device 1: no GPU is available" }
+    end
+    exits_1(run, cases)
+  end)
+
+  it("exits 1 when the request file cannot be read or the output written", function()
+    local run = runner()
+    local input = request_file { "2", "Hello", "world" }
+    local bad = request_file { "two", "Hello" }
+    exits_1(run, {
       { { "--synthetic", "7m", "-m", "getp", "-i", bad, "-o", tmp(), "-z", TOKENIZER },
         ("^run%%.lua: requests%%.read: %s: line 1: request count must be a non%%-negative integer %%(got \"two\"%%)\n$")
           :format(bad:gsub("%p", "%%%0")) },
@@ -385,23 +447,11 @@ describe("examples/run.lua", function()
       { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", "/nonexistent-gptoss-dir/out.txt", "-z", TOKENIZER,
         "-n", "3", "--devices", "cpu", "--quiet" },
         "^run%.lua: requests%.write: cannot open '/nonexistent%-gptoss%-dir/out%.txt' for writing: No such file" },
-      { { "--synthetic", "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
-    }
-    if #gptoss.devices() == 0 then
-      cases[#cases + 1] = { { "--synthetic", "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
-        "^run%.lua: replica: device 1: no GPU is available" }
-    end
-    for _, case in ipairs(cases) do
-      local code, out, err = run(case[1])
-      local what = table.concat(case[1], " ")
-      assert.are.equal(1, code, what)
-      assert.truthy(err:find(case[2]), what .. "\n" .. err)
-      if case[3] then assert.truthy(err:find(case[3], 1, true), what .. "\n" .. err) end
-      clean(err)
-      -- nothing reached stdout but the header of a model that loaded
-      assert.truthy(out == "" or out:sub(1, #HEADER) == HEADER, what .. "\n" .. out)
-    end
+    })
+  end)
 
+  it("prints its help on -h and exits 0", function()
+    local run = runner()
     local code, out, err = run { "-h" }
     assert.are.equal(0, code)
     assert.truthy(out:find("^Usage: run%.lua "), out)

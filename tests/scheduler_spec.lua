@@ -57,7 +57,7 @@ end)
 
 describe("scheduler", function()
   local model = gptoss.synthetic("7m", { seed = 1 })
-  local tok = gptoss.tokenizer(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
+  local tok = gptoss.tokenizer(H.TOKENIZER)
   local STEPS = 16
   -- 1, 2, 9 and 9 tokens
   local PROMPTS = { "Hello", "Hello world", "Write a short haiku about the ocean.", "Once upon a time, in a land" }
@@ -75,7 +75,13 @@ describe("scheduler", function()
     return list
   end
 
-  it("calls admit, prefill_chunk and on_finish as documented", function()
+  -- One run of the prompts with a scheduler of our own on 2 slots, made by the first test
+  -- that asks: admit takes one request a step, prefill_chunk at most 4 tokens; each
+  -- checks the arguments it gets as documented, and records them. Returns {result,
+  -- admits, chunks, finished}.
+  local custom
+  local function custom_run()
+    if custom then return custom end
     local r <close> = model:replica { device = "cpu", slots = 2, ctx = STEPS }
     local admits, chunks, finished = {}, {}, {}
     local sched
@@ -110,8 +116,15 @@ describe("scheduler", function()
       end,
     }
     local result = getp.run { tokenizer = tok, replicas = { r }, steps = STEPS, scheduler = sched, requests = PROMPTS }
-    assert.are.same(continuous(), result.outputs)
+    custom = { result = result, admits = admits, chunks = chunks, finished = finished }
+    return custom
+  end
 
+  it("calls admit, prefill_chunk and on_finish with what is documented; the outputs stay the same", function()
+    assert.are.same(continuous(), custom_run().result.outputs)
+  end)
+
+  it("admits as admit says, while slots are free", function()
     -- one admission a step while slots are free: 1 and 2 into steps 0 and 1; both end at
     -- step 14 (15 and 14 ids, one a step from the step that fed their last prompt token),
     -- and 3 and 4 follow into the freed slots at steps 15 and 16. A step is built before
@@ -122,7 +135,11 @@ describe("scheduler", function()
       { step = 0, free = 1, waiting = { 2, 3, 4 }, running = { 1 } },
       { step = 15, free = 2, waiting = { 3, 4 }, running = {} },
       { step = 15, free = 1, waiting = { 4 }, running = { 3 } },
-    }, admits)
+    }, custom_run().admits)
+  end)
+
+  it("prefills in the chunks prefill_chunk asks for, in the slot admitted to", function()
+    local chunks = custom_run().chunks
     assert.are.same({ 1, 1, 0, 0 }, chunks[1])
     assert.are.same({ 2, 2, 0, 0 }, chunks[2])
     -- request 3 (9 tokens) in chunks of 4, 4 and 1, in request 1's old slot
@@ -131,7 +148,11 @@ describe("scheduler", function()
       if c[1] == 3 then three[#three + 1] = { c[2], c[3] } end
     end
     assert.are.same({ { 1, 0 }, { 1, 4 }, { 1, 8 } }, three)
+  end)
 
+  it("calls on_finish once a request, with its output", function()
+    local run = custom_run()
+    local result, finished = run.result, run.finished
     assert.are.same({ 1, 2, 3, 4 }, indices(finished))
     for _, seq in ipairs(finished) do assert.are.equal(result.outputs[seq.index], seq.output) end
     assert.are.equal(result.tokens, #result.outputs[1] + #result.outputs[2] + #result.outputs[3] + #result.outputs[4])

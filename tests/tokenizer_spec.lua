@@ -7,7 +7,7 @@ local gptoss = require "gptoss"
 local H = require "helpers"
 local write_file, read_file, expect_error, tmp, cleanup = H.write_file, H.read_file, H.expect_error, H.tmp, H.cleanup
 
-local PATH = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+local PATH = H.TOKENIZER
 local VOCAB = 201088
 local SPECIAL_SCORE = string.unpack("<f", string.pack("<f", -1e30))
 

@@ -34,15 +34,11 @@ local FLT_OVERFLOW = 0x1.ffffffp127
 local CHUNK = 4096 -- values per string.pack/unpack call: well inside Lua's stack limit
 
 local is_a = util.is_a
-local flatten = util.flatten
 
 -- A list of numbers from a Lua array or a host tensor (row-major); level is the
 -- error level of the public function's caller, seen from here.
 local function values_of(v, fn, what, level)
-  if is_a(v, "gptoss.tensor") then
-    local t = v:totable()
-    return v.ndim == 1 and t or flatten(t, {})
-  end
+  if is_a(v, "gptoss.tensor") then return util.flatten(v) end
   if type(v) ~= "table" then
     error(("%s: %s must be a list of numbers or a gptoss tensor (got %s)"):format(fn, what, type(v)), level)
   end

@@ -16,7 +16,7 @@
 --   -p  rounded to float; outside [0, 1] -> 0.9
 --   -s  0 -> the time in seconds (the course's (unsigned) time(NULL))
 --   -n  below 0 -> 0; once the model is loaded, 0 or above its seq_len -> seq_len
---       (cli.clamp_steps)
+--       (getp.clamp_steps)
 --   -z  default tokenizer.bin as the course's; when that file does not exist and -z is
 --       not given, $GPTOSS_TOKENIZER or else build/tokenizer.bin (cli.tokenizer_path)
 local argparse = require "argparse"
@@ -166,12 +166,6 @@ function cli.normalize(values, now)
   local steps = values.steps
   if steps < 0 then steps = 0 end
   return { temperature = t, top_p = p, seed = seed, steps = steps }
-end
-
---- -n once the model is loaded: 0 or more than seq_len mean seq_len.
-function cli.clamp_steps(steps, seq_len)
-  if steps == 0 or steps > seq_len then return seq_len end
-  return steps
 end
 
 --- Parses the command line: returns the options (course values normalised; devices a

@@ -158,8 +158,15 @@ local function check_model(model, level)
   end
 end
 
--- The steps of a run, clamped as the course clamps -n (§3.1-3.2): 0 or more than the
--- model's seq_len mean seq_len.
+--- The course's -n once the model is known (course-spec §3.1-3.2): 0 or more than the
+-- model's seq_len mean seq_len. A negative count is the caller's to handle (the command
+-- line reads it as 0, getp refuses it).
+function getp.clamp_steps(steps, seq_len)
+  if steps == 0 or steps > seq_len then return seq_len end
+  return steps
+end
+
+-- The steps of a run: a non-negative integer (default the course's), clamped.
 local function check_steps(steps, model, level)
   local seq_len = model.config.seq_len
   if steps == nil then steps = STEPS end
@@ -167,8 +174,7 @@ local function check_steps(steps, model, level)
     error(("getp: steps must be a non-negative integer, 0 meaning the model's seq_len %d (got %s)")
       :format(seq_len, tostring(steps)), level + 1)
   end
-  if steps == 0 or steps > seq_len then return seq_len end
-  return steps
+  return getp.clamp_steps(steps, seq_len)
 end
 
 -- The sampling parameters of every request's slot but the seed, or nil for greedy.
@@ -336,12 +342,7 @@ local function create(opts, level)
   if replicas ~= nil then
     check_fit(replicas, model, steps, level)
   else
-    local devices = opts.devices
-    if devices == nil then
-      devices = {}
-      for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
-      if #devices == 0 then devices = { "cpu" } end
-    end
+    local devices = opts.devices or gptoss.default_devices()
     replicas, owned = build_replicas(devices, opts.replica, model, steps, opts.requests and #opts.requests, level), true
   end
   local copy = {}

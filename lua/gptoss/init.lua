@@ -59,6 +59,14 @@ function gptoss.devices()
   return core.devices()
 end
 
+--- The devices used when none are given (getp, run.lua): every GPU's number, else {"cpu"}.
+function gptoss.default_devices()
+  local list = {}
+  for i, d in ipairs(gptoss.devices()) do list[i] = d.id end
+  if #list == 0 then list = { "cpu" } end
+  return list
+end
+
 --- The course's tokenizer.bin: gptoss.tokenizer(path [, {vocab_size=N}]).
 -- encode/decode exactly as the course code; see README "Tokenizer".
 function gptoss.tokenizer(path, opts)
@@ -84,33 +92,6 @@ gptoss.realtime_ms = core.realtime_ms
 gptoss.isatty = core.isatty
 gptoss.copy_bandwidth = core.copy_bandwidth
 
-local function infer_shape(values, shape, depth)
-  local n = #values
-  shape[depth] = n
-  if n > 0 and type(values[1]) == "table" then
-    infer_shape(values[1], shape, depth + 1)
-  end
-  return shape
-end
-
-local function flatten(values, shape, depth, out)
-  if #values ~= shape[depth] then
-    error(("tensor: ragged nested table: %d values where %d were expected at depth %d")
-      :format(#values, shape[depth], depth), 4)
-  end
-  for i = 1, #values do
-    if depth < #shape then
-      if type(values[i]) ~= "table" then
-        error(("tensor: expected a table at depth %d, got %s"):format(depth + 1, type(values[i])), 4)
-      end
-      flatten(values[i], shape, depth + 1, out)
-    else
-      out[#out + 1] = values[i]
-    end
-  end
-  return out
-end
-
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {
   --- zeros of a shape: tensor.zeros({2, 3}, "f32")
@@ -120,8 +101,8 @@ gptoss.tensor = {
     if type(values) ~= "table" then
       error(("tensor.from: expected a table (got %s)"):format(type(values)), 2)
     end
-    local shape = infer_shape(values, {}, 1)
-    return core.tensor(dtype or "f32", shape, flatten(values, shape, 1, {}))
+    local flat, shape = util.flatten_shaped(values, "tensor", 2)
+    return core.tensor(dtype or "f32", shape, flat)
   end,
   --- raw little-endian values; shape defaults to 1-D
   load = function(path, dtype, shape) return core.tensor_load(path, dtype or "f32", shape) end,

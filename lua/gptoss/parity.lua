@@ -85,16 +85,10 @@ local ATTENTION = { scores = true, probs = true, attn_out = true }
 local GEMM_INPUT = { attn_norm = true, attn_out = true, ffn_norm = true, swiglu = true, final_norm = true }
 
 local is_a = util.is_a
-local flatten = util.flatten
 
---- The values of a host tensor (row-major) or of a (nested) list, as one flat list.
-function parity.flatten(t)
-  if is_a(t, "gptoss.tensor") then
-    local v = t:totable()
-    return t.ndim == 1 and v or flatten(v, {})
-  end
-  return flatten(t, {})
-end
+--- The values of a host tensor (row-major) or of a (nested) list, as one flat list
+-- (util.flatten).
+parity.flatten = util.flatten
 
 --- x (a float32 value) rounded to the nearest bf16, ties to even; NaN and infinities
 -- are themselves.
@@ -259,6 +253,8 @@ local function kv_differ(fa, fb, from, to, round_a, round_b, noise)
   return not (parity.divergence(sa, sb) <= noise)
 end
 
+-- The routing flip of topk_idx ia (a) against ib (b), with each replica's router logits,
+-- or nil when the two are identical.
 local function routing_flip(ia, ib, ra, rb)
   local rank
   for k = 1, #ib do
@@ -267,6 +263,7 @@ local function routing_flip(ia, ib, ra, rb)
       break
     end
   end
+  if not rank then return nil end
   local ea, eb = ia[rank], ib[rank]
   local _, router_diff, _, router_max = parity.divergence(ra, rb)
   return {
@@ -274,6 +271,148 @@ local function routing_flip(ia, ib, ra, rb)
     a_margin = ra[ea + 1] - ra[eb + 1], b_margin = rb[eb + 1] - rb[ea + 1],
     router_diff = router_diff, router_max = router_max,
   }
+end
+
+-- compare_traces' arguments checked: what its comparisons work from, {fn, tol, noise,
+-- round_gemm, round_kv_a, round_kv_b, v_from, v_to}. level: compare_traces' caller, seen
+-- from here.
+local function trace_setup(fn, ta, tb, config, tolerance, opts, level)
+  if type(ta) ~= "table" or type(tb) ~= "table" then
+    error(("%s: expected two traces (tables from r:trace), got %s and %s"):format(fn, type(ta), type(tb)), level)
+  end
+  if type(config) ~= "table" or math.type(config.n_layers) ~= "integer" then
+    error(("%s: config must be a model's config table (got %s)"):format(fn, type(config)), level)
+  end
+  opts = util.options(fn, opts, { "a", "b", "noise" }, level)
+  local wa, ka, wb, kb = "fp32", "fp32", "fp32", "fp32"
+  if opts.a ~= nil then wa, ka = mode_of(opts.a, fn, "opts.a", level + 1) end
+  if opts.b ~= nil then wb, kb = mode_of(opts.b, fn, "opts.b", level + 1) end
+  local noise = opts.noise or parity.NOISE
+  check_bound(fn, "opts.noise", noise, level + 1)
+  local tol = merge_tolerance(fn, parity.TOLERANCES.fp32, tolerance, config.n_layers, level + 1)
+  local q_dim = config.n_attn_heads * config.head_dim
+  local kv_dim = config.n_kv_heads * config.head_dim
+  return {
+    fn = fn, tol = tol, noise = noise,
+    round_gemm = wa == "bf16" and wb == "bf16", round_kv_a = ka == "bf16", round_kv_b = kb == "bf16",
+    -- qkv's value part: what the cache stores besides the keys
+    v_from = q_dim + kv_dim + 1, v_to = q_dim + 2 * kv_dim,
+  }
+end
+
+-- Stage name's tensors (of layer l, or outside the layers when l is nil) in both traces,
+-- checked to be there and of one shape.
+local function stage_tensors(fn, ta, tb, l, name, level)
+  local A, B
+  if l then
+    A, B = ta.layers and ta.layers[l] and ta.layers[l][name], tb.layers and tb.layers[l] and tb.layers[l][name]
+  else
+    A, B = ta[name], tb[name]
+  end
+  if not is_a(A, "gptoss.tensor") or not is_a(B, "gptoss.tensor") then
+    error(("%s: %s is missing from trace %s"):format(fn, where_of(nil, l, name),
+      is_a(A, "gptoss.tensor") and "b" or "a"), level)
+  end
+  if shape_text(A) ~= shape_text(B) then
+    error(("%s: %s has shape %s on a, %s on b"):format(fn, where_of(nil, l, name), shape_text(A), shape_text(B)), level)
+  end
+  return A, B
+end
+
+-- Records a row's entry in forward order. The first one over tolerance is row.first, with
+-- the first rounding flip before it (all flips so far are) as its cause.
+local function add_entry(row, entry)
+  row.stages[entry.key] = entry
+  row.order[#row.order + 1] = entry.key
+  if not entry.ok and not row.first then
+    row.first = entry
+    for _, f in ipairs(row.flips) do
+      if f.kind == "rounding" then
+        entry.cause = parity.describe_flip(f)
+        break
+      end
+    end
+  end
+end
+
+-- The elements from..to of a stage of n elements that both replicas round to bf16, or nil.
+local function rounded_range(ctx, name, n)
+  if ctx.round_gemm and GEMM_INPUT[name] then return 1, n end
+  if ctx.round_kv_a and ctx.round_kv_b then
+    if name == "k_rope" then return 1, n end
+    if name == "qkv" then return ctx.v_from, ctx.v_to end
+  end
+end
+
+-- A bf16 rounding flip of a stage (layer l, or none) whose values fa and fb differ by
+-- max_rel, or nil: a rounding flip is only one while the stage still agrees in float.
+local function rounding_flip(ctx, l, name, fa, fb, max_rel)
+  local from, to = rounded_range(ctx, name, #fb)
+  if not (from and max_rel <= ctx.noise) then return nil end
+  local i = parity.rounds_apart(fa, fb, from, to)
+  if not i then return nil end
+  return { kind = "rounding", layer = l, stage = name, index = i,
+    a = fa[i], b = fb[i], a_bf16 = parity.bf16_round(fa[i]), b_bf16 = parity.bf16_round(fb[i]) }
+end
+
+-- Compares a stage's values fa against fb: its entry, then the rounding flip it shows.
+local function compare_numeric(row, ctx, l, name, fa, fb)
+  local key = where_of(nil, l, name)
+  local abs, rel = bounds(ctx.tol, key, name)
+  local max_rel, max_abs, index, scale = parity.divergence(fa, fb)
+  add_entry(row, { key = key, layer = l, stage = name, max_abs = max_abs, max_rel = max_rel, index = index,
+    scale = scale, abs = abs, rel = rel, ok = max_abs <= abs + rel * scale })
+  local flip = rounding_flip(ctx, l, name, fa, fb, max_rel)
+  if flip then row.flips[#row.flips + 1] = flip end
+end
+
+-- Compares a stage outside the layers (embedding, final_norm, logits).
+local function compare_outside(row, ctx, ta, tb, name, level)
+  local A, B = stage_tensors(ctx.fn, ta, tb, nil, name, level + 1)
+  compare_numeric(row, ctx, nil, name, parity.flatten(A), parity.flatten(B))
+end
+
+-- Compares layer l's topk_idx, A against B, given the layer's router logits: identical,
+-- or a routing flip (recorded before its entry). Returns the flip or nil.
+local function compare_routing(row, l, A, B, router_a, router_b)
+  local flip = routing_flip(parity.flatten(A), parity.flatten(B), router_a, router_b)
+  if flip then
+    flip.layer = l
+    row.flips[#row.flips + 1] = flip
+  end
+  add_entry(row, { key = where_of(nil, l, "topk_idx"), layer = l, stage = "topk_idx", ok = flip == nil, flip = flip })
+  return flip
+end
+
+-- Whether a layer's stored keys (k_rope, k_a against k_b) or values (qkv's value part)
+-- differ between the two caches.
+local function kv_apart(ctx, k_a, k_b, qkv_a, qkv_b)
+  return kv_differ(k_a, k_b, 1, #k_b, ctx.round_kv_a, ctx.round_kv_b, ctx.noise)
+      or kv_differ(qkv_a, qkv_b, ctx.v_from, ctx.v_to, ctx.round_kv_a, ctx.round_kv_b, ctx.noise)
+end
+
+-- Compares every stage of layer l in forward order. After a routing flip the per-expert
+-- stages are not compared.
+local function compare_layer(row, ctx, ta, tb, l, level)
+  local flip, qkv_a, qkv_b, router_a, router_b
+  for _, name in ipairs(parity.STAGES) do
+    local A, B = stage_tensors(ctx.fn, ta, tb, l, name, level + 1)
+    if name == "topk_idx" then
+      flip = compare_routing(row, l, A, B, router_a, router_b)
+    elseif flip and PER_EXPERT[name] then
+      add_entry(row, { key = where_of(nil, l, name), layer = l, stage = name, ok = true, not_compared = "routing flip" })
+    else
+      local fa, fb = parity.flatten(A), parity.flatten(B)
+      compare_numeric(row, ctx, l, name, fa, fb)
+      if name == "qkv" then
+        qkv_a, qkv_b = fa, fb
+      elseif name == "router" then
+        router_a, router_b = fa, fb
+      elseif name == "k_rope" and kv_apart(ctx, fa, fb, qkv_a, qkv_b) then
+        row.kv_apart[#row.kv_apart + 1] = l
+      end
+    end
+  end
 end
 
 --- Compares one traced row: ta (replica a's trace, checked) against tb (b's, the reference).
@@ -289,118 +428,12 @@ end
 --   flips       routing and rounding flips in forward order (see the header)
 --   kv_apart    layers whose stored keys or values of this row differ (a list)
 function parity.compare_traces(ta, tb, config, tolerance, opts)
-  local fn = "parity.compare_traces"
-  if type(ta) ~= "table" or type(tb) ~= "table" then
-    error(("%s: expected two traces (tables from r:trace), got %s and %s"):format(fn, type(ta), type(tb)), 2)
-  end
-  if type(config) ~= "table" or math.type(config.n_layers) ~= "integer" then
-    error(("%s: config must be a model's config table (got %s)"):format(fn, type(config)), 2)
-  end
-  opts = util.options(fn, opts, { "a", "b", "noise" }, 2)
-  local wa, ka, wb, kb = "fp32", "fp32", "fp32", "fp32"
-  if opts.a ~= nil then wa, ka = mode_of(opts.a, fn, "opts.a", 3) end
-  if opts.b ~= nil then wb, kb = mode_of(opts.b, fn, "opts.b", 3) end
-  local noise = opts.noise or parity.NOISE
-  check_bound(fn, "opts.noise", noise, 3)
-  local tol = merge_tolerance(fn, parity.TOLERANCES.fp32, tolerance, config.n_layers, 3)
-  local round_gemm = wa == "bf16" and wb == "bf16"
-  local round_kv_a, round_kv_b = ka == "bf16", kb == "bf16"
-  local q_dim = config.n_attn_heads * config.head_dim
-  local kv_dim = config.n_kv_heads * config.head_dim
-  local v_from, v_to = q_dim + kv_dim + 1, q_dim + 2 * kv_dim
-
+  local ctx = trace_setup("parity.compare_traces", ta, tb, config, tolerance, opts, 3)
   local row = { stages = {}, order = {}, flips = {}, kv_apart = {} }
-  local function tensors(l, name)
-    local A, B
-    if l then
-      A, B = ta.layers and ta.layers[l] and ta.layers[l][name], tb.layers and tb.layers[l] and tb.layers[l][name]
-    else
-      A, B = ta[name], tb[name]
-    end
-    if not is_a(A, "gptoss.tensor") or not is_a(B, "gptoss.tensor") then
-      error(("%s: %s is missing from trace %s"):format(fn, where_of(nil, l, name),
-        is_a(A, "gptoss.tensor") and "b" or "a"), 3)
-    end
-    if shape_text(A) ~= shape_text(B) then
-      error(("%s: %s has shape %s on a, %s on b"):format(fn, where_of(nil, l, name), shape_text(A), shape_text(B)), 3)
-    end
-    return A, B
-  end
-  local rounding_before -- the first rounding flip, while no stage has failed yet
-  local function add(entry)
-    row.stages[entry.key] = entry
-    row.order[#row.order + 1] = entry.key
-    if not entry.ok and not row.first then
-      row.first = entry
-      entry.cause = rounding_before and parity.describe_flip(rounding_before)
-    end
-  end
-  local function numeric(l, name, fa, fb)
-    local key = where_of(nil, l, name)
-    local abs, rel = bounds(tol, key, name)
-    local max_rel, max_abs, index, scale = parity.divergence(fa, fb)
-    add { key = key, layer = l, stage = name, max_abs = max_abs, max_rel = max_rel, index = index, scale = scale,
-      abs = abs, rel = rel, ok = max_abs <= abs + rel * scale }
-    -- a rounding flip is only one while the stage still agrees in float
-    local from, to
-    if round_gemm and GEMM_INPUT[name] then
-      from, to = 1, #fb
-    elseif round_kv_a and round_kv_b and name == "k_rope" then
-      from, to = 1, #fb
-    elseif round_kv_a and round_kv_b and name == "qkv" then
-      from, to = v_from, v_to
-    end
-    if from and max_rel <= noise then
-      local i = parity.rounds_apart(fa, fb, from, to)
-      if i then
-        local f = { kind = "rounding", layer = l, stage = name, index = i,
-          a = fa[i], b = fb[i], a_bf16 = parity.bf16_round(fa[i]), b_bf16 = parity.bf16_round(fb[i]) }
-        row.flips[#row.flips + 1] = f
-        if not row.first then rounding_before = rounding_before or f end
-      end
-    end
-  end
-
-  local EA, EB = tensors(nil, "embedding")
-  numeric(nil, "embedding", parity.flatten(EA), parity.flatten(EB))
-  for l = 1, config.n_layers do
-    local flip, qkv_a, qkv_b, router_a, router_b
-    for _, name in ipairs(parity.STAGES) do
-      local A, B = tensors(l, name)
-      local key = where_of(nil, l, name)
-      if name == "topk_idx" then
-        local ia, ib = parity.flatten(A), parity.flatten(B)
-        for k = 1, #ib do
-          if ia[k] ~= ib[k] then
-            flip = routing_flip(ia, ib, router_a, router_b)
-            flip.layer = l
-            row.flips[#row.flips + 1] = flip
-            break
-          end
-        end
-        add { key = key, layer = l, stage = name, ok = flip == nil, flip = flip }
-      elseif flip and PER_EXPERT[name] then
-        add { key = key, layer = l, stage = name, ok = true, not_compared = "routing flip" }
-      else
-        local fa, fb = parity.flatten(A), parity.flatten(B)
-        numeric(l, name, fa, fb)
-        if name == "qkv" then
-          qkv_a, qkv_b = fa, fb
-        elseif name == "router" then
-          router_a, router_b = fa, fb
-        elseif name == "k_rope" then
-          if kv_differ(fa, fb, 1, #fb, round_kv_a, round_kv_b, noise)
-              or kv_differ(qkv_a, qkv_b, v_from, v_to, round_kv_a, round_kv_b, noise) then
-            row.kv_apart[#row.kv_apart + 1] = l
-          end
-        end
-      end
-    end
-  end
-  for _, name in ipairs { "final_norm", "logits" } do
-    local A, B = tensors(nil, name)
-    numeric(nil, name, parity.flatten(A), parity.flatten(B))
-  end
+  compare_outside(row, ctx, ta, tb, "embedding", 3)
+  for l = 1, config.n_layers do compare_layer(row, ctx, ta, tb, l, 3) end
+  compare_outside(row, ctx, ta, tb, "final_norm", 3)
+  compare_outside(row, ctx, ta, tb, "logits", 3)
   return row
 end
 
@@ -497,6 +530,143 @@ end
 
 local COMPARE_OPTIONS = { "tokens", "positions", "slot", "tolerance", "noise", "print", "layers" }
 
+-- parity.compare's arguments checked, with the defaults filled in: {tokens, positions,
+-- slot, noise, write, config, tol}. level: compare's caller, seen from here.
+local function compare_setup(fn, a, b, opts, level)
+  check_replica(fn, "a", a, level + 1)
+  check_replica(fn, "b", b, level + 1)
+  if type(opts) ~= "table" then
+    error(("%s: options must be a table {tokens =, positions =, ...} (got %s)"):format(fn, type(opts)), level)
+  end
+  util.check_known(fn, opts, COMPARE_OPTIONS, "option", level)
+  check_list(fn, "tokens", opts.tokens, level + 1)
+  local tokens, positions = opts.tokens, opts.positions
+  if positions == nil then
+    positions = {}
+    for i = 1, #tokens do positions[i] = i - 1 end
+  else
+    check_list(fn, "positions", positions, level + 1)
+    if #positions ~= #tokens then
+      error(("%s: tokens and positions must have the same length (got %d and %d)"):format(fn, #tokens, #positions),
+        level)
+    end
+  end
+  local slot = opts.slot == nil and 1 or opts.slot
+  if math.type(slot) ~= "integer" then
+    error(("%s: slot must be an integer (got %s)"):format(fn, tostring(slot)), level)
+  end
+  local noise = opts.noise == nil and parity.NOISE or opts.noise
+  check_bound(fn, "noise", noise, level + 1)
+  local write = writer_of(fn, opts.print, level + 1)
+  local config = same_config(fn, a, b, level + 1)
+  local tol = merge_tolerance(fn, parity.tolerance(a, b), opts.tolerance, config.n_layers, level + 1)
+  return { tokens = tokens, positions = positions, slot = slot, noise = noise, write = write, config = config,
+    tol = tol }
+end
+
+-- The traces of tokens[i] at its position on both replicas of pair (in that order).
+local function trace_both(fn, pair, slot, i, token, position, level)
+  local traces = {}
+  for _, side in ipairs { "a", "b" } do
+    local r = pair[side]
+    local ok, t = pcall(r.trace, r, slot, token, position)
+    if not ok then
+      error(("%s: replica %s at tokens[%d] (position %d): %s"):format(fn, side, i, position, tostring(t)), level)
+    end
+    traces[side] = t
+  end
+  return traces.a, traces.b
+end
+
+-- A report.stages entry, started from a row's entry e of its stage.
+local function new_aggregate(e)
+  return { key = e.key, layer = e.layer, stage = e.stage, abs = e.abs, rel = e.rel, ok = true, over = 0,
+    compared = 0, not_compared = 0, flips = e.stage == "topk_idx" and 0 or nil }
+end
+
+-- Adds a row's entry e, traced at position, to its stage's report.stages entry agg.
+local function aggregate_entry(agg, e, position)
+  if e.not_compared then
+    agg.not_compared = agg.not_compared + 1
+    return
+  end
+  agg.compared = agg.compared + 1
+  if e.flip then
+    agg.flips = agg.flips + 1
+    agg.position = agg.position or position
+  elseif worse(agg.max_rel, e.max_rel) then
+    agg.max_rel, agg.position = e.max_rel, position
+  end
+  if worse(agg.max_abs, e.max_abs) then agg.max_abs = e.max_abs end
+  if not e.ok then agg.ok, agg.over = false, agg.over + 1 end
+end
+
+-- Adds a compare_traces row, traced at position, to the report: its flips, and each of
+-- its entries to its stage (the first row that has a stage puts it in report.order).
+local function aggregate_row(report, row, position)
+  for _, f in ipairs(row.flips) do
+    f.position = position
+    report.flips[#report.flips + 1] = f
+  end
+  for _, key in ipairs(row.order) do
+    local e = row.stages[key]
+    local agg = report.stages[key]
+    if not agg then
+      agg = new_aggregate(e)
+      report.stages[key] = agg
+      report.order[#report.order + 1] = key
+    end
+    aggregate_entry(agg, e, position)
+  end
+end
+
+-- Stage names in forward order, embedding to logits: one report.summary entry each.
+local function stage_names()
+  local names = { "embedding" }
+  for _, name in ipairs(parity.STAGES) do names[#names + 1] = name end
+  names[#names + 1] = "final_norm"
+  names[#names + 1] = "logits"
+  return names
+end
+
+-- Adds layer entry e (a report.stages entry) to summary entry s of its stage name: the
+-- totals, and e as the worst layer when it is (the largest max_rel, or for topk_idx the
+-- first layer that flips).
+local function summarize_layer(s, e)
+  s.compared, s.not_compared, s.over = s.compared + e.compared, s.not_compared + e.not_compared, s.over + e.over
+  if not e.ok then
+    s.ok = false
+    s.over_layers[#s.over_layers + 1] = e.layer
+  end
+  local pick
+  if s.stage == "topk_idx" then
+    pick = e.flips > 0 and s.flips == 0
+    s.flips = s.flips + e.flips
+  else
+    pick = worse(s.max_rel, e.max_rel)
+  end
+  if pick then
+    s.key, s.layer, s.max_rel, s.position, s.abs, s.rel = e.key, e.layer, e.max_rel, e.position, e.abs, e.rel
+  end
+  if worse(s.max_abs, e.max_abs) then s.max_abs = e.max_abs end
+end
+
+-- report.summary: one entry per stage name, its worst layer and its totals over the layers.
+local function summarize(report)
+  local summary = {}
+  for _, name in ipairs(stage_names()) do
+    local s = { stage = name, ok = true, over_layers = {}, over = 0, compared = 0, not_compared = 0,
+      flips = name == "topk_idx" and 0 or nil }
+    for _, key in ipairs(report.order) do
+      local e = report.stages[key]
+      if e.stage == name then summarize_layer(s, e) end
+    end
+    if s.abs == nil then s.abs, s.rel = bounds(report.tolerance, name, name) end
+    summary[#summary + 1] = s
+  end
+  return summary
+end
+
 --- Runs opts.tokens at opts.positions through replicas a and b with r:trace and compares
 -- every stage (see the header). Options:
 --   tokens     list of token ids (required, not empty)
@@ -523,79 +693,19 @@ local COMPARE_OPTIONS = { "tokens", "positions", "slot", "tolerance", "noise", "
 --   kv_apart).
 function parity.compare(a, b, opts)
   local fn = "parity.compare"
-  check_replica(fn, "a", a, 3)
-  check_replica(fn, "b", b, 3)
-  if type(opts) ~= "table" then
-    error(("%s: options must be a table {tokens =, positions =, ...} (got %s)"):format(fn, type(opts)), 2)
-  end
-  util.check_known(fn, opts, COMPARE_OPTIONS, "option", 2)
-  check_list(fn, "tokens", opts.tokens, 3)
-  local tokens, positions = opts.tokens, opts.positions
-  if positions == nil then
-    positions = {}
-    for i = 1, #tokens do positions[i] = i - 1 end
-  else
-    check_list(fn, "positions", positions, 3)
-    if #positions ~= #tokens then
-      error(("%s: tokens and positions must have the same length (got %d and %d)"):format(fn, #tokens, #positions), 2)
-    end
-  end
-  local slot = opts.slot == nil and 1 or opts.slot
-  if math.type(slot) ~= "integer" then
-    error(("%s: slot must be an integer (got %s)"):format(fn, tostring(slot)), 2)
-  end
-  local noise = opts.noise == nil and parity.NOISE or opts.noise
-  check_bound(fn, "noise", noise, 3)
-  local write = writer_of(fn, opts.print, 3)
-  local config = same_config(fn, a, b, 3)
-  local tol = merge_tolerance(fn, parity.tolerance(a, b), opts.tolerance, config.n_layers, 3)
-
+  local s = compare_setup(fn, a, b, opts, 3)
+  local tokens, positions = s.tokens, s.positions
   local report = {
     a = { device = a.device, weights = a.weights, kv = a.kv }, b = { device = b.device, weights = b.weights, kv = b.kv },
-    slot = slot, tokens = table.move(tokens, 1, #tokens, 1, {}), positions = table.move(positions, 1, #positions, 1, {}),
-    tolerance = tol, noise = noise,
-    order = {}, stages = {}, flips = {}, rows = {}, layers = config.n_layers,
+    slot = s.slot, tokens = table.move(tokens, 1, #tokens, 1, {}),
+    positions = table.move(positions, 1, #positions, 1, {}), tolerance = s.tol, noise = s.noise,
+    order = {}, stages = {}, flips = {}, rows = {}, layers = s.config.n_layers,
   }
-  local pair = { a = a, b = b, noise = noise }
+  local pair = { a = a, b = b, noise = s.noise }
   for i = 1, #tokens do
-    local traces = {}
-    for _, side in ipairs { "a", "b" } do
-      local r = pair[side]
-      local ok, t = pcall(r.trace, r, slot, tokens[i], positions[i])
-      if not ok then
-        error(("%s: replica %s at tokens[%d] (position %d): %s"):format(fn, side, i, positions[i], tostring(t)), 2)
-      end
-      traces[side] = t
-    end
-    local row = parity.compare_traces(traces.a, traces.b, config, tol, pair)
-    row.position, row.token = positions[i], tokens[i]
-    for _, f in ipairs(row.flips) do
-      f.position = positions[i]
-      report.flips[#report.flips + 1] = f
-    end
-    for _, key in ipairs(row.order) do
-      local e = row.stages[key]
-      local agg = report.stages[key]
-      if not agg then
-        agg = { key = key, layer = e.layer, stage = e.stage, abs = e.abs, rel = e.rel, ok = true, over = 0,
-          compared = 0, not_compared = 0, flips = e.stage == "topk_idx" and 0 or nil }
-        report.stages[key] = agg
-        report.order[#report.order + 1] = key
-      end
-      if e.not_compared then
-        agg.not_compared = agg.not_compared + 1
-      else
-        agg.compared = agg.compared + 1
-        if e.flip then
-          agg.flips = agg.flips + 1
-          agg.position = agg.position or positions[i]
-        elseif worse(agg.max_rel, e.max_rel) then
-          agg.max_rel, agg.position = e.max_rel, positions[i]
-        end
-        if worse(agg.max_abs, e.max_abs) then agg.max_abs = e.max_abs end
-        if not e.ok then agg.ok, agg.over = false, agg.over + 1 end
-      end
-    end
+    local ta, tb = trace_both(fn, pair, s.slot, i, tokens[i], positions[i], 3)
+    local row = parity.compare_traces(ta, tb, s.config, s.tol, pair)
+    aggregate_row(report, row, positions[i])
     if row.first then row.first.position = positions[i] end
     report.rows[i] = { position = positions[i], token = tokens[i], first = row.first, kv_apart = row.kv_apart }
   end
@@ -607,46 +717,9 @@ function parity.compare(a, b, opts)
     end
   end
   report.ok = report.first == nil
-
-  -- one entry per stage name: its worst layer
-  local names = { "embedding" }
-  for _, name in ipairs(parity.STAGES) do names[#names + 1] = name end
-  names[#names + 1] = "final_norm"
-  names[#names + 1] = "logits"
-  report.summary = {}
-  for _, name in ipairs(names) do
-    local s = { stage = name, ok = true, over_layers = {}, over = 0, compared = 0, not_compared = 0,
-      flips = name == "topk_idx" and 0 or nil }
-    for _, key in ipairs(report.order) do
-      local e = report.stages[key]
-      if e.stage == name then
-        s.compared, s.not_compared, s.over = s.compared + e.compared, s.not_compared + e.not_compared, s.over + e.over
-        if not e.ok then
-          s.ok = false
-          s.over_layers[#s.over_layers + 1] = e.layer
-        end
-        -- the worst layer: the largest max_rel, or for topk_idx the first that flips
-        local pick
-        if name == "topk_idx" then
-          pick = e.flips > 0 and s.flips == 0
-          s.flips = s.flips + e.flips
-        else
-          pick = worse(s.max_rel, e.max_rel)
-        end
-        if pick then
-          s.key, s.layer, s.max_rel, s.position, s.abs, s.rel = e.key, e.layer, e.max_rel, e.position, e.abs, e.rel
-        end
-        if worse(s.max_abs, e.max_abs) then s.max_abs = e.max_abs end
-      end
-    end
-    if s.abs == nil then s.abs, s.rel = bounds(tol, name, name) end
-    report.summary[#report.summary + 1] = s
-  end
-
-  if write then
-    for _, line in ipairs(parity.format(report, { layers = opts.layers })) do
-      write(line)
-    end
+  report.summary = summarize(report)
+  if s.write then
+    for _, line in ipairs(parity.format(report, { layers = opts.layers })) do s.write(line) end
   end
   return report
 end

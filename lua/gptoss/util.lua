@@ -42,13 +42,59 @@ function util.options(fn, opts, known, level)
   return opts
 end
 
---- Appends the values of a (nested) list to out in order, depth first; returns out.
-function util.flatten(t, out)
+-- Appends the values of list t, at depth, to out, depth first. Without shape a table is
+-- walked into and anything else is a value; with shape (see util.flatten_shaped) every
+-- table at depth d must hold shape[d] entries and be tables down to depth #shape, whose
+-- entries are the values. Errors name `what` and are raised at level, counted from
+-- util.flatten_shaped's caller.
+local function walk(t, out, depth, shape, what, level)
+  if shape and #t ~= shape[depth] then
+    error(("%s: ragged nested table: %d values where %d were expected at depth %d")
+      :format(what, #t, shape[depth], depth), level + depth)
+  end
   for i = 1, #t do
     local v = t[i]
-    if type(v) == "table" then util.flatten(v, out) else out[#out + 1] = v end
+    if shape and depth < #shape then
+      if type(v) ~= "table" then
+        error(("%s: expected a table at depth %d, got %s"):format(what, depth + 1, type(v)), level + depth)
+      end
+      walk(v, out, depth + 1, shape, what, level)
+    elseif not shape and type(v) == "table" then
+      walk(v, out, depth + 1)
+    else
+      out[#out + 1] = v
+    end
   end
   return out
+end
+
+--- The values of t appended to out (default a fresh list), which is returned: t a host
+-- tensor (row-major), a (nested) list (depth first), or a single value.
+function util.flatten(t, out)
+  if util.is_a(t, "gptoss.tensor") then
+    local values = t:totable()
+    if t.ndim == 1 and out == nil then return values end
+    t = values
+  elseif type(t) ~= "table" then
+    out = out or {}
+    out[#out + 1] = t
+    return out
+  end
+  return walk(t, out or {}, 1)
+end
+
+--- A nested list of regular shape as one flat list of its values, and that shape (the
+-- length at each depth, read down the first entries): what tensor.from builds a tensor
+-- of. A ragged table or a value where a table belongs is an error "<what>: ...", raised
+-- at level (counted from the caller, as for error).
+function util.flatten_shaped(values, what, level)
+  local shape, t = {}, values
+  repeat
+    shape[#shape + 1] = #t
+    t = t[1]
+  until type(t) ~= "table"
+  local flat = walk(values, {}, 1, shape, what, level + 1)
+  return flat, shape
 end
 
 return util

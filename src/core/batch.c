@@ -3,64 +3,58 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "config.h"
-
-int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, const int *lengths,
-                       char *err) {
-    if (b->n < 1) {
-        snprintf(err, GPTOSS_ERR_LEN, "step: empty batch (no rows)");
-        return -1;
-    }
+gptoss_status gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab,
+                                 const int *lengths, char *err) {
+    if (b->n < 1)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "empty batch (no rows)");
     /* last row index seen per slot, -1 if none */
     int *last = malloc(sizeof(int) * (size_t)n_slots);
-    if (!last) {
-        snprintf(err, GPTOSS_ERR_LEN, "step: out of host memory");
-        return -1;
-    }
+    if (!last)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     for (int s = 0; s < n_slots; s++)
         last[s] = -1;
-    int rc = -1;
+    gptoss_status rc = GPTOSS_E_INVALID;
     for (int r = 0; r < b->n; r++) {
         int s = b->slots[r], p = b->positions[r], t = b->tokens[r];
         if (s < 0 || s >= n_slots) {
-            snprintf(err, GPTOSS_ERR_LEN, "step: slots[%d] = %d is out of range 1..%d", r + 1, s + 1,
+            snprintf(err, GPTOSS_ERR_LEN, "slots[%d] = %d is out of range 1..%d", r + 1, s + 1,
                      n_slots);
             goto out;
         }
         int fed = t < 0 && -1 - t < b->fed_rows; /* sampled by the previous step: in range */
         if (!fed && (t < 0 || t >= vocab)) {
-            snprintf(err, GPTOSS_ERR_LEN, "step: tokens[%d] = %d is out of range 0..%d", r + 1, t,
+            snprintf(err, GPTOSS_ERR_LEN, "tokens[%d] = %d is out of range 0..%d", r + 1, t,
                      vocab - 1);
             goto out;
         }
         if (p < 0) {
-            snprintf(err, GPTOSS_ERR_LEN, "step: positions[%d] = %d is negative", r + 1, p);
+            snprintf(err, GPTOSS_ERR_LEN, "positions[%d] = %d is negative", r + 1, p);
             goto out;
         }
         if (p >= ctx) {
             snprintf(err, GPTOSS_ERR_LEN,
-                     "step: positions[%d] = %d is past the context: slot %d holds ctx = %d positions",
+                     "positions[%d] = %d is past the context: slot %d holds ctx = %d positions",
                      r + 1, p, s + 1, ctx);
             goto out;
         }
         if (last[s] < 0) {
             if (p > lengths[s]) {
                 snprintf(err, GPTOSS_ERR_LEN,
-                         "step: positions[%d] = %d leaves a gap: slot %d holds %d positions, so "
+                         "positions[%d] = %d leaves a gap: slot %d holds %d positions, so "
                          "the next one is %d",
                          r + 1, p, s + 1, lengths[s], lengths[s]);
                 goto out;
             }
         } else if (p != b->positions[last[s]] + 1) {
             snprintf(err, GPTOSS_ERR_LEN,
-                     "step: positions[%d] = %d does not follow positions[%d] = %d of slot %d (rows "
+                     "positions[%d] = %d does not follow positions[%d] = %d of slot %d (rows "
                      "of one slot must be consecutive positions)",
                      r + 1, p, last[s] + 1, b->positions[last[s]], s + 1);
             goto out;
         }
         last[s] = r;
     }
-    rc = 0;
+    rc = GPTOSS_OK;
 out:
     free(last);
     return rc;

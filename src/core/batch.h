@@ -6,6 +6,8 @@
 #ifndef GPTOSS_BATCH_H
 #define GPTOSS_BATCH_H
 
+#include "status.h"
+
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
 #endif
@@ -15,16 +17,17 @@ typedef struct {
     const int *slots;     /* 0-based */
     const int *positions; /* 0-based */
     const int *tokens;
-    /* > 0: the replica's previous step had fed_rows rows, and a token
-     * -1 - j (j < fed_rows) stands for the one that step sampled for its row
-     * j, which the GPU engine reads on the device; 0: every token is an id */
+    /* > 0: the engine's previous step had fed_rows rows, and a token
+     * -1 - j (j < fed_rows) stands for the one that step drew for its row j,
+     * which the engine reads on the device; 0: every token is an id */
     int fed_rows;
 } gptoss_batch;
 
 /* Checks the batch against n_slots slots of ctx positions whose current
- * lengths are given. Messages use the API's 1-based slot and row numbers. */
-int gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab, const int *lengths,
-                       char *err);
+ * lengths are given (GPTOSS_E_INVALID). Messages use the API's 1-based slot
+ * and row numbers. */
+gptoss_status gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, int vocab,
+                                 const int *lengths, char *err);
 
 /* After a successful check: each touched slot's length becomes its last
  * position + 1. */

@@ -41,6 +41,16 @@ int gptoss_tensor_by_name(const char *name) {
     return -1;
 }
 
+int gptoss_tensor_is_matrix(int tensor) {
+    switch (tensor) {
+    case GPTOSS_T_EMBEDDING: case GPTOSS_T_OUT: case GPTOSS_T_W_QKV: case GPTOSS_T_W_O:
+    case GPTOSS_T_W_ROUTER: case GPTOSS_T_W_MLP1: case GPTOSS_T_W_MLP2:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int gptoss_config_validate(const gptoss_config *c, char *err) {
     /* sizes that must be >= 1 */
     static const size_t positive[] = {

@@ -6,11 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
 #endif
 
-#define GPTOSS_ERR_LEN 512
 #define GPTOSS_HEADER_BYTES 60
 
 /* Field order and types are the file's: 15 little-endian 4-byte fields. */
@@ -98,8 +99,28 @@ static inline int gptoss_qkv_dim(const gptoss_config *c) {
 }
 static inline int gptoss_kv_dim(const gptoss_config *c) { return c->head_dim * c->n_kv_heads; }
 
+/* Whether a layer's attention sees only the last sliding_window keys: the
+ * even layers (0-based), when the model has a window. */
+static inline int gptoss_layer_windowed(const gptoss_config *c, int layer) {
+    return c->sliding_window > 0 && layer % 2 == 0;
+}
+
+/* Positions a layer's KV cache must hold per slot for a context of ctx
+ * when one step adds at most chunk positions to a slot: ctx, or for a
+ * windowed layer a ring of the window plus what one step adds beyond the
+ * key it attends last (when that is shorter). */
+static inline int gptoss_kv_positions(const gptoss_config *c, int layer, int ctx, int chunk) {
+    int64_t ring = (int64_t)c->sliding_window + chunk - 1;
+    return gptoss_layer_windowed(c, layer) && ring < ctx ? (int)ring : ctx;
+}
+
 /* Looks a tensor up by its course name; -1 if unknown. */
 int gptoss_tensor_by_name(const char *name);
+
+/* Whether a tensor is a weight matrix (embedding, unembedding, qkv, o,
+ * router, mlp1, mlp2): what a bf16 engine stores in bf16, where norm
+ * scales, biases and sinks stay fp32. */
+int gptoss_tensor_is_matrix(int tensor);
 
 #ifdef __cplusplus
 }

@@ -12,17 +12,18 @@
 #include "rope.h"
 #include "softmax.h"
 
-struct gptoss_golden {
+typedef struct {
     gptoss_model *m;
     gptoss_config c;
-    gptoss_golden_opts o;
+    gptoss_engine_opts o;
     gptoss_rope rope;
     gptoss_pool *pool;
     float *kcache, *vcache; /* [slot][layer][ctx][kv_dim] */
     int *length;            /* positions held per slot */
     float *wround;          /* bf16 mode: per task, 4 rounded weight rows */
     size_t wround_row;      /* floats per weight row in wround (the widest input) */
-};
+    gptoss_sampler *sampler; /* buffers for drawing sampled rows, made on the first */
+} gptoss_golden;
 
 /* ---- course helpers, float/double exactly as run.cpp ---------------------- */
 
@@ -150,7 +151,7 @@ static void attn_task(void *ctx, int task) {
     int kvh = h / (Hq / c->n_kv_heads);
     const float *q = j->q + (size_t)r * Hq * D + (size_t)h * D;
     float *att = j->att + (size_t)task * (g->o.ctx + 1);
-    int windowed = c->sliding_window > 0 && j->layer % 2 == 0;
+    int windowed = gptoss_layer_windowed(c, j->layer);
     for (int t = 0; t <= pos; t++) {
         if (windowed && pos - t >= c->sliding_window) {
             att[t] = -INFINITY;
@@ -182,33 +183,59 @@ static void attn_task(void *ctx, int task) {
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
-int gptoss_golden_new(gptoss_model *m, const gptoss_golden_opts *o, gptoss_golden **out, char *err) {
-    if (o->slots < 1 || o->ctx < 1) {
-        snprintf(err, GPTOSS_ERR_LEN, "replica: slots = %d and ctx = %d must be positive", o->slots,
-                 o->ctx);
-        return -1;
+static uint64_t kv_bytes(const gptoss_config *c, const gptoss_engine_opts *o) {
+    return 2ull * (uint64_t)o->slots * (uint64_t)c->n_layers * (uint64_t)o->ctx *
+           (uint64_t)gptoss_kv_dim(c) * sizeof(float);
+}
+
+static gptoss_status golden_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err) {
+    (void)m;
+    if (o->rows || o->chunk)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "rows and chunk size a GPU replica's buffers; a CPU "
+                                                  "replica takes batches of any size");
+    if (o->threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = n > 0 ? (int)n : 1;
     }
+    return GPTOSS_OK;
+}
+
+/* host bytes: the KV pool is the replica's own; weights are the model's, shared */
+static void golden_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                        uint64_t *headroom) {
+    uint64_t kv = kv_bytes(&m->config, o), w = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+    *headroom = 0;
+    *out = (gptoss_memory){3, {{"weights", w}, {"kv", kv}, {"total", kv + w}}};
+}
+
+static void golden_destroy(void *ctx) {
+    gptoss_golden *g = ctx;
+    gptoss_pool_free(g->pool);
+    gptoss_rope_free(&g->rope);
+    gptoss_sampler_free(g->sampler);
+    free(g->kcache);
+    free(g->vcache);
+    free(g->length);
+    free(g->wround);
+    free(g);
+}
+
+static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o, void **out, char *err) {
     gptoss_golden *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, GPTOSS_ERR_LEN, "replica: out of host memory");
-        return -1;
-    }
+    if (!g)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     g->m = m;
     g->c = m->config;
     g->o = *o;
-    if (g->o.threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        g->o.threads = n > 0 ? (int)n : 1;
-    }
-    uint64_t kv = gptoss_golden_kv_bytes(g);
+    uint64_t kv = kv_bytes(&g->c, o);
     uint64_t avail = gptoss_host_memory_available();
-    if (gptoss_rope_init(&g->rope, &g->c, err))
+    gptoss_status s = gptoss_rope_init(&g->rope, &g->c, err);
+    if (s)
         goto fail;
     if (kv > avail) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "replica: the KV cache for %d slots of %d positions needs %.2f GiB, %.2f GiB "
-                 "available",
-                 o->slots, o->ctx, kv / 1073741824.0, avail / 1073741824.0);
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                        "the KV cache for %d slots of %d positions needs %.2f GiB, %.2f GiB available",
+                        o->slots, o->ctx, kv / 1073741824.0, avail / 1073741824.0);
         goto fail;
     }
     g->kcache = malloc((size_t)(kv / 2));
@@ -216,8 +243,8 @@ int gptoss_golden_new(gptoss_model *m, const gptoss_golden_opts *o, gptoss_golde
     g->length = calloc((size_t)o->slots, sizeof(int));
     g->pool = gptoss_pool_new(g->o.threads);
     if (!g->kcache || !g->vcache || !g->length || !g->pool) {
-        snprintf(err, GPTOSS_ERR_LEN, "replica: cannot allocate %.2f GiB of KV cache",
-                 kv / 1073741824.0);
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "cannot allocate %.2f GiB of KV cache",
+                        kv / 1073741824.0);
         goto fail;
     }
     if (g->o.weights_bf16) {
@@ -230,40 +257,21 @@ int gptoss_golden_new(gptoss_model *m, const gptoss_golden_opts *o, gptoss_golde
         g->wround_row = widest;
         g->wround = malloc(sizeof(float) * widest * 4 * MM_TASKS_PER_THREAD * (size_t)g->o.threads);
         if (!g->wround) {
-            snprintf(err, GPTOSS_ERR_LEN, "replica: out of host memory");
+            s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
             goto fail;
         }
     }
-    if (gptoss_model_weights(m, err))
+    if ((s = gptoss_model_weights(m, err)))
         goto fail;
     *out = g;
-    return 0;
+    return GPTOSS_OK;
 fail:
-    gptoss_golden_free(g);
-    return -1;
+    golden_destroy(g);
+    return s;
 }
 
-void gptoss_golden_free(gptoss_golden *g) {
-    if (!g)
-        return;
-    gptoss_pool_free(g->pool);
-    gptoss_rope_free(&g->rope);
-    free(g->kcache);
-    free(g->vcache);
-    free(g->length);
-    free(g->wround);
-    free(g);
-}
-
-const gptoss_golden_opts *gptoss_golden_options(const gptoss_golden *g) { return &g->o; }
-
-uint64_t gptoss_golden_kv_bytes(const gptoss_golden *g) {
-    return 2ull * (uint64_t)g->o.slots * (uint64_t)g->c.n_layers * (uint64_t)g->o.ctx *
-           (uint64_t)gptoss_kv_dim(&g->c) * sizeof(float);
-}
-
-int gptoss_golden_length(const gptoss_golden *g, int slot) { return g->length[slot]; }
-void gptoss_golden_reset(gptoss_golden *g, int slot) { g->length[slot] = 0; }
+static int golden_length(const void *ctx, int slot) { return ((const gptoss_golden *)ctx)->length[slot]; }
+static void golden_reset(void *ctx, int slot) { ((gptoss_golden *)ctx)->length[slot] = 0; }
 
 /* ---- the step ----------------------------------------------------------------- */
 
@@ -319,33 +327,26 @@ static void add_bias(float *y, const float *b, int rows, int n) {
             y[(size_t)r * n + i] += b[i];
 }
 
-int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, gptoss_trace *trace,
-                       char *err) {
+/* The batch's logits, every stage recorded into trace when it is given (one
+ * row). On error nothing changes. */
+static gptoss_status forward(gptoss_golden *g, const gptoss_batch *b, float *logits, gptoss_trace *trace,
+                             char *err) {
     const gptoss_config *c = &g->c;
-    if (b->fed_rows) { /* the Lua binding hands it the previous step's ids */
-        snprintf(err, GPTOSS_ERR_LEN, "step: the CPU engine takes token ids only");
-        return -1;
-    }
-    if (gptoss_batch_check(b, g->o.slots, g->o.ctx, c->vocab_size, g->length, err))
-        return -1;
-    if (trace && b->n != 1) {
-        snprintf(err, GPTOSS_ERR_LEN, "trace: one row at a time (got %d)", b->n);
-        return -1;
-    }
+    gptoss_status st = gptoss_batch_check(b, g->o.slots, g->o.ctx, c->vocab_size, g->length, err);
+    if (st)
+        return st;
     const int R = b->n, H = c->hidden_dim, Q = gptoss_qkv_dim(c), D = c->head_dim;
     const int Hq = c->n_attn_heads, HqD = Hq * D, kvd = gptoss_kv_dim(c);
     const int E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, L = c->n_layers;
     const int half = D / 2;
     scratch s;
     char *mem = scratch_alloc(&s, c, (size_t)R, g->o.ctx, trace ? b->positions[0] : -1);
-    if (!mem) {
-        snprintf(err, GPTOSS_ERR_LEN, "step: out of host memory for %d rows", R);
-        return -1;
-    }
+    if (!mem)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for %d rows", R);
     gptoss_batch_commit(b, g->length);
     float *const *W = (float *const *)g->m->tensor;
-#define REC(name, layer, isint, rows, cols, src) \
-    do { if (trace) gptoss_trace_add(trace, name, layer, isint, rows, cols, src); } while (0)
+#define REC(stage, layer, rows, cols, src) \
+    do { if (trace) gptoss_trace_add(trace, GPTOSS_STAGE_##stage, layer, rows, cols, src); } while (0)
 
     for (int r = 0; r < R; r++) {
         const float *e = W[GPTOSS_T_EMBEDDING] + (size_t)b->tokens[r] * H;
@@ -354,17 +355,17 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
         gptoss_rope_cos_sin(&g->rope, b->positions[r], s.cos_v + (size_t)r * half,
                             s.sin_v + (size_t)r * half);
     }
-    REC("embedding", -1, 0, 0, H, s.x);
+    REC(EMBEDDING, -1, 0, H, s.x);
 
     for (int l = 0; l < L; l++) {
         /* attention block */
         for (int r = 0; r < R; r++)
             rmsnorm(s.t + (size_t)r * H, s.x + (size_t)r * H, W[GPTOSS_T_RMS_ATTN] + (size_t)l * H, H);
-        REC("attn_norm", l, 0, 0, H, s.t);
+        REC(ATTN_NORM, l, 0, H, s.t);
         matmul(g, s.qkv, gemm_input(g, s.tin, s.t, (size_t)R * H), R,
                W[GPTOSS_T_W_QKV] + (size_t)l * Q * H, H, Q);
         add_bias(s.qkv, W[GPTOSS_T_B_QKV] + (size_t)l * Q, R, Q);
-        REC("qkv", l, 0, 0, Q, s.qkv);
+        REC(QKV, l, 0, Q, s.qkv);
         for (int r = 0; r < R; r++) {
             float *row = s.qkv + (size_t)r * Q;
             float *q = s.q + (size_t)r * HqD;
@@ -376,8 +377,8 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
             const float *cs = s.cos_v + (size_t)r * half, *sn = s.sin_v + (size_t)r * half;
             gptoss_rope_apply(q, cs, sn, Hq, D);
             gptoss_rope_apply(k, cs, sn, c->n_kv_heads, D);
-            REC("q_rope", l, 0, 0, HqD, q);
-            REC("k_rope", l, 0, 0, kvd, k);
+            REC(Q_ROPE, l, 0, HqD, q);
+            REC(K_ROPE, l, 0, kvd, k);
             if (g->o.kv_bf16)
                 for (int i = 0; i < kvd; i++) {
                     k[i] = gptoss_bf16_round(k[i]);
@@ -391,32 +392,32 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
         }
         gptoss_pool_run(g->pool, R * Hq, attn_task, &aj);
         if (trace) {
-            REC("scores", l, 0, Hq, b->positions[0] + 2, s.trace_scores);
-            REC("probs", l, 0, Hq, b->positions[0] + 2, s.trace_probs);
+            REC(SCORES, l, Hq, b->positions[0] + 2, s.trace_scores);
+            REC(PROBS, l, Hq, b->positions[0] + 2, s.trace_probs);
         }
-        REC("attn_out", l, 0, 0, HqD, s.attn);
+        REC(ATTN_OUT, l, 0, HqD, s.attn);
         matmul(g, s.proj, gemm_input(g, s.tin, s.attn, (size_t)R * HqD), R,
                W[GPTOSS_T_W_O] + (size_t)l * H * HqD, HqD, H);
         add_bias(s.proj, W[GPTOSS_T_B_O] + (size_t)l * H, R, H);
-        REC("attn_proj", l, 0, 0, H, s.proj);
+        REC(ATTN_PROJ, l, 0, H, s.proj);
         for (size_t i = 0; i < (size_t)R * H; i++)
             s.x[i] += s.proj[i];
-        REC("resid_attn", l, 0, 0, H, s.x);
+        REC(RESID_ATTN, l, 0, H, s.x);
 
         /* MoE block */
         for (int r = 0; r < R; r++)
             rmsnorm(s.t + (size_t)r * H, s.x + (size_t)r * H, W[GPTOSS_T_RMS_FFN] + (size_t)l * H, H);
-        REC("ffn_norm", l, 0, 0, H, s.t);
+        REC(FFN_NORM, l, 0, H, s.t);
         const float *tin = gemm_input(g, s.tin, s.t, (size_t)R * H);
         matmul(g, s.router, tin, R, W[GPTOSS_T_W_ROUTER] + (size_t)l * E * H, H, E);
         add_bias(s.router, W[GPTOSS_T_B_ROUTER] + (size_t)l * E, R, E);
-        REC("router", l, 0, 0, E, s.router);
+        REC(ROUTER, l, 0, E, s.router);
         for (int r = 0; r < R; r++) {
             gptoss_topk(s.router + (size_t)r * E, E, K, s.topk_w + (size_t)r * K, s.topk_i + (size_t)r * K);
             gptoss_course_softmax(s.topk_w + (size_t)r * K, K);
         }
-        REC("topk_idx", l, 1, 0, K, s.topk_i);
-        REC("topk_w", l, 0, 0, K, s.topk_w);
+        REC(TOPK_IDX, l, 0, K, s.topk_i);
+        REC(TOPK_W, l, 0, K, s.topk_w);
         memset(s.agg, 0, sizeof(float) * (size_t)R * H);
         for (int e = 0; e < E; e++) {
             /* rows routed to expert e; each row still sums its experts in ascending id */
@@ -452,20 +453,64 @@ int gptoss_golden_step(gptoss_golden *g, const gptoss_batch *b, float *logits, g
                 memcpy(s.trace_m2 + (size_t)k * H, s.m2, sizeof(float) * H);
             }
         }
-        REC("mlp1", l, 0, K, 2 * I, s.trace_m1);
-        REC("swiglu", l, 0, K, I, s.trace_y);
-        REC("mlp2", l, 0, K, H, s.trace_m2);
-        REC("moe_out", l, 0, 0, H, s.agg);
+        REC(MLP1, l, K, 2 * I, s.trace_m1);
+        REC(SWIGLU, l, K, I, s.trace_y);
+        REC(MLP2, l, K, H, s.trace_m2);
+        REC(MOE_OUT, l, 0, H, s.agg);
         for (size_t i = 0; i < (size_t)R * H; i++)
             s.x[i] += s.agg[i];
-        REC("resid_ffn", l, 0, 0, H, s.x);
+        REC(RESID_FFN, l, 0, H, s.x);
     }
     for (int r = 0; r < R; r++)
         rmsnorm(s.x + (size_t)r * H, s.x + (size_t)r * H, W[GPTOSS_T_RMS_OUT], H);
-    REC("final_norm", -1, 0, 0, H, s.x);
+    REC(FINAL_NORM, -1, 0, H, s.x);
     matmul(g, logits, gemm_input(g, s.tin, s.x, (size_t)R * H), R, W[GPTOSS_T_OUT], H, c->vocab_size);
-    REC("logits", -1, 0, 0, c->vocab_size, logits);
+    REC(LOGITS, -1, 0, c->vocab_size, logits);
 #undef REC
     free(mem);
-    return 0;
+    return GPTOSS_OK;
 }
+
+/* Tokens are drawn at once: the host has the logits, and a step's result
+ * then needs nothing of the engine later. */
+static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_row_sampling *sampling,
+                                 gptoss_result *res, float *logits, char *err) {
+    gptoss_golden *g = ctx;
+    gptoss_status st = forward(g, b, logits, NULL, err);
+    if (st)
+        return st;
+    res->bad_row = gptoss_draw_rows(&g->sampler, logits, b->n, g->c.vocab_size, sampling, res->tokens,
+                                    res->why);
+    res->delivered = 1;
+    return GPTOSS_OK;
+}
+
+static gptoss_status golden_wait(void *ctx, gptoss_result *res, char *err) {
+    (void)ctx, (void)res, (void)err;
+    return GPTOSS_OK; /* every result is delivered by its step */
+}
+
+static void golden_forget(void *ctx, gptoss_result *res) { (void)ctx, (void)res; }
+
+static gptoss_status golden_trace(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits,
+                                  char *err) {
+    return forward(ctx, b, logits, trace, err);
+}
+
+const gptoss_engine_i gptoss_golden_engine = {
+    .reads_fed_tokens = 0,
+    .host_logits = 1,
+    .resolve = golden_resolve,
+    .plan = golden_plan,
+    .create = golden_create,
+    .destroy = golden_destroy,
+    .step = golden_step,
+    .wait = golden_wait,
+    .forget = golden_forget,
+    .logits = NULL, /* host_logits: every result keeps its own */
+    .trace = golden_trace,
+    .length = golden_length,
+    .reset = golden_reset,
+    .profile = NULL,
+    .profile_read = NULL,
+};

@@ -113,30 +113,27 @@ uint64_t gptoss_host_memory_available(void) {
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
-int gptoss_model_weights(gptoss_model *m, char *err) {
+gptoss_status gptoss_model_weights(gptoss_model *m, char *err) {
     if (!m->synthetic || m->owned)
-        return 0;
+        return GPTOSS_OK;
     uint64_t bytes = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
     uint64_t avail = gptoss_host_memory_available();
-    if (bytes > avail || bytes > SIZE_MAX) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "synthetic weights need %.2f GiB of host memory, %.2f GiB available",
-                 bytes / 1073741824.0, avail / 1073741824.0);
-        return -1;
-    }
+    if (bytes > avail || bytes > SIZE_MAX)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                           "synthetic weights need %.2f GiB of host memory, %.2f GiB available",
+                           bytes / 1073741824.0, avail / 1073741824.0);
     float *data = malloc((size_t)bytes);
-    if (!data) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot allocate %.2f GiB of host memory for synthetic weights",
-                 bytes / 1073741824.0);
-        return -1;
-    }
+    if (!data)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                           "cannot allocate %.2f GiB of host memory for synthetic weights",
+                           bytes / 1073741824.0);
     for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
         float *dst = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
         gptoss_model_read(m, t, 0, m->layout.t[t].count, dst);
         m->tensor[t] = dst;
     }
     m->owned = data;
-    return 0;
+    return GPTOSS_OK;
 }
 
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out) {

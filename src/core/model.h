@@ -31,7 +31,7 @@ int gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model *
 /* Makes m->tensor[] valid. For a synthetic model this allocates and fills
  * every tensor (refusing when host memory is short); a no-op afterwards and
  * for file models. */
-int gptoss_model_weights(gptoss_model *m, char *err);
+gptoss_status gptoss_model_weights(gptoss_model *m, char *err);
 
 /* Copies elements [first, first+count) of a tensor into out, without
  * materialising a synthetic model. The range must lie in the tensor. */

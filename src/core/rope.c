@@ -21,32 +21,29 @@ void gptoss_rope_bounds(const gptoss_config *c, float *low, float *high) {
     *high = half * logf((float)(ctx / (NTK_ALPHA * 2.0f * PI))) / logf(base);
 }
 
-int gptoss_rope_check(const gptoss_config *c, char *err) {
+gptoss_status gptoss_rope_check(const gptoss_config *c, char *err) {
     if (!(c->rope_scaling_factor > 1.0f))
-        return 0;
+        return GPTOSS_OK;
     float low, high;
     gptoss_rope_bounds(c, &low, &high);
     int half = c->head_dim / 2;
-    if (!(0 < low && low < high && high < half - 1)) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "rope: YaRN bounds low=%g high=%g must satisfy 0 < low < high < head_dim/2-1 = %d "
-                 "(head_dim=%d, initial_context_length=%d, rope_theta=%g)",
-                 low, high, half - 1, c->head_dim, c->initial_context_length, c->rope_theta);
-        return -1;
-    }
-    return 0;
+    if (!(0 < low && low < high && high < half - 1))
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "rope: YaRN bounds low=%g high=%g must satisfy 0 < low < high < "
+                           "head_dim/2-1 = %d (head_dim=%d, initial_context_length=%d, rope_theta=%g)",
+                           low, high, half - 1, c->head_dim, c->initial_context_length, c->rope_theta);
+    return GPTOSS_OK;
 }
 
-int gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err) {
-    if (gptoss_rope_check(c, err))
-        return -1;
+gptoss_status gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err) {
+    gptoss_status st = gptoss_rope_check(c, err);
+    if (st)
+        return st;
     int half = c->head_dim / 2;
     r->half = half;
     r->inv_freq = malloc(sizeof(float) * (size_t)half);
-    if (!r->inv_freq) {
-        snprintf(err, GPTOSS_ERR_LEN, "rope: out of host memory");
-        return -1;
-    }
+    if (!r->inv_freq)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "rope: out of host memory");
     float base = c->rope_theta, s = c->rope_scaling_factor;
     if (s > 1.0f) {
         r->concentration = 0.1f * logf(s) + 1.0f;

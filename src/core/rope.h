@@ -22,9 +22,9 @@ typedef struct {
 void gptoss_rope_bounds(const gptoss_config *c, float *low, float *high);
 
 /* Validates the bounds run.cpp asserts (0 < low < high < half - 1). */
-int gptoss_rope_check(const gptoss_config *c, char *err);
+gptoss_status gptoss_rope_check(const gptoss_config *c, char *err);
 
-int gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err);
+gptoss_status gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err);
 void gptoss_rope_free(gptoss_rope *r);
 
 /* cos/sin (half entries each) for one position. */

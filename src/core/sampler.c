@@ -8,6 +8,7 @@
 #include "config.h"
 #include "grow.h"
 #include "softmax.h"
+#include "tensor.h"
 
 typedef struct {
     float value;
@@ -337,6 +338,45 @@ int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, c
     if (reserve(scratch, n, err) != 0)
         return -1;
     return default_sample(scratch, p, logits, n, position);
+}
+
+gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64_t position) {
+    gptoss_row_sampling rs;
+    memset(&rs, 0, sizeof rs);
+    rs.seed = p->seed;
+    rs.position = position;
+    rs.top_p = p->top_p;
+    rs.min_p = p->min_p;
+    rs.temperature = (float)p->temperature;
+    rs.top_k = p->top_k;
+    return rs;
+}
+
+int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
+                     const gptoss_row_sampling *sampling, int *tokens, char *why) {
+    int bad = -1;
+    for (int r = 0; r < rows; r++) {
+        const float *row = logits + (size_t)r * vocab;
+        const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
+        if (!rs || rs->temperature == 0) {
+            tokens[r] = (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
+            continue;
+        }
+        /* the sampler reads the temperature as a float: the row's is exact */
+        gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p,
+                                  rs->top_k, rs->seed};
+        char err[GPTOSS_ERR_LEN - 16];
+        tokens[r] = -1;
+        if (!*scratch)
+            *scratch = gptoss_sampler_new(&p, err);
+        if (*scratch)
+            tokens[r] = gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err);
+        if (tokens[r] < 0 && bad < 0) {
+            bad = r;
+            snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);
+        }
+    }
+    return bad;
 }
 
 int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,

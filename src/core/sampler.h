@@ -63,6 +63,10 @@ typedef struct {
     int32_t top_k;
 } gptoss_row_sampling;
 
+/* A slot's default-mode parameters (checked) as one row's sampling, keyed
+ * by the position the row's token will take. */
+gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64_t position);
+
 typedef struct gptoss_sampler gptoss_sampler;
 
 /* 0, or -1 with err set (no prefix) when a parameter is out of range */
@@ -83,6 +87,15 @@ int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t positi
  * buffers: one scratch sampler serves rows of many per-slot settings. */
 int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, const float *logits,
                        int n, uint64_t position, char *err);
+
+/* One token per row of logits [rows][vocab], as the GPU sampler draws
+ * them: a row without sampling (sampling NULL) or at temperature 0 takes the
+ * first maximum, NaN never winning; any other follows gptoss_sample_with.
+ * A row that cannot be drawn gets -1. Returns the first such row with why
+ * set ("row N: ..." in 1-based rows), or -1. *scratch is made when the first
+ * row samples and may be reused by later calls. */
+int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
+                     const gptoss_row_sampling *sampling, int *tokens, char *why);
 
 /* log-softmax of the raw logits (temperature 1, before any filter), in
  * double: fills lp with the value for id, and the top_n highest-logit ids

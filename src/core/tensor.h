@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
 typedef enum { GPTOSS_F32 = 0, GPTOSS_I32 = 1 } gptoss_dtype;
 
 typedef struct {
@@ -32,5 +36,9 @@ double gptoss_max_abs_diff(gptoss_dtype da, const void *a, gptoss_dtype db, cons
  * infinities pass. Returns the first failing index, or n when all pass. */
 size_t gptoss_allclose(gptoss_dtype da, const void *a, gptoss_dtype db, const void *b, size_t n,
                        double atol, double rtol);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,8 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gptoss_trace_add(gptoss_trace *t, const char *name, int layer, int is_int, int64_t rows,
-                      int64_t cols, const void *src) {
+const char *const gptoss_stage_names[GPTOSS_N_STAGES] = {
+    "embedding", "attn_norm", "qkv",    "q_rope",  "k_rope", "scores",    "probs",
+    "attn_out",  "attn_proj", "resid_attn", "ffn_norm", "router", "topk_idx", "topk_w",
+    "mlp1",      "swiglu",    "mlp2",   "moe_out", "resid_ffn", "final_norm", "logits",
+};
+
+void gptoss_trace_add(gptoss_trace *t, gptoss_stage_id id, int layer, int64_t rows, int64_t cols,
+                      const void *src) {
     if (t->failed)
         return;
     if (t->n == t->cap) {
@@ -26,9 +32,8 @@ void gptoss_trace_add(gptoss_trace *t, const char *name, int layer, int is_int, 
     memcpy(copy, src, bytes);
     gptoss_stage *s = &t->stages[t->n++];
     memset(s, 0, sizeof *s);
-    strncpy(s->name, name, sizeof s->name - 1);
+    s->id = id;
     s->layer = layer;
-    s->is_int = is_int;
     s->ndim = rows ? 2 : 1;
     s->dims[0] = rows ? rows : cols;
     s->dims[1] = rows ? cols : 0;

@@ -1,5 +1,8 @@
-/* Shared pieces of the Lua binding: one metatable per object kind, each
- * registered by its file's open function. */
+/* The Lua binding's shared pieces: one class (metatable) per object kind,
+ * each registered by its file's open function through gptoss_lua_class, and
+ * every function one binding file calls in another. Functions inside a file
+ * are named <class>_<op> (replica_step, step_tokens, ...). Errors raised here
+ * name the Lua function the user called, then the core's message. */
 #ifndef GPTOSS_BINDING_H
 #define GPTOSS_BINDING_H
 
@@ -7,6 +10,7 @@
 #include <lua.h>
 #include <stdint.h>
 
+#include "../core/model.h"
 #include "../core/sampler.h"
 #include "../core/tensor.h"
 
@@ -15,7 +19,44 @@
 #define GPTOSS_REPLICA_MT "gptoss.replica"
 #define GPTOSS_STEP_MT "gptoss.step"
 #define GPTOSS_TOKENIZER_MT "gptoss.tokenizer"
+#define GPTOSS_DECODER_MT "gptoss.decoder"
 #define GPTOSS_SAMPLER_MT "gptoss.sampler"
+
+/* ---- class.c ---- */
+
+/* A class: methods are looked up first, then getter(L) for other keys (the
+ * object at 1, the key at 2; it returns 0 for none); meta holds the
+ * metamethods (__gc and __close are the destructor, __tostring, ...).
+ * Without methods the objects are not indexable. */
+typedef struct {
+    const char *name;
+    const luaL_Reg *methods;
+    lua_CFunction getter; /* NULL: methods only */
+    const luaL_Reg *meta; /* NULL: none */
+} gptoss_lua_class_def;
+void gptoss_lua_class(lua_State *L, const gptoss_lua_class_def *def);
+
+/* ---- options.c: options tables and argument checks ---- */
+
+/* An integer field of the options table at idx (absent: dflt), with an error
+ * naming the function and the field when it is not an integer. */
+lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char *field,
+                               lua_Integer dflt);
+/* The same for a number field (numeric strings convert, as for integers). */
+lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *field,
+                             lua_Number dflt);
+/* The same for a string field restricted to a list of choices; returns the index. */
+int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
+                      const char *const *choices, int dflt);
+/* Raises "<fn>: unknown option '<key>' (known: ...)" for a key of the options
+ * table at idx that the NULL-terminated list known lacks: a misspelt option
+ * is an error, never silently its default. */
+void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known);
+/* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or
+ * "out of range 1..n". Returns the 0-based index. */
+int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn);
+
+/* ---- tensor.c ---- */
 
 #define GPTOSS_MAX_DIMS 8
 
@@ -35,34 +76,20 @@ lua_tensor *gptoss_check_tensor(lua_State *L, int idx);
 size_t gptoss_tensor_numel(const lua_tensor *t);
 void *gptoss_tensor_data(const lua_tensor *t);
 
-/* Reads an integer field of an options table (absent: dflt), with an error
- * naming the function and the field when it is not an integer. */
-lua_Integer gptoss_opt_integer(lua_State *L, int idx, const char *fn, const char *field,
-                               lua_Integer dflt);
-/* Same for a number field (numeric strings convert, as for integers). */
-lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *field,
-                             lua_Number dflt);
-/* Same for a string field restricted to a list of choices; returns the index. */
-int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
-                      const char *const *choices, int dflt);
-/* Raises "<fn>: unknown option '<key>' (known: ...)" for a key of the options
- * table at idx that the NULL-terminated list known lacks: a misspelt option
- * is an error, never silently its default. */
-void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known);
+/* ---- model.c ---- */
 
-/* Reads sampler options (GPTOSS_SAMPLE_OPTIONS) of the table at idx with
- * their defaults; a default-mode seed left out is a fresh random one. Raises
- * on wrong types; ranges are the core's check. */
+gptoss_model *gptoss_check_model(lua_State *L, int idx);
+
+/* ---- sampler.c ---- */
+
+/* The sampler options a table may hold (gptoss.sampler adds logprobs). */
 #define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed"
+/* Reads them from the table at idx with their defaults; a default-mode seed
+ * left out is a fresh random one. Raises on wrong types; ranges are the
+ * core's check. */
 void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sample_params *p);
 
-/* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or
- * "out of range 1..n". Returns the 0-based index. */
-int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn);
-
-/* Sets __index to a function that consults the methods, then getter(L) for
- * other keys (the getter receives the object at 1 and the key at 2). */
-void gptoss_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction getter);
+/* ---- the classes' open functions and the module's functions ---- */
 
 void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
@@ -70,13 +97,22 @@ void gptoss_open_replica(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
 
-/* functions placed in the module table */
-int gptoss_lua_load(lua_State *L);
+int gptoss_lua_load(lua_State *L);          /* model.c */
 int gptoss_lua_synthetic(lua_State *L);
-int gptoss_lua_tensor_new(lua_State *L);
-int gptoss_lua_tensor_load(lua_State *L);
 int gptoss_lua_named_config(lua_State *L);
-int gptoss_lua_tokenizer(lua_State *L);
-int gptoss_lua_sampler(lua_State *L);
+int gptoss_lua_replica(lua_State *L);       /* replica.c: model:replica */
+int gptoss_lua_replica_bytes(lua_State *L); /* model:replica_bytes */
+int gptoss_lua_trace_stages(lua_State *L);
+int gptoss_lua_tensor_new(lua_State *L);    /* tensor.c */
+int gptoss_lua_tensor_load(lua_State *L);
+int gptoss_lua_bf16_round(lua_State *L);
+int gptoss_lua_tokenizer(lua_State *L);     /* tokenizer.c */
+int gptoss_lua_sampler(lua_State *L);       /* sampler.c */
+int gptoss_lua_devices(lua_State *L);       /* device.c */
+int gptoss_lua_device_memory(lua_State *L);
+int gptoss_lua_copy_bandwidth(lua_State *L);
+int gptoss_lua_clock(lua_State *L);         /* host.c */
+int gptoss_lua_realtime_ms(lua_State *L);
+int gptoss_lua_isatty(lua_State *L);
 
 #endif

@@ -128,7 +128,7 @@ static const float *check_row(lua_State *L, int idx, int *n) {
 }
 
 /* s:sample(logits [, position | {position=, logprobs=}]) -> id [, logprob, alternatives] */
-static int l_sample(lua_State *L) {
+static int sampler_sample(lua_State *L) {
     lua_sampler *u = check_sampler(L, 1);
     lua_Integer position = (lua_Integer)u->position;
     int logprobs = u->logprobs;
@@ -226,10 +226,8 @@ static int sampler_tostring(lua_State *L) {
 }
 
 void gptoss_open_sampler(lua_State *L) {
-    static const luaL_Reg methods[] = {{"sample", l_sample}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"sample", sampler_sample}, {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", sampler_gc}, {"__tostring", sampler_tostring}, {NULL, NULL}};
-    gptoss_new_class(L, GPTOSS_SAMPLER_MT, methods, sampler_get);
-    luaL_getmetatable(L, GPTOSS_SAMPLER_MT);
-    luaL_setfuncs(L, meta, 0);
-    lua_pop(L, 1);
+    static const gptoss_lua_class_def sampler = {GPTOSS_SAMPLER_MT, methods, sampler_get, meta};
+    gptoss_lua_class(L, &sampler);
 }

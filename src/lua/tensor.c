@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/bf16.h"
 #include "binding.h"
 
 static const char *const dtype_names[] = {"f32", "i32", NULL};
@@ -156,7 +157,7 @@ int gptoss_lua_tensor_load(lua_State *L) {
     return 1;
 }
 
-static int t_save(lua_State *L) {
+static int tensor_save(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     const char *path = luaL_checkstring(L, 2);
     FILE *f = fopen(path, "wb");
@@ -170,7 +171,7 @@ static int t_save(lua_State *L) {
     return 0;
 }
 
-static int t_argmax(lua_State *L) {
+static int tensor_argmax(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     lua_pushinteger(L, (lua_Integer)gptoss_argmax(t->storage->dtype, gptoss_tensor_data(t),
                                                   gptoss_tensor_numel(t)) + 1);
@@ -198,7 +199,7 @@ static void check_same_shape(lua_State *L, const lua_tensor *a, const lua_tensor
     }
 }
 
-static int t_max_abs_diff(lua_State *L) {
+static int tensor_max_abs_diff(lua_State *L) {
     lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_check_tensor(L, 2);
     check_same_shape(L, a, b, "max_abs_diff");
     lua_pushnumber(L, gptoss_max_abs_diff(a->storage->dtype, gptoss_tensor_data(a), b->storage->dtype,
@@ -207,7 +208,7 @@ static int t_max_abs_diff(lua_State *L) {
 }
 
 /* t:allclose(other [, atol=1e-5 [, rtol=1e-5]]) -> ok, first failing 1-based index */
-static int t_allclose(lua_State *L) {
+static int tensor_allclose(lua_State *L) {
     lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_check_tensor(L, 2);
     lua_Number atol = luaL_optnumber(L, 3, 1e-5), rtol = luaL_optnumber(L, 4, 1e-5);
     luaL_argcheck(L, atol >= 0, 3, "atol must be >= 0");
@@ -235,7 +236,7 @@ static void push_nested(lua_State *L, const lua_tensor *t, int dim, size_t *curs
     }
 }
 
-static int t_totable(lua_State *L) {
+static int tensor_totable(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     size_t cursor = 0;
     luaL_checkstack(L, t->ndim + 4, "tensor too deep");
@@ -243,7 +244,7 @@ static int t_totable(lua_State *L) {
     return 1;
 }
 
-static int t_len(lua_State *L) {
+static int tensor_len(lua_State *L) {
     lua_pushinteger(L, gptoss_check_tensor(L, 1)->shape[0]);
     return 1;
 }
@@ -258,7 +259,7 @@ static size_t check_index(lua_State *L, const lua_tensor *t, int idx) {
     return (size_t)(i - 1);
 }
 
-static int t_getter(lua_State *L) {
+static int tensor_get(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     if (lua_type(L, 2) == LUA_TNUMBER) {
         size_t i = check_index(L, t, 2);
@@ -291,7 +292,7 @@ static int t_getter(lua_State *L) {
     return 1;
 }
 
-static int t_newindex(lua_State *L) {
+static int tensor_newindex(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     if (lua_type(L, 2) != LUA_TNUMBER)
         return luaL_error(L, "tensor: only integer indices can be assigned");
@@ -302,14 +303,14 @@ static int t_newindex(lua_State *L) {
     return 0;
 }
 
-static int t_gc(lua_State *L) {
+static int tensor_gc(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     gptoss_storage_release(t->storage);
     t->storage = NULL;
     return 0;
 }
 
-static int t_tostring(lua_State *L) {
+static int tensor_tostring(lua_State *L) {
     lua_tensor *t = gptoss_check_tensor(L, 1);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -324,17 +325,22 @@ static int t_tostring(lua_State *L) {
     return 1;
 }
 
+/* gptoss.core.bf16_round(x) -> x as a float rounded to the nearest bf16 (ties
+ * to even), as the bf16 modes round */
+int gptoss_lua_bf16_round(lua_State *L) {
+    lua_pushnumber(L, gptoss_bf16_round((float)luaL_checknumber(L, 1)));
+    return 1;
+}
+
 void gptoss_open_tensor(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"argmax", t_argmax}, {"max_abs_diff", t_max_abs_diff}, {"allclose", t_allclose},
-        {"totable", t_totable}, {"save", t_save}, {NULL, NULL},
+        {"argmax", tensor_argmax}, {"max_abs_diff", tensor_max_abs_diff}, {"allclose", tensor_allclose},
+        {"totable", tensor_totable}, {"save", tensor_save}, {NULL, NULL},
     };
-    gptoss_new_class(L, GPTOSS_TENSOR_MT, methods, t_getter);
     static const luaL_Reg meta[] = {
-        {"__len", t_len}, {"__newindex", t_newindex}, {"__gc", t_gc}, {"__tostring", t_tostring},
-        {NULL, NULL},
+        {"__len", tensor_len}, {"__newindex", tensor_newindex}, {"__gc", tensor_gc},
+        {"__tostring", tensor_tostring}, {NULL, NULL},
     };
-    luaL_getmetatable(L, GPTOSS_TENSOR_MT);
-    luaL_setfuncs(L, meta, 0);
-    lua_pop(L, 1);
+    static const gptoss_lua_class_def tensor = {GPTOSS_TENSOR_MT, methods, tensor_get, meta};
+    gptoss_lua_class(L, &tensor);
 }

@@ -6,7 +6,6 @@
 #include "../core/tokenizer.h"
 #include "binding.h"
 
-#define DECODER_MT "gptoss.decoder"
 #define IDS_MT "gptoss.encode_ids"
 
 typedef struct {
@@ -18,7 +17,7 @@ typedef struct {
     size_t n;
 } lua_decoder;
 
-static gptoss_tokenizer *check_tok(lua_State *L, int idx) {
+static gptoss_tokenizer *check_tokenizer(lua_State *L, int idx) {
     gptoss_tokenizer *t = ((lua_tokenizer *)luaL_checkudata(L, idx, GPTOSS_TOKENIZER_MT))->t;
     if (!t) /* only a finaliser that outlived this one can see it */
         luaL_error(L, "tokenizer: used after it was garbage-collected");
@@ -66,8 +65,8 @@ static int ids_gc(lua_State *L) {
 }
 
 /* tok:encode(text [, {special=true, max_tokens=N}]) -> {ids} */
-static int l_encode(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_encode(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int special = 0;
@@ -102,8 +101,8 @@ static int l_encode(lua_State *L) {
 }
 
 /* tok:decode(ids | id) -> string */
-static int l_decode(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_decode(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     add_pieces(L, t, 2, "tokenizer:decode", &b);
@@ -112,8 +111,8 @@ static int l_decode(lua_State *L) {
 }
 
 /* tok:piece(id) -> string */
-static int l_piece(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_piece(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     size_t len;
     const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, 2, "tokenizer:piece", "id"), &len);
     lua_pushlstring(L, (const char *)p, len);
@@ -121,8 +120,8 @@ static int l_piece(lua_State *L) {
 }
 
 /* tok:id(bytes) -> id or nil */
-static int l_id(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_id(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     size_t len;
     const char *s = luaL_checklstring(L, 2, &len);
     int id = gptoss_tokenizer_find(t, (const uint8_t *)s, len);
@@ -134,8 +133,8 @@ static int l_id(lua_State *L) {
 }
 
 /* tok:entry(id) -> stored bytes, score (the file's record, undecoded) */
-static int l_entry(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_entry(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     size_t len;
     float score;
     const uint8_t *p =
@@ -146,13 +145,13 @@ static int l_entry(lua_State *L) {
 }
 
 /* tok:decoder() -> streaming decoder (keeps the tokenizer alive) */
-static int l_decoder(lua_State *L) {
-    check_tok(L, 1);
+static int tokenizer_decoder(lua_State *L) {
+    check_tokenizer(L, 1);
     lua_decoder *d = lua_newuserdatauv(L, sizeof *d, 1);
     d->n = 0;
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
-    luaL_setmetatable(L, DECODER_MT);
+    luaL_setmetatable(L, GPTOSS_DECODER_MT);
     return 1;
 }
 
@@ -179,8 +178,8 @@ static void push_special_table(lua_State *L, const gptoss_tokenizer *t) {
     }
 }
 
-static int tok_get(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_get(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     const char *k = lua_tostring(L, 2);
     if (!k)
         return 0;
@@ -195,15 +194,15 @@ static int tok_get(lua_State *L) {
     return 1;
 }
 
-static int tok_gc(lua_State *L) {
+static int tokenizer_gc(lua_State *L) {
     lua_tokenizer *u = luaL_checkudata(L, 1, GPTOSS_TOKENIZER_MT);
     gptoss_tokenizer_free(u->t);
     u->t = NULL;
     return 0;
 }
 
-static int tok_tostring(lua_State *L) {
-    const gptoss_tokenizer *t = check_tok(L, 1);
+static int tokenizer_tostring(lua_State *L) {
+    const gptoss_tokenizer *t = check_tokenizer(L, 1);
     lua_pushfstring(L, "gptoss.tokenizer(vocab_size=%d, max_token_length=%d)",
                     gptoss_tokenizer_vocab_size(t), gptoss_tokenizer_max_token_length(t));
     return 1;
@@ -238,10 +237,10 @@ int gptoss_lua_tokenizer(lua_State *L) {
 
 /* dec:add(id | ids) -> the text that is complete so far ("" while a UTF-8
  * character is still open) */
-static int dec_add(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+static int decoder_add(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
     lua_getiuservalue(L, 1, 1);
-    const gptoss_tokenizer *t = check_tok(L, -1);
+    const gptoss_tokenizer *t = check_tokenizer(L, -1);
     lua_pop(L, 1);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -258,15 +257,15 @@ static int dec_add(lua_State *L) {
 }
 
 /* dec:flush() -> whatever is held back (an incomplete character's bytes) */
-static int dec_flush(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+static int decoder_flush(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
     lua_pushlstring(L, (const char *)d->pending, d->n);
     d->n = 0;
     return 1;
 }
 
-static int dec_get(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, DECODER_MT);
+static int decoder_get(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
     const char *k = lua_tostring(L, 2);
     if (k && strcmp(k, "pending") == 0) {
         lua_pushinteger(L, (lua_Integer)d->n);
@@ -275,20 +274,28 @@ static int dec_get(lua_State *L) {
     return 0;
 }
 
+static int decoder_tostring(lua_State *L) {
+    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
+    lua_pushfstring(L, "gptoss.decoder(%d byte%s of a character pending)", (int)d->n, d->n == 1 ? "" : "s");
+    return 1;
+}
+
 void gptoss_open_tokenizer(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"encode", l_encode}, {"decode", l_decode},   {"piece", l_piece},
-        {"id", l_id},         {"entry", l_entry},     {"decoder", l_decoder},
+        {"encode", tokenizer_encode}, {"decode", tokenizer_decode},   {"piece", tokenizer_piece},
+        {"id", tokenizer_id},         {"entry", tokenizer_entry},     {"decoder", tokenizer_decoder},
         {NULL, NULL},
     };
-    static const luaL_Reg meta[] = {{"__gc", tok_gc}, {"__tostring", tok_tostring}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", tokenizer_gc}, {"__tostring", tokenizer_tostring}, {NULL, NULL}};
+    static const gptoss_lua_class_def tokenizer = {GPTOSS_TOKENIZER_MT, methods, tokenizer_get, meta};
+    gptoss_lua_class(L, &tokenizer);
+
     static const luaL_Reg ids_meta[] = {{"__gc", ids_gc}, {NULL, NULL}};
-    gptoss_new_class(L, GPTOSS_TOKENIZER_MT, methods, tok_get);
-    luaL_getmetatable(L, GPTOSS_TOKENIZER_MT);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newmetatable(L, IDS_MT);
-    luaL_setfuncs(L, ids_meta, 0);
-    lua_pop(L, 2);
-    static const luaL_Reg dec_methods[] = {{"add", dec_add}, {"flush", dec_flush}, {NULL, NULL}};
-    gptoss_new_class(L, DECODER_MT, dec_methods, dec_get);
+    static const gptoss_lua_class_def ids = {IDS_MT, NULL, NULL, ids_meta};
+    gptoss_lua_class(L, &ids);
+
+    static const luaL_Reg decoder_methods[] = {{"add", decoder_add}, {"flush", decoder_flush}, {NULL, NULL}};
+    static const luaL_Reg decoder_meta[] = {{"__tostring", decoder_tostring}, {NULL, NULL}};
+    static const gptoss_lua_class_def decoder = {GPTOSS_DECODER_MT, decoder_methods, decoder_get, decoder_meta};
+    gptoss_lua_class(L, &decoder);
 }

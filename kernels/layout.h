@@ -1,0 +1,51 @@
+/* Device-memory layouts the launchers expect, in plain C so that a GPU
+ * replica's memory plan (src/hip/gpu_buffers.c) is computed without a
+ * device or a GPU build.
+ *
+ * Tiled matrices (gptoss_gpu_tiled): each [n][k] matrix (one per layer and
+ * expert) is cut into tiles of 16 rows by 32 k, zero past n and k; tile
+ * (r / 16, k / 32) lies at ((r / 16) * chunks + k / 32) * 512 elements,
+ * chunks = ceil(k / 32), its rows 64 bytes apart. The pieces a warp
+ * multiplies for one chunk of 16 rows (matrix_core.h) are then one
+ * contiguous KiB, and a 16-row band of the matrix streams from memory in
+ * order. */
+#ifndef GPTOSS_KERNELS_LAYOUT_H
+#define GPTOSS_KERNELS_LAYOUT_H
+
+#include <stdint.h>
+
+#include "../src/core/synth.h" /* GPTOSS_HD */
+
+#define GPTOSS_TILE_ROWS 16
+#define GPTOSS_TILE_K 32
+#define GPTOSS_TILE_ELEMS (GPTOSS_TILE_ROWS * GPTOSS_TILE_K)
+
+typedef struct {
+    int64_t n, k; /* 0, 0: not tiled */
+} gptoss_tiling;
+
+/* elements of one band of 16 rows, chunks = ceil(k / 32) */
+GPTOSS_HD static inline uint64_t gptoss_tiled_band(int64_t chunks) {
+    return (uint64_t)chunks * GPTOSS_TILE_ELEMS;
+}
+/* elements of one tiled [n][k] matrix, padding included */
+GPTOSS_HD static inline uint64_t gptoss_tiled_elems(int64_t n, int64_t k) {
+    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) *
+           gptoss_tiled_band((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K);
+}
+/* where element (r, k) of a tiled matrix lies, chunks = ceil(k / 32) */
+GPTOSS_HD static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t chunks) {
+    return (uint64_t)(r / GPTOSS_TILE_ROWS) * gptoss_tiled_band(chunks) +
+           (uint64_t)(k / GPTOSS_TILE_K) * GPTOSS_TILE_ELEMS + (r % GPTOSS_TILE_ROWS) * GPTOSS_TILE_K +
+           k % GPTOSS_TILE_K;
+}
+
+/* The experts' GEMM tiles a step of rows rows can need: each expert's pairs
+ * in tiles of tile_rows, the last one partial. A replica sizes its tile
+ * table for the smallest tile the GEMMs choose (gptoss_gemm_tile_rows). */
+#define GPTOSS_MOE_MIN_TILE_ROWS 16
+static inline int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows) {
+    return (rows * k + tile_rows - 1) / tile_rows + n_experts;
+}
+
+#endif

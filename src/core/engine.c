@@ -1,0 +1,223 @@
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct gptoss_engine {
+    const gptoss_engine_i *i;
+    void *ctx;
+    const gptoss_model *m;
+    gptoss_engine_opts o;
+    int vocab;
+    uint64_t steps;
+    gptoss_sample_params *slot_params; /* per slot, where slot_sampled */
+    unsigned char *slot_sampled;
+};
+
+gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m, gptoss_engine_opts *o,
+                                 gptoss_memory *out, uint64_t *headroom, char *err) {
+    gptoss_status s = i->resolve(m, o, err);
+    if (s)
+        return s;
+    memset(out, 0, sizeof *out);
+    *headroom = 0;
+    i->plan(m, o, out, headroom);
+    return GPTOSS_OK;
+}
+
+gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
+                                gptoss_engine **out, char *err) {
+    gptoss_engine_opts opts = *o;
+    gptoss_status s = i->resolve(m, &opts, err);
+    if (s)
+        return s;
+    gptoss_engine *e = calloc(1, sizeof *e);
+    if (e) {
+        e->slot_params = calloc((size_t)opts.slots, sizeof *e->slot_params);
+        e->slot_sampled = calloc((size_t)opts.slots, 1);
+    }
+    if (!e || !e->slot_params || !e->slot_sampled) {
+        gptoss_engine_free(e);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    }
+    e->i = i;
+    e->m = m;
+    e->o = opts;
+    e->vocab = m->config.vocab_size;
+    if ((s = i->create(m, &e->o, &e->ctx, err))) {
+        gptoss_engine_free(e);
+        return s;
+    }
+    *out = e;
+    return GPTOSS_OK;
+}
+
+void gptoss_engine_free(gptoss_engine *e) {
+    if (!e)
+        return;
+    if (e->ctx)
+        e->i->destroy(e->ctx);
+    free(e->slot_params);
+    free(e->slot_sampled);
+    free(e);
+}
+
+const gptoss_engine_opts *gptoss_engine_options(const gptoss_engine *e) { return &e->o; }
+
+void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out) {
+    uint64_t headroom; /* what create allocated is what the plan says */
+    memset(out, 0, sizeof *out);
+    e->i->plan(e->m, &e->o, out, &headroom);
+}
+
+uint64_t gptoss_engine_steps(const gptoss_engine *e) { return e->steps; }
+
+void gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sample_params *p) {
+    e->slot_sampled[slot] = p != NULL;
+    if (p)
+        e->slot_params[slot] = *p;
+}
+
+/* The rows' sampling as their slots say, keyed by the position each row's
+ * token will take; NULL (and no error) when every row is greedy. Slots out
+ * of range are left greedy: the engine's batch check refuses them. */
+static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b,
+                                   gptoss_row_sampling **out, char *err) {
+    *out = NULL;
+    for (int r = 0; r < b->n; r++) {
+        int slot = b->slots[r];
+        if (slot < 0 || slot >= e->o.slots || !e->slot_sampled[slot])
+            continue;
+        if (!*out && !(*out = calloc((size_t)b->n, sizeof **out)))
+            return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        (*out)[r] = gptoss_row_sampling_of(&e->slot_params[slot], (uint64_t)b->positions[r] + 1);
+    }
+    return GPTOSS_OK;
+}
+
+/* Fed tokens as ids, for an engine that takes ids only: *tokens is a copy of
+ * b's where each reference -1 - j (j a row of fed_by) is the id fed_by drew
+ * for row j, or NULL when b holds none. Other negative tokens stay for the
+ * batch check to refuse. A reference fails when fed_by has a row it could
+ * not draw, as reading fed_by's tokens does. */
+static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
+                                 int **tokens, char *err) {
+    *tokens = NULL;
+    int refs = 0;
+    for (int r = 0; r < b->n; r++)
+        refs |= b->tokens[r] < 0 && -1 - b->tokens[r] < fed_by->rows;
+    if (!refs)
+        return GPTOSS_OK;
+    gptoss_status s = gptoss_engine_tokens(e, fed_by, err);
+    if (s)
+        return s;
+    if (!(*tokens = malloc(sizeof(int) * (size_t)b->n)))
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    for (int r = 0; r < b->n; r++) {
+        int t = b->tokens[r], j = -1 - t;
+        (*tokens)[r] = t < 0 && j < fed_by->rows ? fed_by->tokens[j] : t;
+    }
+    return GPTOSS_OK;
+}
+
+gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
+                                 int keep_logits, gptoss_result *res, char *err) {
+    memset(res, 0, sizeof *res);
+    res->rows = b->n;
+    res->vocab = e->vocab;
+    res->bad_row = -1;
+    gptoss_batch batch = *b;
+    batch.fed_rows = 0;
+    int *fed_tokens = NULL;
+    gptoss_row_sampling *sampling = NULL;
+    gptoss_status s = GPTOSS_OK;
+    if (fed_by && e->i->reads_fed_tokens)
+        batch.fed_rows = fed_by->rows;
+    else if (fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
+        batch.tokens = fed_tokens;
+    if (!s)
+        s = rows_sampling(e, &batch, &sampling, err);
+    if (!s && !(res->tokens = malloc(sizeof(int) * (size_t)(b->n > 0 ? b->n : 1))))
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    if (!s && (keep_logits || e->i->host_logits) &&
+        !(res->logits = gptoss_storage_new(GPTOSS_F32, (size_t)(b->n > 0 ? b->n : 1) * (size_t)e->vocab)))
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "cannot allocate %.1f MiB for logits",
+                        (double)b->n * e->vocab * 4 / 1048576.0);
+    if (!s)
+        s = e->i->step(e->ctx, &batch, sampling, res, res->logits ? (float *)res->logits->data : NULL, err);
+    free(fed_tokens);
+    free(sampling);
+    if (s) {
+        res->delivered = 1; /* nothing pending: release has nothing to forget */
+        gptoss_result_release(e, res);
+        return s;
+    }
+    res->seq = ++e->steps;
+    return GPTOSS_OK;
+}
+
+gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *err) {
+    if (!res->delivered) {
+        if (!e) /* freeing an engine delivers its results */
+            return gptoss_fail(err, GPTOSS_E_STATE, "the step's engine is gone (internal error)");
+        gptoss_status s = e->i->wait(e->ctx, res, err);
+        if (s)
+            return s;
+    }
+    if (res->bad_row >= 0)
+        return gptoss_fail(err, GPTOSS_E_DRAW, "%s", res->why);
+    return GPTOSS_OK;
+}
+
+gptoss_status gptoss_engine_logits(gptoss_engine *e, gptoss_result *res, char *err) {
+    if (res->logits)
+        return GPTOSS_OK;
+    if (!e)
+        return gptoss_fail(err, GPTOSS_E_STATE,
+                           "the replica is closed and this step did not keep its logits");
+    gptoss_storage *st = gptoss_storage_new(GPTOSS_F32, (size_t)res->rows * (size_t)res->vocab);
+    if (!st)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    gptoss_status s = e->i->logits(e->ctx, res, st->data, err);
+    if (s) {
+        gptoss_storage_release(st);
+        return s;
+    }
+    res->logits = st;
+    return GPTOSS_OK;
+}
+
+void gptoss_result_release(gptoss_engine *e, gptoss_result *res) {
+    if (e && !res->delivered)
+        e->i->forget(e->ctx, res);
+    res->delivered = 1;
+    free(res->tokens);
+    res->tokens = NULL;
+    gptoss_storage_release(res->logits);
+    res->logits = NULL;
+}
+
+gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos, gptoss_trace *trace,
+                                  float *logits, char *err) {
+    gptoss_batch b = {1, &slot, &pos, &token, 0};
+    return e->i->trace(e->ctx, &b, trace, logits, err);
+}
+
+int gptoss_engine_length(const gptoss_engine *e, int slot) { return e->i->length(e->ctx, slot); }
+void gptoss_engine_reset(gptoss_engine *e, int slot) { e->i->reset(e->ctx, slot); }
+
+gptoss_status gptoss_engine_profile(gptoss_engine *e, int on, char *err) {
+    if (!e->i->profile)
+        return gptoss_fail(err, GPTOSS_E_UNSUPPORTED, "per-kernel timing is for GPU replicas");
+    return e->i->profile(e->ctx, on, err);
+}
+
+gptoss_status gptoss_engine_profile_read(gptoss_engine *e,
+                                         void (*each)(void *arg, const char *label, double seconds,
+                                                      long calls),
+                                         void *arg, char *err) {
+    if (!e->i->profile_read)
+        return gptoss_fail(err, GPTOSS_E_UNSUPPORTED, "per-kernel timing is for GPU replicas");
+    e->i->profile_read(e->ctx, each, arg);
+    return GPTOSS_OK;
+}

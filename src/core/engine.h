@@ -1,0 +1,166 @@
+/* The engine interface: what runs a replica (a model placed on a device with
+ * a pool of KV slots) behind one set of calls. An engine is a table of
+ * functions (gptoss_engine_i) plus its own context; gptoss_engine wraps one
+ * with what every engine shares: the options, the per-slot sampling
+ * settings, the step counter, fed tokens and the step results. The CPU
+ * golden engine (golden.c) and the GPU engine (src/hip) implement it; a
+ * third engine is a new file with its own table, nothing more. */
+#ifndef GPTOSS_ENGINE_H
+#define GPTOSS_ENGINE_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "model.h"
+#include "sampler.h"
+#include "status.h"
+#include "tensor.h"
+#include "trace.h"
+
+#ifdef __cplusplus
+extern "C" { /* the HIP engine is C++ */
+#endif
+
+/* A replica's options as the caller gives them; an engine fills in its own
+ * defaults (gptoss_engine_i.resolve) and refuses those it does not take. */
+typedef struct {
+    int device;       /* -1: the CPU; else a 0-based GPU */
+    int slots, ctx;   /* independent sequences, positions each */
+    int weights_bf16; /* weight matrices in bf16 and GEMM inputs rounded (else fp32) */
+    int kv_bf16;      /* K and V stored in bf16 (else fp32) */
+    int threads;      /* CPU worker threads: 0 all online CPUs; -1 not given */
+    int rows, chunk;  /* GPU: most rows in one step, of one slot in one step; 0 not given */
+} gptoss_engine_opts;
+
+/* Bytes an engine takes, by named category ("weights", "kv", ...), in the
+ * order a report should list them. */
+enum { GPTOSS_MEMORY_PARTS = 8 };
+typedef struct {
+    int n;
+    struct {
+        const char *name;
+        uint64_t bytes;
+    } part[GPTOSS_MEMORY_PARTS];
+} gptoss_memory;
+
+/* One step's results, owned by the caller from gptoss_engine_step until
+ * gptoss_result_release. Tokens arrive when the step is done (delivered);
+ * logits are on the host when the engine keeps them or the step was asked
+ * to, else readable from the engine while no later step has run. */
+typedef struct {
+    uint64_t seq;            /* the engine's step number (1, 2, ...) */
+    uint64_t ticket;         /* the engine's own handle on the step */
+    int rows, vocab;
+    int *tokens;             /* [rows], valid once delivered */
+    gptoss_storage *logits;  /* [rows][vocab] on the host, or NULL */
+    int delivered;
+    int bad_row;             /* >= 0: the first row no token could be drawn for */
+    char why[GPTOSS_ERR_LEN]; /* bad_row's reason */
+} gptoss_result;
+
+/* What an engine implements. ctx is its own state. Every function that can
+ * fail returns a status and writes err (GPTOSS_ERR_LEN bytes). */
+typedef struct {
+    /* 1 if the engine's steps read fed tokens (gptoss_batch.fed_rows) on the
+     * device; else they are resolved to ids on the host before a step */
+    int reads_fed_tokens;
+    /* 1 if every step's logits are computed on the host (kept with it) */
+    int host_logits;
+    /* checks the options it takes and fills in its defaults */
+    gptoss_status (*resolve)(const gptoss_model *m, gptoss_engine_opts *o, char *err);
+    /* the bytes a replica of these (resolved) options takes, before making it;
+     * headroom: what must stay free besides (0 where nothing is refused) */
+    void (*plan)(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                 uint64_t *headroom);
+    gptoss_status (*create)(gptoss_model *m, const gptoss_engine_opts *o, void **ctx, char *err);
+    /* delivers the results of steps still running, then frees everything */
+    void (*destroy)(void *ctx);
+    /* runs or enqueues one checked batch; sampling: per row, NULL when every
+     * row is greedy; logits: NULL, or rows * vocab floats filled before this
+     * returns. On success res->ticket is the engine's and res is delivered
+     * into later (wait), or already */
+    gptoss_status (*step)(void *ctx, const gptoss_batch *b, const gptoss_row_sampling *sampling,
+                          gptoss_result *res, float *logits, char *err);
+    /* waits for res's step and delivers its tokens */
+    gptoss_status (*wait)(void *ctx, gptoss_result *res, char *err);
+    /* res's memory is going away: never deliver into it */
+    void (*forget)(void *ctx, gptoss_result *res);
+    /* the logits of res's step into out, while no later step has run */
+    gptoss_status (*logits)(void *ctx, const gptoss_result *res, float *out, char *err);
+    /* one row run like a step with every stage recorded */
+    gptoss_status (*trace)(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits,
+                           char *err);
+    int (*length)(const void *ctx, int slot);
+    void (*reset)(void *ctx, int slot);
+    /* per-kernel timing; NULL where the engine has none */
+    gptoss_status (*profile)(void *ctx, int on, char *err);
+    void (*profile_read)(void *ctx, void (*each)(void *arg, const char *label, double seconds, long calls),
+                         void *arg);
+} gptoss_engine_i;
+
+typedef struct gptoss_engine gptoss_engine;
+
+/* The bytes a replica of these options would take on engine i (the memory
+ * field of gptoss_engine_memory), and the headroom it keeps free besides;
+ * the options are resolved in place. */
+gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m, gptoss_engine_opts *o,
+                                 gptoss_memory *out, uint64_t *headroom, char *err);
+
+/* Makes a replica of m on engine i; the model must outlive it. */
+gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
+                                gptoss_engine **out, char *err);
+/* Delivers pending results, frees everything; NULL is a no-op. */
+void gptoss_engine_free(gptoss_engine *e);
+
+/* the options with the engine's defaults filled in */
+const gptoss_engine_opts *gptoss_engine_options(const gptoss_engine *e);
+void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out);
+/* steps taken so far: the latest step's seq */
+uint64_t gptoss_engine_steps(const gptoss_engine *e);
+
+/* How slot (0-based, in range) draws its rows' tokens from now on: p (the
+ * default mode, checked), or greedy when p is NULL. */
+void gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sample_params *p);
+
+/* Runs or enqueues one batch (checked as a whole first: a refused batch
+ * changes nothing). Rows draw as their slots' sampling says, keyed by the
+ * position the token will take. fed_by: the engine's latest step when the
+ * batch holds fed tokens (-1 - j: the token fed_by drew for its row j),
+ * else NULL. keep_logits: the result keeps its logits on the host. res is
+ * initialised here; release it with gptoss_result_release. */
+gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
+                                 int keep_logits, gptoss_result *res, char *err);
+
+/* The step's tokens, waiting for them (e may be NULL once the engine is
+ * freed: its results were delivered then). GPTOSS_E_DRAW when a row's
+ * logits allowed no draw (res->why says which and why). */
+gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *err);
+
+/* Makes res->logits hold the step's logits, copying them from the engine
+ * while no later step has run. */
+gptoss_status gptoss_engine_logits(gptoss_engine *e, gptoss_result *res, char *err);
+
+/* res's memory is going away (e may be NULL); then frees what it holds. */
+void gptoss_result_release(gptoss_engine *e, gptoss_result *res);
+
+/* One row (slot, token, pos) run like a step, every stage recorded into
+ * trace; logits receives vocab floats. */
+gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos, gptoss_trace *trace,
+                                  float *logits, char *err);
+
+int gptoss_engine_length(const gptoss_engine *e, int slot);
+void gptoss_engine_reset(gptoss_engine *e, int slot);
+
+/* Per-kernel timing on/off (off clears the totals), and the totals so far
+ * (label, seconds, calls) in first-launch order. */
+gptoss_status gptoss_engine_profile(gptoss_engine *e, int on, char *err);
+gptoss_status gptoss_engine_profile_read(gptoss_engine *e,
+                                         void (*each)(void *arg, const char *label, double seconds,
+                                                      long calls),
+                                         void *arg, char *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

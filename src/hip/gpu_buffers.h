@@ -1,0 +1,109 @@
+/* A GPU replica's device memory: weights, KV pool, step scratch and the
+ * tracer's buffers, all carved from one arena by gptoss_gpu_layout. Plain C
+ * (compiled in every build), so that the memory plan is known without a
+ * device: model:replica_bytes and getp size replicas from it. Shapes use
+ * R = opts.rows, H hidden, D head_dim, Hq / Hkv query / KV heads, E
+ * experts, K experts per token, I intermediate, V vocabulary, P = R K. */
+#ifndef GPTOSS_HIP_GPU_BUFFERS_H
+#define GPTOSS_HIP_GPU_BUFFERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* what each buffer's bytes count as in a replica's memory report */
+typedef enum {
+    GPTOSS_GPU_WEIGHTS_FP32,
+    GPTOSS_GPU_WEIGHTS_BF16,
+    GPTOSS_GPU_KV,
+    GPTOSS_GPU_SCRATCH,
+    GPTOSS_GPU_CATEGORIES
+} gptoss_gpu_category;
+
+typedef struct {
+    /* per tensor: matrices in the replica's type (bf16 ones perhaps tiled,
+     * gptoss_gpu_tiled), vectors fp32; per-layer tensors layer after layer */
+    void *w[GPTOSS_N_TENSORS];
+    float *cos, *sin; /* [ctx][D / 2]: the RoPE table of every position */
+} gptoss_gpu_weights;
+
+typedef struct {
+    void **k, **v;  /* per layer: [slots][positions[l]][Hkv D] in the cache's type */
+    int *positions; /* per layer: ctx, or a windowed layer's ring (gptoss_kv_positions) */
+} gptoss_gpu_kv;
+
+typedef struct {
+    float *x;             /* [R][H] the residual stream */
+    float *t;             /* [R][H] a norm's output */
+    float *qkv;           /* [R][Hq D + 2 Hkv D] the projection, where RoPE runs apart */
+    float *q;             /* [R][Hq D] rotated queries */
+    float *attn;          /* [R][Hq D] attention's output */
+    void *t_in, *attn_in; /* GEMM inputs in the mode's type: bf16 copies, or t and attn */
+    float *router_logits; /* [R][E] */
+    float *topk_w;        /* [R][K] */
+    int *topk_i;          /* [R][K] */
+    int *pair_row;        /* [P] the row of each (row, expert) pair, sorted by expert */
+    int *pair_of;         /* [P] each row's pairs' places in that order */
+    int *tiles;           /* [max_tiles][4] the experts' GEMM tiles (expert, begin, end, 0) */
+    int *tile_count;      /* [1] */
+    void *act;            /* [P][I] SwiGLU's output in the mode's type */
+    float *m2;            /* [P][H] the experts' outputs */
+    float *logits;        /* [R][V] */
+    int *tokens;          /* [R] the ids drawn; the next step's fed rows read them */
+    float *part_o;        /* [R][Hq][splits][D] attention's partial outputs */
+    float *part_ml;       /* [R][Hq][splits][2] their running max and sum */
+    char *upload;         /* a step's tokens, slots, positions [R] each, then row sampling */
+} gptoss_gpu_scratch;
+
+typedef struct {              /* one traced row's stages that a step fuses away */
+    float *m1;                /* [K][2 I] */
+    float *y;                 /* [K][I] */
+    float *proj;              /* [H] */
+    float *k;                 /* [Hkv D] */
+    float *agg;               /* [H] */
+    float *scores, *probs;    /* [Hq][ctx + 1] */
+} gptoss_gpu_trace_buffers;
+
+typedef struct {
+    gptoss_gpu_weights w;
+    gptoss_gpu_kv kv;
+    gptoss_gpu_scratch s;
+    gptoss_gpu_trace_buffers trace;
+    int split_len;      /* keys per attention split: from ctx alone (batch invariance) */
+    int max_tiles;      /* rows of s.tiles */
+    size_t sampling_at; /* byte offset of the row sampling in an upload */
+    size_t upload_bytes;
+    uint64_t bytes[GPTOSS_GPU_CATEGORIES]; /* the arena's bytes by category */
+    uint64_t total;
+} gptoss_gpu_buffers;
+
+/* Device memory the runtime, the kernels' stacks and other users keep. */
+#define GPTOSS_GPU_HEADROOM ((uint64_t)256 << 20)
+
+/* Whether the replica holds tensor t's matrices tiled (launchers.h). */
+int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
+/* elements tensor t takes on the device, a tiled one's padding included */
+uint64_t gptoss_gpu_tensor_elems(const gptoss_model *m, const gptoss_engine_opts *o, int tensor);
+/* bytes of one element of tensor t on the device */
+size_t gptoss_gpu_elem_bytes(const gptoss_engine_opts *o, int tensor);
+
+/* Lays the buffers out from base (NULL: sizes only, every pointer NULL;
+ * b->kv's per-layer arrays are filled where allocated). */
+void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char *base,
+                       gptoss_gpu_buffers *b);
+
+/* The engine interface's options and plan for GPU replicas. */
+gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err);
+void gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                     uint64_t *headroom);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

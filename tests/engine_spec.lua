@@ -1,0 +1,127 @@
+-- The engine interface as Lua sees it: memory plans before a replica exists
+-- (model:replica_bytes), the trace stages' one table, bf16 rounding, and the
+-- handles' descriptions. CPU only; the GPU plan needs no device.
+local gptoss = require "gptoss"
+local core = require "gptoss.core"
+local H = require "helpers"
+
+local expect_error = H.expect_error
+
+local tiny = {
+  vocab_size = 97, hidden_dim = 16, n_experts = 8, experts_per_token = 4, intermediate_dim = 12,
+  n_layers = 2, head_dim = 8, n_attn_heads = 4, n_kv_heads = 2, seq_len = 64, sliding_window = 4,
+}
+
+describe("model:replica_bytes", function()
+  local m = gptoss.synthetic(tiny, { seed = 3 })
+
+  it("plans a CPU replica as the replica then reports its memory", function()
+    local opts = { slots = 3, ctx = 20 }
+    local plan = m:replica_bytes(opts)
+    local r = m:replica(opts)
+    local mem = r.memory
+    for k, v in pairs(mem) do assert.are.equal(v, plan[k], k) end
+    assert.are.equal(0, plan.headroom)
+    assert.are.equal(2 * 3 * 2 * 20 * 2 * 8 * 4, plan.kv)
+    r:close()
+  end)
+
+  it("plans a GPU replica without a device: weights by type, KV rings, scratch, headroom", function()
+    local fp32 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local bf16 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "bf16" }
+    assert.are.equal(0, fp32.weights_bf16)
+    assert.is_true(bf16.weights_bf16 > 0 and bf16.weights_fp32 < fp32.weights_fp32)
+    assert.are.equal(fp32.weights, fp32.weights_fp32)
+    assert.are.equal(fp32.total, fp32.weights + fp32.kv + fp32.scratch)
+    -- layer 1 is windowed: a ring of window + chunk - 1 positions; layer 2 holds ctx
+    local kvd = tiny.head_dim * tiny.n_kv_heads
+    local function rounded(bytes) return (bytes + 255) // 256 * 256 end
+    assert.are.equal(2 * (rounded(2 * 4 * kvd * 4) + rounded(2 * 32 * kvd * 4)), fp32.kv)
+    assert.are.equal(256 << 20, fp32.headroom)
+    -- more rows a step, more scratch; the defaults are the replica's (rows 256, chunk 128)
+    local defaults = m:replica_bytes { device = 1, slots = 2, ctx = 32 }
+    assert.is_true(defaults.scratch > fp32.scratch)
+  end)
+
+  it("refuses options as model:replica does, naming replica_bytes", function()
+    expect_error(function() m:replica_bytes { device = 1, threads = 2 } end,
+      "replica_bytes: threads applies to CPU replicas only")
+    expect_error(function() m:replica_bytes { rows = 8 } end,
+      "replica_bytes: rows and chunk size a GPU replica's buffers")
+    expect_error(function() m:replica_bytes { device = 1, rows = 4, chunk = 5 } end,
+      "replica_bytes: chunk = 5 must be in 1..rows (4)")
+    expect_error(function() m:replica_bytes { device = 0 } end, "replica_bytes: device 0 is not a GPU number")
+    expect_error(function() m:replica_bytes { slots = 0 } end, "replica_bytes: slots = 0 must be in 1..")
+    expect_error(function() m:replica_bytes { slot = 2 } end, "replica_bytes: unknown option 'slot'")
+  end)
+end)
+
+describe("trace stages", function()
+  it("come from one table, in the order a trace records them", function()
+    local stages = core.trace_stages()
+    assert.are.equal("embedding", stages[1].name)
+    assert.is_false(stages[1].per_layer)
+    assert.are.same({ "final_norm", "logits" }, { stages[#stages - 1].name, stages[#stages].name })
+    local m = gptoss.synthetic(tiny, { seed = 3 })
+    local tr = m:replica { slots = 1, ctx = 8 }:trace(1, 5, 0)
+    for _, s in ipairs(stages) do
+      local t = s.per_layer and tr.layers[1][s.name] or tr[s.name]
+      assert.are.equal("gptoss.tensor", getmetatable(t).__name, s.name)
+    end
+    local per_layer = 0
+    for _ in pairs(tr.layers[1]) do per_layer = per_layer + 1 end
+    assert.are.equal(#stages - 3, per_layer)
+    assert.are.equal("i32", tr.layers[1].topk_idx.dtype)
+  end)
+end)
+
+describe("bf16 rounding", function()
+  it("rounds a float to the nearest bf16, ties to even, as the engines do", function()
+    assert.are.equal(1.0, core.bf16_round(1.0))
+    assert.are.equal(1.0, core.bf16_round(1 + 2 ^ -8))              -- a tie: to even
+    assert.are.equal(1 + 2 ^ -6, core.bf16_round(1 + 3 * 2 ^ -8))   -- a tie: to even, upwards
+    assert.are.equal(1 + 2 ^ -7, core.bf16_round(1 + 2 ^ -8 + 2 ^ -20))
+    assert.are.equal(math.huge, core.bf16_round(math.huge))
+    local nan = core.bf16_round(0 / 0)
+    assert.is_true(nan ~= nan)
+  end)
+end)
+
+describe("descriptions", function()
+  local m = gptoss.synthetic(tiny, { seed = 3 })
+
+  it("names a step's rows, number and state", function()
+    local r = m:replica { slots = 2, ctx = 8 }
+    r:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } }
+    local h = r:step { slots = { 1, 2 }, positions = { 1, 0 }, tokens = { 2, 3 } }
+    assert.are.equal("gptoss.step(2 rows, step 2 of its replica, tokens ready, logits on the host)", tostring(h))
+  end)
+
+  it("names a decoder's pending bytes", function()
+    local path = os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin"
+    local f = io.open(path)
+    if not f then return pending("needs the tokenizer: make tokenizer") end
+    f:close()
+    local tok = gptoss.tokenizer(path)
+    local d = tok:decoder()
+    assert.are.equal("", d:add(tok:id("\xc3")))
+    assert.are.equal("gptoss.decoder(1 byte of a character pending)", tostring(d))
+    assert.are.equal("é", d:add(tok:id("\xa9")))
+    assert.are.equal("gptoss.decoder(0 bytes of a character pending)", tostring(d))
+  end)
+
+  it("marks the tensors a bf16 replica holds in bf16", function()
+    local matrix = {}
+    for _, t in ipairs(m.tensors) do matrix[t.name] = t.matrix end
+    assert.is_true(matrix.w_qkv and matrix.token_embedding_table and matrix.w_mlp2)
+    assert.is_false(matrix.b_qkv or matrix.rms_attn_w or matrix.attn_sinks)
+  end)
+end)
+
+describe("gptoss.device_memory", function()
+  it("refuses a device that is not there", function()
+    local n = #gptoss.devices()
+    local want = n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
+    expect_error(function() core.device_memory(n + 1) end, "device_memory", want)
+  end)
+end)
