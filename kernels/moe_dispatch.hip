@@ -23,7 +23,7 @@ constexpr int DISPATCH_THREADS = 1024, DISPATCH_CHUNK = 4096; /* pairs staged at
  * per expert, each lane owning one contiguous segment of the chunk: a lane's
  * pairs of the expert go after those of the lanes before it, so the order is
  * the pairs' (stable) without a serial rank loop (a per-thread rank loop
- * took 24 us per layer at 256 rows). A segment's element i is stored at
+ * was far slower). A segment's element i is stored at
  * i * warpSize + lane, so a warp's reads hit distinct banks. */
 __global__ void __launch_bounds__(DISPATCH_THREADS) moe_dispatch_kernel(gptoss_moe_dispatch_args a) {
     extern __shared__ int sh[];
@@ -37,8 +37,7 @@ __global__ void __launch_bounds__(DISPATCH_THREADS) moe_dispatch_kernel(gptoss_m
         atomicAdd(&start[a.topk_idx[i]], 1);
     __syncthreads();
     /* counts to first pairs and tiles by the first warp, warpSize experts a
-     * round (H100, 64 rows of the 20b, kernels timed one by one: 0.233 ->
-     * 0.187 ms a step against one thread's loop over the experts) */
+     * round (faster than one thread's loop over the experts) */
     if (warp == 0) {
         int first = 0, tiles = 0;
         for (int e0 = 0; e0 < a.n_experts; e0 += warpSize) {
@@ -90,9 +89,8 @@ constexpr int MAX_K = 32;
 
 /* KT: the experts per token when the launcher knows them, 0 for any k up
  * to MAX_K. Known, the row's pairs and a batch of loads sit in registers
- * and the loads overlap (H100, 64 rows of the 20b: 0.506 -> 0.242 ms a step
- * over 24 layers; with k and the pairs in memory each element's k loads
- * waited on each other) */
+ * and the loads overlap (with k and the pairs in memory each element's k
+ * loads waited on each other) */
 template <int KT> __global__ void __launch_bounds__(RMS_THREADS) moe_combine_kernel(gptoss_moe_combine_args a) {
     constexpr int KK = KT ? KT : MAX_K, BATCH = KT ? RMS_BATCH : 1;
     __shared__ double scratch[RMS_THREADS / 32];

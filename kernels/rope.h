@@ -1,5 +1,5 @@
 /* RoPE's arithmetic and the KV cache's addressing, shared by rope_kv.hip
- * and the qkv GEMM's fused epilogue (gemm.hip), so both give the same bits:
+ * and the qkv GEMM's fused epilogue (gemm_stream.h), so both give the same bits:
  * half-split pairs (i, i + D/2), the golden's float arithmetic with its
  * cos/sin table; k and v go to the row's slot at position % positions (a
  * ring for windowed layers), in the cache's type. */
@@ -8,14 +8,13 @@
 
 #include "device.h"
 #include "launchers.h"
+#include "../src/core/course_math.h"
 
 /* row r's rotation of the pair (x0, x1) at index i of its head */
 __device__ __forceinline__ void rope_rotate(const gptoss_rope_kv_args &a, int r, int i, float x0, float x1,
                                             float &y0, float &y1) {
     const size_t at = (size_t)a.positions[r] * (a.head_dim / 2) + i;
-    const float cs = a.cos[at], sn = a.sin[at];
-    y0 = x0 * cs - x1 * sn;
-    y1 = x1 * cs + x0 * sn;
+    gptoss_rope_rotate(x0, x1, a.cos[at], a.sin[at], &y0, &y1);
 }
 
 /* row r's place in this layer's cache, k and v alike */

@@ -9,7 +9,7 @@ constexpr int ROPE_THREADS = 128;
 /* One work item per thread: a rotated pair (i, i + D/2) of a q or k head,
  * or one value; a row's items are spread over blocks (grid.y), so each
  * thread waits on one round of loads (a block looping over a row's items
- * took 10 us per layer, latency alone). */
+ * waited on one round after another). */
 template <class KV>
 __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(gptoss_rope_kv_args a) {
     int r = blockIdx.x, half = a.head_dim / 2;

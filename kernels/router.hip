@@ -7,10 +7,9 @@
  * less than about 25 bits), so the logits, and the routing, match the CPU's
  * bit for bit given equal inputs), the top-k with the golden's tie rule and
  * the course softmax over those k (src/core/course_math.h, softmax.h).
- * (Blocks of 4 rows, sharing each router weight load, measured slower from
- * 8 to 256 rows: the rows' norms run one after another. Blocks of 2 rows
- * normalized side by side by the two halves of the block: no faster at 256
- * rows, slower at 1.) */
+ * (One row a block: blocks of several rows, sharing each router weight
+ * load, were slower, their rows' norms running one after another, and no
+ * faster with the rows normalized side by side by parts of the block.) */
 #include <limits.h>
 
 #include "launchers.h"
@@ -20,13 +19,10 @@
 namespace {
 
 /* warp w takes experts w, w + 16, .. (two each of the 20b's 32): one block
- * reads the whole router matrix, so it needs many loads in flight (256
- * threads ran at 77 us per 20b row on an H200): BATCH loads per lane before
- * their sums. Two blocks per
- * multiprocessor (64 registers: at 1024 threads, 32 registers spilled the
- * batch), so 256 rows take one wave. H100, 64 rows of the 20b, with the
- * top k in one warp: 0.504 -> 0.398 ms a step over 24 layers (1024 threads,
- * loads one after another, the top k in one thread) */
+ * reads the whole router matrix, so it needs many loads in flight: BATCH
+ * loads per lane before their sums. Two blocks per multiprocessor (64
+ * registers: at 1024 threads, 32 registers spilled the batch), so 256 rows
+ * take one wave. */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MIN_BLOCKS = 2, BATCH = 4;
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);

@@ -34,6 +34,20 @@ GPTOSS_HD static inline float gptoss_rms_apply(float w, double scale, float x) {
     return (float)(w * (scale * x));
 }
 
+/* RoPE's rotation of one half-split pair (x0, x1) = (x[i], x[i + D/2]) of
+ * a head by its angle's cos and sin (src/core/rope.c's table), in float. */
+GPTOSS_HD static inline void gptoss_rope_rotate(float x0, float x1, float cs, float sn, float *y0, float *y1) {
+    *y0 = x0 * cs - x1 * sn;
+    *y1 = x1 * cs + x0 * sn;
+}
+
+/* Attention score of one key: dot is the sum in double, in ascending i, of
+ * the float products q[i] * k[i]; it is divided by sqrtf(head_dim) in
+ * double and rounded to float. */
+GPTOSS_HD static inline float gptoss_attn_score(double dot, int head_dim) {
+    return (float)(dot / sqrtf((float)head_dim));
+}
+
 /* SwiGLU of one (gate, up) pair (mlp1's even and odd outputs): the gate is
  * clamped above only, up both ways, out = gate * sigmoid(1.702 gate) * (up + 1),
  * all in float. */

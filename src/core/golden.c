@@ -161,8 +161,7 @@ static void attn_task(void *ctx, int task) {
         double score = 0.0;
         for (int i = 0; i < D; i++)
             score += q[i] * k[i];
-        score /= sqrtf((float)D);
-        att[t] = (float)score;
+        att[t] = gptoss_attn_score(score, D);
     }
     att[pos + 1] = j->sinks[h];
     if (j->trace_scores)

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "course_math.h"
+
 /* ntk_beta and ntk_alpha are hard-coded in run.cpp's forward, not in the
  * header. The float/double mix below is deliberate: (beta * 2.0f) is float,
  * times M_PI promotes to double, and logf takes the quotient back to float. */
@@ -86,10 +88,7 @@ void gptoss_rope_apply(float *x, const float *cos_v, const float *sin_v, int n_h
     int half = head_dim / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
-        for (int i = 0; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cos_v[i] - b * sin_v[i];
-            v[i + half] = b * cos_v[i] + a * sin_v[i];
-        }
+        for (int i = 0; i < half; i++)
+            gptoss_rope_rotate(v[i], v[i + half], cos_v[i], sin_v[i], &v[i], &v[i + half]);
     }
 }

@@ -1,0 +1,105 @@
+/* The device code the GEMM's kernel families (gemm_exact.h, gemm_stream.h,
+ * gemm_tiled.h, gemm_staged.h) run alike: a tile's rows, the bias and the
+ * epilogues, the bf16 row loads and the order of a bf16 output's sum, so
+ * that whichever family gemm.hip picks, an output gets the same bits. Like
+ * the families, a part of gemm.hip's translation unit. */
+#ifndef GPTOSS_KERNELS_GEMM_COMMON_H
+#define GPTOSS_KERNELS_GEMM_COMMON_H
+
+#include "device.h"
+#include "launchers.h"
+#include "../src/core/course_math.h"
+
+namespace {
+
+/* The order of an output's sum in bf16 mode. K goes by in chunks of 32
+ * (zero-filled past K); the even chunks accumulate into one sum and the odd
+ * ones into another, each in ascending chunk order, one chunk being one call
+ * of tile16::mma32 with the same pieces in every kernel; the result is
+ * even + odd. That order depends on K alone, never on the rows in the step
+ * or the kernel their count picked, so a row gets the same bits alone or in
+ * any batch. */
+constexpr int MX_KC = 32;
+
+typedef void (*gemm_kernel_t)(gptoss_gemm_args);
+
+/* the rows a block covers: [begin, end) of the pair space, and its expert */
+struct row_tile {
+    int expert, begin, end;
+};
+
+/* the rows of row tile `tile` (grouped: entry `tile` of the table); false if it has none */
+__device__ __forceinline__ bool block_rows(const gptoss_gemm_args &a, int tile, int bm, row_tile &t) {
+    if (a.tiles) {
+        if (tile >= *a.tile_count)
+            return false;
+        const int *e = a.tiles + 4 * tile;
+        t.expert = e[0];
+        t.begin = e[1];
+        t.end = e[2];
+        return true;
+    }
+    t.expert = 0;
+    t.begin = tile * bm;
+    t.end = min(a.rows, t.begin + bm);
+    return t.begin < t.end;
+}
+
+/* the bias of outputs o and o + 1 (past n: none) added */
+__device__ __forceinline__ void add_bias(const gptoss_gemm_args &a, const row_tile &t, int o, float &v0, float &v1) {
+    const float *bias = a.bias ? a.bias + (size_t)t.expert * a.n : nullptr;
+    if (bias) {
+        v0 += bias[o];
+        if (o + 1 < a.n)
+            v1 += bias[o + 1];
+    }
+}
+
+/* One pair of outputs (o, o + 1) of row p; o + 1 may be past n (then v1 is
+ * ignored) except for SwiGLU, whose n is even. */
+template <class T>
+__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,
+                                         float v0, float v1) {
+    add_bias(a, t, o, v0, v1);
+    if (a.epilogue == GPTOSS_GEMM_SWIGLU) {
+        T *act = (T *)a.act + (size_t)p * (a.n / 2) + o / 2;
+        *act = from_float<T>(gptoss_swiglu(v0, v1, a.swiglu_limit));
+        return;
+    }
+    float *y = a.y + (size_t)p * a.n + o;
+    if (a.epilogue == GPTOSS_GEMM_RESIDUAL) {
+        y[0] += v0;
+        if (o + 1 < a.n)
+            y[1] += v1;
+    } else {
+        y[0] = v0;
+        if (o + 1 < a.n)
+            y[1] = v1;
+    }
+}
+
+/* the row of x that row p reads (MoE: its pair's token) */
+__device__ __forceinline__ int x_index(const gptoss_gemm_args &a, int p) { return a.x_rows ? a.x_rows[p] : p; }
+
+/* the matrix-core families' operands (bf16 mode) */
+
+/* 8 consecutive bf16 of a row starting at k, zero past k_end (device.h) */
+template <bool VEC> __device__ __forceinline__ uint4 load8(const bf16 *row, int k, int k_end) {
+    return load_bf16x8(row, k, k_end, VEC);
+}
+
+/* row p's input row, or NULL past the tile */
+__device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const row_tile &t, int p) {
+    if (p >= t.end)
+        return nullptr;
+    return (const bf16 *)a.x + (size_t)x_index(a, p) * a.k;
+}
+
+/* the tile's expert's weights, [n][k] or tiled (launchers.h) */
+__device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const row_tile &t) {
+    return (const bf16 *)a.w + (size_t)t.expert * (a.w_tiled ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
+}
+
+} // namespace
+
+#endif

@@ -1,0 +1,250 @@
+/* The staged GEMM (bf16 mode), a part of gemm.hip, for the experts' grouped
+ * GEMMs at many rows per expert, for tiled weights beyond 16 rows and for
+ * dense GEMMs whose 64-row tiles fill a wave: a block covers a tile of BM
+ * rows (32 or 64) by 128 outputs with 8 warps, warp w taking outputs
+ * 32 (w / 2) .. + 31 over the even (w even) or odd chunks, for each 16-row
+ * group that holds rows (an expert's tile is sized for the busiest expert;
+ * groups past its rows are skipped). Each stage holds one even and one odd
+ * chunk of the tile's X rows and W rows in shared memory; a ring of STAGES
+ * of them keeps STAGES - 1 in flight (asynchronous copies where the target
+ * has them) while the block multiplies the oldest, so each weight is read
+ * from memory once per block whatever the expert's row count, and each X
+ * piece feeds the 4 warps of its parity. A warp multiplies the pieces the
+ * streaming kernel loads and the odd sums join the even ones through shared
+ * memory at the end, so both kernels compute the same bits. A stage row is
+ * a row's 8 pieces of 16 bytes, swizzled in odd rows (index ^ 4): the 8
+ * lanes of a quarter warp, reading 4 pieces of two adjacent rows, then hit
+ * distinct banks. */
+#ifndef GPTOSS_KERNELS_GEMM_STAGED_H
+#define GPTOSS_KERNELS_GEMM_STAGED_H
+
+#include "gemm_common.h"
+#include "matrix_core.h"
+
+namespace {
+
+constexpr int ST_BM = 64, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
+constexpr int ST_RP = 2 * MX_KC / 8; /* pieces per stage row */
+static_assert(ST_THREADS / ST_RP % GPTOSS_TILE_ROWS == 0, "a copy pass covers whole bands of weight tiles");
+/* a stage: BM rows of X, then ST_BN rows of W */
+__host__ __device__ constexpr size_t staged_stage_bytes(int bm) { return (size_t)(bm + ST_BN) * ST_RP * 16; }
+
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
+__global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
+    constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP, ST_ROWS = BM + ST_BN;
+    constexpr int ODD_LD = ST_BN + 4;
+    static_assert(BM * ODD_LD * sizeof(float) <= STAGES * staged_stage_bytes(BM), "the odd sums fit the ring");
+    extern __shared__ uint4 ring[]; /* [STAGES][ST_ROWS][RP] */
+    /* grouped: blockIdx.x is the column block, blockIdx.y the tile (see the launcher) */
+    const bool grouped = a.tiles != nullptr;
+    row_tile t;
+    if (!block_rows(a, grouped ? blockIdx.y : blockIdx.x, BM, t))
+        return;
+    const int tid = threadIdx.x, lane = tid % warpSize, warp = tid / warpSize;
+    const int parity = warp & 1, wn = warp >> 1, n0 = (grouped ? blockIdx.x : blockIdx.y) * ST_BN;
+    const bool computes = warp < ST_WARPS; /* 32-lane warps under 64-lane launch bounds only copy */
+    const int groups = (t.end - t.begin + 15) / 16;
+    const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
+    const bf16 *W = expert_w(a, t);
+
+    /* The thread copies piece tid % RP of stage rows tid / RP + PASS i, X
+     * rows then W rows, each from a source looked up once here: per stage a
+     * copy costs an address computation, not the row's lookup (which would
+     * be most of the loop's instructions). X rows of groups the tile leaves
+     * empty are never multiplied and not copied.
+     *
+     * FULL: every stage is two whole chunks and every offset fits 32 bits.
+     * Then rows past the tile read its last row and weight rows past n the
+     * last one (their sums are never stored), so no copy needs a check: a
+     * copy reads the row's offset plus a fixed step per stage (two chunks;
+     * tiled weights: two tiles). Otherwise the thread keeps row numbers
+     * (ZEROS past the tile or n) and checks k. */
+    constexpr int NI = (ST_ROWS + PASS - 1) / PASS;
+    constexpr uint32_t ZEROS = ~0u;
+    const int piece = tid % RP, row0 = tid / RP;
+    auto is_x = [&](int i) { return BM % PASS == 0 ? PASS * i < BM : row0 + PASS * i < BM; };
+    uint32_t from[NI]; /* one register each, not a pointer's two: the 64-row kernel spilled */
+    unsigned copies = 0; /* bit i: row i is copied */
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int r = row0 + PASS * i;
+        const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r;
+        const int o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
+        from[i] = ZEROS;
+        if (r >= ST_ROWS || (is_x(i) && r >= 16 * groups))
+            continue;
+        copies |= 1u << i;
+        if (is_x(i) && p < t.end) {
+            const uint32_t row = x_index(a, p);
+            from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
+        } else if (!is_x(i) && o < a.n) {
+            from[i] = !FULL  ? o
+                      : TILED ? (uint32_t)gptoss_tiled_at(o, 8 * piece, chunks)
+                              : (uint32_t)o * (uint32_t)a.k + 8 * piece;
+        }
+    }
+    auto issue = [&](int s) {
+        if (s < stages) {
+            uint4 *buf = ring + ((size_t)(s % STAGES) * ST_ROWS + row0) * RP + (piece ^ ((row0 & 1) << 2));
+            const int k = s * 2 * MX_KC + 8 * piece;
+            const bool k_in = k < a.k, tile_in = 2 * s + piece / 4 < chunks; /* tiled: zeros past k */
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                if (!(copies >> i & 1))
+                    continue;
+                const bool tiled_w = TILED && !is_x(i);
+                const bf16 *base = is_x(i) ? (const bf16 *)a.x : W;
+                uint4 *dst = buf + PASS * i * RP;
+                if (FULL) {
+                    copy16_async(dst, base + (from[i] + s * (tiled_w ? 2 * GPTOSS_TILE_ELEMS : 2 * MX_KC)), true);
+                    continue;
+                }
+                const bool valid = from[i] != ZEROS && (tiled_w ? tile_in : k_in);
+                const bf16 *row = valid ? base + (size_t)from[i] * a.k : W;
+                if (tiled_w)
+                    copy16_async(dst, valid ? W + gptoss_tiled_at(from[i], k, chunks) : W, valid);
+                else if (VEC)
+                    copy16_async(dst, valid ? row + k : W, valid);
+                else
+                    *dst = valid ? load8<false>(row, k, a.k) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        copy_commit(); /* one group per stage, empty or not */
+    };
+
+    tile16::acc_t acc[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i++)
+                acc[m][n][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++)
+        issue(s);
+    const int q = 4 * parity + tile16::piece_k(lane) / 8; /* the warp's piece in a stage row */
+    for (int s = 0; s < stages; s++) {
+        copy_wait<STAGES - 2>();
+        __syncthreads(); /* stage s is in; everyone is done with stage s - 1's buffer */
+        issue(s + STAGES - 1);
+        if (!computes || 2 * s + parity >= chunks)
+            continue;
+        const uint4 *buf = ring + (size_t)(s % STAGES) * ST_ROWS * RP;
+        uint4 wp[2][P]; /* the weight pieces, then each group's X pieces and products */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                int r = BM + 32 * wn + 16 * n + tile16::piece_row(lane, j);
+                wp[n][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+            }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            if (m < groups) {
+                uint4 xp[P];
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    int r = 16 * m + tile16::piece_row(lane, j);
+                    xp[j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+                }
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+                    tile16::mma32(acc[m][n], xp, wp[n], lane);
+            }
+    }
+    copy_wait<0>();
+    __syncthreads(); /* the ring is free: the odd sums go through it */
+    float *odd = (float *)ring;
+#pragma unroll
+    for (int half = 1; half >= 0; half--) { /* odd warps store, even warps finish */
+        if (computes && parity == half)
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                if (m >= groups)
+                    break;
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+#pragma unroll
+                    for (int i = 0; i < tile16::N; i += 2) {
+                        int row, col;
+                        if (!tile16::coords(i, lane, row, col))
+                            continue;
+                        int ocol = 32 * wn + 16 * n + col, p = t.begin + 16 * m + row, o = n0 + ocol;
+                        float *e = odd + (16 * m + row) * ODD_LD + ocol;
+                        if (half == 1) {
+                            e[0] = acc[m][n][i];
+                            e[1] = acc[m][n][i + 1];
+                        } else if (p < t.end && o < a.n) {
+                            epilogue<bf16>(a, t, p, o, acc[m][n][i] + e[0], acc[m][n][i + 1] + e[1]);
+                        }
+                    }
+            }
+        if (half == 1)
+            __syncthreads();
+    }
+}
+
+template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL = false>
+hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
+    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>;
+    size_t bytes = STAGES * staged_stage_bytes(BM);
+    if (bytes > 48 * 1024) {
+        hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != hipSuccess)
+            return e;
+    }
+    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes,
+                       stream, *a);
+    return hipGetLastError();
+}
+
+/* shared memory a block may take, from the multiprocessor's */
+size_t shared_limit(int shared_per_sm) {
+    if (shared_per_sm <= 0)
+        return 48 * 1024;
+    return shared_per_sm > 64 * 1024 ? (size_t)shared_per_sm - 1024 : (size_t)shared_per_sm; /* NVIDIA keeps 1 KB per block */
+}
+
+/* two blocks of four stages per multiprocessor where shared memory holds
+ * them (six stages, or 64-row tiles where 32 suffice, were slower), else
+ * one of two stages */
+template <int BM, bool TILED>
+hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+    /* the kernel's FULL conditions: whole stages (two chunks), 32-bit offsets */
+    const uint64_t w_elems = TILED ? gptoss_tiled_elems(a->n, a->k) : (uint64_t)a->n * a->k;
+    const bool full = vec && a->k % (2 * MX_KC) == 0 && (uint64_t)a->rows * a->k < UINT32_MAX && w_elems < UINT32_MAX;
+    if (2 * 4 * staged_stage_bytes(BM) <= limit)
+        return full  ? launch_staged<BM, 4, 2, true, TILED, true>(a, grid, stream)
+               : vec ? launch_staged<BM, 4, 2, true, TILED>(a, grid, stream)
+                     : launch_staged<BM, 4, 2, false, TILED>(a, grid, stream);
+    return full  ? launch_staged<BM, 2, 1, true, TILED, true>(a, grid, stream)
+           : vec ? launch_staged<BM, 2, 1, true, TILED>(a, grid, stream)
+                 : launch_staged<BM, 2, 1, false, TILED>(a, grid, stream);
+}
+
+template <int BM>
+hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+    return a->w_tiled ? launch_staged_fit<BM, true>(a, grid, vec, limit, stream)
+                      : launch_staged_fit<BM, false>(a, grid, vec, limit, stream);
+}
+
+/* row_blocks tiles of bm rows, 32 or ST_BM (grouped: entries of the tile table) */
+hipError_t launch_gemm_staged(const gptoss_gemm_args *a, int row_blocks, int bm, const gptoss_gpu_shape *dev,
+                              hipStream_t stream) {
+    /* Grouped: the column blocks of a tile are dispatched together
+     * (blockIdx.x), so its X rows come from memory once and then from L2,
+     * and an expert's tiles still start within a few dozen blocks of each
+     * other, sharing its weights through L2. Tile by tile down each column
+     * block instead, X would come from memory once per column block. */
+    const int col_blocks = (a->n + ST_BN - 1) / ST_BN;
+    dim3 grid = a->tiles ? dim3(col_blocks, row_blocks) : dim3(row_blocks, col_blocks);
+    const bool vec = a->k % 8 == 0;
+    size_t limit = shared_limit(dev->shared_per_sm);
+    return bm == 32 ? launch_staged_rows<32>(a, grid, vec, limit, stream)
+                    : launch_staged_rows<ST_BM>(a, grid, vec, limit, stream);
+}
+
+} // namespace
+
+#endif

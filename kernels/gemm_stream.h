@@ -1,0 +1,164 @@
+/* The streaming GEMM (bf16 mode), a part of gemm.hip, for decode of the
+ * dense layers (also dense GEMMs of a few dozen rows, whose larger tiles
+ * would leave the GPU half idle) and the experts' grouped GEMMs at a few
+ * rows per expert: operands loaded straight into the registers the matrix
+ * cores read, a block covering 16 rows by 32 outputs with 4 warps, warp w
+ * doing outputs 16 (w / 2).. over the even (w even) or odd chunks, DEPTH
+ * chunks in flight. Each weight is read once per block, with many loads
+ * outstanding even when the grid is small. The ring's DEPTH sets the blocks
+ * a multiprocessor holds (registers): six at DEPTH 3, four at 5, two at 8
+ * (the launcher picks by the grid).
+ *
+ * With the ROPE_KV epilogue (a qkv projection, heads of 64) block y takes
+ * outputs 16 (y % 2).. of head y / 2 and the 16 half a head further, so
+ * each rotated pair (i, i + 32) is the block's, whose shared row buffer
+ * brings the two halves together. */
+#ifndef GPTOSS_KERNELS_GEMM_STREAM_H
+#define GPTOSS_KERNELS_GEMM_STREAM_H
+
+#include "gemm_common.h"
+#include "matrix_core.h"
+#include "rope.h"
+
+namespace {
+
+/* 32 outputs a block (4 warps) rather than 64 (8 warps): twice the blocks,
+ * each half as long, so a shorter tail after the last full wave */
+constexpr int STREAM_BN = 32;
+
+/* FULL: k a multiple of the chunk and n of the block's outputs, so every
+ * load lies in bounds once the chunk is clamped to the last (the ring's
+ * loads past the end are never multiplied) and rows past the tile's end
+ * read its last row (their sums are never stored): the loads need no
+ * checks. With them the dense GEMMs at 64 rows issued an instruction every
+ * other cycle, and the depth-3 kernel spilled; without them it does not. */
+template <int DEPTH, bool VEC, bool FULL>
+__global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
+    constexpr int P = tile16::PIECES, BN = STREAM_BN;
+    row_tile t;
+    if (!block_rows(a, blockIdx.x, 16, t))
+        return;
+    __shared__ float even[16 * BN];
+    int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
+    const bool rope = a.epilogue == GPTOSS_GEMM_ROPE_KV;
+    int n0 = rope ? (blockIdx.y >> 1) * 64 + (blockIdx.y & 1) * 16 + 32 * (warp >> 1)
+                  : blockIdx.y * BN + 16 * (warp >> 1);
+    const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
+    const bf16 *W = expert_w(a, t);
+    const bf16 *src[2][P]; /* X, then W, at chunk 0 */
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        int r = tile16::piece_row(lane, j);
+        const bf16 *x = x_row(a, t, FULL ? min(t.begin + r, t.end - 1) : t.begin + r);
+        src[0][j] = x ? x + kofs : nullptr;
+        src[1][j] = n0 + r >= a.n  ? nullptr
+                    : a.w_tiled    ? W + gptoss_tiled_at(n0 + r, kofs, chunks)
+                                   : W + (size_t)(n0 + r) * a.k + kofs;
+    }
+    /* tiled weights: a chunk further is a tile further, zeros past k */
+    const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
+    auto fetch = [&](int c, uint4 (&buf)[2][P]) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        if constexpr (FULL) {
+            const int cc = min(c, chunks - 1);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                buf[0][j] = *(const uint4 *)(src[0][j] + cc * MX_KC);
+                buf[1][j] = *(const uint4 *)(src[1][j] + cc * w_step);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                buf[0][j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
+                buf[1][j] = src[1][j] && c < chunks
+                                ? load8<VEC>(src[1][j] + (size_t)c * (w_step - MX_KC), c * MX_KC, w_end)
+                                : zero;
+            }
+        }
+    };
+    tile16::acc_t acc;
+#pragma unroll
+    for (int i = 0; i < tile16::N; i++)
+        acc[i] = 0.0f;
+    uint4 ring[DEPTH][2][P];
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++)
+        fetch(parity + 2 * d, ring[d]);
+    for (int c = parity; c < chunks; c += 2 * DEPTH) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
+            if (c + 2 * d >= chunks)
+                break;
+            tile16::mma32(acc, ring[d][0], ring[d][1], lane);
+            fetch(c + 2 * (d + DEPTH), ring[d]);
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) { /* even, then odd + even */
+        if (parity == half)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i += 2) {
+                int row, col;
+                if (!tile16::coords(i, lane, row, col))
+                    continue;
+                float *e = even + row * BN + 16 * (warp >> 1) + col;
+                int p = t.begin + row, o = n0 + col;
+                if (half == 0) {
+                    e[0] = acc[i];
+                    e[1] = acc[i + 1];
+                } else if (rope) { /* the outputs as a STORE would write them, for the pairs below */
+                    float v0 = e[0] + acc[i], v1 = e[1] + acc[i + 1];
+                    add_bias(a, t, o, v0, v1);
+                    e[0] = v0;
+                    e[1] = v1;
+                } else if (p < t.end && o < a.n) {
+                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
+                }
+            }
+        if (half == 0)
+            __syncthreads();
+    }
+    if (rope) {
+        __syncthreads();
+        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16;
+        for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
+            const int row = item / 16, c = item % 16, p = t.begin + row;
+            if (p >= t.end)
+                continue;
+            const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
+            if (a.rope.kv_bf16)
+                rope_store_head_pair<bf16>(a.rope, p, head, i0 + c, x0, x1);
+            else
+                rope_store_head_pair<float>(a.rope, p, head, i0 + c, x0, x1);
+        }
+    }
+}
+
+template <int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
+    return full ? gemm_stream_kernel<DEPTH, true, true>
+           : vec ? gemm_stream_kernel<DEPTH, true, false> : gemm_stream_kernel<DEPTH, false, false>;
+}
+
+/* row_blocks tiles of 16 rows (grouped: entries of the tile table) */
+hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
+                              hipStream_t stream) {
+    /* The ring is as deep as the grid lets it be: a grid the
+     * multiprocessors hold at once at depth 8 takes it (more loads in
+     * flight per warp); a dense one of more than 4 but at most 6 blocks
+     * per multiprocessor takes depth 3, which holds 6 (one wave, where a
+     * deeper ring would need two); any other takes depth 5, which holds 4
+     * (the experts' grids were slower at 3). */
+    const bool grouped = a->tiles != nullptr, vec = a->k % 8 == 0;
+    dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
+    long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
+    const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
+    gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full)
+                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full)
+                                                                               : stream_kernel<5>(vec, full);
+    hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
+    return hipGetLastError();
+}
+
+} // namespace
+
+#endif
