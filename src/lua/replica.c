@@ -25,7 +25,7 @@ static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
 
 /* Raises "<fn>: <message>". A row whose token could not be drawn is always
  * the failure of a step's tokens, also when a step fed by it finds out. */
-static int raise(lua_State *L, const char *fn, gptoss_status s, const char *err) {
+static int raise_status(lua_State *L, const char *fn, gptoss_status s, const char *err) {
     return luaL_error(L, "%s: %s", s == GPTOSS_E_DRAW ? "step:tokens" : fn, err);
 }
 
@@ -33,6 +33,7 @@ static lua_replica *check_replica(lua_State *L, int idx) {
     return luaL_checkudata(L, idx, GPTOSS_REPLICA_MT);
 }
 
+/* the replica's engine; raises once it is closed */
 static gptoss_engine *check_open(lua_State *L, int idx) {
     lua_replica *r = check_replica(L, idx);
     if (!r->e)
@@ -130,7 +131,7 @@ int gptoss_lua_replica(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_new(gptoss_engine_for(o.device), m, &o, &r->e, err);
     if (s)
-        return raise(L, "replica", s, err);
+        return raise_status(L, "replica", s, err);
     return 1;
 }
 
@@ -146,7 +147,7 @@ int gptoss_lua_replica_bytes(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_plan(gptoss_engine_for(o.device), m, &o, &mem, &headroom, err);
     if (s)
-        return raise(L, "replica_bytes", s, err);
+        return raise_status(L, "replica_bytes", s, err);
     push_memory(L, &mem);
     lua_pushinteger(L, (lua_Integer)headroom);
     lua_setfield(L, -2, "headroom");
@@ -248,7 +249,7 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
 /* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true]} */
 static int replica_step(lua_State *L) {
     gptoss_engine *e = check_open(L, 1);
-    lua_replica *r = check_replica(L, 1);
+    lua_replica *r = lua_touserdata(L, 1);
     gptoss_batch b;
     lua_step *fed_by = read_batch(L, 2, r, &b);
     lua_getfield(L, 2, "logits");
@@ -264,7 +265,7 @@ static int replica_step(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_step(e, &b, fed_by ? &fed_by->res : NULL, keep_logits, &h->res, err);
     if (s)
-        return raise(L, "step", s, err);
+        return raise_status(L, "step", s, err);
     return 1;
 }
 
@@ -353,7 +354,7 @@ static int replica_trace(lua_State *L) {
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory while recording stages");
     if (s) {
         gptoss_trace_clear(&tr);
-        return raise(L, "trace", s, err);
+        return raise_status(L, "trace", s, err);
     }
     push_trace(L, &tr, c->n_layers);
     return 1;
@@ -401,12 +402,12 @@ static int replica_profile(lua_State *L) {
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TBOOLEAN);
         if ((s = gptoss_engine_profile(e, lua_toboolean(L, 2), err)))
-            return raise(L, "profile", s, err);
+            return raise_status(L, "profile", s, err);
         return 0;
     }
     lua_newtable(L);
     if ((s = gptoss_engine_profile_read(e, push_profile_row, L, err)))
-        return raise(L, "profile", s, err);
+        return raise_status(L, "profile", s, err);
     return 1;
 }
 
@@ -483,7 +484,7 @@ static int step_logits(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_logits(h->replica->e, &h->res, err);
     if (s)
-        return raise(L, "step:logits", s, err);
+        return raise_status(L, "step:logits", s, err);
     int64_t shape[2] = {h->res.rows, h->res.vocab};
     gptoss_push_tensor(L, h->res.logits, 0, 2, shape);
     return 1;
@@ -496,7 +497,7 @@ static int step_tokens(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
     if (s)
-        return raise(L, "step:tokens", s, err);
+        return raise_status(L, "step:tokens", s, err);
     lua_createtable(L, h->res.rows, 0);
     for (int i = 0; i < h->res.rows; i++) {
         lua_pushinteger(L, h->res.tokens[i]);
