@@ -1,7 +1,6 @@
 #include "config.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "rope.h"
@@ -51,7 +50,7 @@ int gptoss_tensor_is_matrix(int tensor) {
     }
 }
 
-int gptoss_config_validate(const gptoss_config *c, char *err) {
+gptoss_status gptoss_config_validate(const gptoss_config *c, char *err) {
     /* sizes that must be >= 1 */
     static const size_t positive[] = {
         offsetof(gptoss_config, vocab_size), offsetof(gptoss_config, hidden_dim),
@@ -69,60 +68,46 @@ int gptoss_config_validate(const gptoss_config *c, char *err) {
             for (int f = 0; f < GPTOSS_N_FIELDS; f++)
                 if (gptoss_fields[f].offset == positive[i])
                     name = gptoss_fields[f].name;
-            snprintf(err, GPTOSS_ERR_LEN, "config: %s = %d must be positive", name, v);
-            return -1;
+            return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d must be positive", name, v);
         }
     }
-    if (c->n_attn_heads % c->n_kv_heads != 0) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "config: n_attn_heads = %d is not a multiple of n_kv_heads = %d",
-                 c->n_attn_heads, c->n_kv_heads);
-        return -1;
-    }
-    if (c->head_dim % 2 != 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: head_dim = %d must be even (half-split RoPE)",
-                 c->head_dim);
-        return -1;
-    }
-    if (c->experts_per_token > c->n_experts) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: experts_per_token = %d exceeds n_experts = %d",
-                 c->experts_per_token, c->n_experts);
-        return -1;
-    }
-    if (c->sliding_window < 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: sliding_window = %d must be >= 0 (0: no window)",
-                 c->sliding_window);
-        return -1;
-    }
-    if (!(isfinite(c->rope_theta) && c->rope_theta > 1.0f)) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: rope_theta = %g must be a finite number > 1",
-                 c->rope_theta);
-        return -1;
-    }
-    if (!(isfinite(c->rope_scaling_factor) && c->rope_scaling_factor > 0.0f)) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: rope_scaling_factor = %g must be finite and > 0",
-                 c->rope_scaling_factor);
-        return -1;
-    }
-    if (!(isfinite(c->swiglu_limit) && c->swiglu_limit > 0.0f)) {
-        snprintf(err, GPTOSS_ERR_LEN, "config: swiglu_limit = %g must be finite and > 0",
-                 c->swiglu_limit);
-        return -1;
-    }
+    if (c->n_attn_heads % c->n_kv_heads != 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: n_attn_heads = %d is not a multiple of n_kv_heads = %d",
+                           c->n_attn_heads, c->n_kv_heads);
+    if (c->head_dim % 2 != 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: head_dim = %d must be even (half-split RoPE)", c->head_dim);
+    if (c->experts_per_token > c->n_experts)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: experts_per_token = %d exceeds n_experts = %d",
+                           c->experts_per_token, c->n_experts);
+    if (c->sliding_window < 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: sliding_window = %d must be >= 0 (0: no window)",
+                           c->sliding_window);
+    if (!(isfinite(c->rope_theta) && c->rope_theta > 1.0f))
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: rope_theta = %g must be a finite number > 1", c->rope_theta);
+    if (!(isfinite(c->rope_scaling_factor) && c->rope_scaling_factor > 0.0f))
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: rope_scaling_factor = %g must be finite and > 0",
+                           c->rope_scaling_factor);
+    if (!(isfinite(c->swiglu_limit) && c->swiglu_limit > 0.0f))
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: swiglu_limit = %g must be finite and > 0", c->swiglu_limit);
     /* qkv rows are computed in int by every engine */
     int64_t qkv = (int64_t)c->head_dim * ((int64_t)c->n_attn_heads + 2 * (int64_t)c->n_kv_heads);
-    if (qkv > INT32_MAX || 2 * (int64_t)c->intermediate_dim > INT32_MAX) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "config: head_dim*(n_attn_heads+2*n_kv_heads) = %lld or 2*intermediate_dim "
-                 "exceeds 2^31-1",
-                 (long long)qkv);
-        return -1;
-    }
+    if (qkv > INT32_MAX || 2 * (int64_t)c->intermediate_dim > INT32_MAX)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "config: head_dim*(n_attn_heads+2*n_kv_heads) = %lld or 2*intermediate_dim "
+                           "exceeds 2^31-1",
+                           (long long)qkv);
     return gptoss_rope_check(c, err);
 }
 
 /* dims multiplied with overflow detection; then *4 bytes */
-static int tensor_count(gptoss_tensor_desc *d, char *err) {
+static gptoss_status tensor_count(gptoss_tensor_desc *d, char *err) {
     uint64_t n = 1;
     for (int i = 0; i < d->ndim; i++) {
         if (__builtin_mul_overflow(n, (uint64_t)d->dims[i], &n))
@@ -132,13 +117,13 @@ static int tensor_count(gptoss_tensor_desc *d, char *err) {
     if (__builtin_mul_overflow(n, (uint64_t)4, &bytes))
         goto overflow;
     d->count = n;
-    return 0;
+    return GPTOSS_OK;
 overflow:
-    snprintf(err, GPTOSS_ERR_LEN, "config: the byte size of tensor %s overflows 64 bits", d->name);
-    return -1;
+    return gptoss_fail(err, GPTOSS_E_INVALID, "config: the byte size of tensor %s overflows 64 bits",
+                       d->name);
 }
 
-int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err) {
+gptoss_status gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err) {
     int64_t V = c->vocab_size, H = c->hidden_dim, L = c->n_layers, E = c->n_experts;
     int64_t I = c->intermediate_dim, Q = gptoss_qkv_dim(c);
     int64_t HqD = (int64_t)c->n_attn_heads * c->head_dim;
@@ -169,24 +154,21 @@ int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err)
         memcpy(d->dims, shapes[i].d, sizeof d->dims);
         d->per_layer = shapes[i].pl;
         d->per_expert = shapes[i].pe;
-        if (tensor_count(d, err))
-            return -1;
+        gptoss_status s = tensor_count(d, err);
+        if (s)
+            return s;
         d->offset = offset;
-        if (__builtin_add_overflow(offset, d->count * 4, &offset)) {
-            snprintf(err, GPTOSS_ERR_LEN, "config: the file size overflows 64 bits at tensor %s",
-                     d->name);
-            return -1;
-        }
-        if (offset > (uint64_t)INT64_MAX) { /* no file (off_t) can be that large */
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "config: the file size overflows 64 bits at tensor %s (file offsets are "
-                     "signed: 2^63-1 bytes at most)",
-                     d->name);
-            return -1;
-        }
+        if (__builtin_add_overflow(offset, d->count * 4, &offset))
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "config: the file size overflows 64 bits at tensor %s", d->name);
+        if (offset > (uint64_t)INT64_MAX) /* no file (off_t) can be that large */
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "config: the file size overflows 64 bits at tensor %s (file offsets "
+                               "are signed: 2^63-1 bytes at most)",
+                               d->name);
     }
     out->total_bytes = offset;
-    return 0;
+    return GPTOSS_OK;
 }
 
 int gptoss_config_named(const char *name, gptoss_config *out) {

@@ -82,13 +82,14 @@ typedef struct {
     uint64_t total_bytes; /* header + all 16 tensors */
 } gptoss_layout;
 
-/* Checks every field; on failure writes a message naming the field and the
- * values into err and returns -1. */
-int gptoss_config_validate(const gptoss_config *c, char *err);
+/* Checks every field (and the YaRN bounds, gptoss_rope_check);
+ * GPTOSS_E_INVALID with a message naming the field and the values. */
+gptoss_status gptoss_config_validate(const gptoss_config *c, char *err);
 
-/* Computes shapes, counts and offsets; fails (-1, err) when a byte count
- * does not fit in 64 bits. Call after validation. */
-int gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err);
+/* Computes shapes, counts and offsets; GPTOSS_E_INVALID when a byte count
+ * does not fit in 64 bits (or the file size in a signed one). Call after
+ * validation. */
+gptoss_status gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err);
 
 /* Named shapes: "7m", "20b", "120b", "20b-2l". Returns -1 if unknown. */
 int gptoss_config_named(const char *name, gptoss_config *out);

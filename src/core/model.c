@@ -16,66 +16,69 @@
 #error "the course .bin format is little-endian; big-endian hosts are not supported"
 #endif
 
-static gptoss_model *model_new(const gptoss_config *c, char *err) {
+/* A model of config c with its layout, no tensors yet: GPTOSS_E_INVALID
+ * when c fails validation, GPTOSS_E_HOST_MEMORY. */
+static gptoss_status model_new(const gptoss_config *c, gptoss_model **out, char *err) {
     gptoss_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        snprintf(err, GPTOSS_ERR_LEN, "out of host memory");
-        return NULL;
-    }
+    if (!m)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     m->config = *c;
-    if (gptoss_config_validate(c, err) || gptoss_layout_compute(c, &m->layout, err)) {
+    gptoss_status s = gptoss_config_validate(c, err);
+    if (!s)
+        s = gptoss_layout_compute(c, &m->layout, err);
+    if (s) {
         free(m);
-        return NULL;
+        return s;
     }
-    return m;
+    *out = m;
+    return GPTOSS_OK;
 }
 
-int gptoss_model_open(const char *path, gptoss_model **out, char *err) {
+gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot open model file '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot read model file '%s': not a regular file", path);
         close(fd);
-        return -1;
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot read model file '%s': not a regular file", path);
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < GPTOSS_HEADER_BYTES) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "model file '%s' truncated: expected at least %d bytes (the header), file has %llu",
-                 path, GPTOSS_HEADER_BYTES, (unsigned long long)size);
         close(fd);
-        return -1;
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "model file '%s' truncated: expected at least %d bytes (the header), "
+                           "file has %llu",
+                           path, GPTOSS_HEADER_BYTES, (unsigned long long)size);
     }
     gptoss_config c;
     if (pread(fd, &c, sizeof c, 0) != (ssize_t)sizeof c) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot read the header of '%s': %s", path, strerror(errno));
+        gptoss_status s = gptoss_fail(err, GPTOSS_E_IO, "cannot read the header of '%s': %s", path,
+                                      strerror(errno));
         close(fd);
-        return -1;
+        return s;
     }
     char why[GPTOSS_ERR_LEN];
-    gptoss_model *m = model_new(&c, why);
-    if (!m) {
-        snprintf(err, GPTOSS_ERR_LEN, "model file '%.180s': %.300s", path, why);
+    gptoss_model *m;
+    gptoss_status s = model_new(&c, &m, why);
+    if (s) {
         close(fd);
-        return -1;
+        return gptoss_fail(err, s, "model file '%.180s': %.300s", path, why);
     }
     if (size < m->layout.total_bytes) {
-        snprintf(err, GPTOSS_ERR_LEN, "model file '%s' truncated: expected %llu bytes, file has %llu",
-                 path, (unsigned long long)m->layout.total_bytes, (unsigned long long)size);
+        s = gptoss_fail(err, GPTOSS_E_INVALID,
+                        "model file '%s' truncated: expected %llu bytes, file has %llu", path,
+                        (unsigned long long)m->layout.total_bytes, (unsigned long long)size);
         free(m);
         close(fd);
-        return -1;
+        return s;
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot map model file '%s': %s", path, strerror(errno));
+        s = gptoss_fail(err, GPTOSS_E_IO, "cannot map model file '%s': %s", path, strerror(errno));
         free(m);
-        return -1;
+        return s;
     }
     m->map = map;
     m->map_bytes = (size_t)size;
@@ -84,17 +87,19 @@ int gptoss_model_open(const char *path, gptoss_model **out, char *err) {
     for (int t = 0; t < GPTOSS_N_TENSORS; t++)
         m->tensor[t] = (const float *)(m->map + m->layout.t[t].offset);
     *out = m;
-    return 0;
+    return GPTOSS_OK;
 }
 
-int gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out, char *err) {
-    gptoss_model *m = model_new(c, err);
-    if (!m)
-        return -1;
+gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,
+                                     char *err) {
+    gptoss_model *m;
+    gptoss_status s = model_new(c, &m, err);
+    if (s)
+        return s;
     m->synthetic = 1;
     m->seed = seed;
     *out = m;
-    return 0;
+    return GPTOSS_OK;
 }
 
 uint64_t gptoss_host_memory_available(void) {
@@ -147,20 +152,18 @@ void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
-int gptoss_model_save(const gptoss_model *m, const char *path, char *err) {
+gptoss_status gptoss_model_save(const gptoss_model *m, const char *path, char *err) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        snprintf(err, GPTOSS_ERR_LEN, "out of host memory");
-        return -1;
-    }
+    if (!tmp)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot write '%s': %s", tmp, strerror(errno));
+        gptoss_status s = gptoss_fail(err, GPTOSS_E_IO, "cannot write '%s': %s", tmp, strerror(errno));
         free(tmp);
-        return -1;
+        return s;
     }
     enum { CHUNK = 1 << 20 };
     float *buf = malloc(CHUNK * sizeof(float));
@@ -176,22 +179,25 @@ int gptoss_model_save(const gptoss_model *m, const char *path, char *err) {
     if (!bad && m->trailing_bytes)
         bad = write_all(f, m->map + m->layout.total_bytes, (size_t)m->trailing_bytes);
     int saved_errno = errno;
+    gptoss_status s = !buf ? GPTOSS_E_HOST_MEMORY : bad ? GPTOSS_E_IO : GPTOSS_OK;
     free(buf);
     if (fclose(f) != 0 && !bad) {
         bad = 1;
+        s = GPTOSS_E_IO;
         saved_errno = errno;
     }
     if (!bad && rename(tmp, path) != 0) {
         bad = 1;
+        s = GPTOSS_E_IO;
         saved_errno = errno;
     }
     if (bad) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot write model file '%s': %s", path,
-                 saved_errno ? strerror(saved_errno) : "out of host memory");
+        gptoss_fail(err, s, "cannot write model file '%s': %s", path,
+                    saved_errno ? strerror(saved_errno) : "out of host memory");
         unlink(tmp);
     }
     free(tmp);
-    return bad ? -1 : 0;
+    return s;
 }
 
 void gptoss_model_free(gptoss_model *m) {

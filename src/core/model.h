@@ -25,8 +25,15 @@ typedef struct gptoss_model {
     const float *tensor[GPTOSS_N_TENSORS]; /* NULL until gptoss_model_weights */
 } gptoss_model;
 
-int gptoss_model_open(const char *path, gptoss_model **out, char *err);
-int gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out, char *err);
+/* Maps a course .bin read-only. GPTOSS_E_IO when the file cannot be
+ * opened, read or mapped (or is not a regular file); GPTOSS_E_INVALID when
+ * its header fails validation or the file is shorter than the header or
+ * the tensors it describes; GPTOSS_E_HOST_MEMORY. */
+gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err);
+/* A model of config c whose weights come from the recipe (seed):
+ * GPTOSS_E_INVALID when c fails validation, GPTOSS_E_HOST_MEMORY. */
+gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,
+                                     char *err);
 
 /* Makes m->tensor[] valid. For a synthetic model this allocates and fills
  * every tensor (refusing when host memory is short); a no-op afterwards and
@@ -38,8 +45,10 @@ gptoss_status gptoss_model_weights(gptoss_model *m, char *err);
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out);
 
 /* Writes a course .bin (header, 16 tensors, then any trailing bytes of a
- * file model) atomically: to path.tmp, then renamed. */
-int gptoss_model_save(const gptoss_model *m, const char *path, char *err);
+ * file model) atomically: to path.tmp, then renamed. GPTOSS_E_IO when
+ * path.tmp cannot be created or written or the rename fails (path.tmp is
+ * removed then), GPTOSS_E_HOST_MEMORY. */
+gptoss_status gptoss_model_save(const gptoss_model *m, const char *path, char *err);
 
 void gptoss_model_free(gptoss_model *m);
 

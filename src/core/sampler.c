@@ -24,7 +24,7 @@ struct gptoss_sampler {
     uint64_t *keys, *spare; /* radix sort of long rank lists */
 };
 
-int gptoss_sample_params_check(const gptoss_sample_params *p, char *err) {
+gptoss_status gptoss_sample_params_check(const gptoss_sample_params *p, char *err) {
     const char *bad = NULL;
     double got = 0;
     if (!(p->temperature >= 0) || isinf((float)p->temperature))
@@ -37,21 +37,17 @@ int gptoss_sample_params_check(const gptoss_sample_params *p, char *err) {
         bad = "min_p must be within [0, 1]", got = p->min_p;
     else if (p->top_k < 0)
         bad = "top_k must be >= 0 (0 turns it off)", got = p->top_k;
-    if (bad) {
-        snprintf(err, GPTOSS_ERR_LEN, "%s (got %g)", bad, got);
-        return -1;
-    }
-    if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0)) {
-        snprintf(err, GPTOSS_ERR_LEN, "the course sampler has no %s",
-                 p->top_k ? "top_k" : "min_p");
-        return -1;
-    }
-    return 0;
+    if (bad)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "%s (got %g)", bad, got);
+    if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0))
+        return gptoss_fail(err, GPTOSS_E_INVALID, "the course sampler has no %s",
+                           p->top_k ? "top_k" : "min_p");
+    return GPTOSS_OK;
 }
 
 gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
     char why[GPTOSS_ERR_LEN - 16];
-    if (gptoss_sample_params_check(p, why) != 0) {
+    if (gptoss_sample_params_check(p, why)) {
         snprintf(err, GPTOSS_ERR_LEN, "sampler: %s", why);
         return NULL;
     }
@@ -78,25 +74,24 @@ void gptoss_sampler_free(gptoss_sampler *s) {
 const gptoss_sample_params *gptoss_sampler_params(const gptoss_sampler *s) { return &s->p; }
 uint64_t gptoss_sampler_state(const gptoss_sampler *s) { return s->state; }
 
-static int reserve(gptoss_sampler *s, int n, char *err) {
+static gptoss_status reserve(gptoss_sampler *s, int n, char *err) {
     if (n <= s->cap)
-        return 0;
+        return GPTOSS_OK;
     size_t m = (size_t)n;
     if (gptoss_grow(&s->w, m * sizeof *s->w) || gptoss_grow(&s->order, m * sizeof *s->order) ||
-        gptoss_grow(&s->keys, m * sizeof *s->keys) || gptoss_grow(&s->spare, m * sizeof *s->spare)) {
-        snprintf(err, GPTOSS_ERR_LEN, "sampler: out of host memory for a row of %d logits", n);
-        return -1;
-    }
+        gptoss_grow(&s->keys, m * sizeof *s->keys) || gptoss_grow(&s->spare, m * sizeof *s->spare))
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                           "sampler: out of host memory for a row of %d logits", n);
     s->cap = n;
-    return 0;
+    return GPTOSS_OK;
 }
 
-/* NaN and +inf are errors; -inf is a token that can never be chosen. */
-static int check_logits(const float *x, int n, char *err) {
-    if (n <= 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "sampler: the logits row is empty");
-        return -1;
-    }
+/* NaN and +inf are errors; -inf is a token that can never be chosen.
+ * GPTOSS_E_INVALID for an empty row, GPTOSS_E_DRAW when no token can be
+ * drawn from it. */
+static gptoss_status check_logits(const float *x, int n, char *err) {
+    if (n <= 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "sampler: the logits row is empty");
     /* one branch-free pass (it vectorises); the offender is looked up only on failure */
     int bad = 0, any = 0;
     for (int i = 0; i < n; i++) {
@@ -104,16 +99,13 @@ static int check_logits(const float *x, int n, char *err) {
         any |= x[i] != -INFINITY;
     }
     for (int i = 0; bad && i < n; i++)
-        if (isnan(x[i]) || x[i] == INFINITY) {
-            snprintf(err, GPTOSS_ERR_LEN, "sampler: the logit of token %d is %s", i,
-                     isnan(x[i]) ? "NaN" : "+inf");
-            return -1;
-        }
-    if (!any) {
-        snprintf(err, GPTOSS_ERR_LEN, "sampler: every logit is -inf, no token can be chosen");
-        return -1;
-    }
-    return 0;
+        if (isnan(x[i]) || x[i] == INFINITY)
+            return gptoss_fail(err, GPTOSS_E_DRAW, "sampler: the logit of token %d is %s", i,
+                               isnan(x[i]) ? "NaN" : "+inf");
+    if (!any)
+        return gptoss_fail(err, GPTOSS_E_DRAW,
+                           "sampler: every logit is -inf, no token can be chosen");
+    return GPTOSS_OK;
 }
 
 /* the first maximum, as the course's argmax (strict >); the logits hold no
@@ -320,22 +312,22 @@ static int default_sample(gptoss_sampler *s, const gptoss_sample_params *p, cons
 int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t position, char *err) {
     if (s->p.mode == GPTOSS_SAMPLE_DEFAULT)
         return gptoss_sample_with(s, &s->p, logits, n, position, err);
-    if (check_logits(logits, n, err) != 0)
+    if (check_logits(logits, n, err))
         return -1;
     if (s->p.temperature == 0)
         return argmax(logits, n);
-    if (reserve(s, n, err) != 0)
+    if (reserve(s, n, err))
         return -1;
     return course_sample(s, logits, n);
 }
 
 int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, const float *logits,
                        int n, uint64_t position, char *err) {
-    if (check_logits(logits, n, err) != 0)
+    if (check_logits(logits, n, err))
         return -1;
     if (p->temperature == 0)
         return argmax(logits, n);
-    if (reserve(scratch, n, err) != 0)
+    if (reserve(scratch, n, err))
         return -1;
     return default_sample(scratch, p, logits, n, position);
 }
@@ -381,7 +373,7 @@ int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, in
 
 int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,
                     double *top_lps, char *err) {
-    if (check_logits(logits, n, err) != 0)
+    if (check_logits(logits, n, err))
         return -1;
     double m = logits[argmax(logits, n)], sum = 0;
     for (int i = 0; i < n; i++)

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
 #include "synth.h"
 
 #ifdef __cplusplus
@@ -69,8 +70,9 @@ gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64
 
 typedef struct gptoss_sampler gptoss_sampler;
 
-/* 0, or -1 with err set (no prefix) when a parameter is out of range */
-int gptoss_sample_params_check(const gptoss_sample_params *p, char *err);
+/* GPTOSS_E_INVALID with err set (no prefix) when a parameter is out of
+ * range or the course mode is given top_k or min_p */
+gptoss_status gptoss_sample_params_check(const gptoss_sample_params *p, char *err);
 
 /* NULL with err set on a parameter out of range or when memory is short */
 gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err);

@@ -20,7 +20,8 @@ typedef enum {
     GPTOSS_E_DEVICE_MEMORY, /* the device is short of memory for what was asked */
     GPTOSS_E_DEVICE,        /* the device or its runtime failed */
     GPTOSS_E_UNSUPPORTED,   /* this build or engine cannot do it */
-    GPTOSS_E_DRAW           /* a row's logits allow no token to be drawn */
+    GPTOSS_E_DRAW,          /* a row's logits allow no token to be drawn */
+    GPTOSS_E_IO             /* a file could not be opened, read, mapped or written */
 } gptoss_status;
 
 /* Writes the formatted message into err (GPTOSS_ERR_LEN bytes) and returns

@@ -81,116 +81,109 @@ static void table_insert(gptoss_tokenizer *t, int id) {
 /* Reads the file once its size is plausible: vocab_size records of at most
  * max_token_length bytes bound it, so a wrong file (a model .bin, say) is
  * refused from its first four bytes instead of being read into memory. */
-static uint8_t *read_whole_file(const char *path, int vocab_size, size_t *size, char *err) {
+static gptoss_status read_whole_file(const char *path, int vocab_size, uint8_t **data, size_t *size,
+                                     char *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot open tokenizer file '%s': %s", path, strerror(errno));
-        return NULL;
-    }
+    if (!f)
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot open tokenizer file '%s': %s", path,
+                           strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot read tokenizer file '%s': not a regular file", path);
         fclose(f);
-        return NULL;
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot read tokenizer file '%s': not a regular file",
+                           path);
     }
     *size = (size_t)st.st_size;
     uint8_t head[4];
     if (*size < 4 || fread(head, 1, 4, f) != 4) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "tokenizer file '%s' has %zu bytes, too few for the max_token_length field", path,
-                 *size);
         fclose(f);
-        return NULL;
+        /* too short is the file's content; a failed read of 4 bytes it has, the file system's */
+        return gptoss_fail(err, *size < 4 ? GPTOSS_E_INVALID : GPTOSS_E_IO,
+                           "tokenizer file '%s' has %zu bytes, too few for the max_token_length "
+                           "field",
+                           path, *size);
     }
     int32_t max_len = read_i32(head);
     uint64_t most = 4 + (uint64_t)vocab_size * (8 + (uint64_t)(max_len > 0 ? max_len : 0));
     if (max_len > 0 && *size > most) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "tokenizer file '%s' has %zu bytes, more than %d entries of at most %d bytes "
-                 "(max_token_length) can fill (%llu): not a tokenizer.bin for vocab_size=%d?",
-                 path, *size, vocab_size, max_len, (unsigned long long)most, vocab_size);
         fclose(f);
-        return NULL;
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "tokenizer file '%s' has %zu bytes, more than %d entries of at most %d "
+                           "bytes (max_token_length) can fill (%llu): not a tokenizer.bin for "
+                           "vocab_size=%d?",
+                           path, *size, vocab_size, max_len, (unsigned long long)most, vocab_size);
     }
-    uint8_t *data = malloc(*size);
-    if (!data)
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer file '%s': out of host memory for %zu bytes", path,
-                 *size);
-    else if (memcpy(data, head, 4), fread(data + 4, 1, *size - 4, f) != *size - 4) {
-        snprintf(err, GPTOSS_ERR_LEN, "cannot read tokenizer file '%s': %s", path,
-                 ferror(f) ? strerror(errno) : "short read");
-        free(data);
-        data = NULL;
+    gptoss_status s = GPTOSS_OK;
+    *data = malloc(*size);
+    if (!*data)
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                        "tokenizer file '%s': out of host memory for %zu bytes", path, *size);
+    else if (memcpy(*data, head, 4), fread(*data + 4, 1, *size - 4, f) != *size - 4) {
+        s = gptoss_fail(err, GPTOSS_E_IO, "cannot read tokenizer file '%s': %s", path,
+                        ferror(f) ? strerror(errno) : "short read");
+        free(*data);
+        *data = NULL;
     }
     fclose(f);
-    return data;
+    return s;
 }
 
 /* Walks the records without allocating; every length is checked against the
- * bytes that remain before it is used. */
-static int validate(const uint8_t *file, size_t size, int vocab_size, const char *path, char *err) {
+ * bytes that remain before it is used (GPTOSS_E_INVALID). */
+static gptoss_status validate(const uint8_t *file, size_t size, int vocab_size, const char *path,
+                              char *err) {
     int32_t max_len = read_i32(file); /* read_whole_file saw at least these 4 bytes */
-    if (max_len <= 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer file '%s': max_token_length is %d, must be positive",
-                 path, max_len);
-        return -1;
-    }
+    if (max_len <= 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "tokenizer file '%s': max_token_length is %d, must be positive", path,
+                           max_len);
     size_t pos = 4;
     int count = 0;
     for (; pos < size; count++) {
-        if (count == vocab_size) {
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "tokenizer file '%s' holds more than vocab_size=%d entries (%zu bytes follow "
-                     "entry %d)",
-                     path, vocab_size, size - pos, vocab_size - 1);
-            return -1;
-        }
-        if (size - pos < 8) {
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "tokenizer file '%s' is truncated: entry %d at byte %zu needs 8 bytes of score "
-                     "and length, %zu remain",
-                     path, count, pos, size - pos);
-            return -1;
-        }
+        if (count == vocab_size)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "tokenizer file '%s' holds more than vocab_size=%d entries (%zu "
+                               "bytes follow entry %d)",
+                               path, vocab_size, size - pos, vocab_size - 1);
+        if (size - pos < 8)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "tokenizer file '%s' is truncated: entry %d at byte %zu needs 8 "
+                               "bytes of score and length, %zu remain",
+                               path, count, pos, size - pos);
         int32_t len = read_i32(file + pos + 4);
-        if (len < 0 || len > max_len) {
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "tokenizer file '%s': entry %d at byte %zu has length %d, outside 0..%d "
-                     "(max_token_length)",
-                     path, count, pos, len, max_len);
-            return -1;
-        }
-        if ((size_t)len > size - pos - 8) {
-            snprintf(err, GPTOSS_ERR_LEN,
-                     "tokenizer file '%s' is truncated: entry %d at byte %zu has length %d, %zu bytes "
-                     "remain",
-                     path, count, pos, len, size - pos - 8);
-            return -1;
-        }
+        if (len < 0 || len > max_len)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "tokenizer file '%s': entry %d at byte %zu has length %d, outside "
+                               "0..%d (max_token_length)",
+                               path, count, pos, len, max_len);
+        if ((size_t)len > size - pos - 8)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "tokenizer file '%s' is truncated: entry %d at byte %zu has length "
+                               "%d, %zu bytes remain",
+                               path, count, pos, len, size - pos - 8);
         pos += 8 + (size_t)len;
     }
-    if (count != vocab_size) {
-        snprintf(err, GPTOSS_ERR_LEN,
-                 "tokenizer file '%s' holds %d entries, expected vocab_size=%d (give {vocab_size=%d} "
-                 "if that is the model's vocabulary)",
-                 path, count, vocab_size, count);
-        return -1;
-    }
-    return 0;
+    if (count != vocab_size)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "tokenizer file '%s' holds %d entries, expected vocab_size=%d (give "
+                           "{vocab_size=%d} if that is the model's vocabulary)",
+                           path, count, vocab_size, count);
+    return GPTOSS_OK;
 }
 
-gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *err) {
-    if (vocab_size <= 0) {
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer: vocab_size must be positive (got %d)", vocab_size);
-        return NULL;
-    }
+gptoss_status gptoss_tokenizer_load(const char *path, int vocab_size, gptoss_tokenizer **out,
+                                    char *err) {
+    if (vocab_size <= 0)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer: vocab_size must be positive (got %d)",
+                           vocab_size);
     size_t size;
-    uint8_t *file = read_whole_file(path, vocab_size, &size, err);
-    if (!file)
-        return NULL;
-    if (validate(file, size, vocab_size, path, err) != 0) {
+    uint8_t *file;
+    gptoss_status s = read_whole_file(path, vocab_size, &file, &size, err);
+    if (s)
+        return s;
+    if ((s = validate(file, size, vocab_size, path, err))) {
         free(file);
-        return NULL;
+        return s;
     }
     gptoss_tokenizer *t = calloc(1, sizeof *t);
     uint64_t slots = 1;
@@ -205,12 +198,11 @@ gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *
         t->table = calloc(slots, sizeof *t->table);
     }
     if (!t || !t->offset || !t->length || !t->score || !t->special || !t->table) {
-        snprintf(err, GPTOSS_ERR_LEN, "tokenizer file '%s': out of host memory", path);
         if (t)
             gptoss_tokenizer_free(t);
         else
             free(file);
-        return NULL;
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "tokenizer file '%s': out of host memory", path);
     }
     t->vocab_size = vocab_size;
     t->max_token_length = read_i32(file);
@@ -237,7 +229,8 @@ gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *
         t->byte_id[b] = id < 0 ? 0 : id;
         t->byte_value[b] = raw;
     }
-    return t;
+    *out = t;
+    return GPTOSS_OK;
 }
 
 void gptoss_tokenizer_free(gptoss_tokenizer *t) {
@@ -308,25 +301,22 @@ static void work_free(bpe_work *w) {
     free(w->heap);
 }
 
-static int work_reserve(bpe_work *w, size_t n, char *err) {
+static gptoss_status work_reserve(bpe_work *w, size_t n, char *err) {
     if (n <= w->cap)
-        return 0;
-    if (n >= NONE) {
-        snprintf(err, GPTOSS_ERR_LEN, "a piece of %zu bytes is too long to encode", n);
-        return -1;
-    }
+        return GPTOSS_OK;
+    if (n >= NONE)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "a piece of %zu bytes is too long to encode", n);
     size_t cap = w->cap ? w->cap : 256;
     while (cap < n)
         cap *= 2;
     /* a failure part-way leaves every array at least w->cap entries long, as before */
     if (gptoss_grow(&w->nxt, cap * sizeof *w->nxt) || gptoss_grow(&w->prv, cap * sizeof *w->prv) ||
         gptoss_grow(&w->hpos, cap * sizeof *w->hpos) || gptoss_grow(&w->pid, cap * sizeof *w->pid) ||
-        gptoss_grow(&w->heap, cap * sizeof *w->heap)) {
-        snprintf(err, GPTOSS_ERR_LEN, "out of host memory for a piece of %zu bytes", n);
-        return -1;
-    }
+        gptoss_grow(&w->heap, cap * sizeof *w->heap))
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for a piece of %zu bytes",
+                           n);
     w->cap = cap;
-    return 0;
+    return GPTOSS_OK;
 }
 
 static void heap_place(bpe_work *w, size_t i, uint64_t key) {
@@ -411,23 +401,23 @@ static void refresh(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s, ui
         heap_set(w, a, (uint32_t)rank);
 }
 
-static int push_id(gptoss_ids *out, int32_t id, char *err) {
+static gptoss_status push_id(gptoss_ids *out, int32_t id, char *err) {
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 64;
-        if (gptoss_grow(&out->ids, cap * sizeof *out->ids)) {
-            snprintf(err, GPTOSS_ERR_LEN, "out of host memory for %zu token ids", cap);
-            return -1;
-        }
+        if (gptoss_grow(&out->ids, cap * sizeof *out->ids))
+            return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for %zu token ids",
+                               cap);
         out->cap = cap;
     }
     out->ids[out->n++] = id;
-    return 0;
+    return GPTOSS_OK;
 }
 
-static int encode_piece(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s, size_t len,
-                        gptoss_ids *out, char *err) {
-    if (work_reserve(w, len, err) != 0)
-        return -1;
+static gptoss_status encode_piece(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s,
+                                  size_t len, gptoss_ids *out, char *err) {
+    gptoss_status st = work_reserve(w, len, err);
+    if (st)
+        return st;
     uint32_t n = (uint32_t)len;
     w->heap_n = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -457,17 +447,17 @@ static int encode_piece(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s
             refresh(t, w, s, n, w->prv[a]);
     }
     for (uint32_t a = 0; a < n; a = w->nxt[a])
-        if (push_id(out, w->pid[a], err) != 0)
-            return -1;
-    return 0;
+        if ((st = push_id(out, w->pid[a], err)))
+            return st;
+    return GPTOSS_OK;
 }
 
 static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
 /* the course's pre-split: digit runs in chunks of three from the left, every
  * maximal run of other bytes one piece */
-static int encode_text(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s, size_t len,
-                       gptoss_ids *out, char *err) {
+static gptoss_status encode_text(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s,
+                                 size_t len, gptoss_ids *out, char *err) {
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -476,12 +466,13 @@ static int encode_text(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s,
             j++;
         for (size_t k = i; k < j; k += digits ? 3 : j - k) {
             size_t piece = digits && j - k > 3 ? 3 : j - k;
-            if (encode_piece(t, w, s + k, piece, out, err) != 0)
-                return -1;
+            gptoss_status st = encode_piece(t, w, s + k, piece, out, err);
+            if (st)
+                return st;
         }
         i = j;
     }
-    return 0;
+    return GPTOSS_OK;
 }
 
 /* the special token spelled at s[0..), or -1 */
@@ -495,12 +486,12 @@ static int special_at(const gptoss_tokenizer *t, const uint8_t *s, size_t left) 
     return -1;
 }
 
-int gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len, int special,
-                            gptoss_ids *out, char *err) {
+gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len,
+                                      int special, gptoss_ids *out, char *err) {
     bpe_work w = {0};
-    int rc = 0;
+    gptoss_status rc = GPTOSS_OK;
     size_t start = 0;
-    for (size_t i = 0; special && rc == 0 && i + 1 < len; i++) {
+    for (size_t i = 0; special && !rc && i + 1 < len; i++) {
         if (text[i] != '<' || text[i + 1] != '|')
             continue;
         int id = special_at(t, text + i, len - i);
@@ -509,12 +500,12 @@ int gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size
         size_t n;
         gptoss_tokenizer_entry(t, id, &n, NULL);
         rc = encode_text(t, &w, text + start, i - start, out, err);
-        if (rc == 0)
+        if (!rc)
             rc = push_id(out, id, err);
         start = i + n;
         i = start - 1;
     }
-    if (rc == 0)
+    if (!rc)
         rc = encode_text(t, &w, text + start, len - start, out, err);
     work_free(&w);
     return rc;

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #define GPTOSS_VOCAB_SIZE 201088
 /* entries scoring at or below this are special tokens (the course's rule) */
 #define GPTOSS_SPECIAL_SCORE (-1e29f)
@@ -20,8 +22,11 @@
 typedef struct gptoss_tokenizer gptoss_tokenizer;
 
 /* Reads and validates the whole file before allocating anything sized by
- * it. NULL with a message in err on any problem. */
-gptoss_tokenizer *gptoss_tokenizer_load(const char *path, int vocab_size, char *err);
+ * it. GPTOSS_E_IO when the file cannot be opened or read (or is not a
+ * regular file); GPTOSS_E_INVALID for a vocab_size below 1 or a file that
+ * is not a tokenizer.bin of vocab_size entries; GPTOSS_E_HOST_MEMORY. */
+gptoss_status gptoss_tokenizer_load(const char *path, int vocab_size, gptoss_tokenizer **out,
+                                    char *err);
 void gptoss_tokenizer_free(gptoss_tokenizer *t);
 
 int gptoss_tokenizer_vocab_size(const gptoss_tokenizer *t);
@@ -41,9 +46,10 @@ typedef struct {
 
 /* Appends the ids of text to out. With special != 0, special-token names
  * found in the text become their ids and the text between them is encoded
- * as usual. Returns 0, or -1 with err set when memory is short. */
-int gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len, int special,
-                            gptoss_ids *out, char *err);
+ * as usual. GPTOSS_E_HOST_MEMORY when memory is short, GPTOSS_E_INVALID
+ * for a piece of 2^32-1 bytes or more. */
+gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len,
+                                      int special, gptoss_ids *out, char *err);
 void gptoss_ids_free(gptoss_ids *ids);
 
 /* The length of the longest prefix of s that does not end inside a UTF-8

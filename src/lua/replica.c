@@ -291,7 +291,7 @@ static int replica_sampling(lua_State *L) {
                              "course sampler is one stream shared by all requests: use "
                              "gptoss.sampler{mode=\"course\"} on h:logits()");
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_sample_params_check(&p, err) != 0)
+    if (gptoss_sample_params_check(&p, err))
         return luaL_error(L, "replica:sampling: %s", err);
     gptoss_engine_sampling(e, slot, &p);
     return 0;

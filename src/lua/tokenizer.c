@@ -86,7 +86,7 @@ static int tokenizer_encode(lua_State *L) {
     memset(ids, 0, sizeof *ids);
     luaL_setmetatable(L, IDS_MT);
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, ids, err) != 0)
+    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, ids, err))
         return luaL_error(L, "tokenizer:encode: %s", err);
     size_t n = ids->n < (size_t)max_tokens ? ids->n : (size_t)max_tokens;
     if (n > INT32_MAX)
@@ -225,8 +225,7 @@ int gptoss_lua_tokenizer(lua_State *L) {
     u->t = NULL;
     luaL_setmetatable(L, GPTOSS_TOKENIZER_MT);
     char err[GPTOSS_ERR_LEN];
-    u->t = gptoss_tokenizer_load(path, (int)vocab, err);
-    if (!u->t)
+    if (gptoss_tokenizer_load(path, (int)vocab, &u->t, err))
         return luaL_error(L, "%s", err);
     push_special_table(L, u->t);
     lua_setiuservalue(L, -2, 1);
