@@ -43,6 +43,20 @@ describe("model:replica_bytes", function()
     assert.is_true(defaults.scratch > fp32.scratch)
   end)
 
+  it("refuses sizes that leave 64 bits instead of wrapping to a small plan", function()
+    local wide = gptoss.synthetic({ head_dim = 2048, n_attn_heads = 1, n_kv_heads = 1, vocab_size = 1000 },
+      { seed = 1 })
+    local huge = { slots = 1 << 20, ctx = 1 << 29 }
+    expect_error(function() wide:replica_bytes(huge) end,
+      "replica_bytes: the KV cache for 1048576 slots of 536870912 positions needs more than 2^64 bytes")
+    expect_error(function() wide:replica(huge) end, "replica: the KV cache for 1048576 slots", "2^64")
+    local wider = gptoss.synthetic({ head_dim = 4096, n_attn_heads = 2, n_kv_heads = 2, vocab_size = 1000,
+      sliding_window = 0 }, { seed = 1 })
+    expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29 } end,
+      "replica_bytes: 1048576 slots of 536870912 positions with 1048576 rows a step need more than 2^64 bytes")
+    assert.are.equal(1, wide:replica { slots = 1, ctx = 4 }.slots) -- still usable
+  end)
+
   it("refuses options as model:replica does, naming replica_bytes", function()
     expect_error(function() m:replica_bytes { device = 1, threads = 2 } end,
       "replica_bytes: threads applies to CPU replicas only")
@@ -53,6 +67,37 @@ describe("model:replica_bytes", function()
     expect_error(function() m:replica_bytes { device = 0 } end, "replica_bytes: device 0 is not a GPU number")
     expect_error(function() m:replica_bytes { slots = 0 } end, "replica_bytes: slots = 0 must be in 1..")
     expect_error(function() m:replica_bytes { slot = 2 } end, "replica_bytes: unknown option 'slot'")
+  end)
+end)
+
+describe("a row no token can be drawn for", function()
+  -- a model whose unembedding row of token 7 is NaN: a sampled row's logits hold a NaN
+  local function nan_model()
+    local m = gptoss.synthetic(tiny, { seed = 3 })
+    local path = H.tmp()
+    m:save(path)
+    local out
+    for _, d in ipairs(m.tensors) do
+      if d.name == "out" then out = d end
+    end
+    local data = H.read_file(path)
+    local at, nan = out.offset + 7 * tiny.hidden_dim * 4, string.pack("<f", 0 / 0):rep(tiny.hidden_dim)
+    H.write_file(path, data:sub(1, at) .. nan .. data:sub(at + #nan + 1))
+    return gptoss.load(path)
+  end
+
+  it("fails its step's tokens and a step fed by it, and nothing else", function()
+    local r = nan_model():replica { slots = 3, ctx = 8 }
+    r:sampling(1, { temperature = 1, seed = 3 })
+    local h = r:step { slots = { 2, 1, 3 }, positions = { 0, 0, 0 }, tokens = { 1, 1, 1 } }
+    expect_error(function() h:tokens() end, "step:tokens: row 2: sampler: the logit of token 7 is NaN")
+    expect_error(function() r:step { slots = { 2, 1, 3 }, positions = { 1, 1, 1 }, tokens = h } end,
+      "step:tokens: row 2: ", "NaN")
+    -- rows of h that do not feed the new step do not matter: a greedy row never picks the NaN
+    local fed = r:step { slots = { 2, 3 }, positions = { 1, 1 }, tokens = { -1, -3 }, from = h }:tokens()
+    assert.are_not.equal(7, fed[1])
+    assert.are.equal(2, r:length(2))
+    H.cleanup()
   end)
 end)
 

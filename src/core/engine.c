@@ -21,14 +21,15 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m
         return s;
     memset(out, 0, sizeof *out);
     *headroom = 0;
-    i->plan(m, o, out, headroom);
-    return GPTOSS_OK;
+    return i->plan(m, o, out, headroom, err);
 }
 
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
                                 gptoss_engine **out, char *err) {
     gptoss_engine_opts opts = *o;
-    gptoss_status s = i->resolve(m, &opts, err);
+    gptoss_memory plan;
+    uint64_t headroom;
+    gptoss_status s = gptoss_engine_plan(i, m, &opts, &plan, &headroom, err); /* sizes fit 64 bits */
     if (s)
         return s;
     gptoss_engine *e = calloc(1, sizeof *e);
@@ -65,9 +66,10 @@ void gptoss_engine_free(gptoss_engine *e) {
 const gptoss_engine_opts *gptoss_engine_options(const gptoss_engine *e) { return &e->o; }
 
 void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out) {
-    uint64_t headroom; /* what create allocated is what the plan says */
+    uint64_t headroom; /* what create allocated is what the plan said, then too */
+    char err[GPTOSS_ERR_LEN];
     memset(out, 0, sizeof *out);
-    e->i->plan(e->m, &e->o, out, &headroom);
+    (void)e->i->plan(e->m, &e->o, out, &headroom, err);
 }
 
 uint64_t gptoss_engine_steps(const gptoss_engine *e) { return e->steps; }
@@ -98,8 +100,8 @@ static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b
 /* Fed tokens as ids, for an engine that takes ids only: *tokens is a copy of
  * b's where each reference -1 - j (j a row of fed_by) is the id fed_by drew
  * for row j, or NULL when b holds none. Other negative tokens stay for the
- * batch check to refuse. A reference fails when fed_by has a row it could
- * not draw, as reading fed_by's tokens does. */
+ * batch check to refuse. A reference to a row fed_by could not draw fails as
+ * reading fed_by's tokens does; the other rows of fed_by do not matter. */
 static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
                                  int **tokens, char *err) {
     *tokens = NULL;
@@ -108,7 +110,7 @@ static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss
         refs |= b->tokens[r] < 0 && -1 - b->tokens[r] < fed_by->rows;
     if (!refs)
         return GPTOSS_OK;
-    gptoss_status s = gptoss_engine_tokens(e, fed_by, err);
+    gptoss_status s = fed_by->delivered ? GPTOSS_OK : e->i->wait(e->ctx, fed_by, err);
     if (s)
         return s;
     if (!(*tokens = malloc(sizeof(int) * (size_t)b->n)))
@@ -116,6 +118,13 @@ static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss
     for (int r = 0; r < b->n; r++) {
         int t = b->tokens[r], j = -1 - t;
         (*tokens)[r] = t < 0 && j < fed_by->rows ? fed_by->tokens[j] : t;
+        if (t < 0 && j < fed_by->rows && fed_by->tokens[j] < 0) {
+            free(*tokens);
+            *tokens = NULL;
+            if (j == fed_by->bad_row)
+                return gptoss_fail(err, GPTOSS_E_DRAW, "%s", fed_by->why);
+            return gptoss_fail(err, GPTOSS_E_DRAW, "row %d: its logits allowed no token to be drawn", j + 1);
+        }
     }
     return GPTOSS_OK;
 }

@@ -69,9 +69,10 @@ typedef struct {
     /* checks the options it takes and fills in its defaults */
     gptoss_status (*resolve)(const gptoss_model *m, gptoss_engine_opts *o, char *err);
     /* the bytes a replica of these (resolved) options takes, before making it;
-     * headroom: what must stay free besides (0 where nothing is refused) */
-    void (*plan)(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
-                 uint64_t *headroom);
+     * headroom: what must stay free besides (0 where nothing is refused).
+     * GPTOSS_E_INVALID when a size leaves 64 bits */
+    gptoss_status (*plan)(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                          uint64_t *headroom, char *err);
     gptoss_status (*create)(gptoss_model *m, const gptoss_engine_opts *o, void **ctx, char *err);
     /* delivers the results of steps still running, then frees everything */
     void (*destroy)(void *ctx);

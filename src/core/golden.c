@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "checked.h"
 #include "course_math.h"
 #include "pool.h"
 #include "rope.h"
@@ -183,9 +184,12 @@ static void attn_task(void *ctx, int task) {
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
-static uint64_t kv_bytes(const gptoss_config *c, const gptoss_engine_opts *o) {
-    return 2ull * (uint64_t)o->slots * (uint64_t)c->n_layers * (uint64_t)o->ctx *
-           (uint64_t)gptoss_kv_dim(c) * sizeof(float);
+/* the KV cache's bytes; *overflow set when they leave 64 bits */
+static uint64_t kv_bytes(const gptoss_config *c, const gptoss_engine_opts *o, int *overflow) {
+    uint64_t per_slot = gptoss_checked_mul(2ull * (uint64_t)c->n_layers * sizeof(float),
+                                           (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, overflow);
+    return gptoss_checked_mul(gptoss_checked_mul((uint64_t)o->slots, (uint64_t)o->ctx, overflow), per_slot,
+                              overflow);
 }
 
 static gptoss_status golden_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err) {
@@ -201,11 +205,18 @@ static gptoss_status golden_resolve(const gptoss_model *m, gptoss_engine_opts *o
 }
 
 /* host bytes: the KV pool is the replica's own; weights are the model's, shared */
-static void golden_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
-                        uint64_t *headroom) {
-    uint64_t kv = kv_bytes(&m->config, o), w = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+static gptoss_status golden_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                                 uint64_t *headroom, char *err) {
+    int overflow = 0;
+    uint64_t kv = kv_bytes(&m->config, o, &overflow), w = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+    uint64_t total = gptoss_checked_add(kv, w, &overflow);
+    if (overflow)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "the KV cache for %d slots of %d positions needs more than 2^64 bytes", o->slots,
+                           o->ctx);
     *headroom = 0;
-    *out = (gptoss_memory){3, {{"weights", w}, {"kv", kv}, {"total", kv + w}}};
+    *out = (gptoss_memory){3, {{"weights", w}, {"kv", kv}, {"total", total}}};
+    return GPTOSS_OK;
 }
 
 static void golden_destroy(void *ctx) {
@@ -227,7 +238,8 @@ static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o,
     g->m = m;
     g->c = m->config;
     g->o = *o;
-    uint64_t kv = kv_bytes(&g->c, o);
+    int overflow = 0; /* the plan refused sizes past 64 bits */
+    uint64_t kv = kv_bytes(&g->c, o, &overflow);
     uint64_t avail = gptoss_host_memory_available();
     gptoss_status s = gptoss_rope_init(&g->rope, &g->c, err);
     if (s)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../../kernels/layout.h"
+#include "../core/checked.h"
 #include "../core/sampler.h"
 
 /* The experts' bf16 weights are tiled when a step that decodes every slot
@@ -32,13 +33,17 @@ size_t gptoss_gpu_elem_bytes(const gptoss_engine_opts *o, int tensor) {
     return o->weights_bf16 && gptoss_tensor_is_matrix(tensor) ? 2 : 4;
 }
 
-/* The next buffer of the arena: bytes rounded up to 256, counted under
- * category; its address, or NULL when only sizing. */
-static void *place(gptoss_gpu_buffers *b, char *base, size_t bytes, gptoss_gpu_category category) {
-    size_t rounded = (bytes + 255) & ~(size_t)255;
+/* The next buffer of the arena, of x * y * z * w bytes rounded up to 256,
+ * counted under category; its address, or NULL when only sizing. Every size
+ * is checked: a plan that leaves 64 bits says so (b->overflow). */
+static void *place(gptoss_gpu_buffers *b, char *base, gptoss_gpu_category category, uint64_t x,
+                   uint64_t y, uint64_t z, uint64_t w) {
+    int *o = &b->overflow;
+    uint64_t bytes = gptoss_checked_mul(gptoss_checked_mul(x, y, o), gptoss_checked_mul(z, w, o), o);
+    uint64_t rounded = gptoss_checked_add(bytes, 255, o) & ~(uint64_t)255;
     void *at = base ? base + b->total : NULL;
-    b->total += rounded;
-    b->bytes[category] += rounded;
+    b->total = gptoss_checked_add(b->total, rounded, o);
+    b->bytes[category] = gptoss_checked_add(b->bytes[category], rounded, o);
     return at;
 }
 
@@ -53,10 +58,11 @@ static int split_length(int ctx) {
 void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char *base,
                        gptoss_gpu_buffers *b) {
     const gptoss_config *c = &m->config;
-    size_t R = (size_t)o->rows, H = c->hidden_dim, D = c->head_dim, Hq = c->n_attn_heads;
-    size_t E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim;
-    size_t Q = gptoss_qkv_dim(c), HqD = Hq * D, kvd = gptoss_kv_dim(c), V = c->vocab_size;
-    size_t P = R * K, act = o->weights_bf16 ? 2 : 4, kv = o->kv_bf16 ? 2 : 4, half = D / 2;
+    /* each below 2^31, so a product of two fits; longer ones go through place */
+    uint64_t R = (uint64_t)o->rows, H = c->hidden_dim, D = c->head_dim, Hq = c->n_attn_heads;
+    uint64_t E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, V = c->vocab_size;
+    uint64_t Q = (Hq + 2 * (uint64_t)c->n_kv_heads) * D, HqD = Hq * D, kvd = (uint64_t)c->n_kv_heads * D;
+    uint64_t P = R * K, act = o->weights_bf16 ? 2 : 4, kv = o->kv_bf16 ? 2 : 4, half = D / 2;
     const gptoss_gpu_kv layers = b->kv; /* the caller's per-layer arrays, or none */
     memset(b, 0, sizeof *b);
     b->kv = layers;
@@ -65,13 +71,13 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
 
     for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
         size_t elem = gptoss_gpu_elem_bytes(o, t);
-        b->w.w[t] = place(b, base, gptoss_gpu_tensor_elems(m, o, t) * elem,
-                          elem == 2 ? GPTOSS_GPU_WEIGHTS_BF16 : GPTOSS_GPU_WEIGHTS_FP32);
+        b->w.w[t] = place(b, base, elem == 2 ? GPTOSS_GPU_WEIGHTS_BF16 : GPTOSS_GPU_WEIGHTS_FP32,
+                          gptoss_gpu_tensor_elems(m, o, t), elem, 1, 1);
     }
     for (int l = 0; l < c->n_layers; l++) {
         int positions = gptoss_kv_positions(c, l, o->ctx, o->chunk);
-        size_t bytes = (size_t)o->slots * positions * kvd * kv;
-        void *k = place(b, base, bytes, GPTOSS_GPU_KV), *v = place(b, base, bytes, GPTOSS_GPU_KV);
+        void *k = place(b, base, GPTOSS_GPU_KV, (uint64_t)o->slots, (uint64_t)positions, kvd, kv);
+        void *v = place(b, base, GPTOSS_GPU_KV, (uint64_t)o->slots, (uint64_t)positions, kvd, kv);
         if (layers.k) {
             layers.k[l] = k;
             layers.v[l] = v;
@@ -80,46 +86,49 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     }
     /* the step scratch from x to the upload also stages a file's weights on
      * their way to bf16 (gpu_replica.hip): keep it one run */
-    b->w.cos = place(b, base, (size_t)o->ctx * half * 4, GPTOSS_GPU_SCRATCH);
-    b->w.sin = place(b, base, (size_t)o->ctx * half * 4, GPTOSS_GPU_SCRATCH);
-    s->x = place(b, base, R * H * 4, GPTOSS_GPU_SCRATCH);
-    s->t = place(b, base, R * H * 4, GPTOSS_GPU_SCRATCH);
-    s->qkv = place(b, base, R * Q * 4, GPTOSS_GPU_SCRATCH);
-    s->q = place(b, base, R * HqD * 4, GPTOSS_GPU_SCRATCH);
-    s->attn = place(b, base, R * HqD * 4, GPTOSS_GPU_SCRATCH);
+    b->w.cos = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->ctx, half, 4, 1);
+    b->w.sin = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->ctx, half, 4, 1);
+    s->x = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 4, 1);
+    s->t = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 4, 1);
+    s->qkv = place(b, base, GPTOSS_GPU_SCRATCH, R, Q, 4, 1);
+    s->q = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 4, 1);
+    s->attn = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 4, 1);
     if (o->weights_bf16) {
-        s->t_in = place(b, base, R * H * 2, GPTOSS_GPU_SCRATCH);
-        s->attn_in = place(b, base, R * HqD * 2, GPTOSS_GPU_SCRATCH);
+        s->t_in = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 2, 1);
+        s->attn_in = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 2, 1);
     } else { /* the GEMMs read the fp32 buffers themselves */
         s->t_in = s->t;
         s->attn_in = s->attn;
     }
-    s->router_logits = place(b, base, R * E * 4, GPTOSS_GPU_SCRATCH);
-    s->topk_w = place(b, base, R * K * 4, GPTOSS_GPU_SCRATCH);
-    s->topk_i = place(b, base, R * K * 4, GPTOSS_GPU_SCRATCH);
-    s->pair_row = place(b, base, P * 4, GPTOSS_GPU_SCRATCH);
-    s->pair_of = place(b, base, P * 4, GPTOSS_GPU_SCRATCH);
-    b->max_tiles = gptoss_moe_max_tiles(o->rows, (int)K, (int)E, GPTOSS_MOE_MIN_TILE_ROWS);
-    s->tiles = place(b, base, (size_t)b->max_tiles * 16, GPTOSS_GPU_SCRATCH);
-    s->tile_count = place(b, base, 4, GPTOSS_GPU_SCRATCH);
-    s->act = place(b, base, P * I * act, GPTOSS_GPU_SCRATCH);
-    s->m2 = place(b, base, P * H * 4, GPTOSS_GPU_SCRATCH);
-    s->logits = place(b, base, R * V * 4, GPTOSS_GPU_SCRATCH);
-    s->tokens = place(b, base, R * 4, GPTOSS_GPU_SCRATCH);
+    s->router_logits = place(b, base, GPTOSS_GPU_SCRATCH, R, E, 4, 1);
+    s->topk_w = place(b, base, GPTOSS_GPU_SCRATCH, R, K, 4, 1);
+    s->topk_i = place(b, base, GPTOSS_GPU_SCRATCH, R, K, 4, 1);
+    s->pair_row = place(b, base, GPTOSS_GPU_SCRATCH, P, 4, 1, 1);
+    s->pair_of = place(b, base, GPTOSS_GPU_SCRATCH, P, 4, 1, 1);
+    /* gptoss_moe_max_tiles, in 64 bits: a plan may be asked of any shape */
+    uint64_t max_tiles = (P + GPTOSS_MOE_MIN_TILE_ROWS - 1) / GPTOSS_MOE_MIN_TILE_ROWS + E;
+    b->overflow |= max_tiles > INT32_MAX;
+    b->max_tiles = (int)(max_tiles > INT32_MAX ? INT32_MAX : max_tiles);
+    s->tiles = place(b, base, GPTOSS_GPU_SCRATCH, max_tiles, 16, 1, 1);
+    s->tile_count = place(b, base, GPTOSS_GPU_SCRATCH, 4, 1, 1, 1);
+    s->act = place(b, base, GPTOSS_GPU_SCRATCH, P, I, act, 1);
+    s->m2 = place(b, base, GPTOSS_GPU_SCRATCH, P, H, 4, 1);
+    s->logits = place(b, base, GPTOSS_GPU_SCRATCH, R, V, 4, 1);
+    s->tokens = place(b, base, GPTOSS_GPU_SCRATCH, R, 4, 1, 1);
     b->split_len = split_length(o->ctx);
-    size_t splits = ((size_t)o->ctx + b->split_len - 1) / b->split_len;
-    s->part_o = place(b, base, R * Hq * splits * D * 4, GPTOSS_GPU_SCRATCH);
-    s->part_ml = place(b, base, R * Hq * splits * 2 * 4, GPTOSS_GPU_SCRATCH);
-    b->sampling_at = (R * 3 * 4 + 15) & ~(size_t)15; /* after tokens, slots, positions */
-    b->upload_bytes = b->sampling_at + R * sizeof(gptoss_row_sampling);
-    s->upload = place(b, base, b->upload_bytes, GPTOSS_GPU_SCRATCH);
-    tr->m1 = place(b, base, K * 2 * I * 4, GPTOSS_GPU_SCRATCH);
-    tr->y = place(b, base, K * I * 4, GPTOSS_GPU_SCRATCH);
-    tr->proj = place(b, base, H * 4, GPTOSS_GPU_SCRATCH);
-    tr->k = place(b, base, kvd * 4, GPTOSS_GPU_SCRATCH);
-    tr->agg = place(b, base, H * 4, GPTOSS_GPU_SCRATCH);
-    tr->scores = place(b, base, Hq * ((size_t)o->ctx + 1) * 4, GPTOSS_GPU_SCRATCH);
-    tr->probs = place(b, base, Hq * ((size_t)o->ctx + 1) * 4, GPTOSS_GPU_SCRATCH);
+    uint64_t splits = ((uint64_t)o->ctx + b->split_len - 1) / b->split_len;
+    s->part_o = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, splits, 4);
+    s->part_ml = place(b, base, GPTOSS_GPU_SCRATCH, R, Hq, splits, 2 * 4);
+    b->sampling_at = (size_t)(R * 3 * 4 + 15) & ~(size_t)15; /* after tokens, slots, positions */
+    b->upload_bytes = b->sampling_at + (size_t)R * sizeof(gptoss_row_sampling);
+    s->upload = place(b, base, GPTOSS_GPU_SCRATCH, b->upload_bytes, 1, 1, 1);
+    tr->m1 = place(b, base, GPTOSS_GPU_SCRATCH, K, 2 * I, 4, 1);
+    tr->y = place(b, base, GPTOSS_GPU_SCRATCH, K, I, 4, 1);
+    tr->proj = place(b, base, GPTOSS_GPU_SCRATCH, H, 4, 1, 1);
+    tr->k = place(b, base, GPTOSS_GPU_SCRATCH, kvd, 4, 1, 1);
+    tr->agg = place(b, base, GPTOSS_GPU_SCRATCH, H, 4, 1, 1);
+    tr->scores = place(b, base, GPTOSS_GPU_SCRATCH, Hq, (uint64_t)o->ctx + 1, 4, 1);
+    tr->probs = place(b, base, GPTOSS_GPU_SCRATCH, Hq, (uint64_t)o->ctx + 1, 4, 1);
 }
 
 gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err) {
@@ -136,10 +145,14 @@ gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, c
     return GPTOSS_OK;
 }
 
-void gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
-                     uint64_t *headroom) {
+gptoss_status gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                              uint64_t *headroom, char *err) {
     gptoss_gpu_buffers b = {0};
     gptoss_gpu_layout(m, o, NULL, &b);
+    if (b.overflow)
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "%d slots of %d positions with %d rows a step need more than 2^64 bytes", o->slots,
+                           o->ctx, o->rows);
     uint64_t fp32 = b.bytes[GPTOSS_GPU_WEIGHTS_FP32], bf16 = b.bytes[GPTOSS_GPU_WEIGHTS_BF16];
     *out = (gptoss_memory){6,
                            {{"weights_fp32", fp32},
@@ -149,4 +162,5 @@ void gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_
                             {"scratch", b.bytes[GPTOSS_GPU_SCRATCH]},
                             {"total", b.total}}};
     *headroom = GPTOSS_GPU_HEADROOM;
+    return GPTOSS_OK;
 }

@@ -80,6 +80,7 @@ typedef struct {
     size_t upload_bytes;
     uint64_t bytes[GPTOSS_GPU_CATEGORIES]; /* the arena's bytes by category */
     uint64_t total;
+    int overflow; /* some size left 64 bits: the plan is refused */
 } gptoss_gpu_buffers;
 
 /* Device memory the runtime, the kernels' stacks and other users keep. */
@@ -99,8 +100,8 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
 
 /* The engine interface's options and plan for GPU replicas. */
 gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err);
-void gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
-                     uint64_t *headroom);
+gptoss_status gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
+                              uint64_t *headroom, char *err);
 
 #ifdef __cplusplus
 }
