@@ -25,6 +25,7 @@ local a = parser:parse()
 
 local model = gptoss.synthetic(a.model, { seed = 1 })
 local c = model.config
+local windowed = model.windowed
 local copy_bw = gptoss.copy_bandwidth(a.device)
 local elem = a.weights == "bf16" and 2 or 4
 
@@ -39,8 +40,8 @@ local function step_bytes(B, pos)
   local touched = E * (1 - (1 - K / E) ^ B)
   local experts = c.n_layers * touched * (2 * I * H + H * I)
   local kv = 0
-  for l = 0, c.n_layers - 1 do
-    local visible = (c.sliding_window > 0 and l % 2 == 0) and math.min(pos + 1, c.sliding_window) or pos + 1
+  for l = 1, c.n_layers do
+    local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
     kv = kv + B * visible * Hkv * D * 2 * elem
   end
   return (dense + experts) * elem + kv

@@ -1,6 +1,6 @@
 #!/usr/bin/env lua5.4
--- The course's command line (docs/course.md#the-getp-workload), installed as gptoss-run by the
--- rockspec:
+-- The course's command line (docs/course.md#the-command-line), installed as gptoss-run by
+-- the rockspec:
 --   run.lua <model.bin> -m getp -i requests.txt -o output.txt [-n 1024] [-t 0 -p 0.9 -s 0] [-z tokenizer.bin]
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
@@ -148,9 +148,8 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   figures.scheduler, figures.partition = a.scheduler, a.partition
 end
 
--- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step, the
--- prompt forced
--- until its last token, then sampled ids until a stop id or `steps` positions.
+-- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step,
+-- the prompt forced until its last token, then sampled ids until a stop id or `steps` positions.
 local function run_generate(model, tok, steps, device, weights, kv, figures)
   local prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
   if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end

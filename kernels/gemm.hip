@@ -12,7 +12,7 @@
  * one streaming kernel's gfx90a code differently):
  *  - exact (fp32 mode, gemm_exact.h): float weights and inputs, each
  *    output a double accumulator fed float products, as the golden's matmul.
- *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled: launchers.h) and
+ *  - matrix (bf16 mode): bf16 weights ([n][k], or tiled: layout.h) and
  *    inputs on the matrix cores with fp32 accumulators (matrix_core.h), in
  *    one summation order whatever the kernel (gemm_common.h): streaming
  *    (gemm_stream.h: blocks of 16 rows by 32 outputs, operands straight

@@ -95,7 +95,7 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
     return (const bf16 *)a.x + (size_t)x_index(a, p) * a.k;
 }
 
-/* the tile's expert's weights, [n][k] or tiled (launchers.h) */
+/* the tile's expert's weights, [n][k] or tiled (layout.h) */
 __device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const row_tile &t) {
     return (const bf16 *)a.w + (size_t)t.expert * (a.w_tiled ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
 }

@@ -16,8 +16,8 @@
  * bits: exact, so sums in any order, shared-memory atomics included, give
  * the same result, run after run. Each weight rounds by at most 2^-Q-1,
  * so a sum of n weights is off by at most n * 2^-62 times the row's weight
- * sum, less than the CPU's sequential double sums may be (README lets sums
- * associate differently). */
+ * sum, less than the CPU's sequential double sums may be
+ * (docs/api.md#default-mode lets sums associate differently). */
 #include "device.h"
 #include "launchers.h"
 #include "../src/core/course_math.h"

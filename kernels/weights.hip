@@ -3,7 +3,7 @@
  * model needs no host copy and holds exactly the CPU's bits, and fp32 →
  * bf16 conversion (round to nearest even, as the golden's bf16 mode) of
  * tensors uploaded from a file; either placed in the tiled layout
- * (launchers.h) where asked. */
+ * (layout.h) where asked. */
 #include "device.h"
 #include "launchers.h"
 

@@ -55,6 +55,10 @@ describe("model:replica_bytes", function()
     expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29 } end,
       "replica_bytes: 1048576 slots of 536870912 positions with 1048576 rows a step need more than 2^64 bytes")
     assert.are.equal(1, wide:replica { slots = 1, ctx = 4 }.slots) -- still usable
+    -- below 2^64 but past what a Lua integer holds
+    expect_error(function()
+      gptoss.synthetic("20b"):replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 28, rows = 1 << 20 }
+    end, "replica_bytes: these options need more than 2^63 bytes")
   end)
 
   it("refuses options as model:replica does, naming replica_bytes", function()
@@ -98,6 +102,24 @@ describe("a row no token can be drawn for", function()
     assert.are_not.equal(7, fed[1])
     assert.are.equal(2, r:length(2))
     H.cleanup()
+  end)
+end)
+
+describe("a step handle", function()
+  it("refuses to be used once collected, even when a later finaliser reaches it", function()
+    local r = gptoss.synthetic(tiny, { seed = 3 }):replica { slots = 1, ctx = 4 }
+    local reached
+    do
+      -- marked for finalisation before the step, so finalised after it
+      local keeper = setmetatable({}, { __gc = function(t) reached = t.step end })
+      keeper.step = r:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } }
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.is_not_nil(reached)
+    expect_error(function() reached:tokens() end, "step: used after it was garbage-collected")
+    expect_error(function() reached:logits() end, "step: used after it was garbage-collected")
+    assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 1 }, tokens = { 2 } }):tokens())
   end)
 end)
 

@@ -201,6 +201,14 @@ describe("getp", function()
     assert.is_true(getp.gpu_slots(80 * GiB, big, 2048, nil, bf16) < h100) -- more positions
     assert.are.equal(1, getp.gpu_slots(38 * GiB, big, 1024, nil, bf16))     -- weights (39 GiB) do not fit
     assert.are.equal(1, getp.gpu_slots(0, big, 1024, 7, bf16))             -- no such device
+    -- a chunk of its own keeps the rows at least that many at every count it tries (and
+    -- widens the windowed layers' rings: fewer slots)
+    local chunked = getp.gpu_slots(80 * GiB, big, 1024, nil, H.with(bf16, { chunk = 200 }))
+    assert.is_true(chunked > 1000 and chunked < h100, chunked)
+    -- options the replica refuses fit nowhere: the replica says why when it is built
+    assert.are.equal(1, getp.gpu_slots(80 * GiB, big, 1024, nil, { weights = "fp16" }))
+    -- no request count: the search stops at the replica's own limits
+    assert.is_true(getp.gpu_slots(1 << 62, gptoss.synthetic("7m"), 64, nil, {}) <= 1 << 20)
   end)
 
   -- GPU sizing without a GPU: gptoss.devices reports one device and model:replica is a

@@ -201,14 +201,12 @@ describe("numeric modes", function()
     local bytes = f:read("a")
     f:close()
     local loaded = gptoss.load(path)
-    local matrices = { token_embedding_table = true, out = true, w_qkv = true, w_o = true, w_router = true,
-      w_mlp1 = true, w_mlp2 = true }
     local parts, cursor = {}, 1
     for _, t in ipairs(loaded.tensors) do
       local first, last = t.offset + 1, t.offset + t.bytes
       parts[#parts + 1] = bytes:sub(cursor, first - 1)
       local chunk = bytes:sub(first, last)
-      if matrices[t.name] then
+      if t.matrix then
         local out = {}
         for i = 1, #chunk, 4 do
           local u = string.unpack("<I4", chunk, i)
@@ -294,6 +292,7 @@ describe("bad input", function()
     fails({ device = "gpu" }, "device must be \"cpu\" or a GPU number")
     fails({ slot = 2 }, "unknown option 'slot'")
     fails({ threads = -2 }, "threads = -2 must be in 0..1024")
+    fails({ threads = -1 }, "threads = -1 must be in 0..1024")
     fails({ ctx = 1 << 29, slots = 1 << 20 }, "GiB available")
   end)
 

@@ -257,7 +257,7 @@ local function kept_ids(x, o, order)
    return ids
 end
 
--- A draw function u -> id for the row x under options o (seed-free: the walk of README step 4).
+-- A draw function u -> id for the row x under options o (seed-free: the walk of docs/api.md#default-mode rule 4).
 local function default_ref(x, o, ranks)
    local w, total = weights(x, o.temperature or 1)
    ranks = ranks or ranks_of(x)

@@ -1,6 +1,5 @@
---- gptoss.cli: the course's command line (docs/course.md#the-command-line) for examples/run.lua
--- (installed
--- as gptoss-run): argument parsing, the course's post-processing of the values, and the
+--- gptoss.cli: the course's command line (docs/course.md#the-command-line) for
+-- examples/run.lua (installed as gptoss-run): argument parsing, the course's post-processing of the values, and the
 -- text the command prints besides the course's timing lines.
 --
 -- Syntax: `run <checkpoint.bin> [-x value]...` as the course's, or `--synthetic NAME`
@@ -156,9 +155,8 @@ local function f32(x)
   return (string.unpack("<f", string.pack("<f", x)))
 end
 
---- The course's post-processing of -t, -p, -s, -n (docs/course.md#the-command-line), before the
--- model is
--- known: returns {temperature=, top_p=, seed=, steps=}. now: the time in seconds for -s 0.
+--- The course's post-processing of -t, -p, -s, -n (docs/course.md#the-command-line),
+-- before the model is known: returns {temperature=, top_p=, seed=, steps=}. now: the time in seconds for -s 0.
 function cli.normalize(values, now)
   local t, p = f32(values.temperature), f32(values.top_p)
   if t < 0 then t = 0.0 end

@@ -1,5 +1,5 @@
---- gptoss.getp: the course's "getp" batch workload (docs/course.md#the-getp-workload) on one or
--- more replicas.
+--- gptoss.getp: the course's "getp" batch workload (docs/course.md#the-getp-workload) on one
+-- or more replicas.
 --
 -- getp.new{...} is the course's warm_up: it builds one replica per device (or takes the
 -- replicas given) and runs nothing. g:run(prompts) is its inference(): it tokenizes,
@@ -92,21 +92,25 @@ local SCHEDULERS = { "continuous", "static" }
 -- PREFILL_ROWS_MIN (the header's "Slots" says why).
 local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
 
-local function gpu_rows(slots)
-  return slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS))
+-- ... and never fewer than the rows one slot may feed in a step (chunk, when given).
+local function gpu_rows(slots, chunk)
+  return math.max(slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS)), chunk or 0)
 end
 
 --- The most slots a GPU replica of the model can hold for steps positions when `free` bytes
 -- of device memory are free: the largest count, at most n_requests (when known) and at
 -- least 1, whose memory plan (model:replica_bytes, what the replica itself allocates) and
--- headroom fit. The rows follow the slots as getp chooses them unless opts.rows is given.
+-- headroom fit. The rows follow the slots as getp chooses them (at least opts.chunk) unless
+-- opts.rows is given.
 -- opts: weights, kv, rows, chunk.
 function getp.gpu_slots(free, model, steps, n_requests, opts)
   opts = opts or {}
+  -- a count the replica would refuse (past its limits, or options it does not take) does
+  -- not fit either: the replica itself then says why
   local function fits(slots)
-    local plan = model:replica_bytes { device = 1, slots = slots, ctx = steps, weights = opts.weights,
-      kv = opts.kv, rows = opts.rows or gpu_rows(slots), chunk = opts.chunk }
-    return plan.total + plan.headroom <= free
+    local ok, plan = pcall(model.replica_bytes, model, { device = 1, slots = slots, ctx = steps,
+      weights = opts.weights, kv = opts.kv, rows = opts.rows or gpu_rows(slots, opts.chunk), chunk = opts.chunk })
+    return ok and plan.total + plan.headroom <= free
   end
   local cap = n_requests or math.huge
   local lo, hi = 1, 2 -- lo fits (or is the floor of 1); find an hi that does not, then bisect
@@ -282,7 +286,7 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
           or getp.gpu_slots(free_memory(device), model, steps,
             n_requests and -(-n_requests // #devices), ropts) -- a replica's share of the requests
     end
-    if rows_chosen then ropts.rows = gpu_rows(ropts.slots) end
+    if rows_chosen then ropts.rows = gpu_rows(ropts.slots, ropts.chunk) end
     local ok, r = pcall(model.replica, model, ropts)
     if not ok then
       close_all(replicas)

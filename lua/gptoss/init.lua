@@ -96,6 +96,8 @@ gptoss.copy_bandwidth = core.copy_bandwidth
 gptoss.device_memory = core.device_memory
 --- The stages a trace records, in forward order: { {name = "embedding", per_layer = false}, ... }.
 gptoss.trace_stages = core.trace_stages
+--- x as a float rounded to the nearest bf16, ties to even: how the bf16 modes round.
+gptoss.bf16_round = core.bf16_round
 
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {

@@ -39,7 +39,7 @@
 -- L's stored keys or values of an earlier traced position that differ (beyond the noise,
 -- or rounded apart when both caches are bf16). Between replicas of the same numeric mode
 -- a divergence without a cause points at a bug.
-local core = require "gptoss.core"
+local gptoss = require "gptoss"
 local util = require "gptoss.util"
 
 local parity = {}
@@ -50,7 +50,7 @@ local ALL_STAGES = {}
 parity.STAGES = {}
 -- the stages recorded once per token, before the layers and after them
 local ONCE_BEFORE, ONCE_AFTER = {}, {}
-for _, s in ipairs(core.trace_stages()) do
+for _, s in ipairs(gptoss.trace_stages()) do
   ALL_STAGES[#ALL_STAGES + 1] = s.name
   local list = s.per_layer and parity.STAGES or (#parity.STAGES == 0 and ONCE_BEFORE or ONCE_AFTER)
   list[#list + 1] = s.name
@@ -102,7 +102,7 @@ parity.flatten = util.flatten
 
 --- x (as a float32) rounded to the nearest bf16, ties to even, as the engines round;
 -- NaN and infinities are themselves.
-parity.bf16_round = core.bf16_round
+parity.bf16_round = gptoss.bf16_round
 
 --- Divergence of two flat lists over elements from..to (default: all of fb).
 -- Returns max_rel (max |a-b| / max |b|, see the header), max_abs, the index of the worst

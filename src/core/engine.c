@@ -21,7 +21,14 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m
         return s;
     memset(out, 0, sizeof *out);
     *headroom = 0;
-    return i->plan(m, o, out, headroom, err);
+    if ((s = i->plan(m, o, out, headroom, err)))
+        return s;
+    /* sizes stay below 2^63, which signed 64-bit callers (Lua integers) read right */
+    for (int k = 0; k < out->n; k++)
+        if (out->part[k].bytes > (uint64_t)INT64_MAX - *headroom)
+            return gptoss_fail(err, GPTOSS_E_INVALID, "these options need more than 2^63 bytes (%s)",
+                               out->part[k].name);
+    return GPTOSS_OK;
 }
 
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,

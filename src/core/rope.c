@@ -68,7 +68,7 @@ gptoss_status gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err
         for (int i = 0; i < half; i++)
             r->inv_freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)c->head_dim);
     }
-    return 0;
+    return GPTOSS_OK;
 }
 
 void gptoss_rope_free(gptoss_rope *r) {

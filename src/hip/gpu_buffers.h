@@ -86,7 +86,7 @@ typedef struct {
 /* Device memory the runtime, the kernels' stacks and other users keep. */
 #define GPTOSS_GPU_HEADROOM ((uint64_t)256 << 20)
 
-/* Whether the replica holds tensor t's matrices tiled (launchers.h). */
+/* Whether the replica holds tensor t's matrices tiled (kernels/layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
 /* elements tensor t takes on the device, a tiled one's padding included */
 uint64_t gptoss_gpu_tensor_elems(const gptoss_model *m, const gptoss_engine_opts *o, int tensor);

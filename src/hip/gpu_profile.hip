@@ -19,7 +19,7 @@ static gptoss_status grow_events(gptoss_gpu_profiler *p, char *err) {
     if (lb)
         p->labels = lb;
     if (!ev || !lb)
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "profile: out of host memory");
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     p->cap_events = cap;
     return GPTOSS_OK;
 }
@@ -34,13 +34,13 @@ gptoss_status gptoss_gpu_launch_begin(gptoss_gpu *g, const char *label, char *er
     while (p->made_events < p->n_events + 2) {
         hipError_t e = hipEventCreate(&p->events[p->made_events]);
         if (e != hipSuccess)
-            return gptoss_gpu_fail(err, g, "profile: cannot create an event", e);
+            return gptoss_gpu_fail(err, g, "cannot create a timing event", e);
         p->made_events++;
     }
     p->labels[p->n_events / 2] = label;
     hipError_t e = hipEventRecord(p->events[p->n_events], g->stream);
     p->n_events += 2;
-    return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "profile: cannot record an event", e);
+    return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "cannot record a timing event", e);
 }
 
 gptoss_status gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e, char *err) {
@@ -55,7 +55,7 @@ gptoss_status gptoss_gpu_launched(gptoss_gpu *g, const char *label, hipError_t e
     if (g->prof.on) {
         e = hipEventRecord(g->prof.events[g->prof.n_events - 1], g->stream);
         if (e != hipSuccess)
-            return gptoss_gpu_fail(err, g, "profile: cannot record an event", e);
+            return gptoss_gpu_fail(err, g, "cannot record a timing event", e);
     }
     return GPTOSS_OK;
 }
@@ -69,7 +69,7 @@ static struct profile_total *total_of(gptoss_gpu_profiler *p, const char *label,
         int cap = p->cap_totals ? 2 * p->cap_totals : 32;
         struct profile_total *t = (struct profile_total *)realloc(p->totals, sizeof *t * (size_t)cap);
         if (!t) {
-            gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "profile: out of host memory");
+            gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
             return NULL;
         }
         p->totals = t;
@@ -86,7 +86,7 @@ static gptoss_status collect(gptoss_gpu *g, char *err) {
     if (e == hipSuccess)
         e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess)
-        return gptoss_gpu_fail(err, g, "profile", e);
+        return gptoss_gpu_fail(err, g, "waiting for the timed steps", e);
     for (int i = 0; i < p->n_events; i += 2) {
         float ms = 0;
         (void)hipEventElapsedTime(&ms, p->events[i], p->events[i + 1]);

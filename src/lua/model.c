@@ -132,6 +132,16 @@ static void push_tensors(lua_State *L, const gptoss_model *m) {
     }
 }
 
+/* model.windowed[l]: whether Lua layer l (1-based) attends to the last
+ * sliding_window keys only */
+static void push_windowed(lua_State *L, const gptoss_config *c) {
+    lua_createtable(L, c->n_layers, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        lua_pushboolean(L, gptoss_layer_windowed(c, l));
+        lua_rawseti(L, -2, l + 1);
+    }
+}
+
 typedef struct {
     int id;
     int ndim;
@@ -218,6 +228,8 @@ static int model_get(lua_State *L) {
         m->synthetic ? lua_pushinteger(L, (lua_Integer)m->seed) : lua_pushnil(L);
     else if (strcmp(k, "tensors") == 0)
         push_tensors(L, m);
+    else if (strcmp(k, "windowed") == 0)
+        push_windowed(L, &m->config);
     else
         return 0;
     return 1;

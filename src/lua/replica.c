@@ -19,6 +19,7 @@ typedef struct {
 typedef struct {
     gptoss_result res;
     lua_replica *replica;
+    int collected; /* its finaliser ran (a later finaliser may still reach it) */
 } lua_step;
 
 static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
@@ -82,27 +83,29 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     lua_pop(L, 1);
     lua_Integer slots = gptoss_opt_integer(L, idx, fn, "slots", o.slots);
     lua_Integer ctx = gptoss_opt_integer(L, idx, fn, "ctx", o.ctx);
-    lua_Integer threads = gptoss_opt_integer(L, idx, fn, "threads", o.threads);
+    lua_Integer threads = gptoss_opt_integer(L, idx, fn, "threads", 0);
     lua_Integer rows = gptoss_opt_integer(L, idx, fn, "rows", o.rows);
     lua_Integer chunk = gptoss_opt_integer(L, idx, fn, "chunk", o.chunk);
     if (slots < 1 || slots > 1 << 20)
         luaL_error(L, "%s: slots = %I must be in 1..%d", fn, slots, 1 << 20);
     if (ctx < 1 || ctx > INT32_MAX / 2)
         luaL_error(L, "%s: ctx = %I must be in 1..%d", fn, ctx, INT32_MAX / 2);
-    if (threads != -1 && (threads < 0 || threads > 1024))
-        luaL_error(L, "%s: threads = %I must be in 0..1024 (0: all CPUs)", fn, threads);
+    lua_getfield(L, idx, "threads");
+    int threads_given = !lua_isnil(L, -1);
     lua_getfield(L, idx, "rows");
     int rows_given = !lua_isnil(L, -1);
     lua_getfield(L, idx, "chunk");
     int chunk_given = !lua_isnil(L, -1);
-    lua_pop(L, 2);
+    lua_pop(L, 3);
+    if (threads_given && (threads < 0 || threads > 1024))
+        luaL_error(L, "%s: threads = %I must be in 0..1024 (0: all CPUs)", fn, threads);
     if (rows_given && (rows < 1 || rows > 1 << 20))
         luaL_error(L, "%s: rows = %I must be in 1..%d", fn, rows, 1 << 20);
     if (chunk_given && (chunk < 1 || chunk > 1 << 20))
         luaL_error(L, "%s: chunk = %I must be in 1..rows", fn, chunk);
     o.slots = (int)slots;
     o.ctx = (int)ctx;
-    o.threads = (int)threads;
+    o.threads = threads_given ? (int)threads : -1;
     o.rows = (int)rows;
     o.chunk = (int)chunk;
     o.weights_bf16 = gptoss_opt_choice(L, idx, fn, "weights", dtype_modes, 0);
@@ -476,7 +479,12 @@ static int replica_tostring(lua_State *L) {
 
 /* ---- step handle ---- */
 
-static lua_step *check_step(lua_State *L, int idx) { return luaL_checkudata(L, idx, GPTOSS_STEP_MT); }
+static lua_step *check_step(lua_State *L, int idx) {
+    lua_step *h = luaL_checkudata(L, idx, GPTOSS_STEP_MT);
+    if (h->collected)
+        luaL_error(L, "step: used after it was garbage-collected");
+    return h;
+}
 
 /* h:logits() -> host tensor {rows, vocab} */
 static int step_logits(lua_State *L) {
@@ -525,8 +533,10 @@ static int step_tostring(lua_State *L) {
 }
 
 static int step_gc(lua_State *L) {
-    lua_step *h = check_step(L, 1);
-    gptoss_result_release(h->replica ? h->replica->e : NULL, &h->res);
+    lua_step *h = luaL_checkudata(L, 1, GPTOSS_STEP_MT);
+    if (!h->collected)
+        gptoss_result_release(h->replica ? h->replica->e : NULL, &h->res);
+    h->collected = 1;
     return 0;
 }
 
