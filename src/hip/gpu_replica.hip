@@ -85,9 +85,11 @@ static gptoss_status upload_weights(gptoss_gpu *g, char *err) {
             e = fill_tensor(g, t, staging, staging_floats);
         if (e == hipSuccess)
             e = hipStreamSynchronize(g->stream);
-        if (e != hipSuccess)
-            return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: uploading %s: %s", g->o.device + 1,
-                               g->m->layout.t[t].name, hipGetErrorString(e));
+        if (e != hipSuccess) {
+            char what[64];
+            snprintf(what, sizeof what, "uploading %s", g->m->layout.t[t].name);
+            return gptoss_gpu_fail(err, g, what, e);
+        }
     }
     return GPTOSS_OK;
 }
@@ -376,9 +378,7 @@ static void gpu_forget(void *ctx, gptoss_result *res) {
 static gptoss_status gpu_logits(void *ctx, const gptoss_result *res, float *out, char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
     if (res->ticket + 1 != g->ring.next_ticket)
-        return gptoss_fail(err, GPTOSS_E_STATE,
-                           "a later step on this replica has replaced these logits; read them before "
-                           "the next step, or have the step keep them");
+        return gptoss_fail(err, GPTOSS_E_STATE, "a later step on this replica has replaced these logits");
     hipError_t e = hipSetDevice(g->o.device);
     if (e == hipSuccess)
         e = hipMemcpyAsync(out, g->buf.s.logits, sizeof(float) * (size_t)res->rows * g->c.vocab_size,

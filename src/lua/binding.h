@@ -1,7 +1,8 @@
 /* The Lua binding's shared pieces: one class (metatable) per object kind,
  * each registered by its file's open function through gptoss_lua_class, and
- * every function one binding file calls in another. Functions inside a file
- * are named <class>_<op> (replica_step, step_tokens, ...). Errors raised here
+ * every function one binding file calls in another. A class's Lua methods
+ * and metamethods are named <class>_<op> (replica_step, step_tokens,
+ * step_gc, ...), module functions gptoss_lua_<name>. Errors raised here
  * name the Lua function the user called, then the core's message. */
 #ifndef GPTOSS_BINDING_H
 #define GPTOSS_BINDING_H

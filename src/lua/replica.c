@@ -66,7 +66,7 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     static const char *const known[] = {"device", "slots", "ctx",  "weights", "kv",
                                         "threads", "rows",  "chunk", NULL};
     gptoss_opt_known(L, idx, fn, known);
-    gptoss_engine_opts o = {-1, 1, m->config.seq_len, 0, 0, -1, 0, 0};
+    gptoss_engine_opts o = {.device = -1, .slots = 1, .ctx = m->config.seq_len, .threads = -1};
     lua_getfield(L, idx, "device");
     if (lua_isinteger(L, -1)) {
         lua_Integer dev = lua_tointeger(L, -1);
@@ -491,6 +491,9 @@ static int step_logits(lua_State *L) {
     lua_step *h = check_step(L, 1);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_logits(h->replica->e, &h->res, err);
+    if (s == GPTOSS_E_STATE) /* gone from the device: how to keep them next time */
+        return luaL_error(L, "step:logits: %s; read them before the next step, or pass logits = true "
+                             "to r:step", err);
     if (s)
         return raise_status(L, "step:logits", s, err);
     int64_t shape[2] = {h->res.rows, h->res.vocab};
