@@ -75,23 +75,9 @@ describe("model:replica_bytes", function()
 end)
 
 describe("a row no token can be drawn for", function()
-  -- a model whose unembedding row of token 7 is NaN: a sampled row's logits hold a NaN
-  local function nan_model()
-    local m = gptoss.synthetic(tiny, { seed = 3 })
-    local path = H.tmp()
-    m:save(path)
-    local out
-    for _, d in ipairs(m.tensors) do
-      if d.name == "out" then out = d end
-    end
-    local data = H.read_file(path)
-    local at, nan = out.offset + 7 * tiny.hidden_dim * 4, string.pack("<f", 0 / 0):rep(tiny.hidden_dim)
-    H.write_file(path, data:sub(1, at) .. nan .. data:sub(at + #nan + 1))
-    return gptoss.load(path)
-  end
-
   it("fails its step's tokens and a step fed by it, and nothing else", function()
-    local r = nan_model():replica { slots = 3, ctx = 8 }
+    -- token 7's unembedding row is NaN: a sampled row's logits hold a NaN
+    local r = H.nan_row_model(gptoss.synthetic(tiny, { seed = 3 }), 7):replica { slots = 3, ctx = 8 }
     r:sampling(1, { temperature = 1, seed = 3 })
     local h = r:step { slots = { 2, 1, 3 }, positions = { 0, 0, 0 }, tokens = { 1, 1, 1 } }
     expect_error(function() h:tokens() end, "step:tokens: row 2: sampler: the logit of token 7 is NaN")

@@ -90,6 +90,20 @@ function helpers.expect_error(fn, ...)
   return err
 end
 
+--- A copy of model m, saved to a temporary file and loaded back, whose unembedding row of
+-- `token` is NaN: a row sampled from it holds a NaN logit there. Needs gptoss.
+function helpers.nan_row_model(m, token)
+  local gptoss = require "gptoss"
+  local path = helpers.tmp()
+  m:save(path)
+  local out = m.tensors.out
+  local H = m.config.hidden_dim
+  local data = helpers.read_file(path)
+  local at, nan = out.offset + token * H * 4, string.pack("<f", 0 / 0):rep(H)
+  helpers.write_file(path, data:sub(1, at) .. nan .. data:sub(at + #nan + 1))
+  return gptoss.load(path)
+end
+
 local tmpfiles = {}
 
 --- A fresh temporary path, removed (with its ".tmp" sibling) by cleanup().
