@@ -104,6 +104,12 @@ function helpers.nan_row_model(m, token)
   return gptoss.load(path)
 end
 
+--- The first GPU number this build does not see, and what a refusal of it says.
+function helpers.absent_device()
+  local n = #require("gptoss").devices()
+  return n + 1, n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
+end
+
 local tmpfiles = {}
 
 --- A fresh temporary path, removed (with its ".tmp" sibling) by cleanup().
