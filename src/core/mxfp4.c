@@ -1,0 +1,54 @@
+#include "mxfp4.h"
+
+#include <math.h>
+#include <string.h>
+
+void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t b = k / GPTOSS_MXFP4_BLOCK, in = k % GPTOSS_MXFP4_BLOCK;
+        uint8_t byte = codes[b * GPTOSS_MXFP4_BLOCK_BYTES + in / 2];
+        unsigned code = in % 2 ? byte >> 4 : byte & 15u;
+        out[k] = ldexpf(gptoss_e2m1_value(code), (int)scales[b] - 127);
+    }
+}
+
+/* the e2m1 code of v, or -1 when v is none */
+static int e2m1_code(float v) {
+    for (unsigned c = 0; c < 16; c++)
+        if (gptoss_e2m1_value(c) == v && signbit(gptoss_e2m1_value(c)) == signbit(v))
+            return (int)c;
+    return -1;
+}
+
+int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8_t *scales) {
+    int64_t blocks = gptoss_mxfp4_blocks(n);
+    memset(codes, 0, (size_t)blocks * GPTOSS_MXFP4_BLOCK_BYTES);
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t first = b * GPTOSS_MXFP4_BLOCK;
+        int64_t count = n - first < GPTOSS_MXFP4_BLOCK ? n - first : GPTOSS_MXFP4_BLOCK;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < count; i++) {
+            if (!isfinite(w[first + i]))
+                return first + i;
+            amax = fmaxf(amax, fabsf(w[first + i]));
+        }
+        /* the smallest s with amax <= 6 * 2^s: below it the largest value
+         * needs a code past 6, above it the set's finer values are lost */
+        int s = 0;
+        if (amax > 0.0f) {
+            int e;
+            frexpf(amax / 6.0f, &e); /* amax / 6 = m 2^e, m in [0.5, 1) */
+            s = ldexpf(6.0f, e - 1) >= amax ? e - 1 : e;
+        }
+        if (s + 127 < 0 || s + 127 > 254)
+            return first;
+        scales[b] = (uint8_t)(s + 127);
+        for (int64_t i = 0; i < count; i++) {
+            int c = e2m1_code(ldexpf(w[first + i], -s));
+            if (c < 0 || ldexpf(gptoss_e2m1_value((unsigned)c), s) != w[first + i])
+                return first + i;
+            codes[b * GPTOSS_MXFP4_BLOCK_BYTES + i / 2] |= (uint8_t)(i % 2 ? c << 4 : c);
+        }
+    }
+    return -1;
+}

@@ -1,0 +1,43 @@
+/* MXFP4, the experts' 4-bit format (docs/checkpoints.md#mxfp4): a row of n
+ * inputs is cut into blocks of 32; each block has one e8m0 scale byte s and
+ * 16 bytes of e2m1 codes, input k of a block in byte k / 2, the low nibble
+ * for even k. Input k's value is e2m1[code] * 2^(s - 127). Plain C, host
+ * and device (the value function is shared with the kernels). */
+#ifndef GPTOSS_MXFP4_H
+#define GPTOSS_MXFP4_H
+
+#include <stdint.h>
+
+#include "synth.h" /* GPTOSS_HD, gptoss_e2m1_value */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPTOSS_MXFP4_BLOCK 32       /* inputs per scale */
+#define GPTOSS_MXFP4_BLOCK_BYTES 16 /* code bytes per block */
+/* The scales a replica computes with: every nonzero value is then a normal
+ * bf16 (and fp32), which the kernels' dequantization relies on. */
+#define GPTOSS_MXFP4_SCALE_MIN 2
+#define GPTOSS_MXFP4_SCALE_MAX 252
+
+/* blocks of one row of n inputs */
+GPTOSS_HD static inline int64_t gptoss_mxfp4_blocks(int64_t n) {
+    return (n + GPTOSS_MXFP4_BLOCK - 1) / GPTOSS_MXFP4_BLOCK;
+}
+
+/* Decodes one row of n inputs from its blocks' codes and scales. */
+void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out);
+
+/* Encodes one row of n inputs exactly: every value must be an e2m1 value
+ * times a power of two shared by its block of 32. The scale is the
+ * smallest that holds the block's largest magnitude (a block of zeros gets
+ * 127), which is the only one when the block is exact at all; the padding
+ * past n is zero. Returns -1 when exact, else the first input that is not. */
+int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8_t *scales);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
