@@ -16,10 +16,11 @@ extern "C" {
 
 #define GPTOSS_MXFP4_BLOCK 32       /* inputs per scale */
 #define GPTOSS_MXFP4_BLOCK_BYTES 16 /* code bytes per block */
-/* The scales a replica computes with: every nonzero value is then a normal
- * bf16 (and fp32), which the kernels' dequantization relies on. */
+/* The scales a replica computes with (values up to 12 in magnitude): every
+ * nonzero value is then a normal bf16, and so is the factor 2^(s - 1) the
+ * kernels' dequantization multiplies by. */
 #define GPTOSS_MXFP4_SCALE_MIN 2
-#define GPTOSS_MXFP4_SCALE_MAX 252
+#define GPTOSS_MXFP4_SCALE_MAX 128
 
 /* blocks of one row of n inputs */
 GPTOSS_HD static inline int64_t gptoss_mxfp4_blocks(int64_t n) {
