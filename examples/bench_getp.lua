@@ -19,7 +19,8 @@ parser:option("--devices", "Comma-separated GPU numbers, or cpu (default: every 
   :convert(cli.devices)
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
   :convert(cli.integer("--slots", 1))
-parser:option("--weights", "fp32 or bf16.", "bf16")
+parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).", "bf16")
+  :choices { "fp32", "bf16", "mxfp4" }
 parser:option("--scheduler", "continuous or static.", "continuous")
 parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
 parser:option("--tokenizer", "tokenizer.bin.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
@@ -43,7 +44,7 @@ end
 local model = gptoss.synthetic(a.model, { seed = 1 })
 local t0 = gptoss.realtime_ms()
 local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-  devices = a.devices, replica = { weights = a.weights, kv = a.weights, slots = a.slots },
+  devices = a.devices, replica = { weights = a.weights, kv = a.weights == "fp32" and "fp32" or "bf16", slots = a.slots },
   scheduler = a.scheduler, partition = a.partition }
 local t1 = gptoss.realtime_ms()
 io.stderr:write(g:describe(), "\n")

@@ -17,7 +17,8 @@ parser:option("--model", "Synthetic shape name.", "20b")
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
-parser:option("--weights", "fp32 or bf16.", "bf16")
+parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).", "bf16")
+  :choices { "fp32", "bf16", "mxfp4" }
 parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8"):convert(cli.integer("--profile-steps", 0))
@@ -27,11 +28,13 @@ local model = gptoss.synthetic(a.model, { seed = 1 })
 local c = model.config
 local windowed = model.windowed
 local copy_bw = gptoss.copy_bandwidth(a.device)
-local elem = a.weights == "bf16" and 2 or 4
+local kv_mode = a.weights == "fp32" and "fp32" or "bf16"
+local elem = kv_mode == "bf16" and 2 or 4
+local expert_elem = a.weights == "mxfp4" and 17 / 32 or elem -- codes and a scale byte per 32
 
 -- Bytes a decode step must read at least: every dense weight, the experts the
 -- batch touches (expected count for uniform routing), and the cached keys and
--- values of every row (bf16 cache when the weights are bf16).
+-- values of every row (bf16 cache unless the weights are fp32).
 local function step_bytes(B, pos)
   local H, D, Hq, Hkv, I, E, K = c.hidden_dim, c.head_dim, c.n_attn_heads, c.n_kv_heads,
     c.intermediate_dim, c.n_experts, c.experts_per_token
@@ -44,14 +47,14 @@ local function step_bytes(B, pos)
     local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
     kv = kv + B * visible * Hkv * D * 2 * elem
   end
-  return (dense + experts) * elem + kv
+  return dense * elem + experts * expert_elem + kv
 end
 
 local rows = {}
 print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
 for b in a.batches:gmatch("%d+") do
   local B = math.tointeger(b)
-  local r = model:replica { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = a.weights,
+  local r = model:replica { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
     rows = math.max(B, a.prompt), chunk = a.prompt }
   local last = {}
   for s = 1, B do

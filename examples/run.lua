@@ -126,6 +126,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   note(g:describe())
   local slots = {}
   for k, r in ipairs(g.replicas) do slots[k] = r.slots end
+  figures.weights = g.replicas[1].weights
   if a.profile then start_profiling(g.replicas) end
 
   local t1 = gptoss.realtime_ms()
@@ -155,6 +156,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
   local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv }
   note(tostring(r))
+  figures.weights = r.weights
   if a.profile then start_profiling { r } end
   local sampler = a.temperature > 0
       and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
@@ -205,10 +207,10 @@ local function main()
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 
   local devices = a.devices or gptoss.default_devices()
-  -- bf16 is the GPU engine's fast path; the CPU golden's bf16 mode is a reference only
-  local default_mode = devices[1] == "cpu" and "fp32" or "bf16"
-  local weights = a.weights or default_mode
-  local kv = a.kv or a.weights or default_mode
+  -- without --weights each replica picks (the CPU fp32; GPUs mxfp4 where the experts are
+  -- exactly MXFP4, else bf16); the KV cache follows: fp32 with fp32 weights, else bf16
+  local weights = a.weights
+  local kv = a.kv or (weights or (devices[1] == "cpu" and "fp32")) == "fp32" and "fp32" or "bf16"
 
   local figures = {
     mode = a.mode, model = a.synthetic and ("synthetic " .. a.synthetic) or a.checkpoint,

@@ -9,6 +9,10 @@
  * a multiprocessor holds (registers): six at DEPTH 3, four at 5, two at 8
  * (the launcher picks by the grid).
  *
+ * With MXFP4 weights (MX: the experts' tiles, mxfp4.h) a lane's ring
+ * holds its code words and scales, a quarter of the bytes, and turns them
+ * into the same bf16 pieces just before they are multiplied.
+ *
  * With the ROPE_KV epilogue (a qkv projection, heads of 64) block y takes
  * outputs 16 (y % 2).. of head y / 2 and the 16 half a head further, so
  * each rotated pair (i, i + 32) is the block's, whose shared row buffer
@@ -32,9 +36,10 @@ constexpr int STREAM_BN = 32;
  * read its last row (their sums are never stored): the loads need no
  * checks. With them the dense GEMMs at 64 rows issued an instruction every
  * other cycle, and the depth-3 kernel spilled; without them it does not. */
-template <int DEPTH, bool VEC, bool FULL>
+template <int DEPTH, bool VEC, bool FULL, bool MX>
 __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
+    typedef typename weight_pieces<MX>::type WP;
     row_tile t;
     if (!block_rows(a, blockIdx.x, 16, t))
         return;
@@ -44,53 +49,66 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
     int n0 = rope ? (blockIdx.y >> 1) * 64 + (blockIdx.y & 1) * 16 + 32 * (warp >> 1)
                   : blockIdx.y * BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
-    const bf16 *W = expert_w(a, t);
+    const bf16 *W = MX ? nullptr : expert_w(a, t);
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int r = tile16::piece_row(lane, j);
         const bf16 *x = x_row(a, t, FULL ? min(t.begin + r, t.end - 1) : t.begin + r);
         src[0][j] = x ? x + kofs : nullptr;
-        src[1][j] = n0 + r >= a.n  ? nullptr
-                    : a.w_tiled    ? W + gptoss_tiled_at(n0 + r, kofs, chunks)
-                                   : W + (size_t)(n0 + r) * a.k + kofs;
+        src[1][j] = MX || n0 + r >= a.n ? nullptr
+                    : a.w_tiled         ? W + gptoss_tiled_at(n0 + r, kofs, chunks)
+                                        : W + (size_t)(n0 + r) * a.k + kofs;
     }
+    /* MXFP4: the warp's 16 rows are one band of tiles, a chunk a tile further */
+    const uint8_t *w_tiles = MX && n0 < a.n ? mxfp4_tile(expert_w_mxfp4(a, t), n0 / 16, 0, chunks) : nullptr;
     /* tiled weights: a chunk further is a tile further, zeros past k */
     const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
-    auto fetch = [&](int c, uint4 (&buf)[2][P]) {
+    auto fetch = [&](int c, uint4 (&xb)[P], WP &wb) {
         const uint4 zero = make_uint4(0, 0, 0, 0);
         if constexpr (FULL) {
             const int cc = min(c, chunks - 1);
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                buf[0][j] = *(const uint4 *)(src[0][j] + cc * MX_KC);
-                buf[1][j] = *(const uint4 *)(src[1][j] + cc * w_step);
-            }
+            for (int j = 0; j < P; j++)
+                xb[j] = *(const uint4 *)(src[0][j] + cc * MX_KC);
+            if constexpr (MX)
+                wb.load(w_tiles ? w_tiles + (size_t)cc * GPTOSS_MXFP4_TILE_BYTES : nullptr, lane);
+            else
+#pragma unroll
+                for (int j = 0; j < P; j++)
+                    wb.v[j] = *(const uint4 *)(src[1][j] + cc * w_step);
         } else {
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                buf[0][j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
-                buf[1][j] = src[1][j] && c < chunks
-                                ? load8<VEC>(src[1][j] + (size_t)c * (w_step - MX_KC), c * MX_KC, w_end)
-                                : zero;
-            }
+            for (int j = 0; j < P; j++)
+                xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
+            if constexpr (MX)
+                wb.load(w_tiles && c < chunks ? w_tiles + (size_t)c * GPTOSS_MXFP4_TILE_BYTES : nullptr, lane);
+            else
+#pragma unroll
+                for (int j = 0; j < P; j++)
+                    wb.v[j] = src[1][j] && c < chunks
+                                  ? load8<VEC>(src[1][j] + (size_t)c * (w_step - MX_KC), c * MX_KC, w_end)
+                                  : zero;
         }
     };
     tile16::acc_t acc;
 #pragma unroll
     for (int i = 0; i < tile16::N; i++)
         acc[i] = 0.0f;
-    uint4 ring[DEPTH][2][P];
+    uint4 x_ring[DEPTH][P];
+    WP w_ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        fetch(parity + 2 * d, ring[d]);
+        fetch(parity + 2 * d, x_ring[d], w_ring[d]);
     for (int c = parity; c < chunks; c += 2 * DEPTH) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
             if (c + 2 * d >= chunks)
                 break;
-            tile16::mma32(acc, ring[d][0], ring[d][1], lane);
-            fetch(c + 2 * (d + DEPTH), ring[d]);
+            uint4 w[P];
+            w_ring[d].to_bf16(w);
+            tile16::mma32(acc, x_ring[d], w, lane);
+            fetch(c + 2 * (d + DEPTH), x_ring[d], w_ring[d]);
         }
     }
 #pragma unroll
@@ -134,9 +152,12 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
     }
 }
 
-template <int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
-    return full ? gemm_stream_kernel<DEPTH, true, true>
-           : vec ? gemm_stream_kernel<DEPTH, true, false> : gemm_stream_kernel<DEPTH, false, false>;
+template <int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full, bool mx) {
+    if (mx)
+        return full  ? gemm_stream_kernel<DEPTH, true, true, true>
+               : vec ? gemm_stream_kernel<DEPTH, true, false, true> : gemm_stream_kernel<DEPTH, false, false, true>;
+    return full ? gemm_stream_kernel<DEPTH, true, true, false>
+           : vec ? gemm_stream_kernel<DEPTH, true, false, false> : gemm_stream_kernel<DEPTH, false, false, false>;
 }
 
 /* row_blocks tiles of 16 rows (grouped: entries of the tile table) */
@@ -152,9 +173,10 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
     dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
     long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
     const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
-    gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full)
-                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full)
-                                                                               : stream_kernel<5>(vec, full);
+    const bool mx = a->w_mxfp4;
+    gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full, mx)
+                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full, mx)
+                                                                               : stream_kernel<5>(vec, full, mx);
     hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
     return hipGetLastError();
 }

@@ -22,6 +22,14 @@ hipError_t gptoss_launch_synth_fill(const gptoss_synth_param &p, uint64_t first,
                                     void *out, int out_bf16, gptoss_tiling tiling, hipStream_t stream);
 hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count, void *out,
                                  gptoss_tiling tiling, hipStream_t stream);
+/* MXFP4 matrices [n][k] into their tiles (layout.h, mxfp4.h): rows
+ * [first, first + rows) counted over the matrices, from rows in the
+ * checkpoint's form (codes [rows][blocks][16], scales [rows][blocks]) or,
+ * for a synthetic model's MXFP4 tensor, from the recipe (codes NULL). Scales
+ * are clamped to the ones the kernels take: only all-zero blocks have others. */
+hipError_t gptoss_launch_mxfp4_place(const uint8_t *codes, const uint8_t *scales, const gptoss_synth_param *p,
+                                     uint64_t first, uint64_t rows, int64_t n, int64_t k, void *out,
+                                     hipStream_t stream);
 
 /* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a token -1 - j
  * is fed[j], the previous step's sample for its row j (NaN row if invalid) */
@@ -62,6 +70,7 @@ typedef struct {
     const void *w;      /* [n][k] weights, or tiled (grouped: expert e's n k
                            elements, or its gptoss_tiled_elems, further on) */
     int w_tiled;        /* bf16 mode only */
+    int w_mxfp4;        /* MXFP4 tiles (layout.h, mxfp4.h; w_tiled too): grouped only */
     const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
     int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
     int rows_hint;      /* grouped: the expected rows per expert, sizing tiles */

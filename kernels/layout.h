@@ -40,6 +40,16 @@ GPTOSS_HD static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t c
            k % GPTOSS_TILE_K;
 }
 
+/* MXFP4 matrices (kernels/mxfp4.h) are tiled alike: a tile is 256 bytes of
+ * e2m1 codes, the pieces of one lane together (tile16::code_at), then 16
+ * scale bytes, one per tile row. */
+#define GPTOSS_MXFP4_TILE_CODES 256
+#define GPTOSS_MXFP4_TILE_BYTES (GPTOSS_MXFP4_TILE_CODES + GPTOSS_TILE_ROWS)
+GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) {
+    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) * (uint64_t)((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K) *
+           GPTOSS_MXFP4_TILE_BYTES;
+}
+
 /* The experts' GEMM tiles a step of rows rows can need: each expert's pairs
  * in tiles of tile_rows, the last one partial. A replica sizes its tile
  * table for the smallest tile the GEMMs choose (gptoss_gemm_tile_rows). */

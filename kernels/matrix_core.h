@@ -9,6 +9,8 @@
  *   tile16::mma32(acc, x, w, lane) acc += X W^T over the chunk, from the lane's
  *                                  pieces x[PIECES] and w[PIECES]
  *   tile16::coords(i, lane, row, col)  where acc[i] sits: X row, W row (output column)
+ *   tile16::piece_at(row, q)       which lane-piece (lane P + j) holds a tile row's
+ *                                  k 8q..8q+7: a lane's pieces are consecutive
  *
  * A piece is 8 consecutive bf16 of one row. Every target pairs the same k
  * of X and W inside a product, so the sum is X W^T whatever order the k go
@@ -51,9 +53,11 @@ struct tile16 {
 #if defined(GPTOSS_MMA_MFMA)
     __device__ static __forceinline__ int piece_row(int lane, int) { return lane & 15; }
     __device__ static __forceinline__ int piece_k(int lane) { return 8 * ((lane >> 4) & 3); }
+    __device__ static __forceinline__ int piece_at(int row, int q) { return row + 16 * q; }
 #else
     __device__ static __forceinline__ int piece_row(int lane, int j) { return ((lane >> 2) & 7) + 8 * j; }
     __device__ static __forceinline__ int piece_k(int lane) { return 8 * (lane & 3); }
+    __device__ static __forceinline__ int piece_at(int row, int q) { return 2 * (4 * (row & 7) + q) + (row >> 3); }
 #endif
 
     __device__ static __forceinline__ void mma32(acc_t &acc, const uint4 *x, const uint4 *w, int lane) {

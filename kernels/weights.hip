@@ -3,9 +3,12 @@
  * model needs no host copy and holds exactly the CPU's bits, and fp32 →
  * bf16 conversion (round to nearest even, as the golden's bf16 mode) of
  * tensors uploaded from a file; either placed in the tiled layout
- * (layout.h) where asked. */
+ * (layout.h) where asked. MXFP4 matrices go into their tiles from the
+ * checkpoint's form or from the recipe. */
 #include "device.h"
 #include "launchers.h"
+#include "mxfp4.h"
+#include "../src/core/mxfp4.h"
 
 /* where element first + i of a tensor goes: flat, i places after out; tiled,
  * its place in the tensor that begins at out */
@@ -56,5 +59,50 @@ hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count
         return hipSuccess;
     hipLaunchKernelGGL(to_bf16_kernel, grid_for(count, 256), dim3(256), 0, stream, in, first, count,
                        (bf16 *)out, tiling);
+    return hipGetLastError();
+}
+
+/* One thread per 8 inputs (k 8q..) of a row: their codes as the checkpoint
+ * orders them (a word of 4 bytes, k 2j in byte j's low nibble) become the
+ * tile's piece word (mxfp4.h); the thread of a block's first 8 inputs
+ * writes the row's scale. */
+__global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, gptoss_synth_param p, uint64_t first,
+                                   uint64_t rows, int64_t n, int64_t k, uint8_t *out) {
+    const int64_t pieces = (k + 7) / 8, blocks = gptoss_mxfp4_blocks(k), chunks = (k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K;
+    const uint64_t total = rows * (uint64_t)pieces, stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const uint64_t row = first + i / pieces, matrix = row / n;
+        const int64_t q8 = (int64_t)(i % pieces), r = (int64_t)(row % n), c = q8 / 4;
+        uint32_t word = 0, scale;
+        if (codes) {
+            const uint8_t *b = codes + (i / pieces) * blocks * GPTOSS_MXFP4_BLOCK_BYTES + 4 * q8;
+            word = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
+            scale = scales[(i / pieces) * blocks + c];
+        } else { /* the recipe (synth.h): code = hash & 15, scale 2^(scale_exp + d - 1) per block */
+            for (int j = 0; j < 8 && 8 * q8 + j < k; j++)
+                word |= (uint32_t)(gptoss_synth_hash(p.key, row * (uint64_t)k + 8 * q8 + j) & 15u) << (4 * j);
+            const int d = (int)(gptoss_synth_hash(p.block_key, row * (uint64_t)blocks + c) % 3u);
+            scale = (uint32_t)(127 + p.scale_exp + d - 1);
+        }
+        uint32_t piece = 0;
+        for (int b = 0; b < 4; b++)
+            piece |= (word >> (8 * b) & 15u) << (4 * b) | (word >> (8 * b + 4) & 15u) << (16 + 4 * b);
+        uint8_t *tile = out + matrix * gptoss_mxfp4_tiled_bytes(n, k) +
+                        ((uint64_t)(r / GPTOSS_TILE_ROWS) * chunks + c) * GPTOSS_MXFP4_TILE_BYTES;
+        *(uint32_t *)(tile + 4 * tile16::piece_at((int)(r % GPTOSS_TILE_ROWS), (int)(q8 % 4))) = piece;
+        if (q8 % 4 == 0)
+            tile[GPTOSS_MXFP4_TILE_CODES + r % GPTOSS_TILE_ROWS] =
+                (uint8_t)min(max(scale, (uint32_t)GPTOSS_MXFP4_SCALE_MIN), (uint32_t)GPTOSS_MXFP4_SCALE_MAX);
+    }
+}
+
+hipError_t gptoss_launch_mxfp4_place(const uint8_t *codes, const uint8_t *scales, const gptoss_synth_param *p,
+                                     uint64_t first, uint64_t rows, int64_t n, int64_t k, void *out,
+                                     hipStream_t stream) {
+    if (rows == 0)
+        return hipSuccess;
+    gptoss_synth_param recipe = p ? *p : gptoss_synth_param{};
+    hipLaunchKernelGGL(mxfp4_place_kernel, grid_for(rows * (uint64_t)((k + 7) / 8), 256), dim3(256), 0, stream,
+                       codes, scales, recipe, first, rows, n, k, (uint8_t *)out);
     return hipGetLastError();
 }

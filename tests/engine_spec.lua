@@ -26,9 +26,10 @@ describe("model:replica_bytes", function()
   end)
 
   it("plans a GPU replica without a device: weights by type, KV rings, scratch, headroom", function()
-    local fp32 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local fp32 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "fp32" }
     local bf16 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "bf16" }
     assert.are.equal(0, fp32.weights_bf16)
+    assert.are.equal(0, bf16.weights_mxfp4)
     assert.is_true(bf16.weights_bf16 > 0 and bf16.weights_fp32 < fp32.weights_fp32)
     assert.are.equal(fp32.weights, fp32.weights_fp32)
     assert.are.equal(fp32.total, fp32.weights + fp32.kv + fp32.scratch)
@@ -40,6 +41,27 @@ describe("model:replica_bytes", function()
     -- more rows a step, more scratch; the defaults are the replica's (rows 256, chunk 128)
     local defaults = m:replica_bytes { device = 1, slots = 2, ctx = 32 }
     assert.is_true(defaults.scratch > fp32.scratch)
+  end)
+
+  it("plans the experts of an mxfp4 replica in tiles of 16 rows by 32 inputs, 272 bytes each", function()
+    local opts = { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local function with(weights)
+      local o = { weights = weights }
+      for k, v in pairs(opts) do o[k] = v end
+      return m:replica_bytes(o)
+    end
+    local bf16, mxfp4 = with "bf16", with "mxfp4"
+    local c = m.config
+    local function tiles(n, k) return ((n + 15) // 16) * ((k + 31) // 32) * 272 end
+    local function rounded(bytes) return (bytes + 255) // 256 * 256 end
+    local per_layer = c.n_experts * c.n_layers
+    assert.are.equal(rounded(per_layer * tiles(2 * c.intermediate_dim, c.hidden_dim))
+      + rounded(per_layer * tiles(c.hidden_dim, c.intermediate_dim)), mxfp4.weights_mxfp4)
+    assert.are.equal(bf16.weights_fp32, mxfp4.weights_fp32)
+    assert.is_true(mxfp4.weights_bf16 < bf16.weights_bf16)
+    assert.are.equal(mxfp4.weights, mxfp4.weights_fp32 + mxfp4.weights_bf16 + mxfp4.weights_mxfp4)
+    -- a synthetic model's experts are MXFP4, so a GPU replica takes mxfp4 unless told otherwise
+    assert.are.same(mxfp4, m:replica_bytes(opts))
   end)
 
   it("refuses sizes that leave 64 bits instead of wrapping to a small plan", function()

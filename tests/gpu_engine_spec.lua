@@ -97,7 +97,7 @@ end
 
 local function fp32_parity(model, n_slots, starts, decodes, atol, rtol)
   local c = model.config
-  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96 }
+  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96, weights = "fp32" }
   local cpu = model:replica { slots = n_slots, ctx = 96 }
   local worst, rows = 0, 0
   run_pair(gpu, cpu, schedule(n_slots, starts, decodes, c.vocab_size), function(step, r, g, ref, b)
@@ -370,6 +370,51 @@ describe("GPU engine #gpu", function()
       { { "bf16", 128 }, { "bf16", 256 } })
   end)
 
+  describe("mxfp4 replicas give the bf16 replica's logits and tokens bit for bit", function()
+    -- decode steps of n rows then one that adds a prefill chunk: n rows take
+    -- the experts' streaming tiles (up to 16 a expert), the staged ones of
+    -- 32 rows or of 64
+    local function same_bits(m, label, sizes)
+      local c = m.config
+      for _, n in ipairs(sizes) do
+        local function replica(weights)
+          return m:replica { device = 1, slots = n, ctx = 32, rows = n + 8, weights = weights, kv = "bf16" }
+        end
+        local bf16, mx = replica "bf16", replica "mxfp4"
+        assert.are.equal("mxfp4", mx.weights)
+        for step = 0, 3 do
+          local b = { slots = {}, positions = {}, tokens = {}, logits = true }
+          for s = 1, n do
+            b.slots[s], b.positions[s], b.tokens[s] = s, step, (s * 131 + step * 7) % c.vocab_size
+          end
+          if step == 3 then -- slot 1 prefills 8 positions more
+            for i = 1, 8 do
+              b.slots[n + i], b.positions[n + i], b.tokens[n + i] = 1, 3 + i, (i * 977) % c.vocab_size
+            end
+          end
+          local hb, hm = bf16:step(b), mx:step(b)
+          local d = hb:logits():max_abs_diff(hm:logits())
+          assert(d == 0, ("%s, %d rows, step %d: logits differ by %.3g"):format(label, n, step, d))
+          assert.are.same(hb:tokens(), hm:tokens())
+        end
+        assert.is_true(mx.memory.weights_mxfp4 > 0 and mx.memory.weights < bf16.memory.weights)
+        note("mxfp4 = bf16 bits: %s at %d rows; weights %.1f MiB vs %.1f MiB", label, n,
+          mx.memory.weights / 2 ^ 20, bf16.memory.weights / 2 ^ 20)
+        bf16:close()
+        mx:close()
+      end
+    end
+
+    it("7m", function() same_bits(gptoss.synthetic("7m", { seed = 21 }), "7m", { 1, 64, 256 }) end)
+    it("20b-2l", function()
+      same_bits(gptoss.synthetic("20b-2l", { seed = 22 }), "20b-2l", { 1, 4, 64, 256, 512 })
+    end)
+    it("dims that are no multiple of 64 (nor 32: blocks end part empty)", function()
+      same_bits(gptoss.synthetic(mid_with { hidden_dim = 196, intermediate_dim = 152 }, { seed = 23 }),
+        "hidden 196, experts 152", { 3, 128, 256 })
+    end)
+  end)
+
   -- two bf16 replicas of m with 4 slots, `slot` sampling alike in both: one to be fed on
   -- the device, one told its tokens
   local function fed_and_told(m, slot, sampling)
@@ -462,7 +507,7 @@ describe("GPU engine #gpu", function()
     graphed:close()
   end)
 
-  it("converts a model file's weights to the synthetic model's bf16 bits, tiled or not", function()
+  it("converts a model file's weights to the synthetic model's bf16 bits, tiled or not, or MXFP4", function()
     -- 8 experts, top 2: replicas of up to 64 slots tile the experts'
     -- weights (gptoss_gpu_tiled), of 65 keep rows of k. An intermediate
     -- width of 100 leaves tiles part empty (mlp1 200 x 256, mlp2 256 x 100,
@@ -474,10 +519,11 @@ describe("GPU engine #gpu", function()
     local path = helpers.tmp()
     m:save(path)
     local file = gptoss.load(path)
-    local function opts(slots)
-      return { device = 1, slots = slots, ctx = 32, rows = 2, weights = "bf16", kv = "bf16" }
+    local function opts(slots, weights)
+      return { device = 1, slots = slots, ctx = 32, rows = 2, weights = weights or "bf16", kv = "bf16" }
     end
-    local replicas = { m:replica(opts(2)), file:replica(opts(2)), m:replica(opts(65)), file:replica(opts(65)) }
+    local replicas = { m:replica(opts(2)), file:replica(opts(2)), m:replica(opts(65)), file:replica(opts(65)),
+      m:replica(opts(2, "mxfp4")), file:replica(opts(2, "mxfp4")) }
     for pos = 0, 2 do
       local b = { slots = { 1, 2 }, positions = { pos, pos }, tokens = { 3 + pos, 4999 - pos }, logits = true }
       local first = replicas[1]:step(b)
@@ -526,7 +572,7 @@ describe("GPU engine #gpu", function()
 
   it("traces the golden's stages with the golden's values", function()
     local m = gptoss.synthetic("7m", { seed = 12 })
-    local gpu = m:replica { device = 1, slots = 1, ctx = 64 }
+    local gpu = m:replica { device = 1, slots = 1, ctx = 64, weights = "fp32" }
     local cpu = m:replica { slots = 1, ctx = 64 }
     local toks = tokens_for(3, 20, 201088)
     local worst = {}
@@ -596,8 +642,9 @@ describe("GPU engine #gpu", function()
       local r = m:replica { device = 1, slots = 1, ctx = 8 } -- still usable
       assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 0 }, tokens = { 1 } }):tokens())
       local mem = r.memory
-      assert.is_true(mem.weights_fp32 > 0 and mem.kv > 0 and mem.scratch > 0)
-      assert.are.equal(mem.total, mem.weights_fp32 + mem.weights_bf16 + mem.kv + mem.scratch)
+      assert.is_true(mem.weights_fp32 > 0 and mem.weights_mxfp4 > 0 and mem.kv > 0 and mem.scratch > 0)
+      assert.are.equal(mem.weights, mem.weights_fp32 + mem.weights_bf16 + mem.weights_mxfp4)
+      assert.are.equal(mem.total, mem.weights + mem.kv + mem.scratch)
       r:close()
     end)
 

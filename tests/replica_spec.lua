@@ -231,6 +231,33 @@ describe("numeric modes", function()
   end)
 end)
 
+describe("mxfp4 weights", function()
+  local m = model()
+
+  it("compute as the bf16 replica: the experts' MXFP4 values are exact in bf16", function()
+    local mx = m:replica { slots = 1, ctx = 16, weights = "mxfp4" }
+    assert.are.equal("mxfp4", mx.weights)
+    assert.matches("weights mxfp4", tostring(mx), 1, true)
+    local a = run(mx, 1, seq)
+    local b = run(m:replica { slots = 1, ctx = 16, weights = "bf16" }, 1, seq)
+    assert.are.equal(0, a:max_abs_diff(b))
+  end)
+
+  it("are refused, naming the weight, when an expert weight is not MXFP4; the model stays usable", function()
+    local path = H.tmp()
+    m:save(path)
+    local w = m.tensors.w_mlp1
+    local data = H.read_file(path)
+    local at = w.offset + 5 * 4 -- input 5 of expert 0's row 0 in layer 0
+    H.write_file(path, data:sub(1, at) .. string.pack("<f", 0.3) .. data:sub(at + 5))
+    local odd = gptoss.load(path)
+    H.expect_error(function() odd:replica { slots = 1, ctx = 4, weights = "mxfp4" } end,
+      "replica: weights = \"mxfp4\" needs experts exactly in MXFP4", "w_mlp1")
+    assert.are.equal("bf16", odd:replica { slots = 1, ctx = 4, weights = "bf16" }.weights)
+    assert.are.equal("fp32", odd:replica { slots = 1, ctx = 4 }.weights) -- the CPU's default
+  end)
+end)
+
 describe("bad input", function()
   local m = model()
   local r = m:replica { slots = 2, ctx = 8 }
@@ -287,7 +314,7 @@ describe("bad input", function()
     fails({ ctx = -1 }, "ctx = -1 must be in 1..")
     fails({ ctx = 1 << 31 }, "ctx = 2147483648 must be in 1..")
     fails({ ctx = 2.5 }, "ctx must be an integer")
-    fails({ weights = "fp16" }, "weights must be one of fp32, bf16 (got fp16)")
+    fails({ weights = "fp16" }, "weights must be one of fp32, bf16, mxfp4 (got fp16)")
     fails({ kv = 1 }, "kv must be one of fp32, bf16")
     fails({ device = "gpu" }, "device must be \"cpu\" or a GPU number")
     fails({ slot = 2 }, "unknown option 'slot'")

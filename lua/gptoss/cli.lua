@@ -119,8 +119,9 @@ function cli.parser(name)
   p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
     .. "else cpu; generate uses the first).")
     :argname("<list>"):convert(cli.devices)
-  p:option("--weights", "Weight precision (default bf16 on GPUs, fp32 on the CPU)."):choices { "fp32", "bf16" }
-  p:option("--kv", "KV cache precision (default: --weights when given, else as its default)."):choices { "fp32", "bf16" }
+  p:option("--weights", "Weight precision (default: fp32 on the CPU; on GPUs mxfp4 when the experts are "
+    .. "exactly MXFP4, else bf16)."):choices { "fp32", "bf16", "mxfp4" }
+  p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
     :argname("<int>"):convert(cli.integer("--slots", 1))
   p:option("--scheduler", "getp scheduler.", "continuous"):choices { "continuous", "static" }

@@ -14,7 +14,7 @@ struct gptoss_engine {
     unsigned char *slot_sampled;
 };
 
-gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m, gptoss_engine_opts *o,
+gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
                                  gptoss_memory *out, uint64_t *headroom, char *err) {
     gptoss_status s = i->resolve(m, o, err);
     if (s)
@@ -29,6 +29,14 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m
             return gptoss_fail(err, GPTOSS_E_INVALID, "these options need more than 2^63 bytes (%s)",
                                out->part[k].name);
     return GPTOSS_OK;
+}
+
+gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o, char *err) {
+    if (o->weights != GPTOSS_WEIGHTS_MXFP4)
+        return GPTOSS_OK;
+    char why[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_model_experts_mxfp4(m, why);
+    return s ? gptoss_fail(err, s, "weights = \"mxfp4\" needs experts exactly in MXFP4: %.440s", why) : GPTOSS_OK;
 }
 
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,

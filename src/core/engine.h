@@ -12,6 +12,7 @@
 
 #include "batch.h"
 #include "model.h"
+#include "experts_tmp.h" /* TEMPORARY */
 #include "sampler.h"
 #include "status.h"
 #include "tensor.h"
@@ -21,12 +22,20 @@
 extern "C" { /* the HIP engine is C++ */
 #endif
 
+/* How a replica holds its weights (docs/numerics.md). */
+typedef enum {
+    GPTOSS_WEIGHTS_UNSET = -1, /* not given: the engine picks */
+    GPTOSS_WEIGHTS_FP32,       /* as the model has them */
+    GPTOSS_WEIGHTS_BF16,       /* matrices in bf16, GEMM inputs rounded to bf16 */
+    GPTOSS_WEIGHTS_MXFP4       /* as bf16, the experts' matrices in MXFP4 (same values) */
+} gptoss_weights;
+
 /* A replica's options as the caller gives them; an engine fills in its own
  * defaults (gptoss_engine_i.resolve) and refuses those it does not take. */
 typedef struct {
     int device;       /* -1: the CPU; else a 0-based GPU */
     int slots, ctx;   /* independent sequences, positions each */
-    int weights_bf16; /* weight matrices in bf16 and GEMM inputs rounded (else fp32) */
+    int weights;      /* gptoss_weights */
     int kv_bf16;      /* K and V stored in bf16 (else fp32) */
     int threads;      /* CPU worker threads: 0 all online CPUs; -1 not given */
     int rows, chunk;  /* GPU: most rows in one step, of one slot in one step; 0 not given */
@@ -67,7 +76,7 @@ typedef struct {
     /* 1 if every step's logits are computed on the host (kept with it) */
     int host_logits;
     /* checks the options it takes and fills in its defaults */
-    gptoss_status (*resolve)(const gptoss_model *m, gptoss_engine_opts *o, char *err);
+    gptoss_status (*resolve)(gptoss_model *m, gptoss_engine_opts *o, char *err);
     /* the bytes a replica of these (resolved) options takes, before making it;
      * headroom: what must stay free besides (0 where nothing is refused).
      * GPTOSS_E_INVALID when a size leaves 64 bits */
@@ -99,12 +108,19 @@ typedef struct {
                          void *arg);
 } gptoss_engine_i;
 
+/* Whether weight matrices are bf16 values and GEMM inputs rounded to bf16. */
+static inline int gptoss_weights_bf16(const gptoss_engine_opts *o) { return o->weights >= GPTOSS_WEIGHTS_BF16; }
+
+/* Resolves weights = "mxfp4": refused, saying why, when m's experts are not
+ * exactly MXFP4 (gptoss_model_experts_mxfp4). */
+gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o, char *err);
+
 typedef struct gptoss_engine gptoss_engine;
 
 /* The bytes a replica of these options would take on engine i (the memory
  * field of gptoss_engine_memory), and the headroom it keeps free besides;
  * the options are resolved in place. */
-gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, const gptoss_model *m, gptoss_engine_opts *o,
+gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
                                  gptoss_memory *out, uint64_t *headroom, char *err);
 
 /* Makes a replica of m on engine i; the model must outlive it. */

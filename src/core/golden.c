@@ -113,7 +113,7 @@ static void matmul(gptoss_golden *g, float *y, const float *x, int rows, const f
 
 /* The activations a GEMM reads: themselves, or a bf16-rounded copy. */
 static const float *gemm_input(const gptoss_golden *g, float *scratch, const float *x, size_t count) {
-    if (!g->o.weights_bf16)
+    if (!gptoss_weights_bf16(&g->o))
         return x;
     for (size_t i = 0; i < count; i++)
         scratch[i] = gptoss_bf16_round(x[i]);
@@ -121,7 +121,7 @@ static const float *gemm_input(const gptoss_golden *g, float *scratch, const flo
 }
 
 static float weight_value(const gptoss_golden *g, float w) {
-    return g->o.weights_bf16 ? gptoss_bf16_round(w) : w;
+    return gptoss_weights_bf16(&g->o) ? gptoss_bf16_round(w) : w;
 }
 
 /* ---- attention: one task per (row, query head) --------------------------- */
@@ -192,8 +192,12 @@ static uint64_t kv_bytes(const gptoss_config *c, const gptoss_engine_opts *o, in
                               overflow);
 }
 
-static gptoss_status golden_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err) {
-    (void)m;
+static gptoss_status golden_resolve(gptoss_model *m, gptoss_engine_opts *o, char *err) {
+    if (o->weights == GPTOSS_WEIGHTS_UNSET)
+        o->weights = GPTOSS_WEIGHTS_FP32;
+    gptoss_status s = gptoss_weights_check(m, o, err); /* mxfp4: the bf16 golden, same values */
+    if (s)
+        return s;
     if (o->rows || o->chunk)
         return gptoss_fail(err, GPTOSS_E_INVALID, "rows and chunk size a GPU replica's buffers; a CPU "
                                                   "replica takes batches of any size");
@@ -259,7 +263,7 @@ static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o,
                         kv / 1073741824.0);
         goto fail;
     }
-    if (g->o.weights_bf16) {
+    if (gptoss_weights_bf16(&g->o)) {
         const gptoss_config *c = &g->c;
         size_t widest = (size_t)c->hidden_dim;
         if ((size_t)c->n_attn_heads * c->head_dim > widest)

@@ -6,31 +6,45 @@
 #include "../core/checked.h"
 #include "../core/sampler.h"
 
+static int is_expert_matrix(int tensor) { return tensor == GPTOSS_T_W_MLP1 || tensor == GPTOSS_T_W_MLP2; }
+
+gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor) {
+    if (o->weights == GPTOSS_WEIGHTS_MXFP4 && is_expert_matrix(tensor))
+        return GPTOSS_GPU_WEIGHTS_MXFP4;
+    return gptoss_weights_bf16(o) && gptoss_tensor_is_matrix(tensor) ? GPTOSS_GPU_WEIGHTS_BF16
+                                                                      : GPTOSS_GPU_WEIGHTS_FP32;
+}
+
 /* The experts' bf16 weights are tiled when a step that decodes every slot
  * expects at most 16 rows per expert: their GEMMs then stream, where tiles
  * are faster; with more rows they run staged, where rows of k are. The
  * attention's qkv and output projections' up to 64 slots, where their
  * decode GEMMs stream 16-row tiles; with more rows each weight is re-read
  * by several row tiles, which is slower tiled. Either way a row gets the
- * same bits. */
+ * same bits. MXFP4 matrices are always tiled (layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor) {
-    if (!o->weights_bf16)
+    switch (gptoss_gpu_weight_format(o, tensor)) {
+    case GPTOSS_GPU_WEIGHTS_MXFP4:
+        return 1;
+    case GPTOSS_GPU_WEIGHTS_BF16:
+        if (is_expert_matrix(tensor))
+            return (int64_t)o->slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
+        return (tensor == GPTOSS_T_W_QKV || tensor == GPTOSS_T_W_O) && o->slots <= 64;
+    default:
         return 0;
-    if (tensor == GPTOSS_T_W_MLP1 || tensor == GPTOSS_T_W_MLP2)
-        return (int64_t)o->slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
-    return (tensor == GPTOSS_T_W_QKV || tensor == GPTOSS_T_W_O) && o->slots <= 64;
+    }
 }
 
-uint64_t gptoss_gpu_tensor_elems(const gptoss_model *m, const gptoss_engine_opts *o, int tensor) {
+uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts *o, int tensor) {
     const gptoss_tensor_desc *d = &m->layout.t[tensor];
+    gptoss_gpu_category format = gptoss_gpu_weight_format(o, tensor);
+    if (format == GPTOSS_GPU_WEIGHTS_FP32)
+        return d->count * 4;
     if (!gptoss_gpu_tiled(&m->config, o, tensor))
-        return d->count;
+        return d->count * 2;
     int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
-    return d->count / ((uint64_t)n * (uint64_t)k) * gptoss_tiled_elems(n, k);
-}
-
-size_t gptoss_gpu_elem_bytes(const gptoss_engine_opts *o, int tensor) {
-    return o->weights_bf16 && gptoss_tensor_is_matrix(tensor) ? 2 : 4;
+    uint64_t matrices = d->count / ((uint64_t)n * (uint64_t)k);
+    return matrices * (format == GPTOSS_GPU_WEIGHTS_MXFP4 ? gptoss_mxfp4_tiled_bytes(n, k) : 2 * gptoss_tiled_elems(n, k));
 }
 
 /* The next buffer of the arena, of x * y * z * w bytes rounded up to 256,
@@ -62,18 +76,15 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     uint64_t R = (uint64_t)o->rows, H = c->hidden_dim, D = c->head_dim, Hq = c->n_attn_heads;
     uint64_t E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, V = c->vocab_size;
     uint64_t Q = (Hq + 2 * (uint64_t)c->n_kv_heads) * D, HqD = Hq * D, kvd = (uint64_t)c->n_kv_heads * D;
-    uint64_t P = R * K, act = o->weights_bf16 ? 2 : 4, kv = o->kv_bf16 ? 2 : 4, half = D / 2;
+    uint64_t P = R * K, act = gptoss_weights_bf16(o) ? 2 : 4, kv = o->kv_bf16 ? 2 : 4, half = D / 2;
     const gptoss_gpu_kv layers = b->kv; /* the caller's per-layer arrays, or none */
     memset(b, 0, sizeof *b);
     b->kv = layers;
     gptoss_gpu_scratch *s = &b->s;
     gptoss_gpu_trace_buffers *tr = &b->trace;
 
-    for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
-        size_t elem = gptoss_gpu_elem_bytes(o, t);
-        b->w.w[t] = place(b, base, elem == 2 ? GPTOSS_GPU_WEIGHTS_BF16 : GPTOSS_GPU_WEIGHTS_FP32,
-                          gptoss_gpu_tensor_elems(m, o, t), elem, 1, 1);
-    }
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
+        b->w.w[t] = place(b, base, gptoss_gpu_weight_format(o, t), gptoss_gpu_tensor_bytes(m, o, t), 1, 1, 1);
     for (int l = 0; l < c->n_layers; l++) {
         int positions = gptoss_kv_positions(c, l, o->ctx, o->chunk);
         void *k = place(b, base, GPTOSS_GPU_KV, (uint64_t)o->slots, (uint64_t)positions, kvd, kv);
@@ -93,7 +104,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     s->qkv = place(b, base, GPTOSS_GPU_SCRATCH, R, Q, 4, 1);
     s->q = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 4, 1);
     s->attn = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 4, 1);
-    if (o->weights_bf16) {
+    if (gptoss_weights_bf16(o)) {
         s->t_in = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 2, 1);
         s->attn_in = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 2, 1);
     } else { /* the GEMMs read the fp32 buffers themselves */
@@ -131,8 +142,14 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     tr->probs = place(b, base, GPTOSS_GPU_SCRATCH, Hq, (uint64_t)o->ctx + 1, 4, 1);
 }
 
-gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err) {
-    (void)m;
+gptoss_status gptoss_gpu_resolve(gptoss_model *m, gptoss_engine_opts *o, char *err) {
+    if (o->weights == GPTOSS_WEIGHTS_UNSET) { /* the experts in 4 bits where that loses nothing */
+        char why[GPTOSS_ERR_LEN];
+        o->weights = gptoss_model_experts_mxfp4(m, why) ? GPTOSS_WEIGHTS_BF16 : GPTOSS_WEIGHTS_MXFP4;
+    }
+    gptoss_status s = gptoss_weights_check(m, o, err);
+    if (s)
+        return s;
     if (o->threads >= 0)
         return gptoss_fail(err, GPTOSS_E_INVALID, "threads applies to CPU replicas only");
     if (!o->rows)
@@ -154,10 +171,12 @@ gptoss_status gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o
                            "%d slots of %d positions with %d rows a step need more than 2^64 bytes", o->slots,
                            o->ctx, o->rows);
     uint64_t fp32 = b.bytes[GPTOSS_GPU_WEIGHTS_FP32], bf16 = b.bytes[GPTOSS_GPU_WEIGHTS_BF16];
-    *out = (gptoss_memory){6,
+    uint64_t mxfp4 = b.bytes[GPTOSS_GPU_WEIGHTS_MXFP4];
+    *out = (gptoss_memory){7,
                            {{"weights_fp32", fp32},
                             {"weights_bf16", bf16},
-                            {"weights", fp32 + bf16},
+                            {"weights_mxfp4", mxfp4},
+                            {"weights", fp32 + bf16 + mxfp4},
                             {"kv", b.bytes[GPTOSS_GPU_KV]},
                             {"scratch", b.bytes[GPTOSS_GPU_SCRATCH]},
                             {"total", b.total}}};

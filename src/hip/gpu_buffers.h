@@ -18,8 +18,9 @@ extern "C" {
 
 /* what each buffer's bytes count as in a replica's memory report */
 typedef enum {
-    GPTOSS_GPU_WEIGHTS_FP32,
+    GPTOSS_GPU_WEIGHTS_FP32, /* a weight tensor's category is also its format on the device */
     GPTOSS_GPU_WEIGHTS_BF16,
+    GPTOSS_GPU_WEIGHTS_MXFP4,
     GPTOSS_GPU_KV,
     GPTOSS_GPU_SCRATCH,
     GPTOSS_GPU_CATEGORIES
@@ -86,12 +87,12 @@ typedef struct {
 /* Device memory the runtime, the kernels' stacks and other users keep. */
 #define GPTOSS_GPU_HEADROOM ((uint64_t)256 << 20)
 
+/* How the replica holds tensor t: fp32, bf16 or MXFP4 (a weights category). */
+gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor);
 /* Whether the replica holds tensor t's matrices tiled (kernels/layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
-/* elements tensor t takes on the device, a tiled one's padding included */
-uint64_t gptoss_gpu_tensor_elems(const gptoss_model *m, const gptoss_engine_opts *o, int tensor);
-/* bytes of one element of tensor t on the device */
-size_t gptoss_gpu_elem_bytes(const gptoss_engine_opts *o, int tensor);
+/* bytes tensor t takes on the device, a tiled one's padding included */
+uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts *o, int tensor);
 
 /* Lays the buffers out from base (NULL: sizes only, every pointer NULL;
  * b->kv's per-layer arrays are filled where allocated). */
@@ -99,7 +100,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
                        gptoss_gpu_buffers *b);
 
 /* The engine interface's options and plan for GPU replicas. */
-gptoss_status gptoss_gpu_resolve(const gptoss_model *m, gptoss_engine_opts *o, char *err);
+gptoss_status gptoss_gpu_resolve(gptoss_model *m, gptoss_engine_opts *o, char *err);
 gptoss_status gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
                               uint64_t *headroom, char *err);
 

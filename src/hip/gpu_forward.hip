@@ -98,7 +98,7 @@ static gptoss_status embed(gptoss_gpu *g, const pass *p, char *err) {
     const gptoss_config *c = &g->c;
     gptoss_trace *trace = p->trace;
     /* s.tokens still holds the previous step's draws (this step's come last) */
-    RUN("embedding", gptoss_launch_embedding(g->buf.w.w[GPTOSS_T_EMBEDDING], g->o.weights_bf16, p->tokens,
+    RUN("embedding", gptoss_launch_embedding(g->buf.w.w[GPTOSS_T_EMBEDDING], gptoss_weights_bf16(&g->o), p->tokens,
                                              g->buf.s.tokens, c->vocab_size, p->b->n, c->hidden_dim,
                                              g->buf.s.x, g->stream));
     REC(EMBEDDING, -1, 0, c->hidden_dim, g->buf.s.x);
@@ -136,7 +136,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
     const int R = p->b->n, H = c->hidden_dim, Hq = c->n_attn_heads, D = c->head_dim;
-    const int HqD = Hq * D, Q = gptoss_qkv_dim(c), bf = g->o.weights_bf16;
+    const int HqD = Hq * D, Q = gptoss_qkv_dim(c), bf = gptoss_weights_bf16(&g->o);
     const int windowed = gptoss_layer_windowed(c, l);
     hipStream_t st = g->stream;
     if (l == 0 || trace)
@@ -221,7 +221,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
     const int R = p->b->n, H = c->hidden_dim, E = c->n_experts, K = c->experts_per_token;
-    const int I = c->intermediate_dim, P = R * K, bf = g->o.weights_bf16;
+    const int I = c->intermediate_dim, P = R * K, bf = gptoss_weights_bf16(&g->o);
     hipStream_t st = g->stream;
 
     gptoss_router_args ro = {};
@@ -249,6 +249,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m1.x_rows = s->pair_row;
     m1.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP1, l);
     m1.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_MLP1);
+    m1.w_mxfp4 = gptoss_gpu_weight_format(&g->o, GPTOSS_T_W_MLP1) == GPTOSS_GPU_WEIGHTS_MXFP4;
     m1.bias = (const float *)g->buf.w.w[GPTOSS_T_B_MLP1] + (size_t)l * E * 2 * I;
     m1.rows = P;
     m1.n = 2 * I;
@@ -282,6 +283,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m2.x_rows = NULL;
     m2.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP2, l);
     m2.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_MLP2);
+    m2.w_mxfp4 = gptoss_gpu_weight_format(&g->o, GPTOSS_T_W_MLP2) == GPTOSS_GPU_WEIGHTS_MXFP4;
     m2.bias = (const float *)g->buf.w.w[GPTOSS_T_B_MLP2] + (size_t)l * E * H;
     m2.n = H;
     m2.k = I;
@@ -321,7 +323,7 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     const gptoss_config *c = &g->c;
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
-    const int R = p->b->n, H = c->hidden_dim, bf = g->o.weights_bf16;
+    const int R = p->b->n, H = c->hidden_dim, bf = gptoss_weights_bf16(&g->o);
     if (trace || c->n_layers == 0)
         RUN("rmsnorm", gptoss_launch_rmsnorm(s->x, (const float *)g->buf.w.w[GPTOSS_T_RMS_OUT], R, H, s->x,
                                              bf ? s->t_in : NULL, g->stream));
@@ -363,8 +365,8 @@ gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char
     if (g->prof.on || g->sync_launches)
         return gptoss_gpu_forward(g, b, NULL, err);
     /* fp32 mode's exact attention does not split */
-    int full = g->o.weights_bf16 ? plan_splits(g, b, 0) : 0;
-    int window = g->o.weights_bf16 ? plan_splits(g, b, g->c.sliding_window > 0) : 0;
+    int full = gptoss_weights_bf16(&g->o) ? plan_splits(g, b, 0) : 0;
+    int window = gptoss_weights_bf16(&g->o) ? plan_splits(g, b, g->c.sliding_window > 0) : 0;
     struct graph_entry *slot = &g->graphs.entry[0];
     for (int i = 0; i < GPTOSS_GRAPHS; i++) {
         struct graph_entry *e = &g->graphs.entry[i];

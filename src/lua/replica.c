@@ -22,7 +22,9 @@ typedef struct {
     int collected; /* its finaliser ran (a later finaliser may still reach it) */
 } lua_step;
 
-static const char *const dtype_modes[] = {"fp32", "bf16", NULL};
+/* in gptoss_weights order */
+static const char *const weight_modes[] = {"fp32", "bf16", "mxfp4", NULL};
+static const char *const kv_modes[] = {"fp32", "bf16", NULL};
 
 /* Raises "<fn>: <message>". A row whose token could not be drawn is always
  * the failure of a step's tokens, also when a step fed by it finds out. */
@@ -108,8 +110,8 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     o.threads = threads_given ? (int)threads : -1;
     o.rows = (int)rows;
     o.chunk = (int)chunk;
-    o.weights_bf16 = gptoss_opt_choice(L, idx, fn, "weights", dtype_modes, 0);
-    o.kv_bf16 = gptoss_opt_choice(L, idx, fn, "kv", dtype_modes, 0);
+    o.weights = gptoss_opt_choice(L, idx, fn, "weights", weight_modes, GPTOSS_WEIGHTS_UNSET);
+    o.kv_bf16 = gptoss_opt_choice(L, idx, fn, "kv", kv_modes, 0);
     return o;
 }
 
@@ -438,8 +440,10 @@ static int replica_get(lua_State *L) {
         lua_pushinteger(L, o->slots);
     } else if (strcmp(k, "ctx") == 0) {
         lua_pushinteger(L, o->ctx);
-    } else if (strcmp(k, "weights") == 0 || strcmp(k, "kv") == 0) {
-        lua_pushstring(L, dtype_modes[k[0] == 'w' ? o->weights_bf16 : o->kv_bf16]);
+    } else if (strcmp(k, "weights") == 0) {
+        lua_pushstring(L, weight_modes[o->weights]);
+    } else if (strcmp(k, "kv") == 0) {
+        lua_pushstring(L, kv_modes[o->kv_bf16]);
     } else if (strcmp(k, "threads") == 0 && o->threads > 0) {
         lua_pushinteger(L, o->threads);
     } else if (strcmp(k, "rows") == 0 && o->rows > 0) {
@@ -473,7 +477,7 @@ static int replica_tostring(lua_State *L) {
     else
         snprintf(bound, sizeof bound, "%d rows per step", o->rows);
     lua_pushfstring(L, "gptoss.replica(%s, %d slots x %d positions, weights %s, kv %s, %s)", where, o->slots,
-                    o->ctx, dtype_modes[o->weights_bf16], dtype_modes[o->kv_bf16], bound);
+                    o->ctx, weight_modes[o->weights], kv_modes[o->kv_bf16], bound);
     return 1;
 }
 
