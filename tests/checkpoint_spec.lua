@@ -380,8 +380,12 @@ describe("checkpoints", function()
       ("cannot write checkpoint '%s': it exists"):format(dir))
     assert.are.same({ "keep" }, H.list_dir(dir))
     local empty = tmpdir()
-    m:save(empty, { format = "original" })
+    m:save(empty .. "/", { format = "original" })
     assert_same_tensors(m, gptoss.load(empty))
+    local parent, base = empty:match("^(.*)/([^/]*)$")
+    for _, name in ipairs(H.list_dir(parent)) do
+      assert.is_nil(name:find(base .. ".tmp-", 1, true), name) -- the temporary directory is gone
+    end
     expect_error(function() m:save(tmpdir() .. "/no/such/dir", { format = "hf" }) end, "No such file or directory")
   end)
 end)

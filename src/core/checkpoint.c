@@ -699,6 +699,8 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
     if (!s) {
         names = calloc((size_t)shards, sizeof *names);
         size_t len = strlen(dir);
+        while (len > 1 && dir[len - 1] == '/') /* the sibling of "out/" is "out.tmp-..." */
+            len--;
         tmp = malloc(len + 12);
         int bad = !names || !tmp;
         for (int k = 0; k < shards && !bad; k++)
@@ -706,7 +708,7 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
         if (bad)
             s = out_of_memory(err);
         else
-            snprintf(tmp, len + 12, "%s.tmp-XXXXXX", dir);
+            snprintf(tmp, len + 12, "%.*s.tmp-XXXXXX", (int)len, dir);
     }
     if (!s && !mkdtemp(tmp))
         s = gptoss_fail(err, GPTOSS_E_IO, "cannot write checkpoint '%s': cannot make '%s': %s", dir,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "json_kind.h"
 
 /* The key of each config field (gptoss_fields order), dotted into nested
  * objects, with an alternative spelling some configs use. seq_len's key is
@@ -50,18 +51,6 @@ static const fixed_number original_fixed[] = {
 static const field_keys *keys_of(gptoss_format f) { return f == GPTOSS_FORMAT_HF ? &hf_keys : &original_keys; }
 static const fixed_number *fixed_of(gptoss_format f) { return f == GPTOSS_FORMAT_HF ? hf_fixed : original_fixed; }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* root's value at a key with at most one dot (rope_scaling.factor), or NULL */
 static json_t *lookup(json_t *root, const char *key) {
     const char *dot = strchr(key, '.');
@@ -91,7 +80,7 @@ static gptoss_status read_field(const char *path, json_t *root, const char *cons
         if (!json_is_integer(v))
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "checkpoint config '%s': %s must be an integer (got %s)", path, *name,
-                               json_kind(v));
+                               gptoss_json_kind(v));
         json_int_t x = json_integer_value(v);
         if (x < INT32_MIN || x > INT32_MAX)
             return gptoss_fail(err, GPTOSS_E_INVALID,
@@ -103,7 +92,7 @@ static gptoss_status read_field(const char *path, json_t *root, const char *cons
         if (!json_is_number(v))
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "checkpoint config '%s': %s must be a number (got %s)", path, *name,
-                               json_kind(v));
+                               gptoss_json_kind(v));
         float x = (float)json_number_value(v);
         memcpy(dst, &x, sizeof x);
     }
@@ -117,7 +106,7 @@ static gptoss_status check_fixed(const char *path, json_t *root, const fixed_num
         if (v && !json_is_number(v))
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "checkpoint config '%s': %s must be a number (got %s)", path, x->key,
-                               json_kind(v));
+                               gptoss_json_kind(v));
         if (v && json_number_value(v) != x->value)
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "checkpoint config '%s': %s = %g is not implemented (the forward "
@@ -133,16 +122,14 @@ static gptoss_status check_hf_rope(const char *path, json_t *root, char *err) {
     if (!json_is_object(rs))
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "checkpoint config '%s': rope_scaling must be an object (got %s)", path,
-                           rs ? json_kind(rs) : "nothing");
+                           gptoss_json_kind(rs));
     json_t *type = json_object_get(rs, "rope_type");
+    char got[80];
     if (!json_is_string(type) || strcmp(json_string_value(type), "yarn") != 0)
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "checkpoint config '%s': rope_scaling.rope_type must be \"yarn\", the "
-                           "RoPE the forward pass implements (got %s%s%s)",
-                           path, json_is_string(type) ? "\"" : "",
-                           json_is_string(type) ? json_string_value(type)
-                                                : type ? json_kind(type) : "nothing",
-                           json_is_string(type) ? "\"" : "");
+                           "RoPE the forward pass implements (got %s)",
+                           path, gptoss_json_describe(type, got, sizeof got));
     json_t *truncate = json_object_get(rs, "truncate");
     if (truncate && !json_is_false(truncate))
         return gptoss_fail(err, GPTOSS_E_INVALID,
@@ -172,14 +159,13 @@ static gptoss_status check_layer_types(const char *path, json_t *root, const gpt
     for (int l = 0; l < c->n_layers; l++) {
         json_t *v = json_array_get(types, (size_t)l);
         const char *want = gptoss_layer_windowed(c, l) ? "sliding_attention" : "full_attention";
+        char got[80];
         if (!json_is_string(v) || strcmp(json_string_value(v), want) != 0)
             return gptoss_fail(err, GPTOSS_E_INVALID,
-                               "checkpoint config '%s': layer_types[%d] is %s%s%s; the forward pass "
+                               "checkpoint config '%s': layer_types[%d] is %s; the forward pass "
                                "has %s there (sliding_attention on even layers when sliding_window "
                                "> 0, full_attention elsewhere)",
-                               path, l, json_is_string(v) ? "\"" : "",
-                               json_is_string(v) ? json_string_value(v) : json_kind(v),
-                               json_is_string(v) ? "\"" : "", want);
+                               path, l, gptoss_json_describe(v, got, sizeof got), want);
     }
     return GPTOSS_OK;
 }
@@ -218,7 +204,7 @@ gptoss_status gptoss_checkpoint_config_read(const char *path, gptoss_format *f, 
     gptoss_status s = GPTOSS_OK;
     if (!json_is_object(root)) {
         s = gptoss_fail(err, GPTOSS_E_INVALID, "checkpoint config '%s' is %s, not an object", path,
-                        json_kind(root));
+                        gptoss_json_kind(root));
         goto done;
     }
     if (json_object_get(root, "num_local_experts"))

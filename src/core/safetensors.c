@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "json_kind.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors files are little-endian; big-endian hosts are not supported"
@@ -67,18 +68,6 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const gptoss_st_tensor *)a)->name, ((const gptoss_st_tensor *)b)->name);
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* a JSON integer >= 0, or -1 */
 static int64_t json_count(const json_t *v) {
     return json_is_integer(v) && json_integer_value(v) >= 0 ? (int64_t)json_integer_value(v) : -1;
@@ -92,13 +81,13 @@ static gptoss_status read_entry(const char *path, const char *name, const json_t
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "safetensors file '%s': tensor '%s' is %s, not an object {dtype, shape, "
                            "data_offsets}",
-                           path, name, json_kind(v));
+                           path, name, gptoss_json_kind(v));
     const json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
     const json_t *offsets = json_object_get(v, "data_offsets");
     if (!json_is_string(dtype))
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "safetensors file '%s': tensor '%s': dtype must be a string (got %s)", path,
-                           name, dtype ? json_kind(dtype) : "nothing");
+                           name, gptoss_json_kind(dtype));
     int d = 0;
     while (d < N_DTYPES && strcmp(dtypes[d].name, json_string_value(dtype)) != 0)
         d++;
@@ -155,12 +144,12 @@ static gptoss_status check_metadata(const char *path, const json_t *v, char *err
     if (!json_is_object(v))
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "safetensors file '%s': __metadata__ must be an object of strings (got %s)",
-                           path, json_kind(v));
+                           path, gptoss_json_kind(v));
     json_object_foreach((json_t *)v, key, value) {
         if (!json_is_string(value))
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "safetensors file '%s': __metadata__ '%s' must be a string (got %s)",
-                               path, key, json_kind(value));
+                               path, key, gptoss_json_kind(value));
     }
     return GPTOSS_OK;
 }
@@ -230,7 +219,7 @@ static gptoss_status parse_header(gptoss_st_file *f, char *err) {
     if (!json_is_object(root)) {
         s = gptoss_fail(err, GPTOSS_E_INVALID,
                         "safetensors file '%s': the header is %s, not an object", path,
-                        json_kind(root));
+                        gptoss_json_kind(root));
         goto done;
     }
     size_t count = json_object_size(root) - (json_object_get(root, "__metadata__") != NULL);
