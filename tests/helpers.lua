@@ -1,6 +1,6 @@
 -- Helpers shared by the specs: files, temporary paths and directories, safetensors files
--- read and written plainly, error checks, tables and the course's config fields (docs/course.md: #header order,
--- #named-configurations-and-constants values).
+-- read and written plainly, error checks, tables and the course's config fields
+-- (docs/course.md: #header order, #named-configurations-and-constants values).
 local helpers = {}
 
 -- Header fields in file order.
