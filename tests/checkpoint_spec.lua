@@ -342,6 +342,13 @@ describe("checkpoints", function()
     assert.are.equal(want, logits_bytes(gptoss.load(saved(m, { format = "original" })), tokens))
   end)
 
+  it("refuses a GPU replica of a checkpoint model, which the GPU engine cannot upload yet", function()
+    local h = gptoss.load(saved(tiny(), { format = "original" }))
+    expect_error(function() h:replica { device = 1, slots = 1, ctx = 8 } end,
+      "replica: GPU replicas of checkpoint models (original) are not supported yet")
+    assert.are.equal(4, h:replica { device = "cpu", slots = 4, ctx = 8 }.slots)
+  end)
+
   it("takes seq_len from max_position_embeddings, else initial context x the RoPE factor", function()
     local dir = saved(tiny(), { format = "hf" })
     local c = read_json(dir .. "/config.json")

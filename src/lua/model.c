@@ -232,6 +232,25 @@ static int model_save(lua_State *L) {
     return 0;
 }
 
+/* model:replica{...}. A GPU replica's weights come from a course file's mapping
+ * or the synthetic recipe (src/hip), which a checkpoint has neither of: such a
+ * replica is refused here until src/hip reads through gptoss_model_read. */
+static int model_replica(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    int checkpoint = m->format == GPTOSS_FORMAT_HF || m->format == GPTOSS_FORMAT_ORIGINAL;
+    if (checkpoint && lua_istable(L, 2)) {
+        lua_getfield(L, 2, "device");
+        int gpu = lua_isinteger(L, -1);
+        lua_pop(L, 1);
+        if (gpu)
+            return luaL_error(L,
+                              "replica: GPU replicas of checkpoint models (%s) are not supported "
+                              "yet; save the model as a course .bin and load that",
+                              gptoss_format_name(m->format));
+    }
+    return gptoss_lua_replica(L);
+}
+
 /* model:experts_mxfp4() -> true, or false and the first expert weight that is not MXFP4 */
 static int model_experts_mxfp4(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
@@ -302,7 +321,7 @@ void gptoss_open_model(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"tensor", model_tensor},   {"gpu_tensor", model_gpu_tensor},
         {"save", model_save},       {"experts_mxfp4", model_experts_mxfp4},
-        {"replica", gptoss_lua_replica},
+        {"replica", model_replica},
         {"replica_bytes", gptoss_lua_replica_bytes}, {NULL, NULL},
     };
     static const luaL_Reg meta[] = {{"__gc", model_gc}, {"__tostring", model_tostring}, {NULL, NULL}};
