@@ -91,11 +91,11 @@ typedef struct {
 /* Every part of a model in course order (each tensor's parts in its element order). */
 static part *list_parts(const gptoss_model *m, const layout_names *ln, int *n_out) {
     const gptoss_config *c = &m->config;
-    int n = 0;
+    int64_t n = 0; /* a config may claim 2^31 layers: no int overflow before calloc refuses */
     for (int t = 0; t < GPTOSS_N_TENSORS; t++)
         for (int p = 0; p < 3 && ln->parts[t][p]; p++)
             n += m->layout.t[t].per_layer ? c->n_layers : 1;
-    part *parts = calloc((size_t)n, sizeof *parts);
+    part *parts = n <= INT32_MAX / 2 ? calloc((size_t)n, sizeof *parts) : NULL;
     if (!parts)
         return NULL;
     part *q = parts;
@@ -127,7 +127,7 @@ static part *list_parts(const gptoss_model *m, const layout_names *ln, int *n_ou
             }
         }
     }
-    *n_out = n;
+    *n_out = (int)n;
     return parts;
 }
 
@@ -307,10 +307,10 @@ static gptoss_status take(const gptoss_model *m, const char *where, const char *
 static gptoss_status take_tensors(gptoss_model *m, const layout_names *ln, const char *where,
                                   char *err) {
     static const gptoss_st_dtype dense[2] = {GPTOSS_ST_BF16, GPTOSS_ST_F32};
-    static const gptoss_st_dtype bytes[2] = {GPTOSS_ST_U8, GPTOSS_ST_U8};
-    int n;
+    static const gptoss_st_dtype u8[2] = {GPTOSS_ST_U8, GPTOSS_ST_U8};
+    int n = 0;
     part *parts = list_parts(m, ln, &n);
-    gptoss_piece *pieces = calloc((size_t)n, sizeof *pieces);
+    gptoss_piece *pieces = parts ? calloc((size_t)n, sizeof *pieces) : NULL;
     if (!parts || !pieces) {
         free(parts);
         free(pieces);
@@ -330,9 +330,9 @@ static gptoss_status take_tensors(gptoss_model *m, const layout_names *ln, const
         if (is_mxfp4(q->tensor)) {
             char name[NAME_LEN + 16];
             snprintf(name, sizeof name, "%s%s", q->name, ln->blocks);
-            if (!(s = take(m, where, name, bytes, &q->blocks, &t, err))) {
+            if (!(s = take(m, where, name, u8, &q->blocks, &t, err))) {
                 snprintf(name, sizeof name, "%s%s", q->name, ln->scales);
-                s = take(m, where, name, bytes, &q->scales, &scales, err);
+                s = take(m, where, name, u8, &q->scales, &scales, err);
             }
             if (!s) {
                 p->kind = GPTOSS_PIECE_MXFP4;
@@ -435,9 +435,9 @@ static int exactly_bf16(const gptoss_model *m, int t, uint64_t first, uint64_t c
 static gptoss_status plan(const gptoss_model *m, const layout_names *ln, uint64_t shard_bytes,
                           written **out, int *n_out, unsigned char ***headers, uint64_t **header_bytes,
                           int *n_shards, char *err) {
-    int n_parts;
+    int n_parts = 0;
     part *parts = list_parts(m, ln, &n_parts);
-    written *w = calloc((size_t)n_parts * 2, sizeof *w);
+    written *w = parts ? calloc((size_t)n_parts * 2, sizeof *w) : NULL;
     float *buf = malloc(CHUNK * sizeof *buf);
     if (!parts || !w || !buf) {
         free(parts);
