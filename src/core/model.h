@@ -25,7 +25,7 @@ typedef enum {
     GPTOSS_N_FORMATS
 } gptoss_format;
 
-/* "course", "hf", "original", "synthetic"; gptoss_format_by_name's inverse (-1: unknown). */
+/* A format's name ("course", "hf", "original", "synthetic"), and the format of a name (-1: none). */
 const char *gptoss_format_name(gptoss_format f);
 int gptoss_format_by_name(const char *name);
 
