@@ -223,7 +223,8 @@ describe("checkpoints", function()
     local t = checkpoint_tensors(saved(m, { format = "hf" }))
     local qkv = bytes_of(m:tensor("w_qkv", 2))
     local p = "model.layers.1.self_attn."
-    assert.are.equal(qkv, t[p .. "q_proj.weight"].bytes .. t[p .. "k_proj.weight"].bytes .. t[p .. "v_proj.weight"].bytes)
+    assert.are.equal(qkv,
+      t[p .. "q_proj.weight"].bytes .. t[p .. "k_proj.weight"].bytes .. t[p .. "v_proj.weight"].bytes)
     assert.are.equal(bytes_of(m:tensor("b_mlp1", 2)), t["model.layers.1.mlp.experts.gate_up_proj_bias"].bytes)
     assert.are.equal(bytes_of(m:tensor("out")), t["lm_head.weight"].bytes)
     assert.are.equal(bytes_of(m:tensor("rms_ffn_w", 3)), t["model.layers.2.post_attention_layernorm.weight"].bytes)
@@ -512,14 +513,16 @@ describe("malformed checkpoints", function()
     local file = dir .. "/model.safetensors"
     local raw = read_file(file)
     write_file(file, string.pack("<I8", #raw - 7) .. raw:sub(9))
-    refuses(dir, ("safetensors file '%s': header length %d exceeds the bytes after it (%d)"):format(file, #raw - 7, #raw - 8))
+    refuses(dir, ("safetensors file '%s': header length %d exceeds the bytes after it (%d)")
+      :format(file, #raw - 7, #raw - 8))
     -- a sparse file longer than the length, which is past the limit
     local f = assert(io.open(file, "wb"))
     f:write(string.pack("<I8", 100000001))
     f:seek("set", 100000100)
     f:write("x")
     f:close()
-    refuses(dir, ("safetensors file '%s': header length 100000001 exceeds the limit of safetensors (100000000)"):format(file))
+    refuses(dir, ("safetensors file '%s': header length 100000001 exceeds the limit of safetensors (100000000)")
+      :format(file))
     write_file(file, "abc")
     refuses(dir, ("safetensors file '%s' has 3 bytes, fewer than the 8"):format(file))
   end)
@@ -549,8 +552,14 @@ describe("malformed checkpoints", function()
     t.shape = nil
     H.write_safetensors(file, {}, st.data, nil, '{"model.norm.weight": {"dtype": "F32", "data_offsets": [0, 160]}}')
     refuses(dir, "tensor 'model.norm.weight': shape must be an array")
-    H.write_safetensors(file, {}, st.data, nil, '{"model.norm.weight": {"dtype": "F32", "shape": [40], "data_offsets": [0]}}')
+    H.write_safetensors(file, {}, st.data, nil,
+      '{"model.norm.weight": {"dtype": "F32", "shape": [40], "data_offsets": [0]}}')
     refuses(dir, "tensor 'model.norm.weight': data_offsets must be [begin, end]")
+    H.write_safetensors(file, {}, st.data, nil,
+      '{"model.norm.weight": {"dtype": "F32", "shape": [40], "data_offsets": [160, 0]}}')
+    refuses(dir, ("safetensors file '%s': tensor 'model.norm.weight': data_offsets must be [begin, end] with "
+      .. "0 <= begin <= end")
+      :format(file))
   end)
 
   it("refuses a tensor whose size is not its dtype's size times its shape", function()
@@ -569,9 +578,12 @@ describe("malformed checkpoints", function()
     local file = rewrite(dir, st)
     refuses(dir, ("safetensors file '%s': tensor '%s'"):format(file, b.name), ("overlaps tensor '%s'"):format(a.name))
     b.offsets = { saved_b + 4, b.offsets[2] + 8 }
-    for i = 7, #st.tensors do st.tensors[i].offsets = { st.tensors[i].offsets[1] + 4, st.tensors[i].offsets[2] + 4 } end
+    for i = 7, #st.tensors do
+      st.tensors[i].offsets = { st.tensors[i].offsets[1] + 4, st.tensors[i].offsets[2] + 4 }
+    end
     rewrite(dir, st, st.data .. "\0\0\0\0")
-    refuses(dir, ("safetensors file '%s': no tensor holds data bytes %d..%d (a hole after tensor '%s' before tensor '%s')")
+    refuses(dir, ("safetensors file '%s': no tensor holds data bytes %d..%d (a hole after tensor '%s' before "
+      .. "tensor '%s')")
       :format(file, saved_b, saved_b + 3, a.name, b.name))
     dir, st = fixture()
     file = rewrite(dir, st, st.data:sub(1, -2))
@@ -588,10 +600,14 @@ describe("malformed checkpoints", function()
     local q = entry(st, "model.layers.2.self_attn.q_proj.weight")
     q.dtype = "I32"
     rewrite(dir, st)
-    refuses(dir, ("checkpoint file '%s': tensor 'model.layers.2.self_attn.q_proj.weight' has dtype I32; gpt-oss needs BF16 or F32"):format(file))
+    refuses(dir, ("checkpoint file '%s': tensor 'model.layers.2.self_attn.q_proj.weight' has dtype I32; gpt-oss "
+      .. "needs BF16 or F32")
+      :format(file))
     q.dtype, q.shape = "F32", { C.hidden_dim, C.n_attn_heads * C.head_dim }
     rewrite(dir, st)
-    refuses(dir, ("checkpoint file '%s': tensor 'model.layers.2.self_attn.q_proj.weight' has shape [40, 32]; the config makes it [32, 40]"):format(file))
+    refuses(dir, ("checkpoint file '%s': tensor 'model.layers.2.self_attn.q_proj.weight' has shape [40, 32]; the "
+      .. "config makes it [32, 40]")
+      :format(file))
     dir, st = fixture()
     local s = entry(st, "model.layers.0.mlp.experts.down_proj_scales")
     s.dtype, s.shape = "I8", s.shape
@@ -603,12 +619,16 @@ describe("malformed checkpoints", function()
     local dir, st = fixture()
     entry(st, "model.layers.1.mlp.router.bias").name = "model.layers.1.mlp.router.biases"
     rewrite(dir, st)
-    refuses(dir, ("checkpoint '%s': tensor 'model.layers.1.mlp.router.bias' is missing from '%s/model.safetensors'"):format(dir, dir))
+    refuses(dir, ("checkpoint '%s': tensor 'model.layers.1.mlp.router.bias' is missing from '%s/model.safetensors'")
+      :format(dir, dir))
     dir, st = fixture()
     local n = #st.data
-    st.tensors[#st.tensors + 1] = { name = "model.layers.3.input_layernorm.weight", dtype = "F32", shape = { 40 }, offsets = { n, n + 160 } }
+    st.tensors[#st.tensors + 1] = { name = "model.layers.3.input_layernorm.weight", dtype = "F32", shape = { 40 },
+      offsets = { n, n + 160 } }
     local file = rewrite(dir, st, st.data .. ("\0"):rep(160))
-    refuses(dir, ("checkpoint file '%s': unexpected tensor 'model.layers.3.input_layernorm.weight' (not one of a 3-layer gpt-oss's)"):format(file))
+    refuses(dir, ("checkpoint file '%s': unexpected tensor 'model.layers.3.input_layernorm.weight' (not one of a "
+      .. "3-layer gpt-oss's)")
+      :format(file))
   end)
 
   it("refuses a shard the index names that is missing, and an index that disagrees with its shards", function()
@@ -633,7 +653,8 @@ describe("malformed checkpoints", function()
     map.weight_map["model.norm.weight"] = holder
     map.weight_map["model.other"] = holder
     write_json(index, map)
-    refuses(dir, ("checkpoint index '%s' puts tensor 'model.other' in '%s', which does not hold it"):format(index, holder))
+    refuses(dir, ("checkpoint index '%s' puts tensor 'model.other' in '%s', which does not hold it")
+      :format(index, holder))
     map.weight_map["model.other"] = "../x.safetensors"
     write_json(index, map)
     refuses(dir, ("checkpoint index '%s': weight_map['model.other'] must be the name of a file"):format(index))
@@ -660,13 +681,16 @@ describe("checkpoint configs", function()
   end
 
   it("refuses RoPE settings the forward pass does not implement", function()
-    refuses("hf", function(c) c.rope_scaling.rope_type = "linear" end, 'rope_scaling.rope_type must be "yarn"', '(got "linear")')
+    refuses("hf", function(c) c.rope_scaling.rope_type = "linear" end,
+      'rope_scaling.rope_type must be "yarn"', '(got "linear")')
     refuses("hf", function(c) c.rope_scaling = nil end, "rope_scaling must be an object (got nothing)")
-    refuses("hf", function(c) c.rope_scaling.beta_fast = 16 end, "rope_scaling.beta_fast = 16 is not implemented (the forward pass uses 32)")
+    refuses("hf", function(c) c.rope_scaling.beta_fast = 16 end,
+      "rope_scaling.beta_fast = 16 is not implemented (the forward pass uses 32)")
     refuses("hf", function(c) c.rope_scaling.beta_slow = 2 end, "rope_scaling.beta_slow = 2 is not implemented")
     refuses("hf", function(c) c.rope_scaling.truncate = true end, "rope_scaling.truncate must be false")
     refuses("hf", function(c) c.rope_scaling.factor = 0.5 end, "rope_scaling.factor = 0.5 is not implemented")
-    refuses("original", function(c) c.rope_ntk_beta = 16 end, "rope_ntk_beta = 16 is not implemented (the forward pass uses 32)")
+    refuses("original", function(c) c.rope_ntk_beta = 16 end,
+      "rope_ntk_beta = 16 is not implemented (the forward pass uses 32)")
     refuses("original", function(c) c.rope_ntk_alpha = 2 end, "rope_ntk_alpha = 2 is not implemented")
     refuses("hf", function(c) c.rope_scaling.original_max_position_embeddings = 64 end,
       "rope: YaRN bounds", "rope_scaling.original_max_position_embeddings=64")
@@ -677,8 +701,10 @@ describe("checkpoint configs", function()
       'layer_types[1] is "sliding_attention"; the forward pass has full_attention there')
     refuses("hf", function(c) c.layer_types = { "full_attention", "sliding_attention", "full_attention" } end,
       'layer_types[0] is "full_attention"')
-    refuses("hf", function(c) c.layer_types[4] = "full_attention" end, "layer_types must be an array of num_hidden_layers = 3 names")
-    refuses("hf", function(c) c.rms_norm_eps = 1e-6 end, "rms_norm_eps = 1e-06 is not implemented (the forward pass uses 1e-05)")
+    refuses("hf", function(c) c.layer_types[4] = "full_attention" end,
+      "layer_types must be an array of num_hidden_layers = 3 names")
+    refuses("hf", function(c) c.rms_norm_eps = 1e-6 end,
+      "rms_norm_eps = 1e-06 is not implemented (the forward pass uses 1e-05)")
   end)
 
   it("refuses missing fields and wrong JSON types", function()
@@ -686,16 +712,20 @@ describe("checkpoint configs", function()
     refuses("hf", function(c) c.num_experts_per_tok = nil end, "num_experts_per_tok is missing")
     refuses("original", function(c) c.experts_per_token = nil end, "experts_per_token is missing")
     refuses("hf", function(c) c.hidden_size = "40" end, "hidden_size must be an integer (got a string)")
-    refuses("hf", function(c) c.num_hidden_layers = 3.5 end, "num_hidden_layers must be an integer (got a real number)")
+    refuses("hf", function(c) c.num_hidden_layers = 3.5 end,
+      "num_hidden_layers must be an integer (got a real number)")
     refuses("hf", function(c) c.rope_theta = true end, "rope_theta must be a number (got a boolean)")
     refuses("original", function(c) c.swiglu_limit = {} end, "swiglu_limit must be a number")
-    refuses("hf", function(c) c.rope_scaling.beta_fast = "32" end, "rope_scaling.beta_fast must be a number (got a string)")
+    refuses("hf", function(c) c.rope_scaling.beta_fast = "32" end,
+      "rope_scaling.beta_fast must be a number (got a string)")
   end)
 
   it("refuses values out of range, by their config.json names", function()
     refuses("hf", function(c) c.num_hidden_layers = 0 end, "config: num_hidden_layers = 0 must be positive")
-    refuses("hf", function(c) c.num_attention_heads = 3 end, "config: num_attention_heads = 3 is not a multiple of num_key_value_heads = 2")
-    refuses("original", function(c) c.experts_per_token = 9 end, "config: experts_per_token = 9 exceeds num_experts = 4")
+    refuses("hf", function(c) c.num_attention_heads = 3 end,
+      "config: num_attention_heads = 3 is not a multiple of num_key_value_heads = 2")
+    refuses("original", function(c) c.experts_per_token = 9 end,
+      "config: experts_per_token = 9 exceeds num_experts = 4")
     refuses("hf", function(c) c.hidden_size = 1 << 40 end, "hidden_size = 1099511627776 does not fit in 32 bits")
     refuses("hf", function(c) c.sliding_window = -1 end, "config: sliding_window = -1 must be >= 0")
     refuses("hf", function(c) c.max_position_embeddings = nil; c.rope_scaling.factor = 1e6 end,
@@ -712,7 +742,8 @@ describe("checkpoint configs", function()
     expect_error(function() gptoss.load(dir) end, ("checkpoint config '%s' is an array, not an object"):format(path))
     write_file(path, '{"hidden_size": 40}')
     expect_error(function() gptoss.load(dir) end,
-      ("checkpoint config '%s' is neither a Hugging Face one (num_local_experts) nor an OpenAI original one (num_experts)"):format(path))
+      ("checkpoint config '%s' is neither a Hugging Face one (num_local_experts) nor an OpenAI original one "
+        .. "(num_experts)"):format(path))
   end)
 
   it("reads experts_per_token for num_experts_per_tok", function()
@@ -743,7 +774,8 @@ describe("the command line on a checkpoint", function()
       assert.are.equal(0, code, err)
       assert.truthy(stdout:find("max_seq_len: 2048\n", 1, true), stdout)
       outputs[#outputs + 1] = read_file(out)
-      local gcode, text, gerr = run { model, "-i", "Hello", "-n", "8", "-z", tokenizer, "--devices", "cpu", "--quiet" }
+      local gcode, text, gerr = run { model, "-i", "Hello", "-n", "8", "-z", tokenizer, "--devices", "cpu",
+        "--quiet" }
       assert.are.equal(0, gcode, gerr)
       outputs[#outputs + 1] = text
     end

@@ -48,8 +48,12 @@ static const fixed_number hf_fixed[] = {
 static const fixed_number original_fixed[] = {
     {"rope_ntk_beta", 32}, {"rope_ntk_alpha", 1}, {NULL, 0}};
 
-static const field_keys *keys_of(gptoss_format f) { return f == GPTOSS_FORMAT_HF ? &hf_keys : &original_keys; }
-static const fixed_number *fixed_of(gptoss_format f) { return f == GPTOSS_FORMAT_HF ? hf_fixed : original_fixed; }
+static const field_keys *keys_of(gptoss_format f) {
+    return f == GPTOSS_FORMAT_HF ? &hf_keys : &original_keys;
+}
+static const fixed_number *fixed_of(gptoss_format f) {
+    return f == GPTOSS_FORMAT_HF ? hf_fixed : original_fixed;
+}
 
 /* root's value at a key with at most one dot (rope_scaling.factor), or NULL */
 static json_t *lookup(json_t *root, const char *key) {
@@ -183,7 +187,8 @@ static gptoss_status derive_seq_len(const char *path, gptoss_config *c, const ch
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "checkpoint config '%s': %s x %s = %.0f exceeds 2^31-1 (give "
                            "max_position_embeddings)",
-                           path, gptoss_field_name(names, offsetof(gptoss_config, initial_context_length)),
+                           path,
+                           gptoss_field_name(names, offsetof(gptoss_config, initial_context_length)),
                            gptoss_field_name(names, offsetof(gptoss_config, rope_scaling_factor)), n);
     c->seq_len = n < 1 ? 1 : (int32_t)n;
     return GPTOSS_OK;

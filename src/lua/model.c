@@ -218,15 +218,17 @@ static int model_save(lua_State *L) {
         int given = !lua_isnil(L, -1);
         lua_pop(L, 1);
         if (given && format == 0)
-            return luaL_error(L, "save: shard_bytes is for checkpoints (format = \"hf\" or \"original\")");
+            return luaL_error(L,
+                              "save: shard_bytes is for checkpoints (format = \"hf\" or \"original\")");
         shard_bytes = gptoss_opt_integer(L, 3, "save", "shard_bytes", shard_bytes);
         if (shard_bytes < 1)
             return luaL_error(L, "save: shard_bytes must be a positive integer (got %I)", shard_bytes);
     }
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = format == 0 ? gptoss_model_save(m, path, err)
-                                  : gptoss_checkpoint_save(m, path, gptoss_format_by_name(formats[format]),
-                                                           (uint64_t)shard_bytes, err);
+    gptoss_status s =
+        format == 0 ? gptoss_model_save(m, path, err)
+                    : gptoss_checkpoint_save(m, path, gptoss_format_by_name(formats[format]),
+                                             (uint64_t)shard_bytes, err);
     if (s)
         return luaL_error(L, "save: %s", err);
     return 0;
