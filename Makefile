@@ -21,6 +21,9 @@ HIPCC      ?= hipcc
 CFLAGS     ?= -O2
 # extra include folders (the GPU machine's private Debian prefix)
 EXTRA_INC  ?=
+# libjansson (checkpoints' JSON): empty means where Debian puts it
+JANSSON_INCDIR ?=
+JANSSON_LIBDIR ?=
 
 ifeq ($(strip $(HIP_PLATFORM)),)
   ifneq ($(and $(NVCC),$(wildcard $(HIP_INCDIR)/hip/hip_runtime.h)),)
@@ -43,7 +46,8 @@ TOKENIZER := $(BUILD)/tokenizer.bin
 
 # Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
 GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
-                 -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC))
+                 -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC) $(JANSSON_INCDIR))
+LIBS := $(addprefix -L,$(JANSSON_LIBDIR)) -ljansson -lm -lpthread
 # a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
 HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
 
@@ -80,18 +84,18 @@ $(OBJ)/%.o: %.hip
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ -lm -lpthread
+	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ $(LIBS)
 else ifeq ($(HIP_PLATFORM),amd)
 $(OBJ)/%.o: %.hip
 	@mkdir -p $(dir $@)
 	$(HIPCC) $(AMD_FLAGS) -MMD -MP -c $< -o $@
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(HIPCC) -shared -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(OBJS) -o $@ -lm -lpthread
+	$(HIPCC) -shared -fPIC $(addprefix --offload-arch=,$(GPU_ARCH)) $(OBJS) -o $@ $(LIBS)
 else
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(OBJS) -o $@ -lm -lpthread
+	$(CC) -shared $(OBJS) -o $@ $(LIBS)
 endif
 
 -include $(OBJS:.o=.d)
@@ -103,12 +107,13 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # What demo and test need, installed from Debian when missing (a fresh
 # Debian 12 machine needs nothing else). Node only builds $(TOKENIZER), so
 # a machine that already has the file (the GPU machine, offline) needs no npm.
-SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson
+SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev
+JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 SETUP_NODE_PACKAGES := nodejs npm
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
-	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(BUSTED) ] && \
+	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(JANSSON_H) ] && [ -f $(BUSTED) ] && \
 	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
 	  pkgs="$(SETUP_PACKAGES)"; \
 	fi; \
@@ -154,7 +159,7 @@ platforms:
 # Debian packages the GPU machine lacks (no network there): carry .deps/
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
-             lua-penlight lua-say lua-system lua-term lua-argparse
+             lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
@@ -168,6 +173,7 @@ DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
 GPU_MACHINE_MAKE = $(MAKE) RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
+	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
 	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
 	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' TESTS='$(TESTS)'
 gpu-machine-test:
@@ -182,7 +188,8 @@ gpu-machine-run:
 	mkdir -p $(DEBROOT)
 	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
 	$(MAKE) LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
-	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu all
+	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu \
+	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) all
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
 	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
 

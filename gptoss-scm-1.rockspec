@@ -17,12 +17,18 @@ the course's command line, as the command gptoss-run.
 dependencies = {
   "lua >= 5.4",
 }
+-- checkpoints' JSON (Debian: libjansson-dev)
+external_dependencies = {
+  JANSSON = { header = "jansson.h", library = "jansson" },
+}
 build = {
   type = "make",
   build_variables = {
     CFLAGS = "$(CFLAGS)",
     LUA_INCDIR = "$(LUA_INCDIR)",
     LUA = "$(LUA)",
+    JANSSON_INCDIR = "$(JANSSON_INCDIR)",
+    JANSSON_LIBDIR = "$(JANSSON_LIBDIR)",
   },
   install_variables = {
     INST_LIBDIR = "$(LIBDIR)",

@@ -4,6 +4,7 @@
 --   run.lua <model.bin> -m getp -i requests.txt -o output.txt [-n 1024] [-t 0 -p 0.9 -s 0] [-z tokenizer.bin]
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
+--   <model.bin> may also be a checkpoint directory (docs/checkpoints.md)
 -- plus our long options (--devices, --weights, --kv, --slots, --scheduler, --partition,
 -- --profile, --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
 --

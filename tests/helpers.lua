@@ -1,6 +1,6 @@
--- Helpers shared by the specs: files, temporary paths, error checks, tables
--- and the course's config fields (docs/course.md: #header order,
--- #named-configurations-and-constants values).
+-- Helpers shared by the specs: files, temporary paths and directories, safetensors files
+-- read and written plainly, error checks, tables and the course's config fields
+-- (docs/course.md: #header order, #named-configurations-and-constants values).
 local helpers = {}
 
 -- Header fields in file order.
@@ -110,7 +110,11 @@ function helpers.absent_device()
   return n + 1, n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
 end
 
-local tmpfiles = {}
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local tmpfiles, tmpdirs = {}, {}
 
 --- A fresh temporary path, removed (with its ".tmp" sibling) by cleanup().
 function helpers.tmp()
@@ -119,17 +123,66 @@ function helpers.tmp()
   return p
 end
 
+--- A fresh empty temporary directory, removed with everything in it by cleanup().
+function helpers.tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  assert(os.execute("mkdir " .. shell_quote(p)))
+  tmpdirs[#tmpdirs + 1] = p
+  return p
+end
+
 function helpers.cleanup()
   for _, p in ipairs(tmpfiles) do
     os.remove(p)
     os.remove(p .. ".tmp")
   end
-  tmpfiles = {}
+  for _, p in ipairs(tmpdirs) do os.execute("rm -rf " .. shell_quote(p)) end
+  tmpfiles, tmpdirs = {}, {}
   collectgarbage()
 end
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
+--- The names in a directory, sorted.
+function helpers.list_dir(dir)
+  local names, p = {}, assert(io.popen("ls -A " .. shell_quote(dir)))
+  for name in p:lines() do names[#names + 1] = name end
+  p:close()
+  table.sort(names)
+  return names
+end
+
+--- A safetensors file read plainly (docs/checkpoints.md#safetensors), with dkjson rather
+-- than the library's reader: {header = decoded JSON, data = the bytes after the header,
+-- tensors = {name, dtype, shape, offsets, bytes} sorted by their offsets}.
+function helpers.read_safetensors(path)
+  local raw = helpers.read_file(path)
+  local n = string.unpack("<I8", raw)
+  local header = assert(require("dkjson").decode(raw:sub(9, 8 + n)))
+  local data = raw:sub(9 + n)
+  local tensors = {}
+  for name, e in pairs(header) do
+    if name ~= "__metadata__" then
+      local b, e2 = e.data_offsets[1], e.data_offsets[2]
+      tensors[#tensors + 1] = { name = name, dtype = e.dtype, shape = e.shape, offsets = { b, e2 },
+        bytes = data:sub(b + 1, e2) }
+    end
+  end
+  table.sort(tensors, function(x, y) return x.offsets[1] < y.offsets[1] end)
+  return { header = header, data = data, tensors = tensors }
+end
+
+--- Writes a safetensors file of `tensors` ({name, dtype, shape, offsets}) in their order, the
+-- JSON built here (metadata: a JSON object text, or nil), then `data`; header_text, when
+-- given, replaces the JSON.
+function helpers.write_safetensors(path, tensors, data, metadata, header_text)
+  local parts = {}
+  for _, t in ipairs(tensors) do
+    parts[#parts + 1] = ('"%s":{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}'):format(t.name, t.dtype,
+      table.concat(t.shape, ","), t.offsets[1], t.offsets[2])
+  end
+  if metadata then parts[#parts + 1] = '"__metadata__":' .. metadata end
+  local text = header_text or ("{" .. table.concat(parts, ",") .. "}")
+  helpers.write_file(path, string.pack("<I8", #text) .. text .. data)
 end
 
 --- A runner of a script of the repository as a child process, with the interpreter

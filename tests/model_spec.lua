@@ -558,8 +558,14 @@ describe("loading invalid files", function()
          "No such file")
    end)
 
-   it("reports a directory", function()
-      expect_error(function() gptoss.load("/tmp") end, "not a regular file", "'/tmp'")
+   it("reports a path that is neither a file nor a directory", function()
+      expect_error(function() gptoss.load("/dev/null") end, "neither a regular file nor a directory",
+         "'/dev/null'")
+   end)
+
+   it("reads a directory as a checkpoint, and says so when it holds none", function()
+      local dir = H.tmpdir()
+      expect_error(function() gptoss.load(dir) end, ("cannot open checkpoint config '%s/config.json'"):format(dir))
    end)
 
    it("requires a string path", function()

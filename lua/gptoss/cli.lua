@@ -2,9 +2,10 @@
 -- examples/run.lua (installed as gptoss-run): argument parsing, the course's post-processing of the values, and the
 -- text the command prints besides the course's timing lines.
 --
--- Syntax: `run <checkpoint.bin> [-x value]...` as the course's, or `--synthetic NAME`
--- instead of the file. Course flags are "-" and one letter and always take the next
--- argument as their value, whatever it looks like (`-t -1`, `-i "-a prompt"`, `-i ""`):
+-- Syntax: `run <checkpoint.bin> [-x value]...` as the course's (the model may also be a
+-- checkpoint directory), or `--synthetic NAME` instead of the file. Course flags are "-" and
+-- one letter and always take the next argument as their value, whatever it looks like
+-- (`-t -1`, `-i "-a prompt"`, `-i ""`):
 -- cli.parse rewrites each such pair as `--long=value` before argparse sees it, since
 -- argparse would take a value starting with "-" for an option. A flag given twice keeps
 -- its last value, as in the course. Our own options are all "--" long names, so none can
@@ -99,7 +100,7 @@ function cli.parser(name)
       "  " .. name .. " model.bin -n 256 -i \"Once upon a time\"",
       "  " .. name .. " --synthetic 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
     }, "\n"))
-  p:argument("checkpoint", "A course .bin model file (or --synthetic NAME)."):args("?")
+  p:argument("checkpoint", "A course .bin model file or a checkpoint directory (or --synthetic NAME)."):args("?")
   course(p, "-t", "Temperature; 0 is greedy (below 0 means 0).", "0"):argname("<float>")
     :convert(number("-t"))
   course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")

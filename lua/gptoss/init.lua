@@ -9,7 +9,8 @@ local gptoss = {
   platform = core.platform, -- what core.so was built for: "cpu", "nvidia" or "amd"
 }
 
---- Loads a course .bin model file (read-only mmap, validated).
+--- Loads a model, mapped read-only and validated: a course .bin file, or a checkpoint
+-- directory in the Hugging Face or OpenAI original/ layout (docs/checkpoints.md).
 function gptoss.load(path)
   if type(path) ~= "string" then
     error(("load: path must be a string (got %s)"):format(type(path)), 2)

@@ -50,7 +50,20 @@ int gptoss_tensor_is_matrix(int tensor) {
     }
 }
 
+const char *gptoss_field_name(const char *const *names, size_t offset) {
+    for (int f = 0; f < GPTOSS_N_FIELDS; f++)
+        if (gptoss_fields[f].offset == offset)
+            return names ? names[f] : gptoss_fields[f].name;
+    return "?";
+}
+
 gptoss_status gptoss_config_validate(const gptoss_config *c, char *err) {
+    return gptoss_config_validate_named(c, NULL, err);
+}
+
+gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *const *names,
+                                           char *err) {
+#define NAME(field) gptoss_field_name(names, offsetof(gptoss_config, field))
     /* sizes that must be >= 1 */
     static const size_t positive[] = {
         offsetof(gptoss_config, vocab_size), offsetof(gptoss_config, hidden_dim),
@@ -63,47 +76,41 @@ gptoss_status gptoss_config_validate(const gptoss_config *c, char *err) {
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
         int32_t v;
         memcpy(&v, (const char *)c + positive[i], sizeof v);
-        if (v <= 0) {
-            const char *name = "?";
-            for (int f = 0; f < GPTOSS_N_FIELDS; f++)
-                if (gptoss_fields[f].offset == positive[i])
-                    name = gptoss_fields[f].name;
-            return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d must be positive", name, v);
-        }
+        if (v <= 0)
+            return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d must be positive",
+                               gptoss_field_name(names, positive[i]), v);
     }
     if (c->n_attn_heads % c->n_kv_heads != 0)
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: n_attn_heads = %d is not a multiple of n_kv_heads = %d",
-                           c->n_attn_heads, c->n_kv_heads);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d is not a multiple of %s = %d",
+                           NAME(n_attn_heads), c->n_attn_heads, NAME(n_kv_heads), c->n_kv_heads);
     if (c->head_dim % 2 != 0)
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: head_dim = %d must be even (half-split RoPE)", c->head_dim);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d must be even (half-split RoPE)",
+                           NAME(head_dim), c->head_dim);
     if (c->experts_per_token > c->n_experts)
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: experts_per_token = %d exceeds n_experts = %d",
-                           c->experts_per_token, c->n_experts);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d exceeds %s = %d",
+                           NAME(experts_per_token), c->experts_per_token, NAME(n_experts),
+                           c->n_experts);
     if (c->sliding_window < 0)
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: sliding_window = %d must be >= 0 (0: no window)",
-                           c->sliding_window);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %d must be >= 0 (0: no window)",
+                           NAME(sliding_window), c->sliding_window);
     if (!(isfinite(c->rope_theta) && c->rope_theta > 1.0f))
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: rope_theta = %g must be a finite number > 1", c->rope_theta);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %g must be a finite number > 1",
+                           NAME(rope_theta), c->rope_theta);
     if (!(isfinite(c->rope_scaling_factor) && c->rope_scaling_factor > 0.0f))
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: rope_scaling_factor = %g must be finite and > 0",
-                           c->rope_scaling_factor);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %g must be finite and > 0",
+                           NAME(rope_scaling_factor), c->rope_scaling_factor);
     if (!(isfinite(c->swiglu_limit) && c->swiglu_limit > 0.0f))
-        return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: swiglu_limit = %g must be finite and > 0", c->swiglu_limit);
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %g must be finite and > 0",
+                           NAME(swiglu_limit), c->swiglu_limit);
     /* qkv rows are computed in int by every engine */
     int64_t qkv = (int64_t)c->head_dim * ((int64_t)c->n_attn_heads + 2 * (int64_t)c->n_kv_heads);
     if (qkv > INT32_MAX || 2 * (int64_t)c->intermediate_dim > INT32_MAX)
         return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: head_dim*(n_attn_heads+2*n_kv_heads) = %lld or 2*intermediate_dim "
-                           "exceeds 2^31-1",
-                           (long long)qkv);
-    return gptoss_rope_check(c, err);
+                           "config: %s*(%s+2*%s) = %lld or 2*%s exceeds 2^31-1", NAME(head_dim),
+                           NAME(n_attn_heads), NAME(n_kv_heads), (long long)qkv,
+                           NAME(intermediate_dim));
+    return gptoss_rope_check(c, names, err);
+#undef NAME
 }
 
 /* dims multiplied with overflow detection; then *4 bytes */

@@ -85,6 +85,13 @@ typedef struct {
 /* Checks every field (and the YaRN bounds, gptoss_rope_check);
  * GPTOSS_E_INVALID with a message naming the field and the values. */
 gptoss_status gptoss_config_validate(const gptoss_config *c, char *err);
+/* The same, the fields called in messages by names[i] (gptoss_fields order)
+ * instead of their course names: a checkpoint's config.json keys. NULL:
+ * the course names. */
+gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *const *names,
+                                           char *err);
+/* Field i's name in names, or its course name when names is NULL. */
+const char *gptoss_field_name(const char *const *names, size_t offset);
 
 /* Computes shapes, counts and offsets; GPTOSS_E_INVALID when a byte count
  * does not fit in 64 bits (or the file size in a signed one). Call after

@@ -12,7 +12,6 @@
 
 #include "batch.h"
 #include "model.h"
-#include "experts_tmp.h" /* TEMPORARY */
 #include "sampler.h"
 #include "status.h"
 #include "tensor.h"

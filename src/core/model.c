@@ -10,20 +10,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bf16.h"
+#include "checkpoint.h"
+#include "mxfp4.h"
 #include "synth_params.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the course .bin format is little-endian; big-endian hosts are not supported"
 #endif
 
-/* A model of config c with its layout, no tensors yet: GPTOSS_E_INVALID
- * when c fails validation, GPTOSS_E_HOST_MEMORY. */
-static gptoss_status model_new(const gptoss_config *c, gptoss_model **out, char *err) {
+static const char *const format_names[GPTOSS_N_FORMATS] = {
+    [GPTOSS_FORMAT_COURSE] = "course", [GPTOSS_FORMAT_HF] = "hf",
+    [GPTOSS_FORMAT_ORIGINAL] = "original", [GPTOSS_FORMAT_SYNTHETIC] = "synthetic",
+};
+
+const char *gptoss_format_name(gptoss_format f) { return format_names[f]; }
+
+int gptoss_format_by_name(const char *name) {
+    for (int f = 0; f < GPTOSS_N_FORMATS; f++)
+        if (strcmp(format_names[f], name) == 0)
+            return f;
+    return -1;
+}
+
+gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names, gptoss_format f,
+                               gptoss_model **out, char *err) {
     gptoss_model *m = calloc(1, sizeof *m);
     if (!m)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     m->config = *c;
-    gptoss_status s = gptoss_config_validate(c, err);
+    m->format = f;
+    m->synthetic = f == GPTOSS_FORMAT_SYNTHETIC;
+    gptoss_status s = gptoss_config_validate_named(c, names, err);
     if (!s)
         s = gptoss_layout_compute(c, &m->layout, err);
     if (s) {
@@ -34,47 +52,31 @@ static gptoss_status model_new(const gptoss_config *c, gptoss_model **out, char 
     return GPTOSS_OK;
 }
 
-gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot read model file '%s': not a regular file", path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < GPTOSS_HEADER_BYTES) {
-        close(fd);
+/* A course .bin (docs/course.md#the-model-file). */
+static gptoss_status open_course_file(const char *path, int fd, uint64_t size, gptoss_model **out,
+                                      char *err) {
+    if (size < GPTOSS_HEADER_BYTES)
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "model file '%s' truncated: expected at least %d bytes (the header), "
                            "file has %llu",
                            path, GPTOSS_HEADER_BYTES, (unsigned long long)size);
-    }
     gptoss_config c;
-    if (pread(fd, &c, sizeof c, 0) != (ssize_t)sizeof c) {
-        gptoss_status s = gptoss_fail(err, GPTOSS_E_IO, "cannot read the header of '%s': %s", path,
-                                      strerror(errno));
-        close(fd);
-        return s;
-    }
+    if (pread(fd, &c, sizeof c, 0) != (ssize_t)sizeof c)
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot read the header of '%s': %s", path,
+                           strerror(errno));
     char why[GPTOSS_ERR_LEN];
     gptoss_model *m;
-    gptoss_status s = model_new(&c, &m, why);
-    if (s) {
-        close(fd);
+    gptoss_status s = gptoss_model_new(&c, NULL, GPTOSS_FORMAT_COURSE, &m, why);
+    if (s)
         return gptoss_fail(err, s, "model file '%.180s': %.300s", path, why);
-    }
     if (size < m->layout.total_bytes) {
         s = gptoss_fail(err, GPTOSS_E_INVALID,
                         "model file '%s' truncated: expected %llu bytes, file has %llu", path,
                         (unsigned long long)m->layout.total_bytes, (unsigned long long)size);
         free(m);
-        close(fd);
         return s;
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (map == MAP_FAILED) {
         s = gptoss_fail(err, GPTOSS_E_IO, "cannot map model file '%s': %s", path, strerror(errno));
         free(m);
@@ -83,20 +85,41 @@ gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err)
     m->map = map;
     m->map_bytes = (size_t)size;
     m->trailing_bytes = size - m->layout.total_bytes;
-    m->path = strdup(path);
+    if (!(m->path = strdup(path))) {
+        gptoss_model_free(m);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    }
     for (int t = 0; t < GPTOSS_N_TENSORS; t++)
         m->tensor[t] = (const float *)(m->map + m->layout.t[t].offset);
     *out = m;
     return GPTOSS_OK;
 }
 
+gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return gptoss_checkpoint_open(path, out, err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
+    gptoss_status s;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        s = gptoss_fail(err, GPTOSS_E_IO,
+                        "cannot read model file '%s': neither a regular file nor a directory", path);
+    else
+        s = open_course_file(path, fd, (uint64_t)st.st_size, out, err);
+    close(fd);
+    return s;
+}
+
 gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,
                                      char *err) {
     gptoss_model *m;
-    gptoss_status s = model_new(c, &m, err);
+    gptoss_status s = gptoss_model_new(c, NULL, GPTOSS_FORMAT_SYNTHETIC, &m, err);
     if (s)
         return s;
-    m->synthetic = 1;
     m->seed = seed;
     *out = m;
     return GPTOSS_OK;
@@ -119,19 +142,22 @@ uint64_t gptoss_host_memory_available(void) {
 }
 
 gptoss_status gptoss_model_weights(gptoss_model *m, char *err) {
-    if (!m->synthetic || m->owned)
+    if (m->tensor[0]) /* a course file's mapping, or materialised before */
         return GPTOSS_OK;
     uint64_t bytes = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
     uint64_t avail = gptoss_host_memory_available();
+    const char *what = gptoss_format_name(m->format);
     if (bytes > avail || bytes > SIZE_MAX)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
-                           "synthetic weights need %.2f GiB of host memory, %.2f GiB available",
-                           bytes / 1073741824.0, avail / 1073741824.0);
+                           "the fp32 weights of a %s model need %.2f GiB of host memory, %.2f GiB "
+                           "available",
+                           what, bytes / 1073741824.0, avail / 1073741824.0);
     float *data = malloc((size_t)bytes);
     if (!data)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
-                           "cannot allocate %.2f GiB of host memory for synthetic weights",
-                           bytes / 1073741824.0);
+                           "cannot allocate %.2f GiB of host memory for the fp32 weights of a %s "
+                           "model",
+                           bytes / 1073741824.0, what);
     for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
         float *dst = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
         gptoss_model_read(m, t, 0, m->layout.t[t].count, dst);
@@ -141,12 +167,192 @@ gptoss_status gptoss_model_weights(gptoss_model *m, char *err) {
     return GPTOSS_OK;
 }
 
+/* The piece holding element i of a checkpoint tensor: the last whose first <= i. */
+static const gptoss_piece *piece_at(const gptoss_source *src, uint64_t i) {
+    int lo = 0, hi = src->n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (src->piece[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &src->piece[lo];
+}
+
+static void read_piece(const gptoss_piece *p, uint64_t at, uint64_t n, float *out) {
+    switch (p->kind) {
+    case GPTOSS_PIECE_BF16:
+        for (uint64_t i = 0; i < n; i++) {
+            const unsigned char *b = p->data + 2 * (at + i);
+            out[i] = gptoss_bf16_float((uint16_t)(b[0] | b[1] << 8));
+        }
+        break;
+    case GPTOSS_PIECE_F32:
+        memcpy(out, p->data + 4 * at, (size_t)n * 4);
+        break;
+    case GPTOSS_PIECE_MXFP4: {
+        int64_t blocks = gptoss_mxfp4_blocks(p->row);
+        while (n) { /* row by row */
+            uint64_t row = at / (uint64_t)p->row, k = at % (uint64_t)p->row;
+            uint64_t take = n < (uint64_t)p->row - k ? n : (uint64_t)p->row - k;
+            gptoss_mxfp4_decode(p->data + row * blocks * GPTOSS_MXFP4_BLOCK_BYTES,
+                                p->scales + row * blocks, (int64_t)k, (int64_t)take, out);
+            at += take, n -= take, out += take;
+        }
+        break;
+    }
+    }
+}
+
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out) {
-    if (m->synthetic && !m->owned) {
+    if (m->tensor[tensor]) {
+        memcpy(out, m->tensor[tensor] + first, (size_t)count * sizeof(float));
+    } else if (m->synthetic) {
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, tensor);
         gptoss_synth_fill(&p, first, count, out);
     } else {
-        memcpy(out, m->tensor[tensor] + first, (size_t)count * sizeof(float));
+        const gptoss_source *src = &m->source[tensor];
+        for (const gptoss_piece *p = piece_at(src, first); count; p++) {
+            uint64_t at = first - p->first;
+            uint64_t n = count < p->count - at ? count : p->count - at;
+            read_piece(p, at, n, out);
+            first += n, count -= n, out += n;
+        }
+    }
+}
+
+/* ---- the experts as MXFP4 ------------------------------------------------------ */
+
+/* Refuses an expert weight: row counts over (layer, expert, row) of tensor
+ * t; numbers are 1-based, as model:tensor counts layers and experts. */
+static gptoss_status not_mxfp4(const gptoss_model *m, int t, uint64_t row, int64_t input, float value,
+                               const char *why, char *err) {
+    const gptoss_tensor_desc *d = &m->layout.t[t];
+    uint64_t rows = (uint64_t)d->dims[2], experts = (uint64_t)d->dims[1];
+    return gptoss_fail(err, GPTOSS_E_UNSUPPORTED,
+                       "%s layer %llu expert %llu row %llu input %lld = %.9g %s", d->name,
+                       (unsigned long long)(row / rows / experts + 1),
+                       (unsigned long long)(row / rows % experts + 1),
+                       (unsigned long long)(row % rows + 1), (long long)input + 1, value, why);
+}
+
+static int scale_taken(uint8_t s) {
+    return s >= GPTOSS_MXFP4_SCALE_MIN && s <= GPTOSS_MXFP4_SCALE_MAX;
+}
+
+/* One row's codes and scales: GPTOSS_E_UNSUPPORTED at the first input of
+ * a block whose scale the kernels do not take and which has a nonzero value. */
+static gptoss_status check_scales(const gptoss_model *m, int t, uint64_t row, const uint8_t *codes,
+                                  const uint8_t *scales, int64_t n, char *err) {
+    for (int64_t b = 0; b < gptoss_mxfp4_blocks(n); b++) {
+        if (scale_taken(scales[b]))
+            continue;
+        for (int64_t k = b * GPTOSS_MXFP4_BLOCK; k < n && k < (b + 1) * GPTOSS_MXFP4_BLOCK; k++) {
+            if (gptoss_mxfp4_code(codes, k) & 7u) {
+                float value;
+                gptoss_mxfp4_decode(codes, scales, k, 1, &value);
+                char why[128];
+                snprintf(why, sizeof why,
+                         "needs the MXFP4 scale byte %d, outside the %d..%d the kernels take",
+                         scales[b], GPTOSS_MXFP4_SCALE_MIN, GPTOSS_MXFP4_SCALE_MAX);
+                return not_mxfp4(m, t, row, k, value, why, err);
+            }
+        }
+    }
+    return GPTOSS_OK;
+}
+
+/* A checkpoint's scale bytes, row by row (codes only where a scale is out of range). */
+static gptoss_status check_checkpoint_experts(const gptoss_model *m, int t, char *err) {
+    int64_t n = m->layout.t[t].dims[3], blocks = gptoss_mxfp4_blocks(n);
+    const gptoss_source *src = &m->source[t];
+    uint64_t row = 0;
+    for (int i = 0; i < src->n; i++) {
+        const gptoss_piece *p = &src->piece[i];
+        for (uint64_t r = 0; r < p->count / (uint64_t)n; r++, row++) {
+            const uint8_t *scales = p->scales + r * blocks;
+            for (int64_t b = 0; b < blocks; b++) {
+                if (!scale_taken(scales[b])) {
+                    gptoss_status s = check_scales(
+                        m, t, row, p->data + r * blocks * GPTOSS_MXFP4_BLOCK_BYTES, scales, n, err);
+                    if (s)
+                        return s;
+                    break;
+                }
+            }
+        }
+    }
+    return GPTOSS_OK;
+}
+
+/* Every row of a course file's expert weight encoded. */
+static gptoss_status scan_experts(const gptoss_model *m, int t, char *err) {
+    const gptoss_tensor_desc *d = &m->layout.t[t];
+    int64_t n = d->dims[3], blocks = gptoss_mxfp4_blocks(n);
+    float *w = malloc((size_t)n * sizeof *w);
+    uint8_t *codes = malloc((size_t)blocks * GPTOSS_MXFP4_BLOCK_BYTES), *scales = malloc((size_t)blocks);
+    gptoss_status s = GPTOSS_OK;
+    if (!w || !codes || !scales)
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    uint64_t rows = d->count / (uint64_t)n;
+    for (uint64_t row = 0; row < rows && !s; row++) {
+        gptoss_model_read(m, t, row * (uint64_t)n, (uint64_t)n, w);
+        int64_t bad = gptoss_mxfp4_encode_row(w, n, codes, scales);
+        if (bad >= 0)
+            s = not_mxfp4(m, t, row, bad, w[bad],
+                          "is not exactly MXFP4 (an e2m1 value times a power of two shared by its "
+                          "block of 32 inputs)",
+                          err);
+        else
+            s = check_scales(m, t, row, codes, scales, n, err);
+    }
+    free(w);
+    free(codes);
+    free(scales);
+    return s;
+}
+
+gptoss_status gptoss_model_experts_mxfp4(gptoss_model *m, char *err) {
+    static const int experts[] = {GPTOSS_T_W_MLP1, GPTOSS_T_W_MLP2};
+    if (m->synthetic) /* e2m1 codes times the recipe's block scales (synth.h) */
+        return GPTOSS_OK;
+    if (!m->experts_mxfp4.checked) {
+        gptoss_status s = GPTOSS_OK;
+        for (int i = 0; i < 2 && !s; i++)
+            s = m->source[experts[i]].n
+                    ? check_checkpoint_experts(m, experts[i], m->experts_mxfp4.message)
+                    : scan_experts(m, experts[i], m->experts_mxfp4.message);
+        if (s == GPTOSS_E_HOST_MEMORY) /* not an answer: ask again later */
+            return gptoss_fail(err, s, "%s", m->experts_mxfp4.message);
+        m->experts_mxfp4.status = s;
+        m->experts_mxfp4.checked = 1;
+    }
+    if (m->experts_mxfp4.status)
+        return gptoss_fail(err, m->experts_mxfp4.status, "%s", m->experts_mxfp4.message);
+    return GPTOSS_OK;
+}
+
+void gptoss_model_read_mxfp4(const gptoss_model *m, int tensor, uint64_t first, uint64_t rows,
+                             uint8_t *codes, uint8_t *scales) {
+    int64_t n = m->layout.t[tensor].dims[3], blocks = gptoss_mxfp4_blocks(n);
+    size_t row_codes = (size_t)blocks * GPTOSS_MXFP4_BLOCK_BYTES;
+    const gptoss_source *src = &m->source[tensor];
+    for (uint64_t row = first; row < first + rows; row++, codes += row_codes, scales += blocks) {
+        if (src->n) { /* a checkpoint: its bytes */
+            const gptoss_piece *p = piece_at(src, row * (uint64_t)n);
+            uint64_t r = (row * (uint64_t)n - p->first) / (uint64_t)n;
+            memcpy(codes, p->data + r * row_codes, row_codes);
+            memcpy(scales, p->scales + r * blocks, (size_t)blocks);
+            continue;
+        }
+        for (int64_t b = 0; b < blocks; b++) { /* a block at a time: no row buffer to allocate */
+            float w[GPTOSS_MXFP4_BLOCK];
+            int64_t k = b * GPTOSS_MXFP4_BLOCK;
+            int64_t count = n - k < GPTOSS_MXFP4_BLOCK ? n - k : GPTOSS_MXFP4_BLOCK;
+            gptoss_model_read(m, tensor, row * (uint64_t)n + (uint64_t)k, (uint64_t)count, w);
+            gptoss_mxfp4_encode_row(w, count, codes + b * GPTOSS_MXFP4_BLOCK_BYTES, scales + b);
+        }
     }
 }
 
@@ -205,6 +411,10 @@ void gptoss_model_free(gptoss_model *m) {
         return;
     if (m->map)
         munmap((void *)m->map, m->map_bytes);
+    for (int i = 0; i < m->n_shards; i++)
+        gptoss_st_close(m->shards[i]);
+    free(m->shards);
+    free(m->source[0].piece); /* one allocation holds every tensor's pieces */
     free(m->owned);
     free(m->path);
     free(m);

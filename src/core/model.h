@@ -1,5 +1,8 @@
-/* A model: a validated config plus its 16 tensors, either mapped read-only
- * from a course .bin file or generated from the synthetic recipe. */
+/* A model: a validated config plus its 16 course tensors, each read from
+ * where it lives: a course .bin mapped read-only, a checkpoint's safetensors
+ * files mapped read-only (bf16, f32 or MXFP4 pieces), or the synthetic
+ * recipe; decoded to fp32 range by range, or materialised for engines that
+ * want plain arrays. */
 #ifndef GPTOSS_MODEL_H
 #define GPTOSS_MODEL_H
 
@@ -7,45 +10,108 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "safetensors.h"
 
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
 #endif
 
+/* Where a model comes from (docs/checkpoints.md). */
+typedef enum {
+    GPTOSS_FORMAT_COURSE,    /* a course .bin */
+    GPTOSS_FORMAT_HF,        /* a Hugging Face checkpoint directory */
+    GPTOSS_FORMAT_ORIGINAL,  /* OpenAI's original/ checkpoint directory */
+    GPTOSS_FORMAT_SYNTHETIC, /* the seeded recipe */
+    GPTOSS_N_FORMATS
+} gptoss_format;
+
+/* A format's name ("course", "hf", "original", "synthetic"), and the format of a name (-1: none). */
+const char *gptoss_format_name(gptoss_format f);
+int gptoss_format_by_name(const char *name);
+
+typedef enum { GPTOSS_PIECE_BF16, GPTOSS_PIECE_F32, GPTOSS_PIECE_MXFP4 } gptoss_piece_kind;
+
+/* A run of a course tensor's elements that one checkpoint tensor holds (for
+ * MXFP4, a blocks and scales pair): the pieces of a tensor follow one
+ * another in the course's element order. */
+typedef struct {
+    gptoss_piece_kind kind;
+    uint64_t first, count;       /* the course tensor's elements it holds */
+    const unsigned char *data;   /* little-endian values, or MXFP4 codes [rows][blocks * 16] */
+    const unsigned char *scales; /* MXFP4: [rows][blocks] */
+    int64_t row;                 /* MXFP4: inputs per row */
+} gptoss_piece;
+
+typedef struct {
+    int n;
+    gptoss_piece *piece;
+} gptoss_source;
+
 typedef struct gptoss_model {
     gptoss_config config;
     gptoss_layout layout;
-    int synthetic;             /* 1: weights come from the recipe (seed) */
-    uint64_t seed;
-    char *path;                /* file models: the path given to open */
-    const unsigned char *map;  /* file models: the whole file, read-only */
+    gptoss_format format;
+    int synthetic;             /* format == GPTOSS_FORMAT_SYNTHETIC */
+    uint64_t seed;             /* synthetic models: the recipe's */
+    char *path;                /* the file or checkpoint directory given to open */
+    const unsigned char *map;  /* course files: the whole file, read-only */
     size_t map_bytes;
-    uint64_t trailing_bytes;   /* bytes after the last known tensor */
-    float *owned;              /* synthetic models: materialised tensors */
-    const float *tensor[GPTOSS_N_TENSORS]; /* NULL until gptoss_model_weights */
+    uint64_t trailing_bytes;   /* course files: bytes after the last known tensor */
+    gptoss_st_file **shards;   /* checkpoints: their safetensors files */
+    int n_shards;
+    gptoss_source source[GPTOSS_N_TENSORS]; /* checkpoints: each tensor's pieces */
+    float *owned;              /* materialised tensors */
+    const float *tensor[GPTOSS_N_TENSORS]; /* fp32 arrays: a course file's, or NULL until
+                                            * gptoss_model_weights */
+    struct {
+        int checked;
+        gptoss_status status;
+        char message[GPTOSS_ERR_LEN];
+    } experts_mxfp4; /* gptoss_model_experts_mxfp4's answer, once asked */
 } gptoss_model;
 
-/* Maps a course .bin read-only. GPTOSS_E_IO when the file cannot be
- * opened, read or mapped (or is not a regular file); GPTOSS_E_INVALID when
- * its header fails validation or the file is shorter than the header or
- * the tensors it describes; GPTOSS_E_HOST_MEMORY. */
+/* Opens a course .bin (a file) or a checkpoint (a directory: Hugging Face
+ * layout, or OpenAI's original/; docs/checkpoints.md), mapped read-only.
+ * GPTOSS_E_IO when a file cannot be opened, read or mapped (or the path is
+ * neither a regular file nor a directory); GPTOSS_E_INVALID, naming the
+ * file and the field or tensor, when the header or config fails
+ * validation, the file is shorter than its header implies, or a
+ * checkpoint's tensors are missing, unexpected, malformed or of a dtype or
+ * shape the model does not take; GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err);
 /* A model of config c whose weights come from the recipe (seed):
  * GPTOSS_E_INVALID when c fails validation, GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,
                                      char *err);
+/* A model of config c with its layout and no tensors, for the loaders:
+ * names gives the config's fields as the source calls them
+ * (gptoss_config_validate_named). GPTOSS_E_INVALID, GPTOSS_E_HOST_MEMORY. */
+gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names, gptoss_format f,
+                               gptoss_model **out, char *err);
 
-/* Makes m->tensor[] valid. For a synthetic model this allocates and fills
- * every tensor (refusing when host memory is short); a no-op afterwards and
- * for file models. */
+/* Makes m->tensor[] valid: a course file's are its mapping; any other model
+ * is decoded into host memory (refusing with the sizes when it is short). */
 gptoss_status gptoss_model_weights(gptoss_model *m, char *err);
 
-/* Copies elements [first, first+count) of a tensor into out, without
- * materialising a synthetic model. The range must lie in the tensor. */
+/* Copies elements [first, first+count) of a tensor into out as fp32,
+ * without materialising the rest. The range must lie in the tensor. */
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out);
 
+/* GPTOSS_OK when every expert weight (w_mlp1, w_mlp2) is exactly MXFP4 with scales the
+ * kernels take (GPTOSS_MXFP4_SCALE_MIN..MAX where a block has a nonzero value); else
+ * GPTOSS_E_UNSUPPORTED with a message naming the first weight that is not
+ * (tensor, layer, expert, row, input, value). Checkpoints and synthetic models answer
+ * without scanning (a checkpoint only checks its scale bytes); a course file is scanned
+ * once and the answer cached (the model is otherwise read-only, so cache in the struct). */
+gptoss_status gptoss_model_experts_mxfp4(gptoss_model *m, char *err);
+/* Rows [first, first + rows) of w_mlp1 or w_mlp2 counted over (layer, expert, row),
+ * as codes [rows][blocks * 16] and scales [rows][blocks], blocks = gptoss_mxfp4_blocks(in):
+ * a checkpoint's bytes copied, other models encoded (call after the check above passed). */
+void gptoss_model_read_mxfp4(const gptoss_model *m, int tensor, uint64_t first, uint64_t rows,
+                             uint8_t *codes, uint8_t *scales);
+
 /* Writes a course .bin (header, 16 tensors, then any trailing bytes of a
- * file model) atomically: to path.tmp, then renamed. GPTOSS_E_IO when
+ * course file) atomically: to path.tmp, then renamed. GPTOSS_E_IO when
  * path.tmp cannot be created or written or the rename fails (path.tmp is
  * removed then), GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_model_save(const gptoss_model *m, const char *path, char *err);

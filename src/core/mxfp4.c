@@ -3,13 +3,15 @@
 #include <math.h>
 #include <string.h>
 
+void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t first, int64_t n,
+                         float *out) {
+    for (int64_t k = first; k < first + n; k++)
+        out[k - first] = ldexpf(gptoss_e2m1_value(gptoss_mxfp4_code(codes, k)),
+                                (int)scales[k / GPTOSS_MXFP4_BLOCK] - 127);
+}
+
 void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out) {
-    for (int64_t k = 0; k < n; k++) {
-        int64_t b = k / GPTOSS_MXFP4_BLOCK, in = k % GPTOSS_MXFP4_BLOCK;
-        uint8_t byte = codes[b * GPTOSS_MXFP4_BLOCK_BYTES + in / 2];
-        unsigned code = in % 2 ? byte >> 4 : byte & 15u;
-        out[k] = ldexpf(gptoss_e2m1_value(code), (int)scales[b] - 127);
-    }
+    gptoss_mxfp4_decode(codes, scales, 0, n, out);
 }
 
 /* the e2m1 code of v, or -1 when v is none */
@@ -33,15 +35,17 @@ int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8
             amax = fmaxf(amax, fabsf(w[first + i]));
         }
         /* the smallest s with amax <= 6 * 2^s: below it the largest value
-         * needs a code past 6, above it the set's finer values are lost */
+         * needs a code past 6, above it the set's finer values are lost
+         * (and any value exact under a larger scale is exact under it);
+         * finite floats need no more than 2^126 */
         int s = 0;
         if (amax > 0.0f) {
             int e;
             frexpf(amax / 6.0f, &e); /* amax / 6 = m 2^e, m in [0.5, 1) */
             s = ldexpf(6.0f, e - 1) >= amax ? e - 1 : e;
+            if (s < -127) /* e8m0's smallest: tinier blocks may still be exact under it */
+                s = -127;
         }
-        if (s + 127 < 0 || s + 127 > 254)
-            return first;
         scales[b] = (uint8_t)(s + 127);
         for (int64_t i = 0; i < count; i++) {
             int c = e2m1_code(ldexpf(w[first + i], -s));

@@ -2,7 +2,7 @@
  * inputs is cut into blocks of 32; each block has one e8m0 scale byte s and
  * 16 bytes of e2m1 codes, input k of a block in byte k / 2, the low nibble
  * for even k. Input k's value is e2m1[code] * 2^(s - 127). Plain C, host
- * and device (the value function is shared with the kernels). */
+ * and device (the block count is shared with the kernels). */
 #ifndef GPTOSS_MXFP4_H
 #define GPTOSS_MXFP4_H
 
@@ -27,14 +27,26 @@ GPTOSS_HD static inline int64_t gptoss_mxfp4_blocks(int64_t n) {
     return (n + GPTOSS_MXFP4_BLOCK - 1) / GPTOSS_MXFP4_BLOCK;
 }
 
+/* the e2m1 code of input k of a row */
+GPTOSS_HD static inline unsigned gptoss_mxfp4_code(const uint8_t *codes, int64_t k) {
+    uint8_t byte = codes[k / GPTOSS_MXFP4_BLOCK * GPTOSS_MXFP4_BLOCK_BYTES + k % GPTOSS_MXFP4_BLOCK / 2];
+    return k % 2 ? byte >> 4 : byte & 15u;
+}
+
+/* Decodes inputs [first, first + n) of one row from its blocks' codes and
+ * scales (the row's, from input 0). */
+void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t first, int64_t n,
+                         float *out);
+
 /* Decodes one row of n inputs from its blocks' codes and scales. */
 void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out);
 
 /* Encodes one row of n inputs exactly: every value must be an e2m1 value
- * times a power of two shared by its block of 32. The scale is the
- * smallest that holds the block's largest magnitude (a block of zeros gets
- * 127), which is the only one when the block is exact at all; the padding
- * past n is zero. Returns -1 when exact, else the first input that is not. */
+ * times a power of two 2^-127..2^127 shared by its block of 32. The scale
+ * is the smallest that holds the block's largest magnitude (2^-127 at
+ * least; a block of zeros gets 127): a block exact under any scale is
+ * exact under that one, so the encoding is canonical. The padding past n
+ * is zero. Returns -1 when exact, else the first input that is not. */
 int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8_t *scales);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 #include "rope.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,7 +22,8 @@ void gptoss_rope_bounds(const gptoss_config *c, float *low, float *high) {
     *high = half * logf((float)(ctx / (NTK_ALPHA * 2.0f * PI))) / logf(base);
 }
 
-gptoss_status gptoss_rope_check(const gptoss_config *c, char *err) {
+#define NAME(field) gptoss_field_name(names, offsetof(gptoss_config, field))
+gptoss_status gptoss_rope_check(const gptoss_config *c, const char *const *names, char *err) {
     if (!(c->rope_scaling_factor > 1.0f))
         return GPTOSS_OK;
     float low, high;
@@ -30,13 +32,16 @@ gptoss_status gptoss_rope_check(const gptoss_config *c, char *err) {
     if (!(0 < low && low < high && high < half - 1))
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "rope: YaRN bounds low=%g high=%g must satisfy 0 < low < high < "
-                           "head_dim/2-1 = %d (head_dim=%d, initial_context_length=%d, rope_theta=%g)",
-                           low, high, half - 1, c->head_dim, c->initial_context_length, c->rope_theta);
+                           "%s/2-1 = %d (%s=%d, %s=%d, %s=%g)",
+                           low, high, NAME(head_dim), half - 1, NAME(head_dim), c->head_dim,
+                           NAME(initial_context_length), c->initial_context_length, NAME(rope_theta),
+                           c->rope_theta);
     return GPTOSS_OK;
 }
+#undef NAME
 
 gptoss_status gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err) {
-    gptoss_status st = gptoss_rope_check(c, err);
+    gptoss_status st = gptoss_rope_check(c, NULL, err);
     if (st)
         return st;
     int half = c->head_dim / 2;

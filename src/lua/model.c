@@ -1,7 +1,9 @@
-/* gptoss.model: a course .bin mapped read-only, or a synthetic model. */
+/* gptoss.model: a course .bin or a checkpoint directory mapped read-only, or
+ * a synthetic model. */
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/checkpoint.h"
 #include "../core/model.h"
 #include "../core/synth_params.h"
 #include "../hip/backend.h"
@@ -200,13 +202,50 @@ static int model_gpu_tensor(lua_State *L) {
     return 1;
 }
 
+/* model:save(path [, {format = "course" | "hf" | "original", shard_bytes = n}]) */
 static int model_save(lua_State *L) {
+    static const char *const known[] = {"format", "shard_bytes", NULL};
+    static const char *const formats[] = {"course", "hf", "original", NULL};
     gptoss_model *m = gptoss_check_model(L, 1);
     const char *path = luaL_checkstring(L, 2);
+    int format = 0;
+    lua_Integer shard_bytes = (lua_Integer)GPTOSS_SHARD_BYTES;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        gptoss_opt_known(L, 3, "save", known);
+        format = gptoss_opt_choice(L, 3, "save", "format", formats, 0);
+        lua_getfield(L, 3, "shard_bytes");
+        int given = !lua_isnil(L, -1);
+        lua_pop(L, 1);
+        if (given && format == 0)
+            return luaL_error(L,
+                              "save: shard_bytes is for checkpoints (format = \"hf\" or \"original\")");
+        shard_bytes = gptoss_opt_integer(L, 3, "save", "shard_bytes", shard_bytes);
+        if (shard_bytes < 1)
+            return luaL_error(L, "save: shard_bytes must be a positive integer (got %I)", shard_bytes);
+    }
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_model_save(m, path, err))
+    gptoss_status s =
+        format == 0 ? gptoss_model_save(m, path, err)
+                    : gptoss_checkpoint_save(m, path, gptoss_format_by_name(formats[format]),
+                                             (uint64_t)shard_bytes, err);
+    if (s)
         return luaL_error(L, "save: %s", err);
     return 0;
+}
+
+/* model:experts_mxfp4() -> true, or false and the first expert weight that is not MXFP4 */
+static int model_experts_mxfp4(lua_State *L) {
+    gptoss_model *m = gptoss_check_model(L, 1);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_model_experts_mxfp4(m, err);
+    if (s == GPTOSS_E_HOST_MEMORY)
+        return luaL_error(L, "experts_mxfp4: %s", err);
+    lua_pushboolean(L, s == GPTOSS_OK);
+    if (s == GPTOSS_OK)
+        return 1;
+    lua_pushstring(L, err);
+    return 2;
 }
 
 static int model_get(lua_State *L) {
@@ -224,6 +263,8 @@ static int model_get(lua_State *L) {
         m->path ? (void)lua_pushstring(L, m->path) : lua_pushnil(L);
     else if (strcmp(k, "synthetic") == 0)
         lua_pushboolean(L, m->synthetic);
+    else if (strcmp(k, "format") == 0)
+        lua_pushstring(L, gptoss_format_name(m->format));
     else if (strcmp(k, "seed") == 0)
         m->synthetic ? lua_pushinteger(L, (lua_Integer)m->seed) : lua_pushnil(L);
     else if (strcmp(k, "tensors") == 0)
@@ -242,7 +283,7 @@ static int model_tostring(lua_State *L) {
     if (m->synthetic)
         snprintf(src, sizeof src, "synthetic seed=%llu", (unsigned long long)m->seed);
     else
-        snprintf(src, sizeof src, "%s", m->path);
+        snprintf(src, sizeof src, "%s %s", gptoss_format_name(m->format), m->path);
     lua_pushfstring(L,
                     "gptoss.model(%s: %d layers, hidden %d, %d experts (top %d), intermediate %d, "
                     "%d q heads / %d kv heads of %d, vocab %d, %f GB)",
@@ -262,7 +303,8 @@ static int model_gc(lua_State *L) {
 void gptoss_open_model(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"tensor", model_tensor},   {"gpu_tensor", model_gpu_tensor},
-        {"save", model_save},       {"replica", gptoss_lua_replica},
+        {"save", model_save},       {"experts_mxfp4", model_experts_mxfp4},
+        {"replica", gptoss_lua_replica},
         {"replica_bytes", gptoss_lua_replica_bytes}, {NULL, NULL},
     };
     static const luaL_Reg meta[] = {{"__gc", model_gc}, {"__tostring", model_tostring}, {NULL, NULL}};
