@@ -507,7 +507,8 @@ describe("GPU engine #gpu", function()
     graphed:close()
   end)
 
-  it("converts a model file's weights to the synthetic model's bf16 bits, tiled or not, or MXFP4", function()
+  it("uploads a model file's or a checkpoint's weights to the synthetic model's bits: bf16 tiled or not, MXFP4",
+    function()
     -- 8 experts, top 2: replicas of up to 64 slots tile the experts'
     -- weights (gptoss_gpu_tiled), of 65 keep rows of k. An intermediate
     -- width of 100 leaves tiles part empty (mlp1 200 x 256, mlp2 256 x 100,
@@ -519,11 +520,15 @@ describe("GPU engine #gpu", function()
     local path = helpers.tmp()
     m:save(path)
     local file = gptoss.load(path)
+    local dir = helpers.tmp() .. ".hf"
+    m:save(dir, { format = "hf" })
+    local checkpoint = gptoss.load(dir)
     local function opts(slots, weights)
       return { device = 1, slots = slots, ctx = 32, rows = 2, weights = weights or "bf16", kv = "bf16" }
     end
     local replicas = { m:replica(opts(2)), file:replica(opts(2)), m:replica(opts(65)), file:replica(opts(65)),
-      m:replica(opts(2, "mxfp4")), file:replica(opts(2, "mxfp4")) }
+      checkpoint:replica(opts(2)), m:replica(opts(2, "mxfp4")), file:replica(opts(2, "mxfp4")),
+      checkpoint:replica(opts(65, "mxfp4")) }
     for pos = 0, 2 do
       local b = { slots = { 1, 2 }, positions = { pos, pos }, tokens = { 3 + pos, 4999 - pos }, logits = true }
       local first = replicas[1]:step(b)
@@ -534,6 +539,7 @@ describe("GPU engine #gpu", function()
       end
     end
     for _, r in ipairs(replicas) do r:close() end
+    os.execute("rm -rf '" .. dir .. "'")
   end)
 
   it("samples on the GPU exactly as gptoss.sampler does on the same logits", function()
