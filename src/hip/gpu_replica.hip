@@ -237,10 +237,11 @@ static gptoss_status allocate(gptoss_gpu *g, char *err) {
         return gptoss_gpu_fail(err, g, "cannot read free memory", e);
     if (total + GPTOSS_GPU_HEADROOM > free_b)
         return gptoss_fail(err, GPTOSS_E_DEVICE_MEMORY,
-                           "device %d: need %.2f GiB for weights (%.2f GiB fp32 + %.2f GiB bf16), KV "
-                           "cache (%.2f GiB) and scratch (%.2f GiB) plus %.2f GiB headroom; %.2f GiB free",
+                           "device %d: need %.2f GiB for weights (%.2f GiB fp32 + %.2f GiB bf16 + %.2f GiB "
+                           "mxfp4), KV cache (%.2f GiB) and scratch (%.2f GiB) plus %.2f GiB headroom; %.2f GiB free",
                            o->device + 1, total / GIB, bytes[GPTOSS_GPU_WEIGHTS_FP32] / GIB,
-                           bytes[GPTOSS_GPU_WEIGHTS_BF16] / GIB, bytes[GPTOSS_GPU_KV] / GIB,
+                           bytes[GPTOSS_GPU_WEIGHTS_BF16] / GIB, bytes[GPTOSS_GPU_WEIGHTS_MXFP4] / GIB,
+                           bytes[GPTOSS_GPU_KV] / GIB,
                            bytes[GPTOSS_GPU_SCRATCH] / GIB, GPTOSS_GPU_HEADROOM / GIB, free_b / GIB);
     if ((e = hipMalloc((void **)&g->arena, total)) != hipSuccess) {
         (void)hipGetLastError();
