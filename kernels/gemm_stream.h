@@ -168,13 +168,17 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
      * flight per warp); a dense one of more than 4 but at most 6 blocks
      * per multiprocessor takes depth 3, which holds 6 (one wave, where a
      * deeper ring would need two); any other takes depth 5, which holds 4
-     * (the experts' grids were slower at 3). */
+     * (the experts' grids were slower at 3). MXFP4 experts are the
+     * exception: their kernel is bound by issuing the dequantization
+     * rather than by memory, so beyond three waves six blocks of depth 3
+     * hide more latency than four of depth 5. */
     const bool grouped = a->tiles != nullptr, vec = a->k % 8 == 0;
     dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
     long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
     const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
     const bool mx = a->w_mxfp4;
     gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full, mx)
+                           : mx && blocks > 3 * fit                            ? stream_kernel<3>(vec, full, mx)
                            : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full, mx)
                                                                                : stream_kernel<5>(vec, full, mx);
     hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
