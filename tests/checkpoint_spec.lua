@@ -40,12 +40,7 @@ local function course_file(m)
   return path
 end
 
--- a host tensor's raw bytes
-local function bytes_of(t)
-  local p = tmp()
-  t:save(p)
-  return read_file(p)
-end
+local bytes_of = H.tensor_bytes
 
 -- every course tensor of a and b the same bytes (signed zeros and NaNs included)
 local function assert_same_tensors(a, b)

@@ -79,6 +79,13 @@ function helpers.write_file(path, s)
   assert(f:close())
 end
 
+--- A host tensor's raw bytes (through its save), signed zeros and NaNs included.
+function helpers.tensor_bytes(t)
+  local p = helpers.tmp()
+  t:save(p)
+  return helpers.read_file(p)
+end
+
 --- Raises unless fn raises an error containing every given substring (plain match).
 function helpers.expect_error(fn, ...)
   local ok, err = pcall(fn)

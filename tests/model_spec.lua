@@ -107,12 +107,7 @@ local function same_files(a, b)
    return true
 end
 
--- Saves the raw bytes of a host tensor and returns them as a string.
-local function tensor_bytes(t)
-   local p = tmp()
-   t:save(p)
-   return read_file(p)
-end
+local tensor_bytes = H.tensor_bytes
 
 local function assert_same_config(got, want)
    for _, name in ipairs(FIELDS) do
