@@ -40,7 +40,6 @@ gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names,
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     m->config = *c;
     m->format = f;
-    m->synthetic = f == GPTOSS_FORMAT_SYNTHETIC;
     gptoss_status s = gptoss_config_validate_named(c, names, err);
     if (!s)
         s = gptoss_layout_compute(c, &m->layout, err);
@@ -208,7 +207,7 @@ static void read_piece(const gptoss_piece *p, uint64_t at, uint64_t n, float *ou
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out) {
     if (m->tensor[tensor]) {
         memcpy(out, m->tensor[tensor] + first, (size_t)count * sizeof(float));
-    } else if (m->synthetic) {
+    } else if (gptoss_model_is_synthetic(m)) {
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, tensor);
         gptoss_synth_fill(&p, first, count, out);
     } else {
@@ -315,7 +314,7 @@ static gptoss_status scan_experts(const gptoss_model *m, int t, char *err) {
 
 gptoss_status gptoss_model_experts_mxfp4(gptoss_model *m, char *err) {
     static const int experts[] = {GPTOSS_T_W_MLP1, GPTOSS_T_W_MLP2};
-    if (m->synthetic) /* e2m1 codes times the recipe's block scales (synth.h) */
+    if (gptoss_model_is_synthetic(m)) /* e2m1 codes times the recipe's block scales (synth.h) */
         return GPTOSS_OK;
     if (!m->experts_mxfp4.checked) {
         gptoss_status s = GPTOSS_OK;

@@ -51,7 +51,6 @@ typedef struct gptoss_model {
     gptoss_config config;
     gptoss_layout layout;
     gptoss_format format;
-    int synthetic;             /* format == GPTOSS_FORMAT_SYNTHETIC */
     uint64_t seed;             /* synthetic models: the recipe's */
     char *path;                /* the file or checkpoint directory given to open */
     const unsigned char *map;  /* course files: the whole file, read-only */
@@ -69,6 +68,9 @@ typedef struct gptoss_model {
         char message[GPTOSS_ERR_LEN];
     } experts_mxfp4; /* gptoss_model_experts_mxfp4's answer, once asked */
 } gptoss_model;
+
+/* Whether m's weights come from the synthetic recipe. */
+static inline int gptoss_model_is_synthetic(const gptoss_model *m) { return m->format == GPTOSS_FORMAT_SYNTHETIC; }
 
 /* Opens a course .bin (a file) or a checkpoint (a directory: Hugging Face
  * layout, or OpenAI's original/; docs/checkpoints.md), mapped read-only.

@@ -78,7 +78,7 @@ static hipError_t fill_tensor(gptoss_gpu *g, int t, const gptoss_staging *st) {
     gptoss_gpu_category format = gptoss_gpu_weight_format(&g->o, t);
     gptoss_tiling tiling = tiling_of(g, t);
     const int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
-    if (m->synthetic) {
+    if (gptoss_model_is_synthetic(m)) {
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, t);
         if (format == GPTOSS_GPU_WEIGHTS_MXFP4)
             return gptoss_launch_mxfp4_place(NULL, NULL, &p, 0, d->count / (uint64_t)k, n, k, out, g->stream);
@@ -119,7 +119,7 @@ static gptoss_status upload_weights(gptoss_gpu *g, char *err) {
     enum { HOST_STAGING = 64 << 20 };
     size_t scratch = (size_t)(g->buf.s.upload - (char *)g->buf.s.x);
     gptoss_staging st = {NULL, (char *)g->buf.s.x, scratch < HOST_STAGING ? scratch : HOST_STAGING};
-    hipError_t e = g->m->synthetic ? hipSuccess : hipHostMalloc(&st.host, st.bytes, 0);
+    hipError_t e = gptoss_model_is_synthetic(g->m) ? hipSuccess : hipHostMalloc(&st.host, st.bytes, 0);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "allocating the weights' host staging", e);
     gptoss_status s = GPTOSS_OK;

@@ -191,7 +191,7 @@ static int model_gpu_tensor(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
     lua_Integer dev = luaL_checkinteger(L, 2);
     slice s = check_slice(L, m, 3, "gpu_tensor");
-    if (!m->synthetic)
+    if (!gptoss_model_is_synthetic(m))
         return luaL_error(L, "gpu_tensor: only synthetic models are generated on a GPU");
     int device = gptoss_check_device(L, dev, "gpu_tensor");
     lua_tensor *t = gptoss_new_tensor(L, GPTOSS_F32, s.ndim, s.dims);
@@ -262,11 +262,11 @@ static int model_get(lua_State *L) {
     else if (strcmp(k, "path") == 0)
         m->path ? (void)lua_pushstring(L, m->path) : lua_pushnil(L);
     else if (strcmp(k, "synthetic") == 0)
-        lua_pushboolean(L, m->synthetic);
+        lua_pushboolean(L, gptoss_model_is_synthetic(m));
     else if (strcmp(k, "format") == 0)
         lua_pushstring(L, gptoss_format_name(m->format));
     else if (strcmp(k, "seed") == 0)
-        m->synthetic ? lua_pushinteger(L, (lua_Integer)m->seed) : lua_pushnil(L);
+        gptoss_model_is_synthetic(m) ? lua_pushinteger(L, (lua_Integer)m->seed) : lua_pushnil(L);
     else if (strcmp(k, "tensors") == 0)
         push_tensors(L, m);
     else if (strcmp(k, "windowed") == 0)
@@ -280,7 +280,7 @@ static int model_tostring(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
     const gptoss_config *c = &m->config;
     char src[300];
-    if (m->synthetic)
+    if (gptoss_model_is_synthetic(m))
         snprintf(src, sizeof src, "synthetic seed=%llu", (unsigned long long)m->seed);
     else
         snprintf(src, sizeof src, "%s %s", gptoss_format_name(m->format), m->path);
