@@ -78,11 +78,10 @@ __global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, 
             const uint8_t *b = codes + (i / pieces) * blocks * GPTOSS_MXFP4_BLOCK_BYTES + 4 * q8;
             word = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
             scale = scales[(i / pieces) * blocks + c];
-        } else { /* the recipe (synth.h): code = hash & 15, scale 2^(scale_exp + d - 1) per block */
+        } else { /* the recipe's codes and block exponents (synth.h) */
             for (int j = 0; j < 8 && 8 * q8 + j < k; j++)
-                word |= (uint32_t)(gptoss_synth_hash(p.key, row * (uint64_t)k + 8 * q8 + j) & 15u) << (4 * j);
-            const int d = (int)(gptoss_synth_hash(p.block_key, row * (uint64_t)blocks + c) % 3u);
-            scale = (uint32_t)(127 + p.scale_exp + d - 1);
+                word |= gptoss_synth_mxfp4_code(&p, row * (uint64_t)k + 8 * q8 + j) << (4 * j);
+            scale = (uint32_t)(127 + gptoss_synth_mxfp4_exp(&p, row * (uint64_t)blocks + c));
         }
         uint32_t piece = 0;
         for (int b = 0; b < 4; b++)

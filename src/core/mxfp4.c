@@ -10,10 +10,6 @@ void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t fi
                                 (int)scales[k / GPTOSS_MXFP4_BLOCK] - 127);
 }
 
-void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out) {
-    gptoss_mxfp4_decode(codes, scales, 0, n, out);
-}
-
 /* the e2m1 code of v, or -1 when v is none */
 static int e2m1_code(float v) {
     for (unsigned c = 0; c < 16; c++)

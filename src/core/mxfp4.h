@@ -38,9 +38,6 @@ GPTOSS_HD static inline unsigned gptoss_mxfp4_code(const uint8_t *codes, int64_t
 void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t first, int64_t n,
                          float *out);
 
-/* Decodes one row of n inputs from its blocks' codes and scales. */
-void gptoss_mxfp4_decode_row(const uint8_t *codes, const uint8_t *scales, int64_t n, float *out);
-
 /* Encodes one row of n inputs exactly: every value must be an e2m1 value
  * times a power of two 2^-127..2^127 shared by its block of 32. The scale
  * is the smallest that holds the block's largest magnitude (2^-127 at

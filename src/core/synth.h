@@ -70,16 +70,23 @@ GPTOSS_HD static inline float gptoss_e2m1_value(unsigned code) {
     return (code & 8u) ? -m : m;
 }
 
+/* An MXFP4 tensor's e2m1 code of element index, and the power of two of
+ * block `block` (row * ceil(n_in / 32) + input / 32): what its value is
+ * made of, also what a GPU replica stores of it. */
+GPTOSS_HD static inline unsigned gptoss_synth_mxfp4_code(const gptoss_synth_param *p, uint64_t index) {
+    return (unsigned)(gptoss_synth_hash(p->key, index) & 15u);
+}
+GPTOSS_HD static inline int gptoss_synth_mxfp4_exp(const gptoss_synth_param *p, uint64_t block) {
+    return p->scale_exp + (int)(gptoss_synth_hash(p->block_key, block) % 3u) - 1;
+}
+
 GPTOSS_HD static inline float gptoss_synth_value(const gptoss_synth_param *p, uint64_t index) {
-    uint64_t h = gptoss_synth_hash(p->key, index);
     if (p->kind == GPTOSS_SYNTH_MXFP4) {
         uint64_t n_in = (uint64_t)p->n_in;
-        uint64_t blocks_per_row = (n_in + 31) / 32;
-        uint64_t block = (index / n_in) * blocks_per_row + (index % n_in) / 32;
-        int d = (int)(gptoss_synth_hash(p->block_key, block) % 3u);
-        return gptoss_e2m1_value((unsigned)(h & 15u)) * gptoss_pow2f(p->scale_exp + d - 1);
+        uint64_t block = (index / n_in) * ((n_in + 31) / 32) + (index % n_in) / 32;
+        return gptoss_e2m1_value(gptoss_synth_mxfp4_code(p, index)) * gptoss_pow2f(gptoss_synth_mxfp4_exp(p, block));
     }
-    float u = gptoss_synth_unit(h) * gptoss_pow2f(p->scale_exp);
+    float u = gptoss_synth_unit(gptoss_synth_hash(p->key, index)) * gptoss_pow2f(p->scale_exp);
     return p->kind == GPTOSS_SYNTH_NORM ? 1.0f + u : u;
 }
 
