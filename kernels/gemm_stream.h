@@ -31,11 +31,11 @@ namespace {
 constexpr int STREAM_BN = 32;
 
 /* FULL: k a multiple of the chunk and n of the block's outputs, so every
- * load lies in bounds once the chunk is clamped to the last (the ring's
- * loads past the end are never multiplied) and rows past the tile's end
- * read its last row (their sums are never stored): the loads need no
- * checks. With them the dense GEMMs at 64 rows issued an instruction every
- * other cycle, and the depth-3 kernel spilled; without them it does not. */
+ * load of a chunk lies in bounds (the ring skips chunks past the end,
+ * which are never multiplied) and rows past the tile's end read its last
+ * row (their sums are never stored): the loads need no checks. With them
+ * the dense GEMMs at 64 rows issued an instruction every other cycle, and
+ * the depth-3 kernel spilled; without them it does not. */
 template <int DEPTH, bool VEC, bool FULL, bool MX>
 __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
@@ -64,31 +64,39 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
     const uint8_t *w_tiles = MX && n0 < a.n ? mxfp4_tile(expert_w_mxfp4(a, t), n0 / 16, 0, chunks) : nullptr;
     /* tiled weights: a chunk further is a tile further, zeros past k */
     const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
-    auto fetch = [&](int c, uint4 (&xb)[P], WP &wb) {
+    /* chunk c0 + ahead, ahead known when the ring is unrolled: FULL loads
+     * then address from one offset per round of the ring */
+    auto fetch = [&](int c0, int ahead, uint4 (&xb)[P], WP &wb) {
         const uint4 zero = make_uint4(0, 0, 0, 0);
+        const int c = c0 + ahead;
         if constexpr (FULL) {
-            const int cc = min(c, chunks - 1);
+            if (c >= chunks) /* the ring's fetches past the end: never multiplied */
+                return;
 #pragma unroll
             for (int j = 0; j < P; j++)
-                xb[j] = *(const uint4 *)(src[0][j] + cc * MX_KC);
+                xb[j] = *(const uint4 *)(src[0][j] + (size_t)c0 * MX_KC + ahead * MX_KC);
             if constexpr (MX)
-                wb.load(w_tiles ? w_tiles + (size_t)cc * GPTOSS_MXFP4_TILE_BYTES : nullptr, lane);
+                wb.load(w_tiles + (size_t)c0 * GPTOSS_MXFP4_TILE_BYTES + ahead * GPTOSS_MXFP4_TILE_BYTES, lane);
             else
 #pragma unroll
                 for (int j = 0; j < P; j++)
-                    wb.v[j] = *(const uint4 *)(src[1][j] + cc * w_step);
+                    wb.v[j] = *(const uint4 *)(src[1][j] + (size_t)c * w_step);
         } else {
 #pragma unroll
             for (int j = 0; j < P; j++)
                 xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
-            if constexpr (MX)
-                wb.load(w_tiles && c < chunks ? w_tiles + (size_t)c * GPTOSS_MXFP4_TILE_BYTES : nullptr, lane);
-            else
+            if constexpr (MX) {
+                if (w_tiles && c < chunks)
+                    wb.load(w_tiles + (size_t)c * GPTOSS_MXFP4_TILE_BYTES, lane);
+                else
+                    wb.zero();
+            } else {
 #pragma unroll
                 for (int j = 0; j < P; j++)
                     wb.v[j] = src[1][j] && c < chunks
                                   ? load8<VEC>(src[1][j] + (size_t)c * (w_step - MX_KC), c * MX_KC, w_end)
                                   : zero;
+            }
         }
     };
     tile16::acc_t acc;
@@ -99,7 +107,7 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
     WP w_ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        fetch(parity + 2 * d, x_ring[d], w_ring[d]);
+        fetch(parity, 2 * d, x_ring[d], w_ring[d]);
     for (int c = parity; c < chunks; c += 2 * DEPTH) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
@@ -108,7 +116,7 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
             uint4 w[P];
             w_ring[d].to_bf16(w);
             tile16::mma32(acc, x_ring[d], w, lane);
-            fetch(c + 2 * (d + DEPTH), x_ring[d], w_ring[d]);
+            fetch(c, 2 * (d + DEPTH), x_ring[d], w_ring[d]);
         }
     }
 #pragma unroll
@@ -152,12 +160,9 @@ __global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 
     }
 }
 
-template <int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full, bool mx) {
-    if (mx)
-        return full  ? gemm_stream_kernel<DEPTH, true, true, true>
-               : vec ? gemm_stream_kernel<DEPTH, true, false, true> : gemm_stream_kernel<DEPTH, false, false, true>;
-    return full ? gemm_stream_kernel<DEPTH, true, true, false>
-           : vec ? gemm_stream_kernel<DEPTH, true, false, false> : gemm_stream_kernel<DEPTH, false, false, false>;
+template <int DEPTH, bool MX> gemm_kernel_t stream_kernel(bool vec, bool full) {
+    return full  ? gemm_stream_kernel<DEPTH, true, true, MX>
+           : vec ? gemm_stream_kernel<DEPTH, true, false, MX> : gemm_stream_kernel<DEPTH, false, false, MX>;
 }
 
 /* row_blocks tiles of 16 rows (grouped: entries of the tile table) */
@@ -170,17 +175,16 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
      * deeper ring would need two); any other takes depth 5, which holds 4
      * (the experts' grids were slower at 3). MXFP4 experts are the
      * exception: their kernel is bound by issuing the dequantization
-     * rather than by memory, so beyond three waves six blocks of depth 3
-     * hide more latency than four of depth 5. */
+     * rather than by memory, so beyond one wave of depth 8 six blocks of
+     * depth 3 hide more latency than four of depth 5. */
     const bool grouped = a->tiles != nullptr, vec = a->k % 8 == 0;
     dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
     long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
     const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
-    const bool mx = a->w_mxfp4;
-    gemm_kernel_t kernel = blocks <= fit                                      ? stream_kernel<8>(vec, full, mx)
-                           : mx && blocks > 3 * fit                            ? stream_kernel<3>(vec, full, mx)
-                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3>(vec, full, mx)
-                                                                               : stream_kernel<5>(vec, full, mx);
+    gemm_kernel_t kernel = a->w_mxfp4   ? (blocks <= fit ? stream_kernel<8, true>(vec, full) : stream_kernel<3, true>(vec, full))
+                           : blocks <= fit ? stream_kernel<8, false>(vec, full)
+                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3, false>(vec, full)
+                                                                               : stream_kernel<5, false>(vec, full);
     hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
     return hipGetLastError();
 }

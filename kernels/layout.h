@@ -41,8 +41,8 @@ GPTOSS_HD static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t c
 }
 
 /* MXFP4 matrices (kernels/mxfp4.h) are tiled alike: a tile is 256 bytes of
- * e2m1 codes, the pieces of one lane together (tile16::code_at), then 16
- * scale bytes, one per tile row. */
+ * e2m1 codes, the pieces of one lane together (tile16::piece_at), then 16
+ * scale bytes, one per tile row (in the order mxfp4.h gives). */
 #define GPTOSS_MXFP4_TILE_CODES 256
 #define GPTOSS_MXFP4_TILE_BYTES (GPTOSS_MXFP4_TILE_CODES + GPTOSS_TILE_ROWS)
 GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) {
@@ -51,11 +51,15 @@ GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) 
 }
 
 /* The experts' GEMM tiles a step of rows rows can need: each expert's pairs
- * in tiles of tile_rows, the last one partial. A replica sizes its tile
- * table for the smallest tile the GEMMs choose (gptoss_gemm_tile_rows). */
+ * in tiles of tile_rows, the last one partial; never more than the pairs,
+ * since every tile holds one (a decode step's grid then has no blocks
+ * that find no tile). A replica sizes its tile table for the smallest tile
+ * the GEMMs choose (gptoss_gemm_tile_rows). In 64 bits: a memory plan may
+ * be asked of any shape. */
 #define GPTOSS_MOE_MIN_TILE_ROWS 16
-static inline int gptoss_moe_max_tiles(int rows, int k, int n_experts, int tile_rows) {
-    return (rows * k + tile_rows - 1) / tile_rows + n_experts;
+static inline int64_t gptoss_moe_max_tiles(int64_t rows, int64_t k, int64_t n_experts, int64_t tile_rows) {
+    const int64_t pairs = rows * k, tiles = (pairs + tile_rows - 1) / tile_rows + n_experts;
+    return tiles < pairs ? tiles : pairs;
 }
 
 #endif

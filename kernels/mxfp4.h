@@ -7,7 +7,11 @@
  * little-endian word whose low half holds the piece's even k (k 2b at bits
  * 4b) and whose high half its odd k (2b + 1 at bits 16 + 4b): shifting the
  * word left by 12 - 4b puts both codes of bf16 pair b at the top of their
- * halves. A tile row's scale is byte 256 + row. */
+ * halves. A tile row's scale byte (at 256 + mxfp4_scale_at(row), a lane's
+ * rows side by side so that one load reads them) holds the bf16 exponent
+ * field of the factor the dequantization multiplies by, 2^(scale - 1):
+ * scale + 126, which the scale's range (GPTOSS_MXFP4_SCALE_MIN..MAX) keeps
+ * in a byte. */
 #ifndef GPTOSS_KERNELS_MXFP4_H
 #define GPTOSS_KERNELS_MXFP4_H
 
@@ -17,70 +21,83 @@
 
 namespace {
 
-/* bf16 pair b (k 2b, 2b + 1) of a piece's code word, scale s in
- * GPTOSS_MXFP4_SCALE_MIN..MAX */
-__device__ __forceinline__ uint32_t mxfp4_pair(uint32_t codes, uint32_t s, int b) {
+/* where a tile row's scale byte lies after the codes: the rows of a
+ * lane's pieces (tile16::piece_row(lane, j)) side by side */
+__host__ __device__ __forceinline__ int mxfp4_scale_at(int row) {
+    return tile16::PIECES == 2 ? 2 * (row & 7) + (row >> 3) : row;
+}
+
+/* the bf16x2 factor of a tile row's scale byte: its exponent field in both halves */
+__device__ __forceinline__ uint32_t mxfp4_factor(uint32_t scale_byte) { return scale_byte * 0x00800080u; }
+
+/* bf16 pair b (k 2b, 2b + 1) of a piece's code word, factor from mxfp4_factor */
+__device__ __forceinline__ uint32_t mxfp4_pair(uint32_t codes, uint32_t factor, int b) {
     const uint32_t t = codes << (12 - 4 * b);
 #if defined(GPTOSS_MMA_NVIDIA)
     /* sign to bit 15, exponent and mantissa bits to 8..6: the e2m1 value
      * times 2^-126 (0.5 a subnormal), which the bf16 multiply by 2^(s - 1)
      * scales exactly; adding -0 keeps the product's sign of zero */
     const uint32_t raw = (t & 0x80008000u) | ((t >> 6) & 0x01C001C0u);
-    const uint32_t f = (s + 126) << 7, factor = f | f << 16;
     uint32_t out;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(raw), "r"(factor), "r"(0x80008000u));
     return out;
 #else
     /* the bf16 bits directly: magnitude 1 (0.5) is 2^(s - 128); from 2 on
-     * code m is exponent s - 1 + m / 2 with m's low bit the mantissa's top */
+     * code m is exponent s - 1 + m / 2 with m's low bit the mantissa's top
+     * (s - 1: the factor's exponent field less the bias) */
+    const uint32_t s_less_1 = ((factor & 0xFFFFu) >> 7) - 127;
     uint32_t pair = 0;
     for (int h = 0; h < 2; h++) {
         const uint32_t code = (t >> (12 + 16 * h)) & 15u, mag = code & 7u;
-        const uint32_t v = mag == 0 ? 0u : ((s - 1) << 7) + ((mag > 1 ? mag : 0u) << 6);
+        const uint32_t v = mag == 0 ? 0u : (s_less_1 << 7) + ((mag > 1 ? mag : 0u) << 6);
         pair |= (v | (code & 8u) << 12) << (16 * h);
     }
     return pair;
 #endif
 }
 
-/* a piece's 8 bf16 from its code word and scale */
-__device__ __forceinline__ uint4 mxfp4_piece(uint32_t codes, uint32_t s) {
-    return make_uint4(mxfp4_pair(codes, s, 0), mxfp4_pair(codes, s, 1), mxfp4_pair(codes, s, 2),
-                      mxfp4_pair(codes, s, 3));
+/* a piece's 8 bf16 from its code word and factor */
+__device__ __forceinline__ uint4 mxfp4_piece(uint32_t codes, uint32_t factor) {
+    return make_uint4(mxfp4_pair(codes, factor, 0), mxfp4_pair(codes, factor, 1), mxfp4_pair(codes, factor, 2),
+                      mxfp4_pair(codes, factor, 3));
 }
 
 /* A lane's weight pieces of one 16-row MXFP4 tile, as loaded: its code
- * words and their rows' scales. */
+ * words and its rows' scale bytes, one register (byte j: piece j's row).
+ * The factors are made when the pieces are: made at the load, they would
+ * wait for it there, and a ring of loads in flight would wait at each. */
 struct mxfp4_pieces {
     uint32_t codes[tile16::PIECES];
-    uint32_t scale[tile16::PIECES];
+    uint32_t scales;
 
-    /* from a tile in global or shared memory; none: zeros */
+    /* from a tile in global or shared memory */
     __device__ __forceinline__ void load(const uint8_t *tile, int lane) {
-        constexpr int P = tile16::PIECES;
-        if (!tile) {
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                codes[j] = scale[j] = 0;
-            return;
-        }
-        const uint8_t *at = tile + 4 * tile16::piece_at(tile16::piece_row(lane, 0), tile16::piece_k(lane) / 8);
-        if constexpr (P == 2) {
+        const int row = tile16::piece_row(lane, 0);
+        const uint8_t *at = tile + 4 * tile16::piece_at(row, tile16::piece_k(lane) / 8);
+        const uint8_t *scale_bytes = tile + GPTOSS_MXFP4_TILE_CODES + mxfp4_scale_at(row);
+        if constexpr (tile16::PIECES == 2) {
             const uint2 c = *(const uint2 *)at;
             codes[0] = c.x;
             codes[1] = c.y;
+            scales = *(const uint16_t *)scale_bytes;
         } else {
             codes[0] = *(const uint32_t *)at;
+            scales = *scale_bytes;
         }
+    }
+
+    /* none: zeros */
+    __device__ __forceinline__ void zero() {
 #pragma unroll
-        for (int j = 0; j < P; j++)
-            scale[j] = tile[GPTOSS_MXFP4_TILE_CODES + tile16::piece_row(lane, j)];
+        for (int j = 0; j < tile16::PIECES; j++)
+            codes[j] = 0;
+        scales = 0;
     }
 
     __device__ __forceinline__ void to_bf16(uint4 (&w)[tile16::PIECES]) const {
 #pragma unroll
         for (int j = 0; j < tile16::PIECES; j++)
-            w[j] = mxfp4_piece(codes[j], scale[j]);
+            w[j] = mxfp4_piece(codes[j], mxfp4_factor(scales >> (8 * j) & 0xFFu));
     }
 };
 

@@ -65,7 +65,7 @@ hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count
 /* One thread per 8 inputs (k 8q..) of a row: their codes as the checkpoint
  * orders them (a word of 4 bytes, k 2j in byte j's low nibble) become the
  * tile's piece word (mxfp4.h); the thread of a block's first 8 inputs
- * writes the row's scale. */
+ * writes the row's scale byte. */
 __global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, gptoss_synth_param p, uint64_t first,
                                    uint64_t rows, int64_t n, int64_t k, uint8_t *out) {
     const int64_t pieces = (k + 7) / 8, blocks = gptoss_mxfp4_blocks(k), chunks = (k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K;
@@ -89,9 +89,9 @@ __global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, 
         uint8_t *tile = out + matrix * gptoss_mxfp4_tiled_bytes(n, k) +
                         ((uint64_t)(r / GPTOSS_TILE_ROWS) * chunks + c) * GPTOSS_MXFP4_TILE_BYTES;
         *(uint32_t *)(tile + 4 * tile16::piece_at((int)(r % GPTOSS_TILE_ROWS), (int)(q8 % 4))) = piece;
-        if (q8 % 4 == 0)
-            tile[GPTOSS_MXFP4_TILE_CODES + r % GPTOSS_TILE_ROWS] =
-                (uint8_t)min(max(scale, (uint32_t)GPTOSS_MXFP4_SCALE_MIN), (uint32_t)GPTOSS_MXFP4_SCALE_MAX);
+        if (q8 % 4 == 0) /* mxfp4.h: the factor's exponent field */
+            tile[GPTOSS_MXFP4_TILE_CODES + mxfp4_scale_at((int)(r % GPTOSS_TILE_ROWS))] =
+                (uint8_t)(min(max(scale, (uint32_t)GPTOSS_MXFP4_SCALE_MIN), (uint32_t)GPTOSS_MXFP4_SCALE_MAX) + 126);
     }
 }
 

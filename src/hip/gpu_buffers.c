@@ -116,8 +116,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     s->topk_i = place(b, base, GPTOSS_GPU_SCRATCH, R, K, 4, 1);
     s->pair_row = place(b, base, GPTOSS_GPU_SCRATCH, P, 4, 1, 1);
     s->pair_of = place(b, base, GPTOSS_GPU_SCRATCH, P, 4, 1, 1);
-    /* gptoss_moe_max_tiles, in 64 bits: a plan may be asked of any shape */
-    uint64_t max_tiles = (P + GPTOSS_MOE_MIN_TILE_ROWS - 1) / GPTOSS_MOE_MIN_TILE_ROWS + E;
+    uint64_t max_tiles = (uint64_t)gptoss_moe_max_tiles((int64_t)P, 1, E, GPTOSS_MOE_MIN_TILE_ROWS);
     b->overflow |= max_tiles > INT32_MAX;
     b->max_tiles = (int)(max_tiles > INT32_MAX ? INT32_MAX : max_tiles);
     s->tiles = place(b, base, GPTOSS_GPU_SCRATCH, max_tiles, 16, 1, 1);

@@ -238,7 +238,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     ro.logits = s->router_logits;
     ro.topk_idx = s->topk_i;
     ro.topk_w = s->topk_w;
-    RUN("router", gptoss_launch_router(&ro, bf, st));
+    RUN("router", gptoss_launch_router(&ro, bf, &g->dev, st));
     REC(FFN_NORM, l, 0, H, s->t);
     REC(ROUTER, l, 0, E, s->router_logits);
     REC(TOPK_IDX, l, 0, K, s->topk_i);
@@ -272,7 +272,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     md.tiles = s->tiles;
     md.tile_count = s->tile_count;
     RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
-    int max_tiles = gptoss_moe_max_tiles(R, K, E, md.tile_rows);
+    int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, md.tile_rows);
     RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, &g->dev, st));
     if (trace)
         RUN("trace_swiglu", gptoss_launch_trace_swiglu(g->buf.trace.m1, P, I, c->swiglu_limit, g->buf.trace.y,
