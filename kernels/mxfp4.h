@@ -4,14 +4,20 @@
  * GEMM over their bf16 copy: the two give the same bits.
  *
  * A tile's piece p (tile16::piece_at) is 4 code bytes at 4p, read as one
- * little-endian word whose low half holds the piece's even k (k 2b at bits
- * 4b) and whose high half its odd k (2b + 1 at bits 16 + 4b): shifting the
- * word left by 12 - 4b puts both codes of bf16 pair b at the top of their
- * halves. A tile row's scale byte (at 256 + mxfp4_scale_at(row), a lane's
- * rows side by side so that one load reads them) holds the bf16 exponent
- * field of the factor the dequantization multiplies by, 2^(scale - 1):
- * scale + 126, which the scale's range (GPTOSS_MXFP4_SCALE_MIN..MAX) keeps
- * in a byte. */
+ * little-endian word holding the piece's 8 e2m1 codes, 4 bf16 pairs (k 2b,
+ * 2b + 1). The dequantization wants each pair's codes where a bf16 pair
+ * keeps them: the signs at bits 15 and 31, the exponent and mantissa bits
+ * at 8..6 and 24..22 (the e2m1 value times 2^-126, 0.5 a subnormal), which
+ * the bf16 multiply by 2^(s - 1) then scales exactly. So pair b's bits lie
+ * in the word where rotating it left by mxfp4_rot_mag(b) brings its
+ * magnitudes there and by mxfp4_rot_sign(b) its signs: one pair needs no
+ * rotation, one a single one, 5 rotations and 4 masks a word in all
+ * (shifting nibble-packed codes into place took 8 shifts and 8 masks).
+ *
+ * A tile row's scale byte (at 256 + mxfp4_scale_at(row), a lane's rows
+ * side by side so that one load reads them) holds the bf16 exponent field
+ * of the factor, 2^(scale - 1): scale + 126, which the scale's range
+ * (GPTOSS_MXFP4_SCALE_MIN..MAX) keeps in a byte. */
 #ifndef GPTOSS_KERNELS_MXFP4_H
 #define GPTOSS_KERNELS_MXFP4_H
 
@@ -30,14 +36,40 @@ __host__ __device__ __forceinline__ int mxfp4_scale_at(int row) {
 /* the bf16x2 factor of a tile row's scale byte: its exponent field in both halves */
 __device__ __forceinline__ uint32_t mxfp4_factor(uint32_t scale_byte) { return scale_byte * 0x00800080u; }
 
+/* The rotations of the word that place pair b's magnitudes and its signs
+ * (no two pairs share a bit: the 4 pairs' 32 bits tile the word) */
+__host__ __device__ constexpr int mxfp4_rot_mag(int b) { return b == 0 ? 0 : b == 1 ? 6 : b == 2 ? 13 : 10; }
+__host__ __device__ constexpr int mxfp4_rot_sign(int b) { return b == 0 ? 0 : b == 1 ? 12 : b == 2 ? 11 : 10; }
+
+__host__ __device__ __forceinline__ uint32_t mxfp4_rotl(uint32_t w, int r) {
+    return r == 0 ? w : (w << r) | (w >> (32 - r));
+}
+
+/* pair b's codes where a bf16 pair keeps them (sign 15, bits 8..6; the
+ * odd k's 16 higher) */
+__host__ __device__ __forceinline__ uint32_t mxfp4_pair_bits(uint32_t word, int b) {
+    if (mxfp4_rot_mag(b) == mxfp4_rot_sign(b)) /* one rotation (written apart, the compiler made two) */
+        return mxfp4_rotl(word, mxfp4_rot_mag(b)) & 0x81C081C0u;
+    return (mxfp4_rotl(word, mxfp4_rot_mag(b)) & 0x01C001C0u) | (mxfp4_rotl(word, mxfp4_rot_sign(b)) & 0x80008000u);
+}
+
+/* the piece word of 8 codes given as the checkpoint orders them (a word of
+ * 4 bytes, k 2j in byte j's low nibble): each pair's bits rotated back */
+__host__ __device__ __forceinline__ uint32_t mxfp4_pack_piece(uint32_t checkpoint_word) {
+    uint32_t word = 0;
+    for (int b = 0; b < 4; b++) {
+        const uint32_t even = checkpoint_word >> (8 * b) & 15u, odd = checkpoint_word >> (8 * b + 4) & 15u;
+        const uint32_t mag = (even & 7u) << 6 | (odd & 7u) << 22, sign = (even >> 3) << 15 | (odd >> 3) << 31;
+        word |= mxfp4_rotl(mag, (32 - mxfp4_rot_mag(b)) % 32) | mxfp4_rotl(sign, (32 - mxfp4_rot_sign(b)) % 32);
+    }
+    return word;
+}
+
 /* bf16 pair b (k 2b, 2b + 1) of a piece's code word, factor from mxfp4_factor */
 __device__ __forceinline__ uint32_t mxfp4_pair(uint32_t codes, uint32_t factor, int b) {
-    const uint32_t t = codes << (12 - 4 * b);
+    const uint32_t raw = mxfp4_pair_bits(codes, b);
 #if defined(GPTOSS_MMA_NVIDIA)
-    /* sign to bit 15, exponent and mantissa bits to 8..6: the e2m1 value
-     * times 2^-126 (0.5 a subnormal), which the bf16 multiply by 2^(s - 1)
-     * scales exactly; adding -0 keeps the product's sign of zero */
-    const uint32_t raw = (t & 0x80008000u) | ((t >> 6) & 0x01C001C0u);
+    /* the bf16 multiply scales exactly; adding -0 keeps the product's sign of zero */
     uint32_t out;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(raw), "r"(factor), "r"(0x80008000u));
     return out;
@@ -48,9 +80,9 @@ __device__ __forceinline__ uint32_t mxfp4_pair(uint32_t codes, uint32_t factor, 
     const uint32_t s_less_1 = ((factor & 0xFFFFu) >> 7) - 127;
     uint32_t pair = 0;
     for (int h = 0; h < 2; h++) {
-        const uint32_t code = (t >> (12 + 16 * h)) & 15u, mag = code & 7u;
+        const uint32_t mag = raw >> (6 + 16 * h) & 7u, sign = raw >> (15 + 16 * h) & 1u;
         const uint32_t v = mag == 0 ? 0u : (s_less_1 << 7) + ((mag > 1 ? mag : 0u) << 6);
-        pair |= (v | (code & 8u) << 12) << (16 * h);
+        pair |= (v | sign << 15) << (16 * h);
     }
     return pair;
 #endif

@@ -83,9 +83,7 @@ __global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, 
                 word |= gptoss_synth_mxfp4_code(&p, row * (uint64_t)k + 8 * q8 + j) << (4 * j);
             scale = (uint32_t)(127 + gptoss_synth_mxfp4_exp(&p, row * (uint64_t)blocks + c));
         }
-        uint32_t piece = 0;
-        for (int b = 0; b < 4; b++)
-            piece |= (word >> (8 * b) & 15u) << (4 * b) | (word >> (8 * b + 4) & 15u) << (16 + 4 * b);
+        const uint32_t piece = mxfp4_pack_piece(word);
         uint8_t *tile = out + matrix * gptoss_mxfp4_tiled_bytes(n, k) +
                         ((uint64_t)(r / GPTOSS_TILE_ROWS) * chunks + c) * GPTOSS_MXFP4_TILE_BYTES;
         *(uint32_t *)(tile + 4 * tile16::piece_at((int)(r % GPTOSS_TILE_ROWS), (int)(q8 % 4))) = piece;
