@@ -133,8 +133,7 @@ typedef struct {
  * normalized row lives in shared memory) */
 int gptoss_router_limits(int n_experts, int k, int hidden);
 int gptoss_router_max_hidden(void);
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, const gptoss_gpu_shape *dev,
-                                hipStream_t stream);
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
 
 /* moe_dispatch.hip */
 typedef struct {

@@ -20,18 +20,14 @@ namespace {
 
 /* warp w takes experts w, w + 16, .. (two each of the 20b's 32): one block
  * reads the whole router matrix, so it needs many loads in flight: BATCH
- * loads per lane before their sums. Many rows: two blocks per
- * multiprocessor (64 registers: at 1024 threads, 32 registers spilled the
- * batch), so 256 rows take one wave, and a batch of 4. Rows short of one
- * block per multiprocessor: one block each with a batch of 12, a whole
- * row of the 20b's hidden size in one round of loads, since there the
- * router's time is its chain of memory latencies. */
-constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MANY_ROWS_BATCH = 4, FEW_ROWS_BATCH = 12;
+ * loads per lane before their sums. Two blocks per multiprocessor (64
+ * registers: at 1024 threads, 32 registers spilled the batch), so 256 rows
+ * take one wave. */
+constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MIN_BLOCKS = 2, BATCH = 4;
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
-template <class T, int BATCH>
-__global__ void __launch_bounds__(THREADS, BATCH == MANY_ROWS_BATCH ? 2 : 1) router_kernel(gptoss_router_args a) {
+template <class T> __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
     __shared__ double scratch[THREADS / 32];
@@ -124,13 +120,6 @@ __global__ void __launch_bounds__(THREADS, BATCH == MANY_ROWS_BATCH ? 2 : 1) rou
     }
 }
 
-template <class T> hipError_t launch_router(const gptoss_router_args *a, const gptoss_gpu_shape *dev, hipStream_t stream) {
-    void (*kernel)(gptoss_router_args) =
-        a->rows < dev->multiprocessors ? router_kernel<T, FEW_ROWS_BATCH> : router_kernel<T, MANY_ROWS_BATCH>;
-    hipLaunchKernelGGL(kernel, dim3(a->rows), dim3(THREADS), a->hidden * sizeof(T), stream, *a);
-    return hipGetLastError();
-}
-
 } // namespace
 
 int gptoss_router_max_hidden(void) { return (int)(ROW_BYTES / sizeof(float)); }
@@ -139,7 +128,11 @@ int gptoss_router_limits(int n_experts, int k, int hidden) {
     return n_experts <= MAX_EXPERTS && k <= MAX_K && hidden <= gptoss_router_max_hidden();
 }
 
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, const gptoss_gpu_shape *dev,
-                                hipStream_t stream) {
-    return bf16_mode ? launch_router<bf16>(a, dev, stream) : launch_router<float>(a, dev, stream);
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream) {
+    size_t elem = bf16_mode ? sizeof(bf16) : sizeof(float);
+    if (bf16_mode)
+        hipLaunchKernelGGL(router_kernel<bf16>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
+    else
+        hipLaunchKernelGGL(router_kernel<float>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
+    return hipGetLastError();
 }
