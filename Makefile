@@ -24,6 +24,9 @@ EXTRA_INC  ?=
 # libjansson (checkpoints' JSON): empty means where Debian puts it
 JANSSON_INCDIR ?=
 JANSSON_LIBDIR ?=
+# libpcre2 (o200k tokenization's regular expression): the same
+PCRE2_INCDIR ?=
+PCRE2_LIBDIR ?=
 
 ifeq ($(strip $(HIP_PLATFORM)),)
   ifneq ($(and $(NVCC),$(wildcard $(HIP_INCDIR)/hip/hip_runtime.h)),)
@@ -46,8 +49,8 @@ TOKENIZER := $(BUILD)/tokenizer.bin
 
 # Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
 GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
-                 -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC) $(JANSSON_INCDIR))
-LIBS := $(addprefix -L,$(JANSSON_LIBDIR)) -ljansson -lm -lpthread
+                 -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC) $(JANSSON_INCDIR) $(PCRE2_INCDIR))
+LIBS := $(addprefix -L,$(JANSSON_LIBDIR) $(PCRE2_LIBDIR)) -ljansson -lpcre2-8 -lm -lpthread
 # a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
 HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
 
@@ -107,13 +110,14 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # What demo and test need, installed from Debian when missing (a fresh
 # Debian 12 machine needs nothing else). Node only builds $(TOKENIZER), so
 # a machine that already has the file (the GPU machine, offline) needs no npm.
-SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev
+SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
+PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
 SETUP_NODE_PACKAGES := nodejs npm
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
-	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(JANSSON_H) ] && [ -f $(BUSTED) ] && \
+	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(JANSSON_H) ] && [ -f $(PCRE2_H) ] && [ -f $(BUSTED) ] && \
 	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
 	  pkgs="$(SETUP_PACKAGES)"; \
 	fi; \
@@ -159,7 +163,8 @@ platforms:
 # Debian packages the GPU machine lacks (no network there): carry .deps/
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
-             lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev
+             lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev \
+             libpcre2-8-0 libpcre2-dev
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
@@ -174,6 +179,7 @@ GPU_MACHINE_MAKE = $(MAKE) RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
 	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
+	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) \
 	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
 	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' TESTS='$(TESTS)'
 gpu-machine-test:
@@ -189,7 +195,8 @@ gpu-machine-run:
 	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
 	$(MAKE) LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu \
-	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) all
+	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
+	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) all
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
 	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
 

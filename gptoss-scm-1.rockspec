@@ -17,9 +17,10 @@ the course's command line, as the command gptoss-run.
 dependencies = {
   "lua >= 5.4",
 }
--- checkpoints' JSON (Debian: libjansson-dev)
+-- checkpoints' JSON (Debian: libjansson-dev); o200k tokenization's regular expression (libpcre2-dev)
 external_dependencies = {
   JANSSON = { header = "jansson.h", library = "jansson" },
+  PCRE2 = { header = "pcre2.h", library = "pcre2-8" },
 }
 build = {
   type = "make",
@@ -29,6 +30,8 @@ build = {
     LUA = "$(LUA)",
     JANSSON_INCDIR = "$(JANSSON_INCDIR)",
     JANSSON_LIBDIR = "$(JANSSON_LIBDIR)",
+    PCRE2_INCDIR = "$(PCRE2_INCDIR)",
+    PCRE2_LIBDIR = "$(PCRE2_LIBDIR)",
   },
   install_variables = {
     INST_LIBDIR = "$(LIBDIR)",

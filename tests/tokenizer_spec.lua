@@ -274,7 +274,7 @@ describe("tokenizer", function()
       expect_error(function() tok:encode("x", { max_tokens = -1 }) end, "max_tokens must be >= 0")
       expect_error(function() tok:encode("x", { max_tokens = "many" }) end, "max_tokens must be an integer")
       expect_error(function() tok:encode("x", { max_token = 1 }) end,
-        "tokenizer:encode: unknown option 'max_token' (known: special, max_tokens)")
+        "tokenizer:encode: unknown option 'max_token' (known: special, max_tokens, mode)")
     end)
 
     it("never merges into a special token, and maps unknown bytes to 0", function()
@@ -300,6 +300,99 @@ describe("tokenizer", function()
     it("rejects what is not a string", function()
       expect_error(function() tok:encode(nil) end, "string expected")
       expect_error(function() tok:encode({}) end, "string expected")
+    end)
+  end)
+
+  describe("encode, o200k mode", function()
+    local function o200k(text, special) return tok:encode(text, { mode = "o200k", special = special }) end
+
+    it("gives tiktoken's known answers, and course stays the default", function()
+      assert.are.same({ 24912, 2375 }, o200k("hello world"))
+      assert.are.same({ 220, 17 }, o200k(" 2"))
+      assert.are.same({}, o200k(""))
+      assert.are.same(tok:encode("x10000 y", { mode = "course" }), tok:encode("x10000 y"))
+      -- the course merges a whole run; o200k leaves one space before the word
+      assert.are.same({ 256, 24912 }, tok:encode("  hello"))
+      assert.are.same({ 220, 40617 }, o200k("  hello"))
+    end)
+
+    it("keeps invalid UTF-8: each run of bytes that are no character is a piece of its own", function()
+      for _, text in ipairs { "ab\xffcd", "\x80", "x \xc3", "\xe2\x82 y\xf0\x9f\x98", "\xc0\xaf.\xed\xa0\x80!" } do
+        assert.are.equal(text, tok:decode(o200k(text)))
+      end
+      local want = o200k("ab")
+      for _, id in ipairs(tok:encode("\xff\xfe", { mode = "course" })) do want[#want + 1] = id end
+      for _, id in ipairs(o200k("cd")) do want[#want + 1] = id end
+      assert.are.same(want, o200k("ab\xff\xfecd"))
+    end)
+
+    it("turns special-token names into their ids when asked, encoding the text between the o200k way", function()
+      local want = { 200006 }
+      for _, id in ipairs(o200k("user")) do want[#want + 1] = id end
+      want[#want + 1] = 200008
+      for _, id in ipairs(o200k(" 2 hello world")) do want[#want + 1] = id end
+      want[#want + 1] = 200007
+      assert.are.same(want, o200k("<|start|>user<|message|> 2 hello world<|end|>", true))
+    end)
+
+    it("refuses an unknown mode, naming the choices", function()
+      expect_error(function() tok:encode("x", { mode = "tiktoken" }) end,
+        "tokenizer:encode: mode must be one of", "course", "o200k", "(got tiktoken)")
+    end)
+
+    -- Texts built from fragments that hit every branch of the pattern: contractions in any
+    -- case, digit runs of every length, CR/LF runs, whitespace before and after non-space,
+    -- letters with combining marks, CJK, Thai, emoji with ZWJ, Unicode spaces, punctuation.
+    local FRAGMENTS = {
+      "'s", "'S", "'t", "'T", "'re", "'RE", "'Re", "'ve", "'VE", "'m", "'M", "'ll", "'LL", "'lL", "'d", "'D", "'x",
+      "don't", "I'M", "WE'LL", "they'Re", "o'clock", "rock'n'roll",
+      "0", "12", "345", "6789", "01234", "999999", "1234567", "3.14159", "1,000,000", "2024-06-01", "٣٤٥", "½", "Ⅻ",
+      "\r", "\n", "\r\n", "\n\n", "\r\r\n", " \n", "\t\n ", "  \r\n  ", "\n \n",
+      " ", "  ", "   ", "\t", " \t ", "\u{00A0}", "\u{3000}", "\u{2009}", "\u{000B}", "\u{000C}",
+      "hello", "Hello", "HELLO", "hELLo", "camelCase", "XMLHttpRequest", "iPhone", "ǅungla", "ᾈ",
+      "e\u{0301}", "E\u{0301}TE\u{0301}", "n\u{0303}o", "a\u{0308}\u{0304}", "\u{0301}",
+      "日本語", "中文字符", "한국어", "ひらがな", "カタカナ", "ฉันรักทะเล", "สวัสดี", "مرحبا", "שלום", "Привет", "Ελληνικά",
+      "👨\u{200D}👩\u{200D}👧", "👍🏽", "🏳️\u{200D}🌈", "😀", "🇫🇷", "❤️",
+      ".", "...", "!?", "--", "->", "/", "//", "\\", "()", "{}", "[x]", "#", "@", "$5", "%", "&&", "||", "::",
+      ",\n", ".\n\n", "!/", "?\r\n/", "\"", "'", "`", "~", "^", "_", "_x", "-y",
+    }
+
+    local function random_text(rng)
+      local parts = {}
+      for i = 1, rng(1, 9) do
+        parts[i] = FRAGMENTS[rng(1, #FRAGMENTS)]
+        if rng(1, 3) == 1 then parts[i] = parts[i] .. (" "):rep(rng(0, 3)) end
+      end
+      return table.concat(parts)
+    end
+
+    it("gives gpt-tokenizer's o200k_harmony ids on thousands of generated texts", function()
+      local json = require "dkjson"
+      local dir = "examples/tokenizer-export"
+      local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
+      if not module or not os.execute("command -v node >/dev/null 2>&1") then
+        if module then module:close() end
+        pending("needs node and gpt-tokenizer (make tokenizer installs them)")
+      end
+      module:close()
+      local rng = (function() math.randomseed(20261124) return math.random end)()
+      local texts = {}
+      for i = 1, 3000 do texts[i] = random_text(rng) end
+      -- long runs: the matcher's stack must not be the limit
+      texts[#texts + 1] = ("a"):rep(100000) .. " " .. ("9"):rep(50001) .. (" "):rep(70000) .. "x"
+      texts[#texts + 1] = ("\n"):rep(30000) .. ("!"):rep(30000) .. ("日"):rep(20000)
+      local input, output = tmp(), tmp()
+      write_file(input, json.encode(texts))
+      assert(os.execute(("node %s/encode.mjs < %s > %s"):format(dir, input, output)), "node encode.mjs failed")
+      local want = json.decode(read_file(output))
+      assert.are.equal(#texts, #want)
+      for i, text in ipairs(texts) do
+        local got = o200k(text)
+        if table.concat(got, " ") ~= table.concat(want[i], " ") then
+          error(("text %d %q: gpt-tokenizer {%s}, o200k {%s}"):format(i, text:sub(1, 200),
+            table.concat(want[i], " "):sub(1, 300), table.concat(got, " "):sub(1, 300)))
+        end
+      end
     end)
   end)
 

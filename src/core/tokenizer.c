@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "grow.h"
+#include "o200k.h"
 
 #define NONE UINT32_MAX
 
@@ -456,8 +457,8 @@ static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
 /* the course's pre-split: digit runs in chunks of three from the left, every
  * maximal run of other bytes one piece */
-static gptoss_status encode_text(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s,
-                                 size_t len, gptoss_ids *out, char *err) {
+static gptoss_status split_course(const gptoss_tokenizer *t, bpe_work *w, const uint8_t *s,
+                                  size_t len, gptoss_ids *out, char *err) {
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -475,6 +476,28 @@ static gptoss_status encode_text(const gptoss_tokenizer *t, bpe_work *w, const u
     return GPTOSS_OK;
 }
 
+typedef struct {
+    const gptoss_tokenizer *t;
+    bpe_work *w;
+    gptoss_ids *out;
+} o200k_encode;
+
+/* an o200k piece: its own id when the vocabulary has it (tiktoken looks the
+ * whole piece up before merging), else merged */
+static gptoss_status encode_o200k_piece(void *ctx, const uint8_t *s, size_t len, char *err) {
+    o200k_encode *e = ctx;
+    int id = gptoss_tokenizer_find(e->t, s, len);
+    return id >= 0 && !e->t->special[id] ? push_id(e->out, id, err) : encode_piece(e->t, e->w, s, len, e->out, err);
+}
+
+static gptoss_status encode_text(const gptoss_tokenizer *t, bpe_work *w, gptoss_split split, const uint8_t *s,
+                                 size_t len, gptoss_ids *out, char *err) {
+    if (split == GPTOSS_SPLIT_COURSE)
+        return split_course(t, w, s, len, out, err);
+    o200k_encode e = {t, w, out};
+    return gptoss_o200k_split(s, len, encode_o200k_piece, &e, err);
+}
+
 /* the special token spelled at s[0..), or -1 */
 static int special_at(const gptoss_tokenizer *t, const uint8_t *s, size_t left) {
     size_t limit = left < (size_t)t->max_token_length ? left : (size_t)t->max_token_length;
@@ -487,7 +510,7 @@ static int special_at(const gptoss_tokenizer *t, const uint8_t *s, size_t left) 
 }
 
 gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len,
-                                      int special, gptoss_ids *out, char *err) {
+                                      int special, gptoss_split split, gptoss_ids *out, char *err) {
     bpe_work w = {0};
     gptoss_status rc = GPTOSS_OK;
     size_t start = 0;
@@ -499,14 +522,14 @@ gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *
             continue;
         size_t n;
         gptoss_tokenizer_entry(t, id, &n, NULL);
-        rc = encode_text(t, &w, text + start, i - start, out, err);
+        rc = encode_text(t, &w, split, text + start, i - start, out, err);
         if (!rc)
             rc = push_id(out, id, err);
         start = i + n;
         i = start - 1;
     }
     if (!rc)
-        rc = encode_text(t, &w, text + start, len - start, out, err);
+        rc = encode_text(t, &w, split, text + start, len - start, out, err);
     work_free(&w);
     return rc;
 }

@@ -1,6 +1,6 @@
-/* The course's tokenizer.bin: loader, the course's encode (digit runs cut in
- * threes, every other run one piece, repeated merge of the adjacent pair whose
- * concatenation has the lowest token id) and decode.
+/* The course's tokenizer.bin: loader, encode (the text cut into pieces, the
+ * course's way or tiktoken's o200k way, then in each piece repeated merge of
+ * the adjacent pair whose concatenation has the lowest token id) and decode.
  *
  * The course rescans a whole piece after every merge; here each part keeps
  * one candidate (its pair with the right neighbour) in an indexed min-heap
@@ -44,12 +44,18 @@ typedef struct {
     size_t n, cap;
 } gptoss_ids;
 
+/* How text is cut into the pieces BPE merges one by one. */
+typedef enum {
+    GPTOSS_SPLIT_COURSE, /* the course's: digit runs in threes, every other run one piece */
+    GPTOSS_SPLIT_O200K   /* tiktoken's o200k pattern (o200k.h), as OpenAI's own stack encodes */
+} gptoss_split;
+
 /* Appends the ids of text to out. With special != 0, special-token names
  * found in the text become their ids and the text between them is encoded
  * as usual. GPTOSS_E_HOST_MEMORY when memory is short, GPTOSS_E_INVALID
  * for a piece of 2^32-1 bytes or more. */
 gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len,
-                                      int special, gptoss_ids *out, char *err);
+                                      int special, gptoss_split split, gptoss_ids *out, char *err);
 void gptoss_ids_free(gptoss_ids *ids);
 
 /* The length of the longest prefix of s that does not end inside a UTF-8

@@ -64,20 +64,23 @@ static int ids_gc(lua_State *L) {
     return 0;
 }
 
-/* tok:encode(text [, {special=true, max_tokens=N}]) -> {ids} */
+/* tok:encode(text [, {special=true, max_tokens=N, mode="course"|"o200k"}]) -> {ids} */
 static int tokenizer_encode(lua_State *L) {
     const gptoss_tokenizer *t = check_tokenizer(L, 1);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int special = 0;
+    gptoss_split split = GPTOSS_SPLIT_COURSE;
     lua_Integer max_tokens = LUA_MAXINTEGER;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
-        static const char *const known[] = {"special", "max_tokens", NULL};
+        static const char *const known[] = {"special", "max_tokens", "mode", NULL};
+        static const char *const modes[] = {"course", "o200k", NULL}; /* gptoss_split's order */
         gptoss_opt_known(L, 3, "tokenizer:encode", known);
         lua_getfield(L, 3, "special");
         special = lua_toboolean(L, -1);
         lua_pop(L, 1);
+        split = (gptoss_split)gptoss_opt_choice(L, 3, "tokenizer:encode", "mode", modes, GPTOSS_SPLIT_COURSE);
         max_tokens = gptoss_opt_integer(L, 3, "tokenizer:encode", "max_tokens", max_tokens);
         if (max_tokens < 0)
             return luaL_error(L, "tokenizer:encode: max_tokens must be >= 0 (got %I)", max_tokens);
@@ -86,7 +89,7 @@ static int tokenizer_encode(lua_State *L) {
     memset(ids, 0, sizeof *ids);
     luaL_setmetatable(L, IDS_MT);
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, ids, err))
+    if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, split, ids, err))
         return luaL_error(L, "tokenizer:encode: %s", err);
     size_t n = ids->n < (size_t)max_tokens ? ids->n : (size_t)max_tokens;
     if (n > INT32_MAX)
