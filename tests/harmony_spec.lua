@@ -192,6 +192,20 @@ describe("harmony.render_ids", function()
     assert.are.same({ 200006, 200005, 200003, 200008, 200012 }, specials)
   end)
 
+  it("equals the rendered text encoded whole, specials by id and the text between the o200k way", function()
+    local tok = o200k_tokenizer(pending)
+    local conversations = {
+      { harmony.system{ reasoning = "high", date = "2025-06-28" }, harmony.developer{ instructions = ROBOT },
+        harmony.user(LARGEST) },
+      weather,
+      { harmony.system{}, harmony.user("Say «héllo» 3 times\r\n\n  in 日本語 and ไทย 👨\u{200D}👩\u{200D}👧!") },
+    }
+    for i, conv in ipairs(conversations) do
+      local whole = tok:encode(harmony.render(conv), { special = true, mode = "o200k" })
+      assert.are.same(whole, harmony.render_ids(conv, tok), "conversation " .. i)
+    end
+  end)
+
   it("rejects what is not a tokenizer", function()
     H.expect_error(function() harmony.render_ids({}, "tok") end,
       "harmony.render_ids: tokenizer must be a gptoss tokenizer (got string)")
