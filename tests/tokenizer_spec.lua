@@ -517,6 +517,81 @@ describe("tokenizer", function()
       expect_error(function() gptoss.tokenizer(nil) end, "path must be a string")
     end)
 
+    it("reads a checkpoint's tokenizer.json into the same entries as tokenizer.bin", function()
+      local dir = "examples/tokenizer-export"
+      local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
+      if not module or not os.execute("command -v node >/dev/null 2>&1") then
+        if module then module:close() end
+        pending("needs node and gpt-tokenizer (make tokenizer installs them)")
+      end
+      module:close()
+      local checkpoint = H.tmpdir()
+      assert(os.execute(("node %s/export.mjs -o %s/tokenizer.bin --json %s/tokenizer.json >/dev/null"):format(dir,
+        checkpoint, checkpoint)), "export.mjs failed")
+      local from_json, from_bin = gptoss.tokenizer(checkpoint), tok
+      assert.are.equal(from_bin.vocab_size, from_json.vocab_size)
+      assert.are.equal(from_bin.max_token_length, from_json.max_token_length)
+      for id = 0, VOCAB - 1 do
+        local a, sa = from_json:entry(id)
+        local b, sb = from_bin:entry(id)
+        if a ~= b or sa ~= sb then error(("id %d: tokenizer.json %q (%g), tokenizer.bin %q (%g)"):format(id, a, sa, b, sb)) end
+      end
+      assert.are.same(from_bin.special, from_json.special)
+      local text = "<|start|>user<|message|>Hello  wörld 12345<|end|>"
+      assert.are.same(tok:encode(text, { special = true, mode = "o200k" }),
+        from_json:encode(text, { special = true, mode = "o200k" }))
+    end)
+
+    -- A tokenizer.json of byte-level BPE; vocab: {key = id} in the byte-level alphabet.
+    local function json_file(t)
+      local path = H.tmpdir() .. "/tokenizer.json"
+      write_file(path, type(t) == "string" and t or require("dkjson").encode(t))
+      return path
+    end
+    local function bpe(vocab, added) return { model = { type = "BPE", vocab = vocab }, added_tokens = added } end
+
+    it("maps tokenizer.json's byte-level alphabet to bytes, names the ids it leaves out as reserved", function()
+      -- "Ġ" is the space, "Ā" the byte 0 (stored as <0x00>, as the exporter stores it), "ÿ" the byte 255
+      local t = gptoss.tokenizer(json_file(bpe({ a = 0, ["Ġa"] = 1, ["Ā"] = 2, ["ÿ"] = 3 },
+        { { id = 4, content = "<|start|>", special = true } })), { vocab_size = 6 })
+      assert.are.equal(" a", t:entry(1))
+      assert.are.equal("<0x00>", t:entry(2))
+      assert.are.equal("\xff", t:entry(3))
+      assert.are.equal(4, t.special.start)
+      assert.are.equal("<|reserved_5|>", t:entry(5))
+      assert.are.same({ 1, 0 }, t:encode(" aa", { mode = "o200k" }))
+    end)
+
+    it("refuses a malformed tokenizer.json, naming the file and what is wrong", function()
+      local cases = {
+        { "not json", "is not JSON" },
+        { bpe({ a = 0 }), nil },
+        { { model = { type = "Unigram", vocab = {} } }, "model.type must be \"BPE\" (got \"Unigram\")" },
+        { { model = { type = "BPE", vocab = { 1, 2 } } }, "model.vocab must be an object (got an array)" },
+        { { model = { type = "BPE", vocab = { a = 0 } }, added_tokens = {} }, nil },
+        { { model = { type = "BPE", vocab = { a = 0 } }, added_tokens = 3 }, "added_tokens must be an array (got an integer)" },
+        { bpe({ a = 0, [" b"] = 1 }), "model.vocab entry \" b\" is not spelled in the byte-level alphabet" },
+        { bpe({ a = 0, b = "1" }), "model.vocab entry \"b\": the id must be an integer (got \"1\")" },
+        { bpe({ a = 0, b = 7 }), "model.vocab entry \"b\" has id 7, outside 0..2 (vocab_size=3)" },
+        { bpe({ a = 0, b = -1 }), "has id -1, outside 0..2" },
+        { bpe({ a = 0, b = 0 }), "has id 0, which another entry has" },
+        { bpe({ a = 0, c = 2 }), "model.vocab has no entry for id 1" },
+        { bpe({ a = 0 }, { { id = 0, content = "<|x|>", special = true } }), "added_tokens[0] has id 0, which another entry has" },
+        { bpe({ a = 0 }, { { id = 1 } }), "added_tokens[0] must be an object with a string content" },
+        { bpe({ a = 0 }, { "x" }), "added_tokens[0] must be an object with a string content" },
+      }
+      for _, c in ipairs(cases) do
+        local path = json_file(c[1])
+        if c[2] then
+          expect_error(function() gptoss.tokenizer(path, { vocab_size = 3 }) end, ("tokenizer.json '%s'"):format(path), c[2])
+        else
+          assert.are.equal("<|reserved_2|>", gptoss.tokenizer(path, { vocab_size = 3 }):entry(2))
+        end
+      end
+      -- the module is still usable
+      assert.are.same({ 24912, 2375 }, tok:encode("hello world", { mode = "o200k" }))
+    end)
+
     it("keeps the lowest id of duplicate entries", function()
       local t = small({ "a", "b", "a" })
       assert.are.equal(0, t:id("a"))
@@ -526,7 +601,10 @@ describe("tokenizer", function()
     it("rejects missing files, directories and files too short for the header", function()
       expect_error(function() gptoss.tokenizer("/nonexistent/tokenizer.bin") end,
         "cannot open tokenizer file '/nonexistent/tokenizer.bin'")
-      expect_error(function() gptoss.tokenizer("/tmp") end, "not a regular file")
+      expect_error(function() gptoss.tokenizer("/dev/null") end, "not a regular file")
+      -- a directory is a checkpoint's: its tokenizer.json
+      local dir = H.tmpdir()
+      expect_error(function() gptoss.tokenizer(dir) end, ("cannot open tokenizer.json '%s/tokenizer.json'"):format(dir))
       local path = tmp()
       write_file(path, "\1\0")
       expect_error(function() gptoss.tokenizer(path) end, "has 2 bytes, too few for the max_token_length field")

@@ -1,13 +1,18 @@
 // Writes the gpt-oss course's tokenizer.bin from gpt-tokenizer's o200k
 // tables, so building it needs Node and npm but no Python or tiktoken.
 //
-//   node export.mjs -o build/tokenizer.bin
+//   node export.mjs -o build/tokenizer.bin [--json build/tokenizer.json]
 //
 // Layout, little-endian, as the course's Python exporter writes it:
 //   int32 max_token_length               longest entry below, in bytes
 //   per id 0 .. 201087: float32 score, int32 len, uint8 bytes[len]
 // Ids below 199998 are o200k_base ranks (score = rank); the rest are the
 // o200k_harmony special tokens, stored as their name text with score -1e30.
+//
+// --json also writes the same vocabulary as a Hugging Face tokenizer.json
+// (byte-level BPE) the way gpt-oss checkpoints ship it: model.vocab holds the
+// ranks spelled in the byte-level alphabet, added_tokens the specials up to
+// 200018, and the rest of the id range is left to the reader's reserved names.
 
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { isDeepStrictEqual, parseArgs } from 'node:util';
@@ -19,7 +24,8 @@ const NUM_RANKS = 199998;
 const VOCAB_SIZE = 201088;
 const SPECIAL_SCORE = -1e30; // rounded to float32 by writeFloatLE, as struct.pack('f') does
 
-const USAGE = 'usage: node export.mjs -o|--output <path>';
+const USAGE = 'usage: node export.mjs -o|--output <path> [--json <path>]';
+const LAST_ADDED_TOKEN = 200018;
 
 function fail(message) {
   process.stderr.write(`export.mjs: ${message}\n`);
@@ -30,15 +36,15 @@ function parseCommandLine() {
   let parsed;
   try {
     parsed = parseArgs({
-      options: { output: { type: 'string', short: 'o' } },
+      options: { output: { type: 'string', short: 'o' }, json: { type: 'string' } },
       allowPositionals: false,
     });
   } catch (err) {
     fail(`${err.message}\n${USAGE}`);
   }
-  const output = parsed.values.output;
+  const { output, json } = parsed.values;
   if (!output) fail(USAGE);
-  return output;
+  return { output, json };
 }
 
 // The ranks module holds each token as a string when its bytes are valid
@@ -117,6 +123,41 @@ function serialize(entries) {
   return { buf, maxLen };
 }
 
+// GPT-2's byte-level alphabet: printable bytes other than space stand for
+// themselves, the others for code points 256, 257, .. in byte order.
+function byteLevelAlphabet() {
+  const printable = (b) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+  const letters = new Array(256);
+  let next = 256;
+  for (let b = 0; b < 256; b += 1) letters[b] = String.fromCodePoint(printable(b) ? b : next++);
+  return letters;
+}
+
+function tokenizerJson(names) {
+  const letters = byteLevelAlphabet();
+  const vocab = {};
+  rankBytes().forEach((bytes, rank) => {
+    vocab[Array.from(bytes, (b) => letters[b]).join('')] = rank;
+  });
+  const added = [];
+  for (let id = NUM_RANKS; id <= LAST_ADDED_TOKEN; id += 1) {
+    added.push({ id, content: names.get(id), single_word: false, lstrip: false, rstrip: false,
+                 normalized: false, special: true });
+  }
+  return JSON.stringify({ version: '1.0', added_tokens: added, model: { type: 'BPE', vocab, merges: [] } });
+}
+
+function writeAtomically(path, data) {
+  const tmp = `${path}.tmp`;
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    fail(`cannot write ${path}: ${err.message}`);
+  }
+}
+
 function sanityCheck(entries) {
   const got = encode('Hello world');
   if (!isDeepStrictEqual(got, [13225, 2375])) {
@@ -129,7 +170,7 @@ function sanityCheck(entries) {
   }
 }
 
-const output = parseCommandLine();
+const { output, json } = parseCommandLine();
 const entries = rankBytes();
 replaceNulToken(entries);
 const { names, encoder } = specialNames();
@@ -138,14 +179,8 @@ if (entries.length !== VOCAB_SIZE) fail(`internal: ${entries.length} entries, ex
 sanityCheck(entries);
 
 const { buf, maxLen } = serialize(entries);
-const tmp = `${output}.tmp`;
-try {
-  writeFileSync(tmp, buf);
-  renameSync(tmp, output);
-} catch (err) {
-  rmSync(tmp, { force: true });
-  fail(`cannot write ${output}: ${err.message}`);
-}
+writeAtomically(output, buf);
+if (json) writeAtomically(json, tokenizerJson(names));
 
 const ids = ['start', 'end', 'return', 'message', 'channel', 'constrain', 'endoftext']
   .map((n) => `${n}=${encoder.get(`<|${n}|>`)}`).join(' ');

@@ -228,7 +228,7 @@ int gptoss_lua_tokenizer(lua_State *L) {
     u->t = NULL;
     luaL_setmetatable(L, GPTOSS_TOKENIZER_MT);
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_tokenizer_load(path, (int)vocab, &u->t, err))
+    if (gptoss_tokenizer_open(path, (int)vocab, &u->t, err))
         return luaL_error(L, "%s", err);
     push_special_table(L, u->t);
     lua_setiuservalue(L, -2, 1);
