@@ -118,7 +118,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   local g = getp.new {
     model = model, tokenizer = tok, devices = devices, steps = steps, sampling = sampling,
     replica = { weights = weights, kv = kv, slots = a.slots },
-    partition = a.partition, scheduler = a.scheduler, requests = prompts,
+    partition = a.partition, scheduler = a.scheduler, requests = prompts, chat = a.chat,
     on_progress = bar and function(p) bar:update(p) end,
   }
   local warm = gptoss.realtime_ms() - t0

@@ -339,6 +339,29 @@ describe("getp", function()
     assert.are.same(result.outputs[4], result.outputs[3])
   end)
 
+  it("prompts with harmony user turns when asked, the rest of the run unchanged", function()
+    local harmony = require "gptoss.harmony"
+    local seen = {}
+    local function capture(reqs, replicas)
+      for i, r in ipairs(reqs) do seen[i] = r.tokens end
+      return require("gptoss.partition").round_robin(reqs, replicas)
+    end
+    local g <close> = getp.new { model = model, tokenizer = tok, devices = { "cpu" }, steps = 96, chat = true,
+      partition = capture }
+    assert.truthy(g:describe():find("prompts as harmony user turns", 1, true), g:describe())
+    local result = g:run(PROMPTS)
+    for i, text in ipairs(PROMPTS) do
+      local want = harmony.render_ids({ harmony.system {}, harmony.user(text) }, tok)
+      assert.are.same(want, seen[i], "request " .. i)
+      assert.are.equal(200006, want[#want - 1]) -- ... <|start|>assistant
+      assert.is_true(#result.outputs[i] >= 1 and #want + #result.outputs[i] <= 96, "request " .. i)
+    end
+    expect_error(function() getp.new { model = model, tokenizer = tok, devices = { "cpu" }, chat = "yes" } end,
+      "getp: chat must be a boolean (got string)")
+    expect_error(function() g:run({ "hi", (" word"):rep(5000) }) end, "getp: request 2 renders to",
+      "more than initial_context_length (4096)")
+  end)
+
   it("round-trips the course's request and output files", function()
     local input, output = tmp(), tmp()
     write_file(input, ("%d\n%s\n"):format(#PROMPTS, table.concat(PROMPTS, "\n")))
@@ -384,7 +407,7 @@ describe("getp errors", function()
   it("rejects bad options, listing the known ones", function()
     expect_error(function() getp.new("cpu") end, "getp: options must be a table (got string)")
     expect_error(new { slots = 4 }, "getp: unknown option 'slots' (known: model, tokenizer, devices, replicas, "
-      .. "replica, steps, sampling, partition, scheduler, on_progress, requests)")
+      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat)")
     expect_error(function() getp.new { model = model } end, "getp: tokenizer is required")
     expect_error(new { tokenizer = "build/tokenizer.bin" }, "getp: tokenizer must be a tokenizer from gptoss.tokenizer (got string)")
     expect_error(new { model = tok }, "getp: model must be a model from gptoss.load or gptoss.synthetic (got gptoss.tokenizer)")

@@ -278,6 +278,17 @@ describe("examples/run.lua", function()
     assert.are.equal(read_file(ref), r.output)
   end)
 
+  it("prompts getp with harmony user turns under --chat, as gptoss.getp.run with chat", function()
+    local run = runner()
+    local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
+    local code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "80",
+      "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--chat" }
+    assert.are.equal(0, code, err)
+    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 80, chat = true,
+      requests = { PROMPTS[1], PROMPTS[2] } }
+    assert.are.same(expected.outputs, requests.read_output(output))
+  end)
+
   it("prints the course's getp lines, its TPS from whole milliseconds", function()
     local r = run_getp()
     local _, elapsed, tps, finish = getp_lines(r.out)

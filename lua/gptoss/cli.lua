@@ -128,6 +128,8 @@ function cli.parser(name)
   p:option("--scheduler", "getp scheduler.", "continuous"):choices { "continuous", "static" }
   p:option("--partition", "How getp spreads the requests over the replicas.", "round_robin")
     :choices { "round_robin", "blocks", "balanced" }
+  p:flag("--chat", "getp: each request as a harmony user turn after the default system message, ending "
+    .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")
   p:flag("--profile", "Time every kernel of GPU replicas with device events (each step then waits "
     .. "for the device, so the run is slower) and print a table per replica, with its memory.")
   p:flag("--quiet", "No progress line, replica description or tokenizer note on stderr (warnings stay).")

@@ -24,6 +24,9 @@
 --   on_progress  function(p), p = {done=, total=, tokens=, steps=, elapsed=}, after each round
 --   requests     the prompts, when known before warm-up (the course reads its file first):
 --                they size the slots and are what g:run() runs when given no prompts
+--   chat         true: each prompt is a harmony user turn after harmony's default system
+--                message, ending <|start|>assistant (gptoss.harmony), as gpt-oss is meant to
+--                be prompted; default false: the course's raw prompt
 -- g.replicas, g.model, g.tokenizer, g.steps (clamped), g.sampling (nil when greedy, else
 -- the parameters with the seed chosen), g:describe() (one line: replicas, slots, ctx, modes,
 -- steps, sampling, partition, scheduler).
@@ -35,7 +38,9 @@
 -- Per request i (docs/course.md#generation-rule-and-token-count):
 --   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text
 --            ends at its first NUL byte, as the course's C string does. A prompt of no
---            tokens is an error naming the request (the course's getp exits there).
+--            tokens is an error naming the request (the course's getp exits there). With
+--            chat, harmony.render_ids of the turn; one longer than initial_context_length
+--            is an error naming the request (a cut would lose <|start|>assistant).
 --   feeding  the prompt's L tokens at positions 0..L-1; the id sampled after position p is
 --            the next token to feed once p + 1 >= L, and is appended to the output.
 --   end      after appending 199999 (<|endoftext|>) or 200002 (<|return|>), which stay in
@@ -66,6 +71,7 @@
 -- Partitions: gptoss.partition; schedulers: gptoss.scheduler (whose header describes the
 -- hooks, the state they see and the sequence objects).
 local gptoss = require "gptoss"
+local harmony = require "gptoss.harmony"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
 local util = require "gptoss.util"
@@ -82,7 +88,7 @@ local STEPS = 1024 -- the course's -n default
 local CPU_SLOTS, CPU_ROWS = 16, 64
 
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
-  "partition", "scheduler", "on_progress", "requests" }
+  "partition", "scheduler", "on_progress", "requests", "chat" }
 local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk" }
 local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
@@ -328,6 +334,9 @@ local function create(opts, level)
     error(("getp: on_progress must be a function (got %s)"):format(type(opts.on_progress)), level)
   end
   if opts.requests ~= nil then check_prompts(opts.requests, level) end
+  if opts.chat ~= nil and type(opts.chat) ~= "boolean" then
+    error(("getp: chat must be a boolean (got %s)"):format(type(opts.chat)), level)
+  end
 
   local replicas, owned = opts.replicas, false
   if replicas ~= nil then
@@ -341,7 +350,7 @@ local function create(opts, level)
   return setmetatable({
     model = model, tokenizer = opts.tokenizer, replicas = copy, owned = owned, steps = steps,
     sampling = sampling, partition = part, partition_name = part_name, scheduler = sched,
-    on_progress = opts.on_progress, requests = opts.requests, closed = false,
+    on_progress = opts.on_progress, requests = opts.requests, chat = opts.chat or false, closed = false,
   }, Getp)
 end
 
@@ -368,7 +377,16 @@ local function run(g, prompts, level)
   local limit_tokens = g.model.config.initial_context_length
   local requests = {}
   for i, text in ipairs(prompts) do
-    local ids = g.tokenizer:encode(text:match("^[^\0]*"), { max_tokens = limit_tokens })
+    local ids
+    if g.chat then
+      ids = harmony.render_ids({ harmony.system {}, harmony.user(text:match("^[^\0]*")) }, g.tokenizer)
+      if #ids > limit_tokens then
+        error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
+          :format(i, #ids, limit_tokens), level)
+      end
+    else
+      ids = g.tokenizer:encode(text:match("^[^\0]*"), { max_tokens = limit_tokens })
+    end
     if #ids == 0 then
       error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(i),
         level)
@@ -463,9 +481,9 @@ function Getp:describe()
   local s = self.sampling
   local sampling = s and ("temperature %g, top_p %g, top_k %d, min_p %g, seed %d + request - 1")
       :format(s.temperature, s.top_p or 1, s.top_k or 0, s.min_p or 0, s.seed) or "greedy"
-  return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s"):format(#self.replicas,
+  return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s%s"):format(#self.replicas,
     #self.replicas == 1 and "replica" or "replicas", table.concat(parts, ", "), self.steps, sampling,
-    self.partition_name, self.scheduler.name or "custom")
+    self.partition_name, self.scheduler.name or "custom", self.chat and "; prompts as harmony user turns" or "")
 end
 
 --- Closes the replicas getp built (not the ones it was given). Idempotent.
