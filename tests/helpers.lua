@@ -194,8 +194,8 @@ end
 
 --- A runner of a script of the repository as a child process, with the interpreter
 -- running the specs (the lowest negative index of arg) and their LUA_PATH/LUA_CPATH:
--- run(args [, env]) -> exit code, stdout, stderr, env ({NAME = value}) set for the child
--- alone. Returns nil and why when it cannot be run
+-- run(args [, env [, stdin]]) -> exit code, stdout, stderr, env ({NAME = value}) set for the
+-- child alone, stdin a string it reads as its standard input. Returns nil and why when it cannot be run
 -- (`SCRIPT --help` must exit 0), for the caller to mark its test pending.
 function helpers.script_runner(script)
   if type(arg) ~= "table" or arg[-1] == nil then return nil, "arg[-1] (the interpreter) is not set" end
@@ -210,12 +210,17 @@ function helpers.script_runner(script)
   if not os.execute(("%s --help >/dev/null 2>&1"):format(prefix)) then
     return nil, ("'%s %s --help' does not run"):format(lua, script)
   end
-  return function(args, env)
+  return function(args, env, stdin)
     local out, err = helpers.tmp(), helpers.tmp()
     local cmd = {}
     for name, value in pairs(env or {}) do cmd[#cmd + 1] = ("%s=%s"):format(name, shell_quote(value)) end
     cmd[#cmd + 1] = prefix
     for _, a in ipairs(args) do cmd[#cmd + 1] = shell_quote(a) end
+    if stdin then
+      local input = helpers.tmp()
+      helpers.write_file(input, stdin)
+      cmd[#cmd + 1] = "<" .. shell_quote(input)
+    end
     local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), shell_quote(out), shell_quote(err)))
     assert(how == "exit", ("%s ended by %s %s"):format(script, tostring(how), tostring(code)))
     return code, helpers.read_file(out), helpers.read_file(err)

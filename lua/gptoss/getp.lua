@@ -150,10 +150,6 @@ end
 local device_name = getp.device_name
 
 -- a core error message without the "file:line: " position Lua put in front of it
-local function bare(msg)
-  return (tostring(msg):gsub("^[^:\n]+:%d+: ", ""))
-end
-
 local function close_all(replicas)
   for _, r in ipairs(replicas) do r:close() end
 end
@@ -196,7 +192,7 @@ local function check_sampling(sampling, level)
   params.temperature = params.temperature or 0 -- the course's -t default
   local ok, s = pcall(gptoss.sampler, params)
   if not ok then
-    error("getp: sampling: " .. bare(s):gsub("^sampler: ", ""), level + 1)
+    error("getp: sampling: " .. util.bare(s):gsub("^sampler: ", ""), level + 1)
   end
   if params.temperature == 0 then return nil end
   params.seed = s.seed
@@ -296,7 +292,7 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     local ok, r = pcall(model.replica, model, ropts)
     if not ok then
       close_all(replicas)
-      error(("getp: building the replica on %s: %s"):format(device_name(device), bare(r)), level + 1)
+      error(("getp: building the replica on %s: %s"):format(device_name(device), util.bare(r)), level + 1)
     end
     replicas[k] = r
   end

@@ -31,6 +31,11 @@ function util.check_known(fn, t, known, what, level)
   end
 end
 
+--- An error message without the "file:line: " position Lua put in front of it.
+function util.bare(msg)
+  return (tostring(msg):gsub("^[^:\n]+:%d+: ", ""))
+end
+
 --- An optional options table: nil gives {}, anything but a table is an error
 -- naming fn, and with known every key must be listed there (check_known).
 function util.options(fn, opts, known, level)

@@ -1,0 +1,272 @@
+--- gptoss.chat: a chat session in the harmony format over one slot of a replica
+-- (docs/chat.md): each question is a user turn, the conversation is rendered with
+-- gptoss.harmony and the reply decoded until a stop id, function tools are called in Lua
+-- and their answers fed back. The slot keeps its KV between turns: only the ids past
+-- what it already holds are fed.
+local gptoss = require "gptoss"
+local harmony = require "gptoss.harmony"
+local util = require "gptoss.util"
+local json = require "dkjson"
+
+local chat = {}
+
+local OPTIONS = { "replica", "tokenizer", "slot", "system", "developer", "sampling", "tools", "step", "max_tokens" }
+local TOOL_FIELDS = { "description", "parameters", "fn" }
+local ASK_OPTIONS = { "on_text", "on_tool", "max_tokens" }
+-- OpenAI's recommendation for gpt-oss
+local DEFAULT_SAMPLING = { temperature = 1.0, top_p = 1.0 }
+-- stop id -> how the reply ended (harmony.stop_ids)
+local STOPS = { [200002] = "return", [200012] = "call", [199999] = "endoftext" }
+
+local Session = {}
+Session.__index = Session
+
+local function check_limit(fn, v, level)
+  if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
+    error(("%s: max_tokens must be an integer >= 1 (got %s)"):format(fn, tostring(v)), level + 1)
+  end
+end
+
+-- The replica's step on one slot as chat steps are: feed ids at positions pos, pos + 1, ...
+-- (a position below the slot's length truncates it there) and return the id chosen after
+-- the last. A GPU replica takes at most r.chunk rows of one slot per step.
+local function replica_step(r, slot)
+  return function(ids, pos)
+    local chunk, h = r.chunk or #ids, nil
+    for first = 1, #ids, chunk do
+      local slots, positions, tokens = {}, {}, {}
+      for i = first, math.min(first + chunk - 1, #ids) do
+        local n = i - first + 1
+        slots[n], positions[n], tokens[n] = slot, pos + i - 1, ids[i]
+      end
+      h = r:step { slots = slots, positions = positions, tokens = tokens }
+    end
+    local chosen = h:tokens()
+    return chosen[#chosen]
+  end
+end
+
+-- Function tools {name = {description=, parameters=, fn=}} as harmony's developer tools
+-- (sorted by name: Lua tables keep no order) and the name -> fn table.
+local function function_tools(tools)
+  if type(tools) ~= "table" then
+    error(("chat.new: tools must be a table {name = {description=, parameters=, fn=}} (got %s)")
+      :format(type(tools)), 3)
+  end
+  local names, fns = {}, {}
+  for name, t in pairs(tools) do
+    local where = ("chat.new: tools.%s"):format(tostring(name))
+    if type(name) ~= "string" or not name:find("^[%w_]+$") then
+      error(("chat.new: tools: a tool's name must be letters, digits and _ (got %s)"):format(tostring(name)), 3)
+    end
+    if type(t) ~= "table" then error(("%s must be a table (got %s)"):format(where, type(t)), 3) end
+    util.check_known(where, t, TOOL_FIELDS, "field", 3)
+    if type(t.fn) ~= "function" then error(("%s: fn must be a function (got %s)"):format(where, type(t.fn)), 3) end
+    names[#names + 1], fns[name] = name, t.fn
+  end
+  table.sort(names)
+  local declared = {}
+  for i, name in ipairs(names) do
+    declared[i] = { name = name, description = tools[name].description, parameters = tools[name].parameters }
+  end
+  return declared, fns
+end
+
+-- A harmony message built from a chat.new option, its errors naming the option.
+local function built(field, build, content)
+  if type(content) ~= "table" then error(("%s must be a table (got %s)"):format(field, type(content)), 0) end
+  local ok, m = pcall(build, content)
+  if not ok then error(field .. ": " .. util.bare(m):gsub("^harmony%.%a+: ", ""), 0) end
+  return m
+end
+
+-- The system and developer messages the conversation starts with, rendered once so that
+-- bad contents (a reasoning effort, a tool's schema) fail in chat.new rather than later.
+local function preamble(opts, declared, tokenizer)
+  local messages = { built("system", harmony.system, opts.system or {}) }
+  local developer = opts.developer
+  if developer ~= nil then
+    developer = built("developer", harmony.developer, developer).content
+    if developer.tools ~= nil then
+      error("developer.tools: give function tools as tools = {name = {description=, parameters=, fn=}}", 0)
+    end
+  end
+  if developer or #declared > 0 then
+    local content = { tools = #declared > 0 and declared or nil }
+    for k, v in pairs(developer or {}) do content[k] = v end
+    messages[2] = harmony.developer(content)
+  end
+  local ok, err = pcall(harmony.render_ids, messages, tokenizer)
+  -- "harmony.render_ids: message 2: ..." names the option the message came from
+  if not ok then error((util.bare(err):gsub("^harmony%.render_ids: message (%d)", { ["1"] = "system", ["2"] = "developer" })), 0) end
+  return messages
+end
+
+--- A chat session: chat.new{replica =, tokenizer =, slot = 1, system = {...}, developer =
+-- {instructions =}, sampling = {temperature = 1, top_p = 1, seed =}, tools = {name =
+-- {description =, parameters =, fn =}}, max_tokens = n} or, instead of replica and
+-- sampling, step = function(ids, position) -> id (a scripted model). See docs/chat.md.
+function chat.new(opts)
+  if type(opts) ~= "table" then error(("chat.new: options must be a table (got %s)"):format(type(opts)), 2) end
+  util.check_known("chat.new", opts, OPTIONS, "option", 2)
+  if (opts.replica == nil) == (opts.step == nil) then
+    error("chat.new: give replica (a gptoss replica) or step (a function), one of them", 2)
+  end
+  if not util.is_a(opts.tokenizer, "gptoss.tokenizer") then
+    error(("chat.new: tokenizer must be a gptoss tokenizer (got %s)"):format(util.kind(opts.tokenizer)), 2)
+  end
+  check_limit("chat.new", opts.max_tokens, 2)
+  local self = setmetatable({ tokenizer = opts.tokenizer, max_tokens = opts.max_tokens, held = {},
+    ctx = math.huge }, Session)
+  local r = opts.replica
+  if r then
+    if not util.is_a(r, "gptoss.replica") then
+      error(("chat.new: replica must be a gptoss replica (got %s)"):format(util.kind(r)), 2)
+    end
+    local slot = opts.slot or 1
+    if math.type(slot) ~= "integer" or slot < 1 or slot > r.slots then
+      error(("chat.new: slot must be an integer in 1..%d (got %s)"):format(r.slots, tostring(slot)), 2)
+    end
+    local sampling = opts.sampling or DEFAULT_SAMPLING
+    if type(sampling) ~= "table" then
+      error(("chat.new: sampling must be a table (got %s)"):format(type(sampling)), 2)
+    end
+    local ok, err = pcall(r.sampling, r, slot, sampling)
+    if not ok then error("chat.new: sampling: " .. util.bare(err), 2) end
+    -- the slot starts empty: what it held before is not this conversation
+    r:reset(slot)
+    self.replica, self.slot, self.ctx, self.step = r, slot, r.ctx, replica_step(r, slot)
+  else
+    if type(opts.step) ~= "function" then
+      error(("chat.new: step must be a function (got %s)"):format(type(opts.step)), 2)
+    end
+    for _, k in ipairs { "slot", "sampling" } do
+      if opts[k] ~= nil then error(("chat.new: %s is for a replica; a step chooses its own ids"):format(k), 2) end
+    end
+    self.step = opts.step
+  end
+  local declared
+  declared, self.tools = function_tools(opts.tools or {})
+  local ok, messages = pcall(preamble, opts, declared, self.tokenizer)
+  if not ok then error("chat.new: " .. messages, 2) end
+  self.messages = messages
+  return self
+end
+
+-- Feeds ids at position pos (truncating the slot there), keeps self.held in step with the
+-- slot and returns the id the step chose.
+function Session:feed(ids, pos)
+  local id = self.step(ids, pos)
+  if math.type(id) ~= "integer" or id < 0 then
+    error(("session:ask: step returned %s, not a token id"):format(tostring(id)), 0)
+  end
+  local held = self.held
+  for i = #held, pos + 1, -1 do held[i] = nil end
+  table.move(ids, 1, #ids, pos + 1, held)
+  return id
+end
+
+-- One reply: the conversation rendered, only what the slot does not hold fed, then ids
+-- decoded until a stop id, `budget` ids or a full context. Returns how it ended ("return",
+-- "call", "endoftext", "length", "context") and the parsed messages.
+function Session:reply(budget, on_text, stats)
+  local ids = harmony.render_ids(self.messages, self.tokenizer)
+  if #ids >= self.ctx then
+    error(("session:ask: the conversation is %d tokens, the replica's context %d"):format(#ids, self.ctx), 0)
+  end
+  -- the longest common prefix; at least one id is fed, to have the next one chosen
+  local held, keep = self.held, 0
+  while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
+  local next_id = self:feed(table.move(ids, keep + 1, #ids, 1, {}), keep)
+  stats.prefilled = stats.prefilled + #ids - keep
+
+  -- lenient: a reply that slips out of the format is still shown and kept
+  local parser = harmony.parser(self.tokenizer, { role = "assistant", strict = false })
+  local open -- the start event of the message being decoded
+  local function handle(events)
+    for _, e in ipairs(events) do
+      if e.type == "start" then
+        open = e
+      elseif e.type == "text" and on_text and not open.recipient then
+        on_text(e.text, open.channel)
+      end
+    end
+  end
+  local n, finish = 0, nil
+  while true do
+    n = n + 1
+    handle(parser:push(next_id))
+    finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context") or nil
+    if finish then break end
+    next_id = self:feed({ next_id }, #self.held)
+  end
+  stats.tokens = stats.tokens + n
+  handle(parser:finish())
+  return finish, parser.messages
+end
+
+-- The tool message answering a call: the tool's result (a string as it is, anything else
+-- as JSON) or "error: ..." for an unknown tool, arguments that are not a JSON object or a
+-- tool that raised, so that the model reads what went wrong.
+function Session:call(m, on_tool)
+  local name = m.recipient:match("^functions%.(.+)$")
+  local fn = name and self.tools[name]
+  local result
+  if not fn then
+    result = ("error: unknown tool '%s'"):format(m.recipient)
+  else
+    local args, _, err = json.decode(m.content:find("%S") and m.content or "{}")
+    if type(args) ~= "table" then
+      result = ("error: the arguments are not a JSON object (%s)"):format(err or "got " .. type(args))
+    else
+      local ok, value = pcall(fn, args)
+      if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
+      result = ok and value or "error: " .. util.bare(value)
+    end
+  end
+  if on_tool then on_tool(m.recipient, m.content, result) end
+  return harmony.tool(m.recipient, result, { channel = "commentary", recipient = "assistant" })
+end
+
+--- Appends a user turn and decodes the reply, calling function tools until the model
+-- answers. opts: on_text(delta, channel) for each text delta of the assistant's messages
+-- (not tool calls; channel "final", "analysis", "commentary" or nil), on_tool(recipient,
+-- arguments, result) after each tool call, max_tokens (ids decoded in this ask, default the
+-- session's, else until the context is full). Returns the final answer (nil when the reply
+-- has no final message) and {tokens =, prefilled =, seconds =, tok_per_s =, finish =}.
+function Session:ask(text, opts)
+  if type(text) ~= "string" then
+    error(("session:ask: text must be a string (got %s)"):format(type(text)), 2)
+  end
+  opts = util.options("session:ask", opts, ASK_OPTIONS, 2)
+  for _, k in ipairs { "on_text", "on_tool" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "function" then
+      error(("session:ask: %s must be a function (got %s)"):format(k, type(opts[k])), 2)
+    end
+  end
+  check_limit("session:ask", opts.max_tokens, 2)
+  local limit = opts.max_tokens or self.max_tokens or math.huge
+  local messages = self.messages
+  messages[#messages + 1] = harmony.user(text)
+  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
+  local finish, reply, calling
+  repeat
+    finish, reply = self:reply(limit - stats.tokens, opts.on_text, stats)
+    table.move(reply, 1, #reply, #messages + 1, messages)
+    -- a <|call|> ending a message without a recipient ends the ask: nothing to call
+    calling = finish == "call" and #reply > 0 and reply[#reply].recipient ~= nil
+    if calling then
+      messages[#messages + 1] = self:call(reply[#reply], opts.on_tool)
+      if stats.tokens == limit then finish, calling = "length", false end
+    end
+  until not calling
+  stats.finish, stats.seconds = finish, gptoss.clock() - started
+  stats.tok_per_s = stats.seconds > 0 and stats.tokens / stats.seconds or 0
+  local answer
+  for _, m in ipairs(reply) do
+    if m.channel == "final" then answer = m.content end
+  end
+  return answer, stats
+end
+
+return chat

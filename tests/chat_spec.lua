@@ -1,0 +1,266 @@
+-- gptoss.chat: whole conversations driven by a scripted model (a step that plays back
+-- harmony completions and keeps the slot a replica would: what was fed, truncated where
+-- a position below its length is written), so the loop's streaming, stop ids,
+-- max_tokens, tool calls and the KV reuse across turns (fed past the common prefix,
+-- rewound where harmony drops analysis from history) are checked id by id; then a
+-- synthetic model on a CPU replica, examples/chat.lua as a child process, and every
+-- refused option.
+local gptoss = require "gptoss"
+local chat = require "gptoss.chat"
+local harmony = require "gptoss.harmony"
+local H = require "helpers"
+
+local tok -- loaded by the first test that needs it
+
+local function tokenizer(pending)
+  tok = tok or gptoss.tokenizer(H.need_tokenizer(pending))
+  return tok
+end
+
+-- A model that answers with the given harmony completions (specials spelled), one id per
+-- step. m.slot is what the slot holds; m.calls lists each step's {ids =, pos =}.
+local function scripted(...)
+  local m, queue = { slot = {}, calls = {} }, {}
+  for _, text in ipairs { ... } do
+    local ids = tok:encode(text, { special = true, mode = "o200k" })
+    table.move(ids, 1, #ids, #queue + 1, queue)
+  end
+  function m.step(ids, pos)
+    assert(pos <= #m.slot, "a gap after the slot's length")
+    for i = #m.slot, pos + 1, -1 do m.slot[i] = nil end
+    table.move(ids, 1, #ids, pos + 1, m.slot)
+    m.calls[#m.calls + 1] = { ids = ids, pos = pos }
+    return assert(table.remove(queue, 1), "the script is over")
+  end
+  return m
+end
+
+-- The ids a slot holds after a reply: the conversation as harmony renders it, but for the
+-- <|end|> in place of the reply's stop id, which is chosen, never fed.
+local function history(s)
+  local ids = harmony.render_ids(s.messages, tok, { completion = false })
+  ids[#ids] = nil
+  return ids
+end
+
+local ADD = {
+  description = "Adds two numbers.",
+  parameters = { type = "object", properties = { a = { type = "number" }, b = { type = "number" } } },
+  fn = function(args) return args.a + args.b end,
+}
+
+describe("gptoss.chat with a scripted model", function()
+  it("streams the analysis and final channels and returns the answer with its stats", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>analysis<|message|>Simple sum.<|end|>"
+      .. "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step, system = { reasoning = "low" } }
+    local streamed = {}
+    local answer, stats = s:ask("What is 2 + 2?", {
+      on_text = function(delta, channel) streamed[channel] = (streamed[channel] or "") .. delta end })
+    assert.are.equal("2 + 2 = 4.", answer)
+    assert.are.same({ analysis = "Simple sum.", final = "2 + 2 = 4." }, streamed)
+    local prompt = harmony.render_ids({ harmony.system{ reasoning = "low" }, harmony.user("What is 2 + 2?") }, tok)
+    assert.are.same(prompt, m.calls[1].ids) -- the first ask prefills the whole rendering
+    assert.are.equal("return", stats.finish)
+    assert.are.equal(#m.calls, stats.tokens) -- one step per id, the stop id included
+    assert.are.equal(#prompt, stats.prefilled)
+    assert.is_true(stats.seconds >= 0 and stats.tok_per_s >= 0)
+    assert.are.same({ "analysis", "final" }, { s.messages[3].channel, s.messages[4].channel })
+  end)
+
+  it("feeds only what follows the slot's contents on the next turn", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final<|message|>Hi!<|return|>", "<|channel|>final<|message|>Bye.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    s:ask("Hello")
+    local held = #m.slot
+    local _, stats = s:ask("Goodbye")
+    local second = m.calls[#m.calls - #tok:encode("<|channel|>final<|message|>Bye.<|return|>",
+      { special = true, mode = "o200k" }) + 1]
+    assert.are.equal(held, second.pos)
+    assert.are.equal(harmony.special["end"], second.ids[1]) -- what replaced the <|return|>
+    assert.are.equal(#second.ids, stats.prefilled)
+    assert.are.same(history(s), m.slot)
+    assert.are.same(s.held, m.slot)
+  end)
+
+  it("rewinds to the common prefix where harmony drops the analysis from history", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>analysis<|message|>Greeting.<|end|><|start|>assistant<|channel|>final<|message|>Hi!<|return|>",
+      "<|channel|>final<|message|>Bye.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    s:ask("Hello")
+    local prompt = harmony.render_ids({ harmony.system{}, harmony.user("Hello") }, tok)
+    local n = #m.calls
+    s:ask("Goodbye")
+    -- <|start|>assistant<|channel|> is shared; "analysis" was the first id to differ
+    assert.are.equal(#prompt + 1, m.calls[n + 1].pos)
+    assert.are.same(history(s), m.slot)
+  end)
+
+  it("calls function tools and feeds their answers back until the final answer", function()
+    tokenizer(pending)
+    local m = scripted(
+      '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>',
+      "<|channel|>final<|message|>5<|return|>")
+    local got, seen = nil, {}
+    local tools = { add = { description = ADD.description, parameters = ADD.parameters,
+      fn = function(args) got = args return args.a + args.b end } }
+    local s = chat.new { tokenizer = tok, step = m.step, tools = tools }
+    assert.truthy(harmony.render(s.messages):find("type add = (_: {", 1, true))
+    local answer, stats = s:ask("2 + 3?", { on_tool = function(...) seen[#seen + 1] = { ... } end })
+    assert.are.equal("5", answer)
+    assert.are.same({ a = 2, b = 3 }, got)
+    assert.are.same({ { "functions.add", '{"a": 2, "b": 3}', "5" } }, seen)
+    assert.are.equal("return", stats.finish)
+    local tool = s.messages[#s.messages - 1]
+    assert.are.same({ role = "tool", name = "functions.add", content = "5", channel = "commentary",
+      recipient = "assistant" }, tool)
+    assert.are.same(history(s), m.slot)
+  end)
+
+  it("turns a tool's error, bad arguments and an unknown tool into the tool's message", function()
+    tokenizer(pending)
+    local m = scripted(
+      '<|channel|>commentary to=functions.fail<|message|>{}<|call|>',
+      '<|channel|>commentary to=functions.add<|message|>{"a": 2,<|call|>',
+      '<|channel|>commentary to=functions.nope<|message|>{}<|call|>',
+      '<|channel|>commentary to=functions.add<|message|>7<|call|>',
+      '<|channel|>commentary to=functions.odd<|message|><|call|>',
+      "<|channel|>final<|message|>Sorry.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step, tools = {
+      add = ADD, fail = { fn = function() error("no luck") end }, odd = { fn = function() return print end } } }
+    local results = {}
+    local answer = s:ask("Try.", { on_tool = function(_, _, result) results[#results + 1] = result end })
+    assert.are.equal("Sorry.", answer)
+    assert.are.equal("error: no luck", results[1])
+    assert.truthy(results[2]:find("^error: the arguments are not a JSON object %("))
+    assert.are.equal("error: unknown tool 'functions.nope'", results[3])
+    assert.are.equal("error: the arguments are not a JSON object (got number)", results[4])
+    assert.are.equal("error: type 'function' is not supported by JSON.", results[5])
+  end)
+
+  it("stops at <|endoftext|> and at max_tokens, the ask's limit over the session's", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final<|message|>Done<|endoftext|>", "<|channel|>final<|message|>one two three four")
+    local s = chat.new { tokenizer = tok, step = m.step, max_tokens = 100 }
+    local answer, stats = s:ask("a")
+    assert.are.same({ "Done", "endoftext" }, { answer, stats.finish })
+    answer, stats = s:ask("b", { max_tokens = 5 })
+    -- <|channel|> final <|message|> one " two"
+    assert.are.same({ "one two", "length", 5 }, { answer, stats.finish, stats.tokens })
+    -- the cut reply stays in history as far as it went
+    assert.are.same({ role = "assistant", channel = "final", content = "one two" },
+      { role = s.messages[#s.messages].role, channel = s.messages[#s.messages].channel,
+        content = s.messages[#s.messages].content })
+  end)
+
+  it("ends with length when max_tokens runs out at a tool call, the tool's answer kept", function()
+    tokenizer(pending)
+    local call = '<|channel|>commentary to=functions.add<|message|>{"a": 1, "b": 1}<|call|>'
+    local m = scripted(call)
+    local s = chat.new { tokenizer = tok, step = m.step, tools = { add = ADD } }
+    local answer, stats = s:ask("1 + 1?", { max_tokens = #tok:encode(call, { special = true, mode = "o200k" }) })
+    assert.is_nil(answer)
+    assert.are.equal("length", stats.finish)
+    assert.are.equal("2", s.messages[#s.messages].content)
+  end)
+end)
+
+describe("gptoss.chat on a synthetic model", function()
+  it("runs the loop on a CPU replica, reusing the slot, up to max_tokens and the context", function()
+    tokenizer(pending)
+    local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 2, ctx = 96 }
+    local s = chat.new { replica = r, tokenizer = tok, slot = 2, sampling = { seed = 5 }, max_tokens = 6 }
+    local _, stats = s:ask("Hello")
+    local first = stats.prefilled
+    assert.are.same({ "length", 6 }, { stats.finish, stats.tokens })
+    assert.are.equal(r:length(2), #s.held)
+    assert.are.equal(0, r:length(1))
+    _, stats = s:ask("Again", { max_tokens = 1000 })
+    assert.is_true(stats.prefilled < first) -- a random reply renders differently, but the start is kept
+    assert.are.equal("context", stats.finish)
+    assert.are.equal(96, r:length(2))
+    H.expect_error(function() s:ask("more") end, "session:ask: the conversation is", "the replica's context 96")
+  end)
+end)
+
+describe("examples/chat.lua", function()
+  it("answers each line of stdin on a synthetic model and prints tok/s", function()
+    tokenizer(pending)
+    local run = H.runner("examples/chat.lua", pending)
+    local code, _, err = run({ "synthetic:7m", "--max-tokens", "4", "--ctx", "256", "--demo-tools",
+      "--temperature", "0", "--system", "Be brief." }, nil, "Hello\n\nWhat is 2 + 3?\n")
+    assert.are.equal(0, code, err)
+    local _, lines = err:gsub("4 tokens, [%d.]+ s, [%d.]+ tok/s %(length%)\n", "")
+    assert.are.equal(2, lines, err) -- the empty line is skipped
+  end)
+
+  it("exits 1 with a message on bad arguments", function()
+    local run = H.runner("examples/chat.lua", pending)
+    H.expect_exits(run, 1, {
+      { { "synthetic:7m", "--reasoning", "extreme" }, "'--reasoning' must be one of 'low', 'medium', 'high'" },
+      { { "synthetic:7m", "--max-tokens", "0" }, "--max-tokens: '0' is not an integer >= 1" },
+      { {}, "missing argument 'model'" },
+    }, "Usage: chat.lua")
+    local code, out, err = run({ "synthetic:9x" }, nil, "")
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("chat.lua: synthetic: unknown model shape '9x'", 1, true), err)
+  end)
+end)
+
+describe("gptoss.chat errors", function()
+  it("refuses bad chat.new options, naming the option", function()
+    tokenizer(pending)
+    local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 1, ctx = 64 }
+    local step = function() return 0 end
+    local cases = {
+      { nil, "chat.new: options must be a table (got nil)" },
+      { { tokenizer = tok, step = step, temperature = 1 }, "chat.new: unknown option 'temperature'" },
+      { { tokenizer = tok }, "chat.new: give replica (a gptoss replica) or step (a function), one of them" },
+      { { tokenizer = tok, replica = r, step = step }, "one of them" },
+      { { tokenizer = "t", step = step }, "chat.new: tokenizer must be a gptoss tokenizer (got string)" },
+      { { tokenizer = tok, replica = {} }, "chat.new: replica must be a gptoss replica (got table)" },
+      { { tokenizer = tok, step = "f" }, "chat.new: step must be a function (got string)" },
+      { { tokenizer = tok, replica = r, slot = 2 }, "chat.new: slot must be an integer in 1..1 (got 2)" },
+      { { tokenizer = tok, replica = r, sampling = 1 }, "chat.new: sampling must be a table (got number)" },
+      { { tokenizer = tok, replica = r, sampling = { top_p = 2 } }, "chat.new: sampling: " },
+      { { tokenizer = tok, step = step, slot = 1 }, "chat.new: slot is for a replica; a step chooses its own ids" },
+      { { tokenizer = tok, step = step, sampling = {} }, "chat.new: sampling is for a replica" },
+      { { tokenizer = tok, step = step, max_tokens = 0 }, "chat.new: max_tokens must be an integer >= 1 (got 0)" },
+      { { tokenizer = tok, step = step, system = "hi" }, "chat.new: system must be a table (got string)" },
+      { { tokenizer = tok, step = step, system = { effort = "low" } }, "chat.new: system: unknown option 'effort'" },
+      { { tokenizer = tok, step = step, system = { reasoning = "extreme" } }, "chat.new: system: ", "extreme" },
+      { { tokenizer = tok, step = step, developer = 1 }, "chat.new: developer must be a table (got number)" },
+      { { tokenizer = tok, step = step, developer = { tools = {} } }, "chat.new: developer.tools: give function tools as tools" },
+      { { tokenizer = tok, step = step, tools = 1 }, "chat.new: tools must be a table" },
+      { { tokenizer = tok, step = step, tools = { 1 } }, "chat.new: tools: a tool's name must be letters, digits and _ (got 1)" },
+      { { tokenizer = tok, step = step, tools = { f = 1 } }, "chat.new: tools.f must be a table (got number)" },
+      { { tokenizer = tok, step = step, tools = { f = { fn = print, args = {} } } }, "chat.new: tools.f: unknown field 'args'" },
+      { { tokenizer = tok, step = step, tools = { f = {} } }, "chat.new: tools.f: fn must be a function (got nil)" },
+      { { tokenizer = tok, step = step, tools = { f = { fn = print, parameters = { type = "object", properties = 1 } } } },
+        "chat.new: developer: ", "properties must be a table" },
+    }
+    for _, case in ipairs(cases) do
+      H.expect_error(function() chat.new(case[1]) end, table.unpack(case, 2))
+    end
+  end)
+
+  it("refuses bad session:ask arguments and a step that returns no id", function()
+    tokenizer(pending)
+    local s = chat.new { tokenizer = tok, step = function() return 0 end }
+    for _, case in ipairs {
+      { { 1 }, "session:ask: text must be a string (got number)" },
+      { { "hi", 1 }, "session:ask: options must be a table (got number)" },
+      { { "hi", { stream = print } }, "session:ask: unknown option 'stream'" },
+      { { "hi", { on_text = 1 } }, "session:ask: on_text must be a function (got number)" },
+      { { "hi", { on_tool = true } }, "session:ask: on_tool must be a function (got boolean)" },
+      { { "hi", { max_tokens = 1.5 } }, "session:ask: max_tokens must be an integer >= 1 (got 1.5)" },
+    } do
+      H.expect_error(function() s:ask(table.unpack(case[1])) end, case[2])
+    end
+    local bad = chat.new { tokenizer = tok, step = function() return "x" end }
+    H.expect_error(function() bad:ask("hi") end, "session:ask: step returned x, not a token id")
+  end)
+end)
