@@ -113,6 +113,18 @@ local function random_string(rng_max_parts)
   return table.concat(parts)
 end
 
+-- The Node exporter's folder, for use inside an `it` that runs node with gpt-tokenizer: the
+-- test is marked pending when either is missing (pending: busted's, passed on).
+local function node_exporter(pending)
+  local dir = "examples/tokenizer-export"
+  local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
+  if module then module:close() end
+  if not module or not os.execute("command -v node >/dev/null 2>&1") then
+    pending("needs node and gpt-tokenizer (make tokenizer installs them)")
+  end
+  return dir
+end
+
 describe("tokenizer", function()
   after_each(cleanup)
 
@@ -368,13 +380,7 @@ describe("tokenizer", function()
 
     it("gives gpt-tokenizer's o200k_harmony ids on thousands of generated texts", function()
       local json = require "dkjson"
-      local dir = "examples/tokenizer-export"
-      local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
-      if not module or not os.execute("command -v node >/dev/null 2>&1") then
-        if module then module:close() end
-        pending("needs node and gpt-tokenizer (make tokenizer installs them)")
-      end
-      module:close()
+      local dir = node_exporter(pending)
       local rng = (function() math.randomseed(20261124) return math.random end)()
       local texts = {}
       for i = 1, 3000 do texts[i] = random_text(rng) end
@@ -518,13 +524,7 @@ describe("tokenizer", function()
     end)
 
     it("reads a checkpoint's tokenizer.json into the same entries as tokenizer.bin", function()
-      local dir = "examples/tokenizer-export"
-      local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
-      if not module or not os.execute("command -v node >/dev/null 2>&1") then
-        if module then module:close() end
-        pending("needs node and gpt-tokenizer (make tokenizer installs them)")
-      end
-      module:close()
+      local dir = node_exporter(pending)
       local checkpoint = H.tmpdir()
       assert(os.execute(("node %s/export.mjs -o %s/tokenizer.bin --json %s/tokenizer.json >/dev/null"):format(dir,
         checkpoint, checkpoint)), "export.mjs failed")
