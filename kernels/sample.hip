@@ -2,7 +2,8 @@
  * gptoss_sample_with (src/core/sampler.c, docs/api.md#default-mode).
  *
  * One block per row, never sorting. A first pass finds the first maximum
- * and checks the logits; greedy rows stop there. The filters keep a prefix
+ * and checks the logits (a NaN or +inf, or nothing above -inf, is no token,
+ * greedy or not); greedy rows stop there. The filters keep a prefix
  * of the ranks (logit desc, id asc): every token whose 64-bit rank key
  * (order-preserving logit bits above the id reversed) is >= the key of the
  * last kept rank. Radix selection over that key, one 8-bit digit per pass
@@ -217,10 +218,10 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
     flags = block_all(flags, op_or(), sh.slot32);
 
     int token;
-    if (t == 0) {
-        token = top_i == INT_MAX ? 0 : top_i; /* every logit NaN: gptoss_argmax's 0 */
-    } else if (flags != 2) {
+    if (flags != 2) { /* a NaN or +inf, or nothing above -inf: no token, greedy or not (as the CPU) */
         token = -1;
+    } else if (t == 0) {
+        token = top_i;
     } else {
         Row r;
         r.x = x;

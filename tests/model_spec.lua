@@ -510,6 +510,9 @@ describe("loading invalid files", function()
    it("rejects a qkv width beyond 2^31-1", function()
       expect_error((load_header({ head_dim = 65536, n_attn_heads = 32768, n_kv_heads = 1 })),
          "exceeds 2^31-1")
+      -- a product past 2^63, once signed overflow in the check itself
+      expect_error((load_header({ head_dim = 2147483646, n_attn_heads = 2147483647, n_kv_heads = 2147483647 })),
+         "config: head_dim*(n_attn_heads+2*n_kv_heads) = 2147483646*(2147483647+2*2147483647)", "exceeds 2^31-1")
    end)
 
    it("rejects sizes whose byte count overflows 64 bits", function()
@@ -878,6 +881,7 @@ describe("model:tensor", function()
       expect_error(function() m:tensor("w_qkv", 3) end, "layer 3 is out of range 1..2")
       expect_error(function() m:tensor("w_qkv", 0) end, "layer 0 is out of range 1..2")
       expect_error(function() m:tensor("w_mlp1", -1, 1) end, "layer -1 is out of range 1..2")
+      expect_error(function() m:tensor("w_mlp1", 2 ^ 32 + 1) end, "layer 4294967297 is out of range 1..2")
       expect_error(function() m:tensor("w_qkv", 1.5) end, "number has no integer representation")
    end)
 

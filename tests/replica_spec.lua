@@ -335,6 +335,10 @@ describe("bad input", function()
     assert.has_error(function() r:reset(0) end, "reset: slot 0 is out of range 1..2")
     assert.has_error(function() r:length(9) end, "length: slot 9 is out of range 1..2")
     assert.has_error(function() r:trace(1, 97, 0) end, "trace: tokens[1] = 97 is out of range 0..96")
+    -- integers past 32 bits are refused as they are, not wrapped (2^32 + 5 was token 5)
+    assert.has_error(function() r:trace(1, 2 ^ 32 + 5, 0) end, "trace: token 4294967301 is out of range (a 32-bit integer)")
+    assert.has_error(function() r:trace(1, 5, 1 << 32) end, "trace: position 4294967296 is out of range (a 32-bit integer)")
+    assert.has_error(function() r:length(1 << 40) end, "length: slot 1099511627776 is out of range 1..2")
     usable()
   end)
 
@@ -436,6 +440,7 @@ describe("per-slot sampling (r:sampling)", function()
   it("rejects bad slots and settings, leaving the replica usable", function()
     local r = model():replica { slots = 2, ctx = 8 }
     H.expect_error(function() r:sampling(3, { temperature = 1 }) end, "sampling: slot 3 is out of range 1..2")
+    H.expect_error(function() r:sampling(2 ^ 40, { temperature = 1 }) end, "sampling: slot 1099511627776 is out of range 1..2")
     H.expect_error(function() r:sampling(1, { temperature = -1 }) end,
       "replica:sampling: temperature must be a finite number >= 0")
     H.expect_error(function() r:sampling(1, { top_p = "x" }) end, "replica:sampling: top_p must be a number")

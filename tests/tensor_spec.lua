@@ -68,6 +68,11 @@ describe("host tensors", function()
 
       it("rejects bad shapes, dtypes and values", function()
          expect_error(function() T.zeros({ 2, 0 }) end, "shape[2] must be a positive integer (got 0)")
+         -- 2^64 elements: the count once wrapped to 0 and indexing wrote out of bounds
+         expect_error(function() T.zeros({ 65536, 65536, 65536, 65536 }, "f32") end,
+            "a shape of 4 dimensions this large holds more than 2^64 bytes")
+         expect_error(function() T.load("/dev/null", "f32", { 65536, 65536, 65536, 65536 }) end,
+            "tensor.load: a shape of 4 dimensions")
          expect_error(function() T.zeros({ -1 }) end, "shape[1] must be a positive integer")
          expect_error(function() T.zeros({ 1.5 }) end, "shape[1] must be a positive integer")
          expect_error(function() T.zeros({}) end, "shape must have 1..8 dimensions (got 0)")
@@ -95,6 +100,7 @@ describe("host tensors", function()
          expect_error(function() return t[0] end, "tensor index 0 is out of range 1..3")
          expect_error(function() return t[4] end, "tensor index 4 is out of range 1..3")
          expect_error(function() return t[-1] end, "tensor index -1 is out of range 1..3")
+         expect_error(function() return t[1 << 32] end, "tensor index 4294967296 is out of range 1..3")
          local m = T.from({ { 1, 2 }, { 3, 4 } })
          expect_error(function() return m[3] end, "tensor index 3 is out of range 1..2")
          expect_error(function() return m[1][3] end, "tensor index 3 is out of range 1..2")

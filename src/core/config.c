@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "checked.h"
 #include "rope.h"
 
 _Static_assert(sizeof(gptoss_config) == GPTOSS_HEADER_BYTES, "the header is 60 bytes");
@@ -102,13 +103,16 @@ gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *c
     if (!(isfinite(c->swiglu_limit) && c->swiglu_limit > 0.0f))
         return gptoss_fail(err, GPTOSS_E_INVALID, "config: %s = %g must be finite and > 0",
                            NAME(swiglu_limit), c->swiglu_limit);
-    /* qkv rows are computed in int by every engine */
-    int64_t qkv = (int64_t)c->head_dim * ((int64_t)c->n_attn_heads + 2 * (int64_t)c->n_kv_heads);
-    if (qkv > INT32_MAX || 2 * (int64_t)c->intermediate_dim > INT32_MAX)
+    /* qkv rows are computed in int by every engine; the sizes are positive here, and the
+     * product can pass 2^63 (so not in int64) */
+    int overflow = 0;
+    uint64_t qkv = gptoss_checked_mul((uint64_t)c->head_dim,
+                                      (uint64_t)c->n_attn_heads + 2 * (uint64_t)c->n_kv_heads, &overflow);
+    if (overflow || qkv > INT32_MAX || 2 * (uint64_t)c->intermediate_dim > INT32_MAX)
         return gptoss_fail(err, GPTOSS_E_INVALID,
-                           "config: %s*(%s+2*%s) = %lld or 2*%s exceeds 2^31-1", NAME(head_dim),
-                           NAME(n_attn_heads), NAME(n_kv_heads), (long long)qkv,
-                           NAME(intermediate_dim));
+                           "config: %s*(%s+2*%s) = %d*(%d+2*%d) or 2*%s = 2*%d exceeds 2^31-1", NAME(head_dim),
+                           NAME(n_attn_heads), NAME(n_kv_heads), c->head_dim, c->n_attn_heads, c->n_kv_heads,
+                           NAME(intermediate_dim), c->intermediate_dim);
     return gptoss_rope_check(c, names, err);
 #undef NAME
 }

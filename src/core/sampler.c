@@ -350,19 +350,20 @@ int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, in
     for (int r = 0; r < rows; r++) {
         const float *row = logits + (size_t)r * vocab;
         const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
-        if (!rs || rs->temperature == 0) {
-            tokens[r] = (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
-            continue;
-        }
-        /* the sampler reads the temperature as a float: the row's is exact */
-        gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p,
-                                  rs->top_k, rs->seed};
         char err[GPTOSS_ERR_LEN - 16];
-        tokens[r] = -1;
-        if (!*scratch)
-            *scratch = gptoss_sampler_new(&p, err);
-        if (*scratch)
-            tokens[r] = gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err);
+        if (!rs || rs->temperature == 0) {
+            /* greedy refuses the rows sampling refuses (a NaN would otherwise choose token 0) */
+            tokens[r] = check_logits(row, vocab, err) ? -1 : (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
+        } else {
+            /* the sampler reads the temperature as a float: the row's is exact */
+            gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p,
+                                      rs->top_k, rs->seed};
+            tokens[r] = -1;
+            if (!*scratch)
+                *scratch = gptoss_sampler_new(&p, err);
+            if (*scratch)
+                tokens[r] = gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err);
+        }
         if (tokens[r] < 0 && bad < 0) {
             bad = r;
             snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);

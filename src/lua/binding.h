@@ -49,6 +49,10 @@ lua_Number gptoss_opt_number(lua_State *L, int idx, const char *fn, const char *
 /* The same for a string field restricted to a list of choices; returns the index. */
 int gptoss_opt_choice(lua_State *L, int idx, const char *fn, const char *field,
                       const char *const *choices, int dflt);
+/* An integer argument that the engine takes as a C int: raises naming the
+ * function, what it is and the value when it is not an integer or does not
+ * fit (the engine then checks its range; a cast would have wrapped it). */
+int gptoss_check_int(lua_State *L, int idx, const char *fn, const char *what);
 /* Raises "<fn>: unknown option '<key>' (known: ...)" for a key of the options
  * table at idx that the NULL-terminated list known lacks: a misspelt option
  * is an error, never silently its default. */

@@ -167,7 +167,7 @@ static slice check_slice(lua_State *L, const gptoss_model *m, int arg, const cha
             luaL_error(L, "%s: %s has no %s dimension", fn, name, what);
         lua_Integer i = luaL_checkinteger(L, arg + 1 + k);
         if (i < 1 || i > d->dims[k])
-            luaL_error(L, "%s: %s %d is out of range 1..%d", fn, what, (int)i, (int)d->dims[k]);
+            luaL_error(L, "%s: %s %I is out of range 1..%I", fn, what, i, (lua_Integer)d->dims[k]);
         s.count /= (uint64_t)d->dims[k];
         s.first += (uint64_t)(i - 1) * s.count;
         s.ndim--;

@@ -89,3 +89,10 @@ int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn) {
     return (int)dev - 1;
 }
 
+
+int gptoss_check_int(lua_State *L, int idx, const char *fn, const char *what) {
+    lua_Integer v = luaL_checkinteger(L, idx);
+    if (v < INT32_MIN || v > INT32_MAX)
+        luaL_error(L, "%s: %s %I is out of range (a 32-bit integer)", fn, what, v);
+    return (int)v;
+}

@@ -49,7 +49,7 @@ static int check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn) {
     lua_Integer s = luaL_checkinteger(L, idx);
     int slots = gptoss_engine_options(e)->slots;
     if (s < 1 || s > slots)
-        luaL_error(L, "%s: slot %d is out of range 1..%d", fn, (int)s, slots);
+        luaL_error(L, "%s: slot %I is out of range 1..%d", fn, s, slots);
     return (int)s - 1;
 }
 
@@ -346,8 +346,8 @@ static void push_trace(lua_State *L, gptoss_trace *tr, int n_layers) {
 static int replica_trace(lua_State *L) {
     gptoss_engine *e = check_open(L, 1);
     int slot = check_slot(L, e, 2, "trace");
-    int token = (int)luaL_checkinteger(L, 3);
-    int pos = (int)luaL_checkinteger(L, 4);
+    int token = gptoss_check_int(L, 3, "trace", "token");
+    int pos = gptoss_check_int(L, 4, "trace", "position");
     lua_getiuservalue(L, 1, 1);
     const gptoss_config *c = &gptoss_check_model(L, -1)->config;
     lua_pop(L, 1);

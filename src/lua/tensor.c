@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/bf16.h"
+#include "../core/checked.h"
 #include "binding.h"
 
 static const char *const dtype_names[] = {"f32", "i32", NULL};
@@ -65,6 +66,13 @@ static int read_shape(lua_State *L, int idx, const char *fn, int64_t *shape) {
         shape[i] = d;
         lua_pop(L, 1);
     }
+    int overflow = 0;
+    uint64_t bytes = 4;
+    for (int i = 0; i < ndim; i++)
+        bytes = gptoss_checked_mul(bytes, (uint64_t)shape[i], &overflow);
+    if (overflow || bytes > SIZE_MAX)
+        luaL_error(L, "%s: a shape of %d dimensions this large holds more than 2^64 bytes of 4-byte values", fn,
+                   ndim);
     return ndim;
 }
 
@@ -255,7 +263,7 @@ static size_t check_index(lua_State *L, const lua_tensor *t, int idx) {
     if (!ok)
         luaL_error(L, "tensor index must be an integer (got %s)", luaL_tolstring(L, idx, NULL));
     if (i < 1 || i > t->shape[0])
-        luaL_error(L, "tensor index %d is out of range 1..%d", (int)i, (int)t->shape[0]);
+        luaL_error(L, "tensor index %I is out of range 1..%I", i, (lua_Integer)t->shape[0]);
     return (size_t)(i - 1);
 }
 
