@@ -74,7 +74,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(addprefix --offload-arch=,$(GPU_ARCH)) \
               $(HIP_INC)
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install
+.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -159,6 +159,25 @@ platforms:
 	$(MAKE) BUILD=$(BUILD)/platform-cpu HIP_PLATFORM=cpu
 	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_75 sm_80 sm_90"
 	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
+
+# libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and
+# UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails.
+#   make fuzz [FUZZ_SECONDS=60]
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/*.c)))
+FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=all -Isrc/core $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard src/core/*.c src/core/*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) -o $@ $(LIBS)
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus-$$t && \
+	  GPTOSS_TOKENIZER=$(TOKENIZER) $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus-$$t tests/fuzz/corpus/$$t \
+	    > $(BUILD)/fuzz/$$t.log 2>&1 || { tail -n 40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; exit 1; }; \
+	  echo "fuzz: $$t: $$(grep -o 'number_of_executed_units: [0-9]*' $(BUILD)/fuzz/$$t.log), nothing found"; \
+	done
 
 # Debian packages the GPU machine lacks (no network there): carry .deps/
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \

@@ -74,7 +74,7 @@ typedef struct {
 } entries;
 
 static gptoss_status add_bytes(entries *e, int id, const uint8_t *b, size_t n, float score, char *err) {
-    if (e->used + n > e->cap) {
+    if (!e->bytes || e->used + n > e->cap) { /* the first entry may be empty: allocate anyway */
         size_t cap = e->cap ? e->cap : 1 << 20;
         while (cap < e->used + n)
             cap *= 2;
