@@ -1,31 +1,15 @@
 /* libFuzzer target: a Hugging Face tokenizer.json (src/core/tokenizer_json.c),
  * then an encode and decode with what it loads. Input: one byte choosing
- * vocab_size (1..256), then the file's bytes (written to a temporary file:
- * the reader takes a path). */
-#include <stdio.h>
-#include <stdlib.h>
+ * vocab_size (1..256), then the file's bytes (fuzz_file.h). */
 #include <string.h>
-#include <unistd.h>
 
+#include "fuzz_file.h"
 #include "tokenizer.h"
-
-static char path[64];
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    snprintf(path, sizeof path, "/tmp/gptoss-fuzz-%d.json", (int)getpid());
-    return 0;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)
         return 0;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    fwrite(data + 1, 1, size - 1, f);
-    fclose(f);
+    const char *path = fuzz_file(data + 1, size - 1, ".json");
     gptoss_tokenizer *t;
     char err[GPTOSS_ERR_LEN];
     if (gptoss_tokenizer_load_json(path, 1 + data[0], &t, err) == GPTOSS_OK) {
