@@ -2,7 +2,7 @@
  * then what a loader does with a config it reads: the range checks and the
  * tensor layout (their sizes). */
 #include "checkpoint.h"
-#include "fuzz_file.h"
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gptoss_format format;

@@ -1,7 +1,7 @@
 /* libFuzzer target: a safetensors file (src/core/safetensors.c), mapped and
  * validated; every tensor it accepts is then looked up by name and read
  * whole from the mapping, as a model's loader does. */
-#include "fuzz_file.h"
+#include "fuzz.h"
 #include "safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
