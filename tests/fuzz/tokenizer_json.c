@@ -1,6 +1,6 @@
 /* libFuzzer target: a Hugging Face tokenizer.json (src/core/tokenizer_json.c),
  * then what it feeds (fuzz_use_tokenizer). Input: one byte choosing
- * vocab_size (1..256), then the file's bytes (fuzz_file.h). */
+ * vocab_size (1..256), then the file's bytes (written by fuzz_file). */
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
