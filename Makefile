@@ -3,7 +3,7 @@
 #
 #   make                      build for the detected platform
 #   make HIP_PLATFORM=cpu     CPU golden engine only
-#   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90"
+#   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90a"
 #   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
 #   make test | demo | tokenizer | platforms | deps | clean
 #
@@ -36,7 +36,7 @@ ifeq ($(strip $(HIP_PLATFORM)),)
   endif
 endif
 ifeq ($(HIP_PLATFORM),nvidia)
-  GPU_ARCH ?= sm_80 sm_90
+  GPU_ARCH ?= sm_80 sm_90a
 else ifeq ($(HIP_PLATFORM),amd)
   GPU_ARCH ?= gfx90a
 else ifneq ($(HIP_PLATFORM),cpu)
@@ -157,7 +157,7 @@ demo: setup | $(TOKENIZER)
 # has no bf16 matrix cores, so it compiles the plain fallback of matrix_core.h.
 platforms:
 	$(MAKE) BUILD=$(BUILD)/platform-cpu HIP_PLATFORM=cpu
-	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_75 sm_80 sm_90"
+	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_75 sm_80 sm_90a"
 	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
 
 # libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and

@@ -21,11 +21,14 @@
  *    through a ring of shared-memory stages) for the experts beyond, for
  *    tiled weights at more rows and for dense GEMMs whose 64-row tiles fill
  *    a wave, tiled (gemm_tiled.h: 16 MT rows by 64, through shared
- *    memory, [n][k] weights only) for the other dense GEMMs of many rows. */
+ *    memory, [n][k] weights only) for the other dense GEMMs of many rows,
+ *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
+ *    sums) for the dense GEMMs of more than 16 rows. */
 #include "gemm_exact.h"
 #include "gemm_staged.h"
 #include "gemm_stream.h"
 #include "gemm_tiled.h"
+#include "gemm_wgmma.h"
 
 int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
     if (!bf16_mode)
@@ -63,6 +66,8 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
         return hipSuccess;
     if (!bf16_mode)
         return launch_gemm_exact(a, row_blocks, stream);
+    if (gemm_wgmma_takes(a, dev))
+        return launch_gemm_wgmma(a, stream);
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
      * tiled weights (the tiled kernel reads rows of k), and dense 64-row
      * tiles when the staged grid fills a wave of two blocks per
@@ -77,4 +82,21 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     if (bm == 16)
         return launch_gemm_stream(a, row_blocks, dev, stream);
     return launch_gemm_tiled(a, row_blocks, bm, dev, stream);
+}
+
+int gptoss_gemm_wgmma_built(hipStream_t stream) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    int *flag = nullptr, built = 0;
+    if (hipMalloc(&flag, sizeof *flag) != hipSuccess)
+        return 0;
+    hipLaunchKernelGGL(wgmma_built_kernel, dim3(1), dim3(1), 0, stream, flag);
+    if (hipMemcpyAsync(&built, flag, sizeof built, hipMemcpyDeviceToHost, stream) != hipSuccess ||
+        hipStreamSynchronize(stream) != hipSuccess)
+        built = 0;
+    (void)hipFree(flag);
+    return built;
+#else
+    (void)stream;
+    return 0;
+#endif
 }

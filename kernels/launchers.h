@@ -46,6 +46,7 @@ typedef struct {
     int warp;            /* hipDeviceAttributeWarpSize */
     int multiprocessors; /* hipDeviceAttributeMultiprocessorCount */
     int shared_per_sm;   /* hipDeviceAttributeMaxSharedMemoryPerMultiprocessor */
+    int wgmma;           /* the build has sm_90a's GEMM and the device runs it (gptoss_gemm_wgmma_built) */
 } gptoss_gpu_shape;
 
 /* rope_kv.hip's arguments: RoPE on a qkv projection's rows, fused with the
@@ -80,6 +81,8 @@ typedef struct {
     float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
     void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
     float swiglu_limit;
+    void *x_perm;       /* NULL, or bf16 scratch of rows x k rounded up to 32, for the
+                           Hopper GEMM's permuted copy of x (gemm_wgmma.h) */
     /* ROPE_KV, where gptoss_gemm_takes_rope (a dense qkv projection): the
      * outputs go through RoPE into q and the KV cache (rope_kv.hip's work),
      * y is not written */
@@ -91,6 +94,8 @@ int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
 int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode);
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
                               const gptoss_gpu_shape *dev, hipStream_t stream);
+/* 1 if this build has the sm_90a GEMM and the stream's device runs it */
+int gptoss_gemm_wgmma_built(hipStream_t stream);
 
 /* rope_kv.hip (its arguments are declared before the GEMM's, whose qkv
  * epilogue takes them) */

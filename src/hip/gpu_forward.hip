@@ -155,6 +155,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     qkv.n = Q;
     qkv.k = H;
     qkv.y = s->qkv;
+    qkv.x_perm = s->x_perm;
     qkv.rope = rk;
     qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv, bf) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
     RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
@@ -203,6 +204,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     o.k = HqD;
     o.epilogue = trace ? GPTOSS_GEMM_STORE : GPTOSS_GEMM_RESIDUAL;
     o.y = trace ? g->buf.trace.proj : s->x;
+    o.x_perm = s->x_perm;
     RUN("gemm_o", gptoss_launch_gemm(&o, bf, 0, &g->dev, st));
     if (trace) {
         REC(ATTN_PROJ, l, 0, H, g->buf.trace.proj);
@@ -336,6 +338,7 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     un.k = H;
     un.epilogue = GPTOSS_GEMM_STORE;
     un.y = s->logits;
+    un.x_perm = s->x_perm;
     RUN("gemm_logits", gptoss_launch_gemm(&un, bf, 0, &g->dev, g->stream));
     REC(LOGITS, -1, 0, c->vocab_size, s->logits);
     return GPTOSS_OK;

@@ -302,6 +302,8 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, vo
         s = gptoss_gpu_fail(err, g, "cannot create a stream", e);
         goto fail;
     }
+    /* GPTOSS_NO_WGMMA: the other families instead, for comparing them in one process */
+    g->dev.wgmma = !env_flag("GPTOSS_NO_WGMMA") && gptoss_gemm_wgmma_built(g->stream);
     if ((s = make_ring(g, err)) || (s = upload_weights(g, err)) || (s = upload_rope(g, err)))
         goto fail;
     *out = g;

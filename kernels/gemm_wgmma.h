@@ -1,0 +1,310 @@
+/* The Hopper GEMM (bf16 mode, sm_90a), a part of gemm.hip, for dense GEMMs
+ * of more than 16 rows: wgmma fed by TMA through an mbarrier ring, one
+ * producer warpgroup issuing the copies and two consumer warpgroups of 64
+ * outputs each, a block covering 128 outputs by 128 rows.
+ *
+ * The weights are the A operand (wgmma's M), from registers: each lane
+ * reads the same 16-byte pieces the other families multiply (matrix_core.h)
+ * and gives each instruction the words mma32 gives its two mma.sync, so a
+ * chunk's sets of products are those of gemm_common.h's order. The rows are
+ * the B operand (N = 128), from shared memory in wgmma's 128-byte-swizzled
+ * K-major layout, where an instruction's 16 k must be 32 contiguous bytes:
+ * that is not the case for the order's sets (k % 8 < 4, then the rest), so
+ * the rows are first copied with each 32-chunk's 16 words transposed as a
+ * 4 x 4 matrix (permute_rows_kernel). An instruction's sum depends on its
+ * set of products only, not on which slot holds which, and wgmma sums a set
+ * as mma.sync does (measured bit for bit: examples/hopper_probes), so every
+ * output gets the bits of the other families, even and odd chunks in two
+ * sums included.
+ *
+ * Weights come as they lie: tiled (layout.h) in 1D bulk copies of a band's
+ * two chunks, or [n][k] through a tensor map with the same swizzle. Tensor
+ * maps are encoded per launch on the host with the driver's
+ * cuTensorMapEncodeTiled, reached through the runtime, so nothing links
+ * libcuda. Everything here is NVIDIA only; elsewhere gemm_wgmma_takes is
+ * false. */
+#ifndef GPTOSS_KERNELS_GEMM_WGMMA_H
+#define GPTOSS_KERNELS_GEMM_WGMMA_H
+
+#include "gemm_common.h"
+
+#include <string.h>
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#include <cuda.h>
+#endif
+
+namespace {
+
+constexpr int WG_BO = 128;     /* outputs per block: two consumer warpgroups of 64 */
+constexpr int WG_BT = 128;     /* rows per block: wgmma's N */
+constexpr int WG_KS = 64;      /* k per stage: an even and an odd chunk */
+constexpr int WG_STAGES = 4;
+constexpr int WG_W_STAGE = WG_BO * WG_KS * 2, WG_X_STAGE = WG_BT * WG_KS * 2;
+/* the ring, its barriers, and slack to align it to the swizzle's 1 KiB */
+constexpr int WG_SMEM = WG_STAGES * (WG_W_STAGE + WG_X_STAGE) + 2 * WG_STAGES * 8 + 1024;
+
+/* k rounded up to whole chunks: the permuted rows' width */
+__host__ __device__ __forceinline__ int wgmma_k_padded(int k) { return (k + MX_KC - 1) / MX_KC * MX_KC; }
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+
+/* Row p of x, natural, into out[p] permuted: within each 32-chunk, word w
+ * (k 2w, 2w + 1) goes to word (w % 4) * 4 + w / 4; zeros past k. One
+ * thread per 16-byte piece (8 k) of the output. */
+__global__ void permute_rows_kernel(const bf16 *x, int rows, int k, bf16 *out) {
+    const int kp = wgmma_k_padded(k), pieces = kp / 8;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * pieces)
+        return;
+    const int p = (int)(i / pieces), q = (int)(i % pieces), c = q / 4, t = q % 4;
+    /* output piece t of chunk c holds words t, 4 + t, 8 + t, 12 + t */
+    uint32_t w[4];
+    for (int j = 0; j < 4; j++) {
+        const int kk = 32 * c + 2 * (4 * j + t);
+        const uint32_t lo = kk < k ? x[(size_t)p * k + kk].bits : 0, hi = kk + 1 < k ? x[(size_t)p * k + kk + 1].bits : 0;
+        w[j] = lo | hi << 16;
+    }
+    *(uint4 *)(out + (size_t)p * kp + 8 * q) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GPTOSS_WGMMA 1
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+                     "r"(smem_addr(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+/* a K-major operand with the 128-byte swizzle: rows of 128 bytes, groups of 8 rows 1 KiB apart */
+__device__ __forceinline__ uint64_t swizzled_desc(const void *p) {
+    const uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+/* d += A B over one k16 step, m64 n128, A from registers */
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+}
+#endif
+
+/* Warpgroup 0 issues the copies (one thread), 1 and 2 multiply 64 outputs
+ * each. W_TILED: bulk copies of the tiled layout; else wmap over [n][k]. */
+template <bool W_TILED>
+__global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_kernel(gptoss_gemm_args a, const __grid_constant__ CUtensorMap xmap,
+                      const __grid_constant__ CUtensorMap wmap) {
+#if defined(GPTOSS_WGMMA)
+    extern __shared__ uint8_t wgmma_smem[];
+    uint8_t *ring = (uint8_t *)(((uintptr_t)wgmma_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t *w_st = ring, *x_st = ring + WG_STAGES * WG_W_STAGE;
+    uint64_t *full = (uint64_t *)(x_st + WG_STAGES * WG_X_STAGE), *empty = full + WG_STAGES;
+    const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
+    const int o0 = blockIdx.x * WG_BO, p0 = blockIdx.y * WG_BT, tid = threadIdx.x, wg = tid / 128;
+    if (tid == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid != 0)
+            return;
+        const int bands = min(WG_BO / 16, (a.n - o0 + 15) / 16);
+        for (int st = 0; st < stages; st++) {
+            const int slot = st % WG_STAGES, nc = min(2, chunks - 2 * st);
+            if (st >= WG_STAGES)
+                mbar_wait(&empty[slot], (st / WG_STAGES - 1) & 1);
+            mbar_expect_tx(&full[slot], WG_X_STAGE + (W_TILED ? bands * nc * 1024 : WG_W_STAGE));
+            tma_2d(x_st + slot * WG_X_STAGE, &xmap, st * WG_KS, p0, &full[slot]);
+            if (W_TILED) /* a band's two chunks lie 2 KiB in a row */
+                for (int b = 0; b < bands; b++)
+                    bulk_copy(w_st + slot * WG_W_STAGE + b * 2048,
+                              (const bf16 *)a.w + ((size_t)(o0 / 16 + b) * chunks + 2 * st) * GPTOSS_TILE_ELEMS,
+                              nc * 1024, &full[slot]);
+            else
+                tma_2d(w_st + slot * WG_W_STAGE, &wmap, st * WG_KS, o0, &full[slot]);
+            mbar_arrive(&full[slot]);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int cw = wg - 1, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int band = cw * 4 + warp; /* the warp's 16 outputs within the block */
+    float acc[2][64];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            acc[h][i] = 0.0f;
+    for (int st = 0; st < stages; st++) {
+        const int slot = st % WG_STAGES;
+        mbar_wait(&full[slot], (st / WG_STAGES) & 1);
+        const uint8_t *xs = x_st + slot * WG_X_STAGE, *ws = w_st + slot * WG_W_STAGE;
+        /* the lane's pieces (tile16: rows g and g + 8, k 8t..8t+7) of each chunk */
+        uint4 lo[2], hi[2];
+#pragma unroll
+        for (int ch = 0; ch < 2; ch++) {
+            if (W_TILED) {
+                const uint8_t *tile = ws + band * 2048 + ch * 1024;
+                lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
+                hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
+            } else { /* row r's 16-byte unit u lies at unit u ^ (r % 8) of its 128 bytes */
+                const int r0 = 16 * band + g, r1 = r0 + 8, u = 4 * ch + t;
+                lo[ch] = *(const uint4 *)(ws + r0 * 128 + ((u ^ (r0 & 7)) << 4));
+                hi[ch] = *(const uint4 *)(ws + r1 * 128 + ((u ^ (r1 & 7)) << 4));
+            }
+        }
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
+        wgmma_n128(acc[0], lo[0].x, hi[0].x, lo[0].y, hi[0].y, swizzled_desc(xs));
+        wgmma_n128(acc[0], lo[0].z, hi[0].z, lo[0].w, hi[0].w, swizzled_desc(xs + 32));
+        if (2 * st + 1 < chunks) {
+            wgmma_n128(acc[1], lo[1].x, hi[1].x, lo[1].y, hi[1].y, swizzled_desc(xs + 64));
+            wgmma_n128(acc[1], lo[1].z, hi[1].z, lo[1].w, hi[1].w, swizzled_desc(xs + 96));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (tid % 128 == 0)
+            mbar_arrive(&empty[slot]);
+    }
+    /* Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row 8j +
+     * 2t + (e & 1). The epilogue takes an output pair (o, o + 1) of one row:
+     * lanes g and g ^ 1 swap values, the even one keeping row 2t, the odd
+     * one row 2t + 1. */
+    row_tile rt = {0, 0, a.rows};
+    const bool even = (g & 1) == 0;
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float v_lo = acc[0][4 * j + 2 * h] + acc[1][4 * j + 2 * h];
+            const float v_hi = acc[0][4 * j + 2 * h + 1] + acc[1][4 * j + 2 * h + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, even ? v_hi : v_lo, 4);
+            const int o = o0 + 16 * band + g + 8 * h, p = p0 + 8 * j + 2 * t + (even ? 0 : 1);
+            if (p < a.rows && o - (even ? 0 : 1) < a.n) {
+                if (even)
+                    epilogue<bf16>(a, rt, p, o, v_lo, other);
+                else
+                    epilogue<bf16>(a, rt, p, o - 1, other, v_hi);
+            }
+        }
+#endif
+}
+
+typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill);
+
+/* a bf16 [rows][width] matrix of row stride `stride` elements in boxes of 64 x box_rows, 128-byte swizzle */
+static hipError_t encode_swizzled(CUtensorMap *map, const void *base, int64_t rows, int64_t width, int64_t stride,
+                                  int box_rows) {
+    static tensor_map_encoder encode = nullptr;
+    if (!encode) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            return hipErrorNotSupported;
+        encode = (tensor_map_encoder)f;
+    }
+    cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)stride * 2};
+    cuuint32_t box[2] = {WG_KS, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, unit,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? hipSuccess : hipErrorInvalidValue;
+}
+
+__global__ void wgmma_built_kernel(int *out) {
+#if defined(GPTOSS_WGMMA)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+#endif /* __HIP_PLATFORM_NVIDIA__ */
+
+/* Whether this GEMM runs on gemm_wgmma_kernel: dense bf16 of more than 16
+ * rows on a device that has it, storing or adding into the residual, with
+ * a permutation scratch; [n][k] weights need rows of whole 16 bytes for
+ * their tensor map. */
+bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    return dev->wgmma && a->x_perm && !a->tiles && !a->x_rows && !a->w_mxfp4 && a->rows > 16 &&
+           (a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL) && (a->w_tiled || a->k % 8 == 0);
+}
+
+hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, hipStream_t stream) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const int kp = wgmma_k_padded(a->k);
+    const int64_t pieces = (int64_t)a->rows * (kp / 8);
+    hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
+                       (const bf16 *)a->x, a->rows, a->k, (bf16 *)a->x_perm);
+    CUtensorMap xmap, wmap;
+    memset(&wmap, 0, sizeof wmap);
+    hipError_t e = encode_swizzled(&xmap, a->x_perm, a->rows, kp, kp, WG_BT);
+    if (e == hipSuccess && !a->w_tiled)
+        e = encode_swizzled(&wmap, a->w, a->n, a->k, a->k, WG_BO);
+    if (e != hipSuccess)
+        return e;
+    auto kernel = a->w_tiled ? gemm_wgmma_kernel<true> : gemm_wgmma_kernel<false>;
+    e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e != hipSuccess)
+        return e;
+    dim3 grid((a->n + WG_BO - 1) / WG_BO, (a->rows + WG_BT - 1) / WG_BT);
+    hipLaunchKernelGGL(kernel, grid, dim3(384), WG_SMEM, stream, *a, xmap, wmap);
+    return hipGetLastError();
+#else
+    (void)a;
+    (void)stream;
+    return hipErrorNotSupported;
+#endif
+}
+
+} // namespace
+
+#endif
