@@ -17,8 +17,11 @@
  * output gets the bits of the other families, even and odd chunks in two
  * sums included.
  *
- * Weights come as they lie: tiled (layout.h) in 1D bulk copies of a band's
- * two chunks, or [n][k] through a tensor map with the same swizzle. Tensor
+ * Weights come as they lie, tiled (layout.h) in 1D bulk copies of 16-row
+ * tiles or [n][k] through a tensor map in boxes of one chunk by 128 rows;
+ * either way a stage holds each chunk as the tiled layout's 16 x 32 tiles
+ * one after another, whose 64-byte rows the lanes read without bank
+ * conflicts. Tensor
  * maps are encoded per launch on the host with the driver's
  * cuTensorMapEncodeTiled, reached through the runtime, so nothing links
  * libcuda. Everything here is NVIDIA only; elsewhere gemm_wgmma_takes is
@@ -156,15 +159,16 @@ __global__ void __launch_bounds__(384, 1)
             const int slot = st % WG_STAGES, nc = min(2, chunks - 2 * st);
             if (st >= WG_STAGES)
                 mbar_wait(&empty[slot], (st / WG_STAGES - 1) & 1);
-            mbar_expect_tx(&full[slot], WG_X_STAGE + (W_TILED ? bands * nc * 1024 : WG_W_STAGE));
+            mbar_expect_tx(&full[slot], WG_X_STAGE + (W_TILED ? bands : WG_BO / 16) * nc * 1024);
             tma_2d(x_st + slot * WG_X_STAGE, &xmap, st * WG_KS, p0, &full[slot]);
-            if (W_TILED) /* a band's two chunks lie 2 KiB in a row */
-                for (int b = 0; b < bands; b++)
-                    bulk_copy(w_st + slot * WG_W_STAGE + b * 2048,
-                              (const bf16 *)a.w + ((size_t)(o0 / 16 + b) * chunks + 2 * st) * GPTOSS_TILE_ELEMS,
-                              nc * 1024, &full[slot]);
-            else
-                tma_2d(w_st + slot * WG_W_STAGE, &wmap, st * WG_KS, o0, &full[slot]);
+            for (int ch = 0; ch < nc; ch++) /* the chunk's 16-row tiles one after another */
+                if (W_TILED)
+                    for (int b = 0; b < bands; b++)
+                        bulk_copy(w_st + slot * WG_W_STAGE + ch * 8192 + b * 1024,
+                                  (const bf16 *)a.w + ((size_t)(o0 / 16 + b) * chunks + 2 * st + ch) * GPTOSS_TILE_ELEMS,
+                                  1024, &full[slot]);
+                else
+                    tma_2d(w_st + slot * WG_W_STAGE + ch * 8192, &wmap, (2 * st + ch) * MX_KC, o0, &full[slot]);
             mbar_arrive(&full[slot]);
         }
         return;
@@ -186,15 +190,9 @@ __global__ void __launch_bounds__(384, 1)
         uint4 lo[2], hi[2];
 #pragma unroll
         for (int ch = 0; ch < 2; ch++) {
-            if (W_TILED) {
-                const uint8_t *tile = ws + band * 2048 + ch * 1024;
-                lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
-                hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
-            } else { /* row r's 16-byte unit u lies at unit u ^ (r % 8) of its 128 bytes */
-                const int r0 = 16 * band + g, r1 = r0 + 8, u = 4 * ch + t;
-                lo[ch] = *(const uint4 *)(ws + r0 * 128 + ((u ^ (r0 & 7)) << 4));
-                hi[ch] = *(const uint4 *)(ws + r1 * 128 + ((u ^ (r1 & 7)) << 4));
-            }
+            const uint8_t *tile = ws + ch * 8192 + band * 1024;
+            lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
+            hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
         }
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
@@ -238,9 +236,10 @@ typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuin
                                        CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
                                        CUtensorMapFloatOOBfill);
 
-/* a bf16 [rows][width] matrix of row stride `stride` elements in boxes of 64 x box_rows, 128-byte swizzle */
-static hipError_t encode_swizzled(CUtensorMap *map, const void *base, int64_t rows, int64_t width, int64_t stride,
-                                  int box_rows) {
+/* a bf16 [rows][width] matrix of row stride `stride` elements in boxes of box_k x box_rows;
+ * swizzled: the 128-byte swizzle (box_k 64) */
+static hipError_t encode_map(CUtensorMap *map, const void *base, int64_t rows, int64_t width, int64_t stride,
+                             int box_k, int box_rows, bool swizzled) {
     static tensor_map_encoder encode = nullptr;
     if (!encode) {
         void *f = nullptr;
@@ -252,10 +251,10 @@ static hipError_t encode_swizzled(CUtensorMap *map, const void *base, int64_t ro
         encode = (tensor_map_encoder)f;
     }
     cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)stride * 2};
-    cuuint32_t box[2] = {WG_KS, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+    cuuint32_t box[2] = {(cuuint32_t)box_k, (cuuint32_t)box_rows}, unit[2] = {1, 1};
     CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, unit,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? hipSuccess : hipErrorInvalidValue;
 }
 
@@ -269,12 +268,14 @@ __global__ void wgmma_built_kernel(int *out) {
 
 #endif /* __HIP_PLATFORM_NVIDIA__ */
 
-/* Whether this GEMM runs on gemm_wgmma_kernel: dense bf16 of more than 16
- * rows on a device that has it, storing or adding into the residual, with
- * a permutation scratch; [n][k] weights need rows of whole 16 bytes for
- * their tensor map. */
+/* Whether this GEMM runs on gemm_wgmma_kernel: dense bf16 on a device that
+ * has it, storing or adding into the residual, with a permutation scratch,
+ * and blocks for two waves at least (one block per multiprocessor: short of
+ * that the other families' smaller blocks keep more of the GPU busy);
+ * [n][k] weights need rows of whole 16 bytes for their tensor map. */
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
-    return dev->wgmma && a->x_perm && !a->tiles && !a->x_rows && !a->w_mxfp4 && a->rows > 16 &&
+    const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
+    return dev->wgmma && a->x_perm && !a->tiles && !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors &&
            (a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL) && (a->w_tiled || a->k % 8 == 0);
 }
 
@@ -286,9 +287,9 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, hipStream_t stream) {
                        (const bf16 *)a->x, a->rows, a->k, (bf16 *)a->x_perm);
     CUtensorMap xmap, wmap;
     memset(&wmap, 0, sizeof wmap);
-    hipError_t e = encode_swizzled(&xmap, a->x_perm, a->rows, kp, kp, WG_BT);
-    if (e == hipSuccess && !a->w_tiled)
-        e = encode_swizzled(&wmap, a->w, a->n, a->k, a->k, WG_BO);
+    hipError_t e = encode_map(&xmap, a->x_perm, a->rows, kp, kp, WG_KS, WG_BT, true);
+    if (e == hipSuccess && !a->w_tiled) /* read by the lanes, not by wgmma: the tiles' own layout */
+        e = encode_map(&wmap, a->w, a->n, a->k, a->k, MX_KC, WG_BO, false);
     if (e != hipSuccess)
         return e;
     auto kernel = a->w_tiled ? gemm_wgmma_kernel<true> : gemm_wgmma_kernel<false>;
