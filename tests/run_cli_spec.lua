@@ -134,29 +134,34 @@ describe("gptoss.cli", function()
 end)
 
 describe("gptoss.progress", function()
-  it("rewrites one line at most every interval, pads shorter lines and ends with a newline", function()
+  -- getp's report after `tokens` of at most `max` tokens, `done` of `total` requests
+  local function report(tokens, max, done, total, elapsed)
+    return { tokens = tokens, max_tokens = max, done = done, total = total, steps = 0, elapsed = elapsed }
+  end
+
+  it("counts tokens of the most the run can generate, its ETA from the token rate", function()
     local out = {}
     local bar = progress.new { write = function(s) out[#out + 1] = s end }
-    bar:update { done = 0, total = 4, tokens = 10, elapsed = 0.1 }
-    bar:update { done = 1, total = 4, tokens = 20, elapsed = 0.3 } -- 0.2 s after the last: skipped
-    bar:update { done = 2, total = 4, tokens = 400, elapsed = 2.0 }
-    bar:update { done = 3, total = 4, tokens = 450, elapsed = 3.0 }
-    bar:update { done = 4, total = 4, tokens = 500, elapsed = 3.1 } -- the last one is always drawn
+    bar:update(report(0, 1000, 0, 4, 0))       -- before the first step: no rate yet
+    bar:update(report(20, 1000, 0, 4, 0.2))    -- 0.2 s after the last: skipped
+    bar:update(report(400, 1000, 0, 4, 2.0))   -- 200 tok/s, 600 tokens left
+    bar:update(report(450, 900, 3, 4, 3.0))    -- a request stopped early: 100 fewer possible
+    bar:update(report(500, 500, 4, 4, 3.125))  -- the last one is always drawn
     assert.are.same({
-      "\r0/4 requests, 10 tokens, 100.0 tok/s, ETA --",
-      "\r2/4 requests, 400 tokens, 200.0 tok/s, ETA 0:02",
-      "\r3/4 requests, 450 tokens, 150.0 tok/s, ETA 0:01",
-      "\r4/4 requests, 500 tokens, 161.3 tok/s, ETA 0:00\n",
+      "\r0/1000 tokens, 0/4 requests, 0.0 tok/s, ETA --",
+      "\r400/1000 tokens, 0/4 requests, 200.0 tok/s, ETA 0:03",
+      "\r450/900 tokens, 3/4 requests, 150.0 tok/s, ETA 0:03 ", -- padded over the longer line
+      "\r500/500 tokens, 4/4 requests, 160.0 tok/s, ETA 0:00\n",
     }, out)
     bar:close() -- the line is ended already
     assert.are.equal(4, #out)
 
     out = {}
     bar = progress.new { write = function(s) out[#out + 1] = s end, interval = 0 }
-    bar:update { done = 10, total = 100, tokens = 123456, elapsed = 60 }
-    bar:update { done = 11, total = 100, tokens = 9, elapsed = 61 }
-    local first = "10/100 requests, 123456 tokens, 2057.6 tok/s, ETA 9:00"
-    local second = "11/100 requests, 9 tokens, 0.1 tok/s, ETA 8:14"
+    bar:update(report(123456, 1000000, 10, 100, 60))
+    bar:update(report(9, 9000, 11, 100, 90))
+    local first = "123456/1000000 tokens, 10/100 requests, 2057.6 tok/s, ETA 7:06"
+    local second = "9/9000 tokens, 11/100 requests, 0.1 tok/s, ETA 24:58:30"
     assert.are.same({ "\r" .. first, "\r" .. second .. (" "):rep(#first - #second) }, out)
     bar:close() -- a run that stopped early: the line is ended
     assert.are.equal("\n", out[3])
@@ -164,17 +169,35 @@ describe("gptoss.progress", function()
     assert.are.equal(3, #out)
   end)
 
+  it("shows a replica's weights being materialised, with another format", function()
+    local out = {}
+    local bar = progress.new { write = function(s) out[#out + 1] = s end, format = progress.weights }
+    local total = 2804643712
+    bar:update { done = 0, total = total, elapsed = 0 }
+    bar:update { done = total // 4, total = total, elapsed = 10 }
+    bar:update { done = total // 4 + 1, total = total, elapsed = 10.1 } -- too soon
+    bar:update { done = total, total = total, elapsed = 41 }
+    local quarter, done = "materialising the weights: 25% of 2.80e+09 values, ETA 0:30",
+        "materialised the weights: 2.80e+09 values in 0:41"
+    assert.are.same({
+      "\rmaterialising the weights: 0% of 2.80e+09 values, ETA --",
+      "\r" .. quarter,
+      "\r" .. done .. (" "):rep(#quarter - #done) .. "\n",
+    }, out)
+  end)
+
   it("formats durations and refuses bad options", function()
     assert.are.same({ "0:00", "0:59", "1:00", "59:59", "1:00:00", "26:02:05" },
       { progress.duration(0), progress.duration(59.4), progress.duration(59.6), progress.duration(3599),
         progress.duration(3600), progress.duration(93725) })
-    assert.are.equal("0/0 requests, 0 tokens, 0.0 tok/s, ETA 0:00",
-      progress.format { done = 0, total = 0, tokens = 0, elapsed = 0 })
+    assert.are.equal("0/0 tokens, 0/0 requests, 0.0 tok/s, ETA 0:00", progress.format(report(0, 0, 0, 0, 0)))
     H.expect_error(function() progress.new {} end, "progress.new: opts.write must be a function(text)")
     H.expect_error(function() progress.new { write = print, intervall = 1 } end,
-      "progress.new: unknown option 'intervall' (known: write, interval)")
+      "progress.new: unknown option 'intervall' (known: write, interval, format)")
     H.expect_error(function() progress.new { write = print, interval = -1 } end,
       "progress.new: interval must be a non-negative number of seconds (got -1)")
+    H.expect_error(function() progress.new { write = print, format = "%d" } end,
+      "progress.new: format must be a function(report) -> text (got string)")
   end)
 end)
 
