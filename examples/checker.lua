@@ -1,39 +1,110 @@
 #!/usr/bin/env lua5.4
--- Compares a logits file with a reference one, element by element, numpy allclose style
--- (|got - expected| <= atol + rtol * |expected|; see lua/gptoss/checker.lua for the file
--- formats). Prints a summary line and, on failure, the first mismatch.
---   lua5.4 examples/checker.lua got.txt expected.txt [--atol 1e-6] [--rtol 1e-5] [--format text|f32]
--- Exit status: 0 all values match, 1 a mismatch (or different lengths), 2 usage or file errors.
+-- The logits checker's command line (docs/parity.md#examplescheckerlua): two subcommands.
+--   checker.lua dump (MODEL | --synthetic NAME [--seed N]) --tokens 1,2,3 -o out.f32
+--                    [--device cpu|N] [--weights fp32|bf16|mxfp4] [--kv fp32|bf16] [--format text|f32]
+--     feeds the tokens at positions 0, 1, ... of one slot of a new replica and writes the
+--     logits of the last one (gptoss.checker.dump; the format from the extension unless
+--     --format says).
+--   checker.lua compare got.txt expected.txt [--atol 1e-6] [--rtol 1e-5] [--format text|f32]
+--     compares a logits file with a reference one, element by element, numpy allclose style
+--     (|got - expected| <= atol + rtol * |expected|; lua/gptoss/checker.lua has the file
+--     formats), and prints a summary line and, on failure, the first mismatch.
+--   checker.lua got.txt expected.txt [...] is compare, as before the subcommands.
+-- Exit status: 0 written / all values match, 1 a mismatch (or different lengths), 2 usage,
+-- file or model errors.
 local argparse = require "argparse"
+local gptoss = require "gptoss"
 local checker = require "gptoss.checker"
 local cli = require "gptoss.cli"
 
-local non_negative = cli.non_negative
-local function fail_usage(msg) cli.exit_with(2, msg) end
+local COMMANDS = { dump = true, compare = true }
 
-local parser = argparse("checker.lua", "Compares a logits file with a reference, numpy allclose style.")
-parser:argument("got", "Logits to check.")
-parser:argument("expected", "Reference logits.")
-parser:option("--atol", "Absolute tolerance.", "1e-6"):convert(non_negative)
-parser:option("--rtol", "Relative tolerance (times |expected|).", "1e-5"):convert(non_negative)
-parser:option("--format", "File format of both files (default: from each extension, .f32/.bin raw fp32).")
+-- "cpu" or one GPU number (from 1)
+local function device(s)
+  local list = cli.devices(s)
+  if list and #list == 1 then return list[1] end
+  return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s)
+end
+
+-- "1,2,3": token ids, at least one
+local function token_list(s)
+  local ids = {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    local id = math.tointeger(tonumber(item:match("^%s*(.-)%s*$")))
+    if id == nil or id < 0 then
+      return nil, ("--tokens: '%s' is not a list of token ids (\"1,2,3\")"):format(s)
+    end
+    ids[#ids + 1] = id
+  end
+  return ids
+end
+
+local parser = argparse("checker.lua", "Dumps logits files and compares them, numpy allclose style.")
+  :command_target("command")
+  :epilog("Without a subcommand, the arguments are compare's: checker.lua got.txt expected.txt.")
+local dump = parser:command("dump", "Writes the logits of the last of --tokens, fed at positions 0, 1, ... "
+  .. "of a new replica's slot.")
+dump:argument("model", "A course .bin model file or a checkpoint directory (or --synthetic NAME)."):args("?")
+dump:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
+  :argname("<name>")
+dump:option("--seed", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED)):argname("<int>")
+  :convert(cli.integer("--seed"))
+dump:option("--tokens", "Token ids, the last one's logits written."):argname("<ids>"):convert(token_list)
+dump:option("-o --output", "The logits file to write."):argname("<path>")
+dump:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(device)
+dump:option("--weights", "Weight precision (default: the replica's).")
+  :choices { "fp32", "bf16", "mxfp4" }
+dump:option("--kv", "KV cache precision (default: the replica's).")
+  :choices { "fp32", "bf16" }
+dump:option("--format", "File format (default: from the extension, .f32/.bin raw fp32, else text).")
+  :choices { "text", "f32" }
+local compare = parser:command("compare", "Compares a logits file with a reference.")
+compare:argument("got", "Logits to check.")
+compare:argument("expected", "Reference logits.")
+compare:option("--atol", "Absolute tolerance.", "1e-6"):convert(cli.non_negative)
+compare:option("--rtol", "Relative tolerance (times |expected|).", "1e-5"):convert(cli.non_negative)
+compare:option("--format", "File format of both files (default: from each extension, .f32/.bin raw fp32).")
   :choices { "text", "f32" }
 
-local ok, a = parser:pparse()
-if not ok then
-  fail_usage(("%s\n\nError: %s"):format(parser:get_usage(), a))
+local argv = table.move(arg, 1, #arg, 1, {})
+if not COMMANDS[argv[1]] and argv[1] ~= "-h" and argv[1] ~= "--help" then table.insert(argv, 1, "compare") end
+local name = "checker.lua" .. (COMMANDS[argv[1]] and " " .. argv[1] or "")
+
+local ok, a = parser:pparse(argv)
+if not ok then cli.usage_exit(name, a, 2) end
+if a.dump then
+  if (a.model == nil) == (a.synthetic == nil) then cli.usage_exit(name, "give a model file or --synthetic NAME (one of them)", 2) end
+  if a.tokens == nil then cli.usage_exit(name, "--tokens is required", 2) end
+  if a.output == nil then cli.usage_exit(name, "-o is required: the logits file to write", 2) end
+end
+
+-- Feeds every token but the last as one prefill step, then dumps the last one's logits.
+local function run_dump()
+  local model = a.synthetic and gptoss.synthetic(a.synthetic, { seed = a.seed }) or gptoss.load(a.model)
+  local tokens = a.tokens
+  local r <close> = model:replica { device = a.device, slots = 1, ctx = #tokens, weights = a.weights, kv = a.kv }
+  local n = #tokens - 1
+  if n > 0 then
+    local slots, positions = {}, {}
+    for i = 1, n do slots[i], positions[i] = 1, i - 1 end
+    r:step { slots = slots, positions = positions, tokens = table.move(tokens, 1, n, 1, {}) }
+  end
+  local values = checker.dump(r, a.output, { token = tokens[n + 1], pos = n, format = a.format })
+  print(("wrote %d logits of token %d at position %d to %s, from %s"):format(#values, tokens[n + 1], n, a.output,
+    tostring(r)))
+  return 0
+end
+
+local function run_compare()
+  local got = checker.read(a.got, a.format)
+  local expected = checker.read(a.expected, a.format)
+  local result = checker.compare(got, expected, { atol = a.atol, rtol = a.rtol })
+  print(result.summary)
+  if result.first then print(result.message) end -- a length mismatch is all in the summary
+  return result.ok and 0 or 1
 end
 
 -- the library raises Lua errors; here they become a message and status 2
-local ok_read, result = pcall(function()
-  local got = checker.read(a.got, a.format)
-  local expected = checker.read(a.expected, a.format)
-  return checker.compare(got, expected, { atol = a.atol, rtol = a.rtol })
-end)
-if not ok_read then
-  fail_usage("checker.lua: " .. tostring(result))
-end
-
-print(result.summary)
-if result.first then print(result.message) end -- a length mismatch is all in the summary
-os.exit(result.ok and 0 or 1)
+local ran, status = pcall(a.dump and run_dump or run_compare)
+if not ran then cli.exit_with(2, name .. ": " .. cli.message(status)) end
+os.exit(status)

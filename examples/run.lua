@@ -5,8 +5,9 @@
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
 --   <model.bin> may also be a checkpoint directory (docs/checkpoints.md)
--- plus our long options (--devices, --weights, --kv, --slots, --scheduler, --partition,
--- --profile, --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
+-- plus our long options (--devices, --weights, --kv, --slots, --threads, --scheduler,
+-- --partition, --top-k, --min-p, --max-new, --stop, --profile, --quiet, --json;
+-- lua/gptoss/cli.lua has the parsing and the course's rules).
 --
 -- stdout carries what run.cpp prints: the 15 header lines at load, then
 --   getp      "requests size = N B", "Num requests: N", "\nwarm up elapsed time(s): X\n"
@@ -19,26 +20,18 @@
 --             "achieved tok/s: X" timed from after the first step, as the course does
 -- and after them --profile's tables and --json's line. stderr also carries notes (the
 -- tokenizer used when it is not the course's default, request-file warnings, the replicas
--- chosen) and, on a terminal, a progress line during getp; --quiet drops all three, not the
--- request file's warnings.
+-- chosen) and, on a terminal, progress lines (a CPU replica's weights being materialised,
+-- getp's tokens); --quiet drops all three, not the request file's warnings.
 --
 -- Sampling: greedy unless -t > 0. generate then draws with the course's sampler (one
--- xorshift stream, docs/course.md#the-sampler), exactly as run.cpp; getp with gptoss.getp's seeded
--- per-request sampler (seed -s + request - 1), since the course's single stream depends on
--- the order in which requests are sampled, which batching changes.
--- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on stderr.
-local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
-local getp = require "gptoss.getp"
-local requests = require "gptoss.requests"
-local progress = require "gptoss.progress"
-
+-- xorshift stream, docs/course.md#the-sampler), exactly as run.cpp, unless --top-k or --min-p
+-- is given, which the course's sampler does not have: then the default-mode sampler draws
+-- (docs/api.md#default-mode, seeded with -s, as getp's request 1). getp draws with
+-- gptoss.getp's seeded per-request sampler (seed -s + request - 1), since the course's
+-- single stream depends on the order in which requests are sampled, which batching changes.
+-- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on
+-- stderr (a usage error adds where the usage is).
 local NAME = (arg and arg[0] or "run.lua"):match("[^/]*$")
--- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
-local STOP = { [199999] = true, [200002] = true }
--- --json's fields, in the order they are written
-local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
-  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "elapsed", "tok_per_s", "warm_up", "finish" }
 
 local function fail(msg)
   io.stdout:flush()
@@ -46,26 +39,66 @@ local function fail(msg)
   os.exit(1)
 end
 
-local a, usage_error = cli.parse(arg, NAME, os.time())
-if not a then
-  io.stderr:write(cli.parser(NAME):get_usage(), "\n\nError: ", usage_error, "\n")
-  os.exit(1)
+-- a module that cannot be loaded (the library not built or not on the path) is one line
+local function need(module)
+  local ok, m = pcall(require, module)
+  if not ok then
+    local first_line = tostring(m):match("^[^\n]*"):gsub("^.-%.lua:%d+: ", ""):gsub(":$", "")
+    fail(first_line .. " (docs/building.md: building, and running from the source tree)")
+  end
+  return m
 end
+local gptoss = need "gptoss"
+local cli = need "gptoss.cli"
+local getp = need "gptoss.getp"
+local requests = need "gptoss.requests"
+local progress = need "gptoss.progress"
+
+-- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
+local STOP = { [199999] = true, [200002] = true }
+-- --json's fields, in the order they are written
+local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
+  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "elapsed", "tok_per_s", "warm_up", "finish" }
+
+local function usage_error(msg) cli.usage_exit(NAME, msg, 1) end
+
+local a, why = cli.parse(arg, NAME, os.time())
+if not a then usage_error(why) end
 if a.mode == "chat" then
-  fail("-m chat is not supported: the course's chat mode is leftover llama2 code ([INST] template, "
+  usage_error("-m chat is not supported: the course's chat mode is leftover llama2 code ([INST] template, "
     .. "end-of-turn token 2); use -m generate or -m getp")
 end
 -- the course's getp exits silently when either is missing
 if a.mode == "getp" and (a.input == nil or a.output == nil) then
-  fail("-m getp needs -i <request file> and -o <output file>")
+  usage_error("-m getp needs -i <request file> and -o <output file>")
 end
 if a.mode == "generate" and a.input == nil then
-  fail("-m generate needs a prompt: -i \"text\"")
+  usage_error("-m generate needs a prompt: -i \"text\"")
 end
-local json = a.json and require "dkjson"
+local json = a.json and need "dkjson"
 
 local function note(msg)
   if not a.quiet then io.stderr:write(NAME, ": ", msg, "\n") end
+end
+
+local function stderr_write(s) io.stderr:write(s) end
+local show_progress = not a.quiet and gptoss.isatty(2)
+local bars = {} -- the progress lines drawn, to end one left open when the run fails
+
+local function new_bar(format)
+  local bar = progress.new { write = stderr_write, format = format }
+  bars[#bars + 1] = bar
+  return bar
+end
+
+-- A CPU replica's on_progress on a terminal (nil otherwise): its weights being materialised.
+local function weights_progress(device)
+  if not show_progress or device ~= "cpu" then return nil end
+  local bar, start = new_bar(progress.weights), nil
+  return function(done, total)
+    start = start or gptoss.clock()
+    bar:update { done = done, total = total, elapsed = gptoss.clock() - start }
+  end
 end
 
 local function exists(path)
@@ -100,8 +133,6 @@ local function start_profiling(replicas)
   end
 end
 
-local bar -- the progress line, when shown
-
 local function run_getp(model, tok, steps, devices, weights, kv, figures)
   local prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
   for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
@@ -110,14 +141,12 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   io.write(("Num requests: %d\n"):format(#prompts))
   io.flush()
 
-  if not a.quiet and gptoss.isatty(2) then
-    bar = progress.new { write = function(s) io.stderr:write(s) end }
-  end
-  local sampling = a.temperature > 0 and { temperature = a.temperature, top_p = a.top_p, seed = a.seed } or nil
+  local bar = show_progress and new_bar(progress.format) or nil
   local t0 = gptoss.realtime_ms()
   local g = getp.new {
-    model = model, tokenizer = tok, devices = devices, steps = steps, sampling = sampling,
-    replica = { weights = weights, kv = kv, slots = a.slots },
+    model = model, tokenizer = tok, devices = devices, steps = steps, sampling = (cli.sampling(a)),
+    replica = { weights = weights, kv = kv, slots = a.slots, threads = a.threads,
+      on_progress = weights_progress(devices[1]) },
     partition = a.partition, scheduler = a.scheduler, requests = prompts, chat = a.chat,
     on_progress = bar and function(p) bar:update(p) end,
   }
@@ -151,38 +180,57 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
 end
 
 -- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step,
--- the prompt forced until its last token, then sampled ids until a stop id or `steps` positions.
+-- the prompt forced until its last token, then sampled ids until a stop id or `steps`
+-- positions; and ours: until --max-new ids or a --stop string. Text is printed through the
+-- tokenizer's decoder, whole UTF-8 characters only.
 local function run_generate(model, tok, steps, device, weights, kv, figures)
   local prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
   if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
-  local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv }
+  local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv,
+    threads = a.threads, on_progress = weights_progress(device) }
   note(tostring(r))
   figures.weights = r.weights
   if a.profile then start_profiling { r } end
-  local sampler = a.temperature > 0
+  local sampling, default_mode = cli.sampling(a)
+  local course_sampler = sampling and not default_mode
       and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
+  if default_mode then r:sampling(1, sampling) end -- the replica draws, keyed by (seed, position)
+  local stops = #a.stop > 0 and cli.stop_filter(a.stop)
   local decoder = tok:decoder()
   io.write(decoder:add(prompt[1]))
   io.flush()
   local t0 = gptoss.realtime_ms()
-  local token, pos, start, generated = prompt[1], 0, nil, 0
+  local token, pos, start, generated, stopped = prompt[1], 0, nil, 0, false
   while pos < steps do
+    local sampled = pos >= #prompt - 1 -- this step's id is generated, not the prompt's
+    if sampled and a.max_new and generated >= a.max_new then break end
     local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
     local next_id
-    if pos < #prompt - 1 then
-      next_id = prompt[pos + 2]
-    else
-      next_id = sampler and sampler:sample(h:logits()[1]) or h:tokens()[1]
+    if sampled then
+      next_id = course_sampler and course_sampler:sample(h:logits()[1]) or h:tokens()[1]
       generated = generated + 1
+    else
+      next_id = prompt[pos + 2]
     end
     pos = pos + 1
     if STOP[next_id] then break end
-    io.write(decoder:add(next_id))
+    local text = decoder:add(next_id)
+    if stops and sampled then text, stopped = stops:add(text) end
+    io.write(text)
     io.flush()
+    if stopped then break end
     token = next_id
     start = start or gptoss.realtime_ms() -- the first step can be slower, so the course skips it
   end
-  io.write(decoder:flush(), "\n")
+  if not stopped then -- what the decoder and the stop filter still hold
+    local rest = decoder:flush()
+    if stops then
+      rest, stopped = stops:add(rest)
+      if not stopped then rest = rest .. stops:flush() end
+    end
+    io.write(rest)
+  end
+  io.write("\n")
   io.flush()
   local stop = gptoss.realtime_ms()
   local tps = pos > 1 and cli.tps(pos - 1, stop - start)
@@ -194,6 +242,10 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
 end
 
 local function main()
+  local devices = a.devices or gptoss.default_devices()
+  if a.threads and devices[1] ~= "cpu" then
+    usage_error("--threads is for CPU replicas (--devices cpu)")
+  end
   local model
   if a.synthetic then
     model = gptoss.synthetic(a.synthetic, { seed = a.seed_weights })
@@ -207,7 +259,6 @@ local function main()
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 
-  local devices = a.devices or gptoss.default_devices()
   -- without --weights each replica picks (the CPU fp32; GPUs mxfp4 where the experts are
   -- exactly MXFP4, else bf16); the KV cache follows: fp32 with fp32 weights, else bf16
   local weights = a.weights
@@ -227,6 +278,6 @@ end
 
 local ok, err = pcall(main)
 if not ok then
-  if bar then bar:close() end
+  for _, bar in ipairs(bars) do bar:close() end
   fail(cli.message(err))
 end

@@ -1,8 +1,9 @@
 -- The logits checker (our own design: the course's is not public,
 -- docs/course.md#what-the-course-does-not-publish): both file
 -- formats byte for byte and every malformed-file error, numpy-allclose comparison at its
--- boundary, the command line's exit statuses, and logits dumped from a CPU replica of the
--- synthetic 7m model compared with themselves and with a perturbed copy.
+-- boundary, the command line's subcommands and exit statuses (dump: what a step gives;
+-- compare: two dumps of one model pass, of two seeds fail), and logits dumped from a CPU
+-- replica of the synthetic 7m model compared with themselves and with a perturbed copy.
 local gptoss = require "gptoss"
 local checker = require "gptoss.checker"
 local H = require "helpers"
@@ -347,7 +348,8 @@ describe("examples/checker.lua", function()
     local code, out, err = run { same, missing }
     assert.are.equal(2, code)
     assert.are.equal("", out)
-    assert.are.equal(("checker.lua: checker.read: cannot open '%s': No such file or directory\n"):format(missing), err)
+    assert.are.equal(("checker.lua compare: checker.read: cannot open '%s': No such file or directory\n"):format(missing),
+      err)
 
     local odd = tmp_ext(".f32")
     write_file(odd, "abcde")
@@ -356,17 +358,155 @@ describe("examples/checker.lua", function()
     assert.truthy(err:find("5 bytes is not a multiple of 4", 1, true), err)
   end)
 
-  it("exits 2 with the usage on bad arguments", function()
+  it("exits 2 on bad arguments: the error first, then where the usage is", function()
     local run = runner()
     local ref, same = files()
-    H.expect_exits(run, 2, {
+    local cases = {
       { {}, "missing argument 'got'" },
       { { same }, "missing argument 'expected'" },
       { { same, ref, "--atol", "abc" }, "'abc' is not a non-negative number" },
       { { same, ref, "--rtol=-1" }, "'-1' is not a non-negative number" },
       { { same, ref, "--format", "csv" }, "argument for option '--format' must be one of 'text', 'f32'" },
       { { same, ref, "extra" }, "too many arguments" },
-    }, "Usage: checker.lua")
+    }
+    for _, case in ipairs(cases) do
+      local code, out, err = run(case[1])
+      assert.are.same({ 2, "", ("checker.lua compare: %s\nTry 'checker.lua compare --help' for usage.\n"):format(case[2]) },
+        { code, out, err })
+      -- the same with the subcommand named
+      code, _, err = run { "compare", table.unpack(case[1]) }
+      assert.are.equal(2, code)
+      assert.truthy(err:find("checker.lua compare: " .. case[2], 1, true), err)
+    end
+  end)
+
+  it("compares with the compare subcommand as without one", function()
+    local run = runner()
+    local ref, same, off = files()
+    assert.are.equal(0, (run { "compare", same, ref }))
+    local code, out = run { "compare", "--atol", "0.1", off, ref }
+    assert.are.equal(1, code)
+    assert.truthy(out:find("first mismatch at element 3: got 3.5, expected 3", 1, true), out)
+    local help
+    code, help = run { "--help" }
+    assert.are.equal(0, code)
+    assert.truthy(help:find("dump", 1, true) and help:find("compare", 1, true), help)
+  end)
+end)
+
+describe("examples/checker.lua dump", function()
+  after_each(cleanup_all)
+  local function runner() return H.runner("examples/checker.lua", pending) end
+  local TOKENS = { 5, 17, 9 }
+
+  -- the logits of the last of TOKENS fed at positions 0.. on a CPU replica of the 7m
+  local function direct(seed)
+    local r = gptoss.synthetic("7m", { seed = seed }):replica { slots = 1, ctx = #TOKENS }
+    return r:step { slots = { 1, 1, 1 }, positions = { 0, 1, 2 }, tokens = TOKENS }:logits()[3]
+  end
+
+  it("writes on the CPU the logits a step gives, in the format of the extension", function()
+    local run = runner()
+    local raw, text = tmp_ext(".f32"), tmp_ext(".txt")
+    local code, out, err = run { "dump", "--synthetic", "7m", "--seed", "3", "--tokens", "5,17,9", "-o", raw }
+    assert.are.same({ 0, "" }, { code, err })
+    assert.truthy(out:find(("^wrote 201088 logits of token 9 at position 2 to %s, from gptoss%%.replica%%(cpu, ")
+      :format(raw:gsub("%p", "%%%0"))), out)
+    assert.are.equal(4 * 201088, #read_file(raw))
+    local exact = { atol = 0, rtol = 0 }
+    local r = checker.compare(checker.read(raw), direct(3), exact)
+    assert.is_true(r.ok, r.message)
+    code = run { "dump", "--synthetic", "7m", "--seed", "3", "--tokens", "5, 17, 9", "--output", text }
+    assert.are.equal(0, code)
+    r = checker.compare(checker.read(text), direct(3), exact)
+    assert.is_true(r.ok, r.message)
+    -- one token: position 0
+    code = run { "dump", "--synthetic", "7m", "--tokens", "9", "-o", raw, "--format", "text" }
+    assert.are.equal(0, code)
+    local single = gptoss.synthetic("7m"):replica { slots = 1, ctx = 1 }
+    r = checker.compare(checker.read(raw, "text"),
+      single:step { slots = { 1 }, positions = { 0 }, tokens = { 9 } }:logits()[1], exact)
+    assert.is_true(r.ok, r.message) -- seed: gptoss.DEFAULT_SEED
+  end)
+
+  it("dumps that compare passes for one model and fails for another seed", function()
+    local run = runner()
+    local a, b, c = tmp_ext(".f32"), tmp_ext(".txt"), tmp_ext(".f32")
+    for _, case in ipairs { { a, "3" }, { b, "3" }, { c, "4" } } do
+      assert.are.equal(0, (run { "dump", "--synthetic", "7m", "--seed", case[2], "--tokens", "5,17,9", "-o", case[1] }))
+    end
+    local code, out = run { "compare", b, a }
+    assert.are.equal(0, code)
+    assert.are.equal("OK: all 201088 values match (max |diff| 0, max rel 0; atol 1e-06, rtol 1e-05)\n", out)
+    code, out = run { "compare", c, a }
+    assert.are.equal(1, code)
+    local first = checker.compare(checker.read(c), checker.read(a)).first
+    assert.truthy(out:find("^FAIL: %d+ of 201088 values differ"), out)
+    assert.truthy(out:find(("\nfirst mismatch at element %d: got %.9g, expected %.9g ")
+      :format(first.index, first.got, first.expected), 1, true), out)
+  end)
+
+  it("dumps a model file as the same synthetic model", function()
+    local run = runner()
+    local model, from_file = tmp_ext(".bin"), tmp_ext(".f32")
+    gptoss.synthetic("7m", { seed = 3 }):save(model)
+    assert.are.equal(0, (run { "dump", model, "--tokens", "5,17,9", "-o", from_file }))
+    local r = checker.compare(checker.read(from_file), direct(3), { atol = 0, rtol = 0 })
+    assert.is_true(r.ok, r.message)
+  end)
+
+  it("exits 2 on bad arguments and on what the model or the replica refuses, without a traceback", function()
+    local run = runner()
+    local out_path, missing = tmp_ext(".f32"), tmp_ext(".bin")
+    local usage = "\nTry 'checker.lua dump --help' for usage.\n"
+    local cases = {
+      { { "dump", "--tokens", "1", "-o", out_path }, "checker.lua dump: give a model file or --synthetic NAME (one of them)"
+        .. usage },
+      { { "dump", "m.bin", "--synthetic", "7m", "--tokens", "1", "-o", out_path }, "give a model file or --synthetic" },
+      { { "dump", "--synthetic", "7m", "-o", out_path }, "checker.lua dump: --tokens is required" .. usage },
+      { { "dump", "--synthetic", "7m", "--tokens", "1" }, "checker.lua dump: -o is required: the logits file to write" },
+      { { "dump", "--synthetic", "7m", "--tokens", "1,,2", "-o", out_path },
+        "checker.lua dump: --tokens: '1,,2' is not a list of token ids (\"1,2,3\")" .. usage },
+      { { "dump", "--synthetic", "7m", "--tokens=-1", "-o", out_path }, "--tokens: '-1' is not a list of token ids" },
+      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--device", "0" },
+        "--device: '0' is not \"cpu\" or a GPU number from 1" },
+      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--weights", "fp16" },
+        "argument for option '--weights' must be one of" },
+      { { "dump", "--synthetic", "9m", "--tokens", "1", "-o", out_path },
+        "checker.lua dump: synthetic: unknown model shape '9m'" },
+      { { "dump", missing, "--tokens", "1", "-o", out_path },
+        ("checker.lua dump: load: cannot open model file '%s': No such file or directory\n"):format(missing) },
+      { { "dump", "--synthetic", "7m", "--tokens", "1,201088", "-o", out_path },
+        "checker.lua dump: checker.dump: step: tokens[1] = 201088 is out of range 0..201087\n" },
+      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", "/nonexistent-gptoss-dir/l.f32" },
+        "checker.lua dump: checker.write: cannot open '/nonexistent-gptoss-dir/l.f32' for writing" },
+    }
+    if #gptoss.devices() == 0 then
+      cases[#cases + 1] = { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--device", "1" },
+        "checker.lua dump: replica: device 1: no GPU is available" }
+    end
+    for _, case in ipairs(cases) do
+      local code, out, err = run(case[1])
+      local what = table.concat(case[1], " ")
+      assert.are.same({ 2, "" }, { code, out }, what)
+      assert.truthy(err:find(case[2], 1, true), what .. "\n" .. err)
+      assert.is_nil(err:find("traceback", 1, true), err)
+      assert.is_nil(err:find("%.lua:%d+:"), err)
+    end
+    assert.is_nil(io.open(out_path), "a refused dump wrote a file")
+  end)
+
+  it("dumps on a GPU in fp32 what the CPU gives, within the course checker's tolerance #gpu", function()
+    if #gptoss.devices() == 0 then pending("no GPU visible to this build (gptoss.devices() is empty)") end
+    local run = runner()
+    local gpu, cpu = tmp_ext(".f32"), tmp_ext(".f32")
+    local code, out, err = run { "dump", "--synthetic", "7m", "--tokens", "5,17,9", "-o", gpu, "--device", "1",
+      "--weights", "fp32" }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("weights fp32, kv fp32", 1, true), out)
+    assert.are.equal(0, (run { "dump", "--synthetic", "7m", "--tokens", "5,17,9", "-o", cpu }))
+    code, out = run { "compare", gpu, cpu }
+    assert.are.equal(0, code, out)
   end)
 end)
 

@@ -372,22 +372,50 @@ describe("getp", function()
     assert.are.same(greedy(), requests.read_output(output))
   end)
 
-  it("reports progress after every round", function()
+  it("reports progress before the first step and after every round, in tokens of the most possible", function()
     local seen = {}
     local result = getp.run { model = model, tokenizer = tok, devices = { "cpu", "cpu" }, steps = STEPS,
       requests = PROMPTS, on_progress = function(p) seen[#seen + 1] = p end }
-    assert.is_true(#seen > 1)
-    for i, p in ipairs(seen) do
+    assert.is_true(#seen > 2)
+    -- before the first step: the two prompts of steps tokens or more are done, and the
+    -- others may generate up to steps - their length each
+    local most = 0
+    for _, text in ipairs(PROMPTS) do most = most + math.max(0, STEPS - #tok:encode(text)) end
+    assert.are.same({ done = 2, total = #PROMPTS, tokens = 0, max_tokens = most, steps = 0 },
+      { done = seen[1].done, total = seen[1].total, tokens = seen[1].tokens, max_tokens = seen[1].max_tokens,
+        steps = seen[1].steps })
+    for i = 2, #seen do
+      local p, before = seen[i], seen[i - 1]
       assert.are.equal(#PROMPTS, p.total)
-      if i > 1 then
-        assert.is_true(p.done >= seen[i - 1].done and p.tokens > seen[i - 1].tokens and p.steps > seen[i - 1].steps)
-        assert.is_true(p.elapsed >= seen[i - 1].elapsed)
-      end
+      assert.is_true(p.done >= before.done and p.tokens > before.tokens and p.steps > before.steps)
+      -- what is still possible only shrinks (a request ending early gives up its rest)
+      assert.is_true(p.max_tokens <= before.max_tokens and p.tokens <= p.max_tokens)
+      assert.is_true(p.elapsed >= before.elapsed)
     end
-    -- the two prompts of steps tokens or more are done before the first round
-    assert.is_true(seen[1].done >= 2)
-    assert.are.same({ done = #PROMPTS, tokens = result.tokens, steps = result.steps },
-      { done = seen[#seen].done, tokens = seen[#seen].tokens, steps = seen[#seen].steps })
+    local last = seen[#seen]
+    assert.are.same({ done = #PROMPTS, tokens = result.tokens, max_tokens = result.tokens, steps = result.steps },
+      { done = last.done, tokens = last.tokens, max_tokens = last.max_tokens, steps = last.steps })
+  end)
+
+  it("counts a request that stops early out of the tokens still possible", function()
+    -- request 1 draws a stop id as its first generated token (sampling at a flat temperature)
+    local L = #tok:encode(PROMPTS[1])
+    local seed = seed_drawing { [L] = 200002 }
+    local seen = {}
+    local result = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS,
+      requests = { PROMPTS[1] }, sampling = { temperature = 1e30, seed = seed },
+      on_progress = function(p) seen[#seen + 1] = p end }
+    assert.are.same({ { 200002 } }, result.outputs)
+    assert.are.same({ STEPS - L, 1, 1 }, { seen[1].max_tokens, seen[#seen].max_tokens, seen[#seen].tokens })
+  end)
+
+  it("names the replica whose step fails, at no position inside the library", function()
+    local broken = H.nan_row_model(model, 5)
+    local err = expect_error(function()
+      getp.run { model = broken, tokenizer = tok, devices = { "cpu" }, steps = STEPS, requests = { "Hello" },
+        sampling = { temperature = 1, seed = 1 } }
+    end, "getp: replica 1 (cpu): step:tokens: row 1: ", "the logit of token 5 is NaN")
+    assert.is_nil(err:find("%.lua:%d+:"), err)
   end)
 
   it("runs an empty request list", function()
@@ -430,7 +458,7 @@ describe("getp errors", function()
     expect_error(new { devices = { "cpu", "gpu" } }, "getp: devices[2] must be \"cpu\" or a GPU number (got gpu)")
     expect_error(new { devices = { "cpu", 99 } }, "getp: building the replica on gpu 99: replica:")
     expect_error(new { replica = { ctx = 8 } },
-      "getp: unknown replica option 'ctx' (known: weights, kv, slots, threads, rows, chunk)")
+      "getp: unknown replica option 'ctx' (known: weights, kv, slots, threads, rows, chunk, on_progress)")
     expect_error(new { replica = 4 }, "getp: replica must be a table of replica options (got number)")
     expect_error(new { replica = { slots = 0 } }, "getp: building the replica on cpu: replica: slots = 0 must be in 1..")
     expect_error(new { replica = { weights = "fp8" } }, "getp: building the replica on cpu: replica:", "fp8")

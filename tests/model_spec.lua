@@ -599,7 +599,7 @@ describe("synthetic models", function()
       local a = gptoss.synthetic("7m", { seed = 1 })
       local b = gptoss.synthetic("7m", { seed = 2 })
       local z = gptoss.synthetic("7m")
-      assert.are.equal(0, z.seed)
+      assert.are.equal(gptoss.DEFAULT_SEED, z.seed) -- the default
       for _, d in ipairs(a.tensors) do
          local x, y = a:tensor(d.name), b:tensor(d.name)
          assert.is_true(x:max_abs_diff(y) > 0, d.name)
@@ -741,6 +741,22 @@ describe("synthetic models", function()
       expect_error(function() gptoss.synthetic("7m", 3) end, "options must be a table")
       expect_error(function() gptoss.synthetic("7m", { sed = 1 }) end, "synthetic: unknown option 'sed' (known: seed)")
       expect_error(function() gptoss.synthetic(42) end, "expected a shape name or a config table")
+   end)
+
+   it("raise the core's errors at the caller's line, not inside the module", function()
+      local here = debug.getinfo(1, "S").short_src
+      for _, case in ipairs {
+         { function() gptoss.load("/nonexistent-gptoss.bin") end, "load: cannot open model file" },
+         { function() gptoss.synthetic({ head_dim = 7 }) end, "synthetic: config: head_dim = 7 must be even" },
+         { function() gptoss.tokenizer("/nonexistent-gptoss-tokenizer.bin") end, "cannot open tokenizer file" },
+         { function() gptoss.sampler { temperature = -1 } end, "sampler: temperature" },
+         { function() gptoss.tensor.zeros({ 0 }) end, "tensor: shape[1]" },
+         { function() gptoss.tensor.from({ 1 }, "f16") end, "tensor" },
+         { function() gptoss.tensor.load("/nonexistent-gptoss.f32") end, "tensor.load: cannot open" },
+      } do
+         local err = expect_error(case[1], case[2])
+         assert.are.equal(here, err:match("^(.-):%d+: "), err)
+      end
    end)
 end)
 

@@ -365,6 +365,78 @@ describe("bad input", function()
   end)
 end)
 
+describe("on_progress (a CPU replica materialising its weights)", function()
+  -- the model's weight values: what the counts count
+  local function values(m)
+    local n = 0
+    for _, t in ipairs(m.tensors) do
+      local numel = 1
+      for _, d in ipairs(t.shape) do numel = numel * d end
+      n = n + numel
+    end
+    return n
+  end
+  after_each(H.cleanup)
+
+  it("is called with rising counts from 0 to the total, once per model", function()
+    local m = gptoss.synthetic("7m", { seed = 3 })
+    local total, seen = values(m), {}
+    local r = m:replica { slots = 1, ctx = 4, on_progress = function(done, n) seen[#seen + 1] = { done, n } end }
+    assert.is_true(#seen > 2, #seen) -- 13 million values: reported in several pieces
+    assert.are.same({ 0, total }, seen[1])
+    assert.are.same({ total, total }, seen[#seen])
+    for i = 2, #seen do
+      assert.is_true(seen[i][1] > seen[i - 1][1] and seen[i][2] == total)
+    end
+    -- the weights are the model's now: another replica has nothing to report
+    local again = 0
+    m:replica { slots = 1, ctx = 4, on_progress = function() again = again + 1 end }
+    assert.are.equal(0, again)
+    local expected = gptoss.synthetic("7m", { seed = 3 }):replica { slots = 1, ctx = 4 }
+    local step = { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
+    assert.are.equal(0, r:step(step):logits()[1]:max_abs_diff(expected:step(step):logits()[1]))
+  end)
+
+  it("is not called for a course file, whose weights are mapped", function()
+    local path = H.tmp()
+    model():save(path)
+    local calls = 0
+    gptoss.load(path):replica { slots = 1, ctx = 4, on_progress = function() calls = calls + 1 end }
+    assert.are.equal(0, calls)
+  end)
+
+  it("stops on an error raised inside it, which the replica call raises as it was", function()
+    local m = model(5)
+    local raised = { "a table error" }
+    local ok, err = pcall(m.replica, m, { on_progress = function(done) if done > 0 then error(raised) end end })
+    assert.is_false(ok)
+    assert.are.equal(raised, err)
+    H.expect_error(function() m:replica { on_progress = function() error("stop here", 0) end } end, "stop here")
+    -- nothing was kept: the next replica materialises from the start, and runs
+    local seen = {}
+    local r = m:replica { slots = 1, ctx = 4, on_progress = function(done) seen[#seen + 1] = done end }
+    assert.are.equal(0, seen[1])
+    assert.are.same({ 1, 97 }, r:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } }:logits().shape)
+  end)
+
+  it("may make a replica of the same model inside it", function()
+    local m = model(6)
+    local inner
+    local outer = m:replica { slots = 1, ctx = 4, on_progress = function()
+      inner = inner or m:replica { slots = 1, ctx = 4 }
+    end }
+    local step = { slots = { 1 }, positions = { 0 }, tokens = { 9 } }
+    assert.are.equal(0, outer:step(step):logits()[1]:max_abs_diff(inner:step(step):logits()[1]))
+  end)
+
+  it("must be a function", function()
+    H.expect_error(function() model():replica { on_progress = 5 } end,
+      "replica: on_progress must be a function(done, total) (got number)")
+    H.expect_error(function() model():replica_bytes { on_progress = "x" } end,
+      "replica_bytes: on_progress must be a function(done, total) (got string)")
+  end)
+end)
+
 describe("module", function()
   it("has a version and lists devices as a table", function()
     assert.is_string(gptoss.VERSION)

@@ -1,12 +1,13 @@
 -- The course's command line, examples/run.lua: its parts in process (gptoss.cli's parsing
--- and the course's rules for -t -p -s -n, the header and table text, gptoss.progress with
--- a fake writer and reports of chosen elapsed times, gptoss.realtime_ms and
--- gptoss.isatty), then the script itself as a child process on CPU replicas of the
--- synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs in process and
--- the course's lines (docs/course.md#control-flow-and-timing) in their formats, generate's text
--- equal to the
--- course's loop (run.cpp) written plainly here, --json, and every error a message on
--- stderr with status 1.
+-- and the course's rules for -t -p -s -n, our options, the stop-string filter, the header
+-- and table text, gptoss.progress with a fake writer and reports of chosen elapsed times,
+-- gptoss.realtime_ms and gptoss.isatty), then the script itself as a child process on CPU
+-- replicas of the synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs
+-- in process and the course's lines (docs/course.md#control-flow-and-timing) in their
+-- formats, generate's text equal to the course's loop (run.cpp) written plainly here (and
+-- cut by --max-new and --stop, sampled by the default-mode sampler under --top-k/--min-p),
+-- --json, and every error one message on stderr with status 1: no traceback, no Lua
+-- position, no prefix twice, usage errors followed by where the usage is.
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local progress = require "gptoss.progress"
@@ -39,12 +40,13 @@ describe("gptoss.cli", function()
     assert.are.equal(7, a.steps)
     assert.are.equal("m.bin", a.checkpoint)
     assert.are.equal("", a.input)
-    -- the course's defaults
+    -- the course's defaults, and ours
     a = assert(parse("--synthetic", "7m"))
-    assert.are.same({ 0.0, f32(0.9), 1234, 1024, "generate", 1 },
-      { a.temperature, a.top_p, a.seed, a.steps, a.mode, a.seed_weights })
-    assert.is_nil(a.tokenizer)
-    assert.is_nil(a.devices)
+    assert.are.same({ 0.0, f32(0.9), 1234, 1024, "generate", gptoss.DEFAULT_SEED, {} },
+      { a.temperature, a.top_p, a.seed, a.steps, a.mode, a.seed_weights, a.stop })
+    for _, unset in ipairs { "tokenizer", "devices", "top_k", "min_p", "max_new", "threads" } do
+      assert.is_nil(a[unset], unset)
+    end
   end)
 
   it("applies the course's post-processing of -t -p -s -n (docs/course.md#the-command-line)", function()
@@ -70,7 +72,7 @@ describe("gptoss.cli", function()
     for _, case in ipairs {
       { { "m.bin", "--synthetic", "7m" }, "give a model file or --synthetic NAME (one of them)" },
       { {}, "give a model file or --synthetic NAME" },
-      { { "m.bin", "-m", "chats" }, "unknown mode 'chats' (known: generate, getp; the course's chat is not supported)" },
+      { { "m.bin", "-m", "chats" }, "-m: unknown mode 'chats' (known: generate, getp; the course's chat is not supported)" },
       { { "m.bin", "-t", "hot" }, "-t: 'hot' is not a number" },
       { { "m.bin", "-p", "nan" }, "-p: 'nan' is not a number" },
       { { "m.bin", "-s", "1.5" }, "-s: '1.5' is not an integer" },
@@ -82,11 +84,78 @@ describe("gptoss.cli", function()
       { { "m.bin", "--weights", "fp16" }, "argument for option '--weights' must be one of 'fp32', 'bf16'" },
       { { "m.bin", "-x", "1" }, "unknown option '-x'" },
       { { "m.bin", "-i" }, "option '-i' requires an argument" },
+      { { "m.bin", "--top-k=-1" }, "--top-k: '-1' is not an integer >= 0" },
+      { { "m.bin", "--top-k", "2.5" }, "--top-k: '2.5' is not an integer >= 0" },
+      { { "m.bin", "--min-p", "1.5" }, "--min-p: '1.5' is not a number in [0, 1]" },
+      { { "m.bin", "--min-p", "nan" }, "--min-p: 'nan' is not a number in [0, 1]" },
+      { { "m.bin", "--max-new", "x" }, "--max-new: 'x' is not an integer >= 0" },
+      { { "m.bin", "--threads=-2" }, "--threads: '-2' is not an integer >= 0" },
+      { { "m.bin", "--stop", "" }, "--stop: an empty stop string would stop before the first token" },
+      { { "m.bin", "-m", "getp", "--max-new", "5" },
+        "--max-new is for -m generate: getp's requests end at -n positions or a stop id, as the course's" },
+      { { "m.bin", "-m", "getp", "--stop", "x" }, "--stop is for -m generate" },
     } do
       local a2, err = cli.parse(case[1], "run.lua", 0)
       assert.is_nil(a2, table.concat(case[1], " "))
       assert.truthy(err:find(case[2], 1, true), err)
     end
+  end)
+
+  it("parses the sampling filters, --max-new, the repeatable --stop and --threads", function()
+    local a = assert(parse("m.bin", "--top-k", "40", "--min-p", "0.05", "--max-new", "0", "--stop", "\n\n",
+      "--stop", "The end", "--threads", "3"))
+    assert.are.same({ 40, 0.05, 0, { "\n\n", "The end" }, 3 }, { a.top_k, a.min_p, a.max_new, a.stop, a.threads })
+    -- the sampler: none when greedy; the default mode's with a filter, the course's without
+    assert.is_nil(cli.sampling(a))
+    a = assert(parse("m.bin", "-t", "0.5", "-s", "9", "--top-k", "40"))
+    local sampling, default_mode = cli.sampling(a)
+    assert.are.same({ temperature = 0.5, top_p = f32(0.9), top_k = 40, seed = 9 }, sampling)
+    assert.is_true(default_mode)
+    sampling, default_mode = cli.sampling(assert(parse("m.bin", "-t", "0.5", "-s", "9", "--min-p", "0")))
+    assert.are.same({ temperature = 0.5, top_p = f32(0.9), min_p = 0, seed = 9 }, sampling)
+    assert.is_true(default_mode)
+    sampling, default_mode = cli.sampling(assert(parse("m.bin", "-t", "0.5", "-s", "9")))
+    assert.are.same({ temperature = 0.5, top_p = f32(0.9), seed = 9 }, sampling)
+    assert.is_false(default_mode)
+    -- getp takes the filters
+    a = assert(parse("m.bin", "-m", "getp", "-t", "1", "--top-k", "3", "--min-p", "0.5"))
+    assert.are.same({ 3, 0.5 }, { cli.sampling(a).top_k, cli.sampling(a).min_p })
+  end)
+
+  it("holds back streamed text that may begin a stop string, and cuts at the first one", function()
+    local function stream(stops, pieces)
+      local f, printed, hit = cli.stop_filter(stops), {}, false
+      for _, piece in ipairs(pieces) do
+        local text
+        text, hit = f:add(piece)
+        printed[#printed + 1] = text
+        if hit then break end
+      end
+      if not hit then printed[#printed + 1] = f:flush() end
+      return printed, hit
+    end
+    -- "lo w" across pieces: "l" is held until "o w" shows it is the stop
+    assert.are.same({ { "He", "l" }, true }, { stream({ "lo w" }, { "Hel", "lo wor", "ld" }) })
+    -- a held start that turns out not to be one is printed with the next piece
+    assert.are.same({ { "He", "lp!", "" }, false }, { stream({ "lo w" }, { "Hel", "p!" }) })
+    -- the earliest of several stops, inside one piece
+    assert.are.same({ { "a" }, true }, { stream({ "cd", "bc" }, { "abcd" }) })
+    -- held at the end of the stream: flushed
+    assert.are.same({ { "ab", "c" }, false }, { stream({ "cd" }, { "abc" }) })
+    -- a stop string right at the start
+    assert.are.same({ { "" }, true }, { stream({ "ab" }, { "ab" }) })
+    -- UTF-8: a character split over two tokens (🌊 is ids 64364 and 232) reaches the
+    -- filter whole through the decoder, and a stop string that begins inside a character
+    -- never splits it
+    local d = gptoss.tokenizer(TOKENIZER):decoder()
+    local wave = d:add(64364)
+    assert.are.equal("", wave)
+    wave = d:add(232)
+    assert.are.equal("🌊", wave)
+    assert.are.same({ { "sea ", "" }, true }, { stream({ "🌊" }, { "sea ", wave }) })
+    assert.are.same({ { "sea ", "🌊!", "" }, false }, { stream({ "🌊?" }, { "sea 🌊", "!" }) })
+    local continuation = "\x8c\x8a" -- the last two bytes of 🌊
+    assert.are.same({ { "sea ", "🌊 ", "" }, false }, { stream({ continuation .. "x" }, { "sea 🌊", " " }) })
   end)
 
   it("finds the tokenizer as the course does, else falls back and says so", function()
@@ -134,29 +203,34 @@ describe("gptoss.cli", function()
 end)
 
 describe("gptoss.progress", function()
-  it("rewrites one line at most every interval, pads shorter lines and ends with a newline", function()
+  -- getp's report after `tokens` of at most `max` tokens, `done` of `total` requests
+  local function report(tokens, max, done, total, elapsed)
+    return { tokens = tokens, max_tokens = max, done = done, total = total, steps = 0, elapsed = elapsed }
+  end
+
+  it("counts tokens of the most the run can generate, its ETA from the token rate", function()
     local out = {}
     local bar = progress.new { write = function(s) out[#out + 1] = s end }
-    bar:update { done = 0, total = 4, tokens = 10, elapsed = 0.1 }
-    bar:update { done = 1, total = 4, tokens = 20, elapsed = 0.3 } -- 0.2 s after the last: skipped
-    bar:update { done = 2, total = 4, tokens = 400, elapsed = 2.0 }
-    bar:update { done = 3, total = 4, tokens = 450, elapsed = 3.0 }
-    bar:update { done = 4, total = 4, tokens = 500, elapsed = 3.1 } -- the last one is always drawn
+    bar:update(report(0, 1000, 0, 4, 0))       -- before the first step: no rate yet
+    bar:update(report(20, 1000, 0, 4, 0.2))    -- 0.2 s after the last: skipped
+    bar:update(report(400, 1000, 0, 4, 2.0))   -- 200 tok/s, 600 tokens left
+    bar:update(report(450, 900, 3, 4, 3.0))    -- a request stopped early: 100 fewer possible
+    bar:update(report(500, 500, 4, 4, 3.125))  -- the last one is always drawn
     assert.are.same({
-      "\r0/4 requests, 10 tokens, 100.0 tok/s, ETA --",
-      "\r2/4 requests, 400 tokens, 200.0 tok/s, ETA 0:02",
-      "\r3/4 requests, 450 tokens, 150.0 tok/s, ETA 0:01",
-      "\r4/4 requests, 500 tokens, 161.3 tok/s, ETA 0:00\n",
+      "\r0/1000 tokens, 0/4 requests, 0.0 tok/s, ETA --",
+      "\r400/1000 tokens, 0/4 requests, 200.0 tok/s, ETA 0:03",
+      "\r450/900 tokens, 3/4 requests, 150.0 tok/s, ETA 0:03 ", -- padded over the longer line
+      "\r500/500 tokens, 4/4 requests, 160.0 tok/s, ETA 0:00\n",
     }, out)
     bar:close() -- the line is ended already
     assert.are.equal(4, #out)
 
     out = {}
     bar = progress.new { write = function(s) out[#out + 1] = s end, interval = 0 }
-    bar:update { done = 10, total = 100, tokens = 123456, elapsed = 60 }
-    bar:update { done = 11, total = 100, tokens = 9, elapsed = 61 }
-    local first = "10/100 requests, 123456 tokens, 2057.6 tok/s, ETA 9:00"
-    local second = "11/100 requests, 9 tokens, 0.1 tok/s, ETA 8:14"
+    bar:update(report(123456, 1000000, 10, 100, 60))
+    bar:update(report(9, 9000, 11, 100, 90))
+    local first = "123456/1000000 tokens, 10/100 requests, 2057.6 tok/s, ETA 7:06"
+    local second = "9/9000 tokens, 11/100 requests, 0.1 tok/s, ETA 24:58:30"
     assert.are.same({ "\r" .. first, "\r" .. second .. (" "):rep(#first - #second) }, out)
     bar:close() -- a run that stopped early: the line is ended
     assert.are.equal("\n", out[3])
@@ -164,17 +238,35 @@ describe("gptoss.progress", function()
     assert.are.equal(3, #out)
   end)
 
+  it("shows a replica's weights being materialised, with another format", function()
+    local out = {}
+    local bar = progress.new { write = function(s) out[#out + 1] = s end, format = progress.weights }
+    local total = 2804643712
+    bar:update { done = 0, total = total, elapsed = 0 }
+    bar:update { done = total // 4, total = total, elapsed = 10 }
+    bar:update { done = total // 4 + 1, total = total, elapsed = 10.1 } -- too soon
+    bar:update { done = total, total = total, elapsed = 41 }
+    local quarter, done = "materialising the weights: 25% of 2.80e+09 values, ETA 0:30",
+        "materialised the weights: 2.80e+09 values in 0:41"
+    assert.are.same({
+      "\rmaterialising the weights: 0% of 2.80e+09 values, ETA --",
+      "\r" .. quarter,
+      "\r" .. done .. (" "):rep(#quarter - #done) .. "\n",
+    }, out)
+  end)
+
   it("formats durations and refuses bad options", function()
     assert.are.same({ "0:00", "0:59", "1:00", "59:59", "1:00:00", "26:02:05" },
       { progress.duration(0), progress.duration(59.4), progress.duration(59.6), progress.duration(3599),
         progress.duration(3600), progress.duration(93725) })
-    assert.are.equal("0/0 requests, 0 tokens, 0.0 tok/s, ETA 0:00",
-      progress.format { done = 0, total = 0, tokens = 0, elapsed = 0 })
+    assert.are.equal("0/0 tokens, 0/0 requests, 0.0 tok/s, ETA 0:00", progress.format(report(0, 0, 0, 0, 0)))
     H.expect_error(function() progress.new {} end, "progress.new: opts.write must be a function(text)")
     H.expect_error(function() progress.new { write = print, intervall = 1 } end,
-      "progress.new: unknown option 'intervall' (known: write, interval)")
+      "progress.new: unknown option 'intervall' (known: write, interval, format)")
     H.expect_error(function() progress.new { write = print, interval = -1 } end,
       "progress.new: interval must be a non-negative number of seconds (got -1)")
+    H.expect_error(function() progress.new { write = print, format = "%d" } end,
+      "progress.new: format must be a function(report) -> text (got string)")
   end)
 end)
 
@@ -210,7 +302,7 @@ describe("gptoss.realtime_ms and gptoss.isatty", function()
 end)
 
 describe("examples/run.lua", function()
-  local model = gptoss.synthetic("7m", { seed = 1 }) -- --seed-weights' default
+  local model = gptoss.synthetic("7m", { seed = gptoss.DEFAULT_SEED }) -- --seed-weights' default
   local tok = gptoss.tokenizer(TOKENIZER)
   local STEPS = 24
   local PROMPTS = { "Hello", "Hello world", "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve" }
@@ -218,10 +310,11 @@ describe("examples/run.lua", function()
   local function runner() return H.runner("examples/run.lua", pending) end
   after_each(cleanup)
 
-  -- no traceback and no Lua position in what a user reads
+  -- no traceback, no Lua position and no prefix twice ("replica: replica:") in what a user reads
   local function clean(err)
     assert.is_nil(err:find("traceback", 1, true), err)
     assert.is_nil(err:find("%.lua:%d+:"), err)
+    assert.is_nil(err:find("(%a[%w.:]*): %1: "), err)
   end
 
   local function request_file(lines)
@@ -351,11 +444,12 @@ describe("examples/run.lua", function()
   end)
 
   -- run.cpp's generate as written there (docs/course.md#the-command-line): one position a step,
-  -- the prompt
-  -- forced until its last token, then sampled; returns every id it prints
-  local function course_generate(text, steps, sampler)
+  -- the prompt forced until its last token, then sampled (by sampler on the logits, or by the
+  -- replica with the default-mode sampling given); returns every id it prints
+  local function course_generate(text, steps, sampler, sampling)
     local prompt = tok:encode(text, { max_tokens = model.config.initial_context_length })
     local r <close> = model:replica { device = "cpu", slots = 1, ctx = steps }
+    if sampling then r:sampling(1, sampling) end
     local printed, token, pos = { prompt[1] }, prompt[1], 0
     while pos < steps do
       local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
@@ -364,6 +458,8 @@ describe("examples/run.lua", function()
         next_id = prompt[pos + 2]
       elseif sampler then
         next_id = sampler:sample(h:logits()[1])
+      elseif sampling then
+        next_id = h:tokens()[1]
       else
         next_id = h:logits()[1]:argmax() - 1
       end
@@ -401,6 +497,124 @@ describe("examples/run.lua", function()
     assert.truthy(err:find("\nachieved tok/s: %d+%.%d+\n$"), err)
   end)
 
+  -- the generated part of a generate run's stdout (after the header and the prompt's text)
+  local function generated_text(out, prompt_text)
+    assert.are.equal(HEADER .. prompt_text, out:sub(1, #HEADER + #prompt_text))
+    return out:sub(#HEADER + #prompt_text + 1)
+  end
+
+  it("stops generate after --max-new tokens, -n still bounding prompt + generated", function()
+    local run = runner()
+    local ids = course_generate("Hello world", 12)
+    local L = #tok:encode("Hello world")
+    for _, case in ipairs { { "3", 3 }, { "0", 0 }, { "100", #ids - L } } do
+      local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "12", "--max-new", case[1],
+        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json" }
+      assert.are.equal(0, code, err)
+      local text, line = out:match("^(.*\n)({[^\n]*})\n$")
+      assert.are.equal(HEADER .. tok:decode(table.move(ids, 1, L + case[2], 1, {})) .. "\n", text)
+      assert.are.equal(case[2], json.decode(line).generated)
+    end
+  end)
+
+  it("stops generate where the text reaches a --stop string, which is not printed", function()
+    local run = runner()
+    local prompt_text = "Hello world"
+    local ids = course_generate(prompt_text, 12)
+    local L = #tok:encode(prompt_text)
+    local text = tok:decode(table.move(ids, L + 1, #ids, 1, {}))
+    -- a stop string across the first two generated tokens: the end of one, the start of the next
+    local first, second = tok:decode { ids[L + 1] }, tok:decode { ids[L + 2] }
+    assert(utf8.len(first) and utf8.len(first) >= 2 and utf8.len(second) and utf8.len(second) >= 2,
+      "the greedy 7m output changed: pick other tokens for the stop string")
+    local stop = first:sub(utf8.offset(first, -2)) .. second:sub(1, utf8.offset(second, 3) - 1)
+    local at = text:find(stop, 1, true)
+    for _, stops in ipairs { { stop }, { "never seen \1", stop } } do
+      local args = { "--synthetic", "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      for _, st in ipairs(stops) do
+        args[#args + 1], args[#args + 2] = "--stop", st
+      end
+      local code, out, err = run(args)
+      assert.are.equal(0, code, err)
+      assert.are.equal(text:sub(1, at - 1) .. "\n", generated_text(out, prompt_text))
+    end
+    -- a stop string never reached: everything is printed, held-back text included
+    local code, out = run { "--synthetic", "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu",
+      "--quiet", "--stop", text:sub(-1) .. "\1" }
+    assert.are.equal(0, code)
+    assert.are.equal(text .. "\n", generated_text(out, prompt_text))
+  end)
+
+  it("prints characters split over two tokens whole (🌊 is two tokens)", function()
+    local run = runner()
+    local prompt_text = "sea 🌊 and 🌊🌊"
+    local ids = course_generate(prompt_text, #tok:encode(prompt_text) + 2)
+    local code, out, err = run { "--synthetic", "7m", "-i", prompt_text, "-n", tostring(#tok:encode(prompt_text) + 2),
+      "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+    assert.are.equal(0, code, err)
+    assert.are.equal(HEADER .. tok:decode(ids) .. "\n", out)
+    assert.is_nil(out:find("\xEF\xBF\xBD", 1, true)) -- no U+FFFD
+  end)
+
+  it("samples generate with the default-mode sampler under --top-k or --min-p, as getp's request 1", function()
+    local run = runner()
+    local prompt_text, steps = "Hello world", 12
+    local L = #tok:encode(prompt_text)
+    for _, case in ipairs {
+      { args = { "--top-k", "5" }, sampling = { top_k = 5 } },
+      { args = { "--min-p", "0.5" }, sampling = { min_p = 0.5 } },
+      { args = { "--top-k", "40", "--min-p", "0.1", "-p", "0.7" }, sampling = { top_k = 40, min_p = 0.1 }, top_p = 0.7 },
+    } do
+      local sampling = { temperature = f32(1.5), top_p = f32(case.top_p or 0.9), seed = 3,
+        top_k = case.sampling.top_k, min_p = case.sampling.min_p }
+      local ids = course_generate(prompt_text, steps, nil, sampling)
+      local args = { "--synthetic", "7m", "-i", prompt_text, "-n", tostring(steps), "-t", "1.5", "-s", "3",
+        "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      table.move(case.args, 1, #case.args, #args + 1, args)
+      local code, out, err = run(args)
+      assert.are.equal(0, code, err)
+      assert.are.equal(HEADER .. tok:decode(ids) .. "\n", out, table.concat(case.args, " "))
+      -- getp's request 1 draws the same ids (seed -s + 1 - 1), one fewer: its last position is steps - 2
+      local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = steps,
+        sampling = sampling, requests = { prompt_text } }
+      local generated = table.move(ids, L + 1, #ids, 1, {})
+      local stopped = #generated < steps - L + 1
+      assert.are.same(expected.outputs[1], table.move(generated, 1, #expected.outputs[1], 1, {}))
+      assert.is_true(stopped or #expected.outputs[1] == steps - L)
+    end
+  end)
+
+  it("samples getp with --top-k and --min-p, as gptoss.getp.run with them", function()
+    local run = runner()
+    local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
+    local code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "16",
+      "-t", "1.5", "-s", "11", "--top-k", "7", "--min-p", "0.01", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+    assert.are.equal(0, code, err)
+    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16,
+      sampling = { temperature = f32(1.5), top_p = f32(0.9), top_k = 7, min_p = 0.01, seed = 11 },
+      requests = { PROMPTS[1], PROMPTS[2] } }
+    assert.are.same(expected.outputs, requests.read_output(output))
+    local greedy = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16,
+      requests = { PROMPTS[1], PROMPTS[2] } }
+    assert.are_not.same(greedy.outputs, expected.outputs) -- the options did sample
+  end)
+
+  it("runs CPU replicas on --threads threads", function()
+    local run = runner()
+    local code, out, err = run { "--synthetic", "7m", "-i", "Hello", "-n", "4", "--threads", "1", "-z", TOKENIZER,
+      "--devices", "cpu" }
+    assert.are.equal(0, code, err)
+    assert.truthy(err:find("run.lua: gptoss.replica(cpu, 1 slots x 4 positions, weights fp32, kv fp32, 1 threads)\n",
+      1, true), err)
+    assert.are.equal(HEADER .. tok:decode(course_generate("Hello", 4)) .. "\n", out)
+    local input, output = request_file { "1", "Hello" }, tmp()
+    code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "6", "--threads", "1",
+      "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+    assert.are.equal(0, code, err)
+    assert.are.same(getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 6,
+      requests = { "Hello" } }.outputs, requests.read_output(output))
+  end)
+
   -- Runs each case {args, pattern [, plain text]}: status 1, the pattern (and the text) on
   -- stderr without a traceback or a Lua position, nothing on stdout but the header of a
   -- model that loaded.
@@ -416,18 +630,26 @@ describe("examples/run.lua", function()
     end
   end
 
-  it("exits 1 when a mode lacks its arguments, and on usage errors", function()
+  it("exits 1 on usage errors: the error naming the option first, then where the usage is", function()
     local run = runner()
     local input = request_file { "2", "Hello", "world" }
-    local usage = "^Usage: run%.lua "
+    local hint = "\nTry 'run%.lua %-%-help' for usage%.\n$"
     exits_1(run, {
-      { { "--synthetic", "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>\n$" },
+      { { "--synthetic", "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>"
+        .. hint },
       { { "--synthetic", "7m", "-m", "getp", "-o", tmp() }, "^run%.lua: %-m getp needs %-i" },
-      { { "--synthetic", "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"\n$" },
+      { { "--synthetic", "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"" .. hint },
       { { "--synthetic", "7m", "-m", "chat", "-i", "hi" }, "^run%.lua: %-m chat is not supported: the course's chat mode" },
-      { { "--synthetic", "7m", "-m", "bogus" }, usage, "Error: unknown mode 'bogus'" },
-      { { "--synthetic", "7m", "-t" }, usage, "Error: option '-t' requires an argument" },
-      { { "--synthetic", "7m", "-q", "1" }, usage, "Error: unknown option '-q'" },
+      { { "--synthetic", "7m", "-m", "bogus" }, "^run%.lua: %-m: unknown mode 'bogus' %(known: generate, getp;.*" .. hint },
+      { { "--synthetic", "7m", "-t", "abc" }, "^run%.lua: %-t: 'abc' is not a number" .. hint },
+      { { "--synthetic", "7m", "-t" }, "^run%.lua: option '%-t' requires an argument" .. hint },
+      { { "--synthetic", "7m", "-q", "1" }, "^run%.lua: unknown option '%-q'\n.*" .. hint },
+      { { "--synthetic", "7m", "--top-k", "many" }, "^run%.lua: %-%-top%-k: 'many' is not an integer >= 0" .. hint },
+      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "--stop", "." },
+        "^run%.lua: %-%-stop is for %-m generate: getp's requests end at %-n positions or a stop id, as the course's"
+          .. hint },
+      { { "--synthetic", "7m", "-i", "hi", "--devices", "1", "--threads", "2" },
+        "^run%.lua: %-%-threads is for CPU replicas %(%-%-devices cpu%)" .. hint },
     })
   end)
 
@@ -439,6 +661,8 @@ describe("examples/run.lua", function()
         :format(missing:gsub("%p", "%%%0")) },
       { { "--synthetic", "9m", "-i", "hi" }, "^run%.lua: synthetic: unknown model shape '9m'" },
       { { "--synthetic", "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
+      { { "--synthetic", "7m", "-i", "hi", "-z", "README.md" },
+        "^run%.lua: tokenizer file 'README%.md' is truncated: entry 0 at byte 4 has length %d+, %d+ bytes remain\n$" },
     }
     if #gptoss.devices() == 0 then
       cases[#cases + 1] = { { "--synthetic", "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
@@ -463,13 +687,35 @@ describe("examples/run.lua", function()
     })
   end)
 
+  it("exits 1 when the replicas asked for cannot be made, or a step fails", function()
+    local run = runner()
+    local input = request_file { "1", "Hello" }
+    local broken = tmp()
+    H.nan_row_model(model, 5):save(broken)
+    exits_1(run, {
+      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+        "--slots", "2000000" },
+        "^run%.lua: getp: building the replica on cpu: replica: slots = 2000000 must be in 1%.%.1048576\n$" },
+      -- 1 TiB of KV cache: more than the host has
+      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+        "--slots", "1048576", "-n", "2048" },
+        "^run%.lua: getp: building the replica on cpu: replica: the KV cache for 1048576 slots of 2048 positions "
+          .. "needs 1024%.00 GiB, [%d.]+ GiB available\n$" },
+      { { broken, "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu", "-t", "1", "-n", "8", "--quiet" },
+        "^run%.lua: getp: replica 1 %(cpu%): step:tokens: row 1: sampler: the logit of token 5 is NaN\n$" },
+      { { broken, "-i", "Hello", "-z", TOKENIZER, "--devices", "cpu", "-t", "1", "-n", "8", "--top-k", "5", "--quiet" },
+        "^run%.lua: step:tokens: row 1: sampler: the logit of token 5 is NaN\n$" },
+    })
+  end)
+
   it("prints its help on -h and exits 0", function()
     local run = runner()
     local code, out, err = run { "-h" }
     assert.are.equal(0, code)
     assert.truthy(out:find("^Usage: run%.lua "), out)
     for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "--synthetic <name>", "--devices <list>",
-      "--profile", "--quiet", "--json" } do
+      "--profile", "--quiet", "--json", "--top-k <int>", "--min-p <float>", "--max-new <int>", "--stop <text>",
+      "--threads <int>" } do
       assert.truthy(out:find(flag, 1, true), flag)
     end
     assert.are.equal("", err)

@@ -20,7 +20,12 @@
 --       (getp.clamp_steps)
 --   -z  default tokenizer.bin as the course's; when that file does not exist and -z is
 --       not given, $GPTOSS_TOKENIZER or else build/tokenizer.bin (cli.tokenizer_path)
+--
+-- Beyond the course: --top-k and --min-p (sampling filters of the default-mode sampler,
+-- which generate then uses instead of the course's), --max-new and --stop (generate only),
+-- --threads (CPU replicas); cli.parse refuses what does not apply to the mode given.
 local argparse = require "argparse"
+local gptoss = require "gptoss"
 
 local cli = {}
 
@@ -61,9 +66,26 @@ function cli.non_negative(s)
   return v
 end
 
+-- an argparse converter for a number in [0, 1], naming the flag
+local function fraction(flag)
+  return function(s)
+    local v = tonumber(s)
+    if v == nil or v ~= v or v < 0 or v > 1 then return nil, ("%s: '%s' is not a number in [0, 1]"):format(flag, s) end
+    return v
+  end
+end
+
 --- Writes msg on stderr and ends the script with the given exit status.
 function cli.exit_with(status, msg)
   io.stderr:write(msg, "\n")
+  os.exit(status)
+end
+
+--- Ends a script on a usage error: "NAME: message" and where the usage is, on stderr
+-- (the usage itself only on --help), then the exit status.
+function cli.usage_exit(name, msg, status)
+  io.stdout:flush()
+  io.stderr:write(("%s: %s\nTry '%s --help' for usage.\n"):format(name, msg, name))
   os.exit(status)
 end
 
@@ -101,7 +123,8 @@ function cli.parser(name)
       "  " .. name .. " --synthetic 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
     }, "\n"))
   p:argument("checkpoint", "A course .bin model file or a checkpoint directory (or --synthetic NAME)."):args("?")
-  course(p, "-t", "Temperature; 0 is greedy (below 0 means 0).", "0"):argname("<float>")
+  course(p, "-t", "Temperature; 0 is greedy (below 0 means 0). generate samples with the course's sampler, "
+    .. "or with the default-mode one when --top-k or --min-p is given.", "0"):argname("<float>")
     :convert(number("-t"))
   course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")
     :convert(number("-p"))
@@ -116,7 +139,20 @@ function cli.parser(name)
   course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
   p:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
     :argname("<name>")
-  p:option("--seed-weights", "Seed of the synthetic weights.", "1"):argname("<int>"):convert(cli.integer("--seed-weights"))
+  p:option("--seed-weights", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED)):argname("<int>")
+    :convert(cli.integer("--seed-weights"))
+  p:option("--top-k", "Sample among the K most likely tokens only (with -t > 0; 0: all). generate then uses "
+    .. "the default-mode sampler (docs/api.md#default-mode) instead of the course's, seeded with -s.")
+    :argname("<int>"):convert(cli.integer("--top-k", 0))
+  p:option("--min-p", "Sample among tokens at least P times as likely as the most likely one only (with -t > 0; "
+    .. "0: all); as --top-k, the default-mode sampler.")
+    :argname("<float>"):convert(fraction("--min-p"))
+  p:option("--max-new", "generate: at most N tokens after the prompt (-n still bounds prompt + generated).")
+    :argname("<int>"):convert(cli.integer("--max-new", 0))
+  p:option("--stop", "generate: stop where the generated text contains TEXT, which is not printed (repeatable).")
+    :argname("<text>"):count("*")
+  p:option("--threads", "Threads of a CPU replica (0: all CPUs).")
+    :argname("<int>"):convert(cli.integer("--threads", 0))
   p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
     .. "else cpu; generate uses the first).")
     :argname("<list>"):convert(cli.devices)
@@ -132,7 +168,7 @@ function cli.parser(name)
     .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")
   p:flag("--profile", "Time every kernel of GPU replicas with device events (each step then waits "
     .. "for the device, so the run is slower) and print a table per replica, with its memory.")
-  p:flag("--quiet", "No progress line, replica description or tokenizer note on stderr (warnings stay).")
+  p:flag("--quiet", "No progress lines, replica description or tokenizer note on stderr (warnings stay).")
   p:flag("--json", "Print one JSON line with the run's figures after the course's lines.")
   return p
 end
@@ -184,11 +220,74 @@ function cli.parse(argv, name, now)
   local known = false
   for _, m in ipairs(MODES) do known = known or m == a.mode end
   if not known then
-    return nil, ("unknown mode '%s' (known: generate, getp; the course's chat is not supported)"):format(a.mode)
+    return nil, ("-m: unknown mode '%s' (known: generate, getp; the course's chat is not supported)"):format(a.mode)
+  end
+  for _, stop in ipairs(a.stop) do
+    if stop == "" then return nil, "--stop: an empty stop string would stop before the first token" end
+  end
+  if a.mode == "getp" and (a.max_new or #a.stop > 0) then
+    return nil, ("%s is for -m generate: getp's requests end at -n positions or a stop id, as the course's")
+      :format(a.max_new and "--max-new" or "--stop")
   end
   local v = cli.normalize(a, now)
   a.temperature, a.top_p, a.seed, a.steps = v.temperature, v.top_p, v.seed, v.steps
   return a
+end
+
+--- The sampling parameters of the options: nil when greedy (-t 0); else {temperature=,
+-- top_p=, seed=} plus top_k and min_p when given. The second value says whether the
+-- default-mode sampler must draw them (--top-k or --min-p given: the course's has neither).
+function cli.sampling(a)
+  if a.temperature <= 0 then return nil, false end
+  return { temperature = a.temperature, top_p = a.top_p, top_k = a.top_k, min_p = a.min_p, seed = a.seed },
+    a.top_k ~= nil or a.min_p ~= nil
+end
+
+local StopFilter = {}
+StopFilter.__index = StopFilter
+
+--- A filter of streamed text for stop strings (--stop): f:add(text) returns the text that
+-- can be printed now and whether a stop string was found. Once one is, only the text
+-- before its first occurrence is returned and the filter is done. Text that could be the
+-- start of a stop string is held back until the next text shows it is not; a character is
+-- never split (text is whole UTF-8 characters, as a tokenizer's decoder gives them).
+-- f:flush() returns what is held back.
+function cli.stop_filter(stops)
+  return setmetatable({ stops = stops, held = "" }, StopFilter)
+end
+
+function StopFilter:add(text)
+  local s = self.held .. text
+  local first
+  for _, stop in ipairs(self.stops) do
+    local at = s:find(stop, 1, true)
+    if at and (first == nil or at < first) then first = at end
+  end
+  if first then
+    self.held = ""
+    return s:sub(1, first - 1), true
+  end
+  -- the longest end of s that begins some stop string
+  local keep = 0
+  for _, stop in ipairs(self.stops) do
+    for n = math.min(#stop - 1, #s), keep + 1, -1 do
+      if s:sub(-n) == stop:sub(1, n) then
+        keep = n
+        break
+      end
+    end
+  end
+  local ready = #s - keep
+  -- a stop string that starts inside a character: keep that character whole
+  while ready > 0 and ready < #s and s:byte(ready + 1) & 0xC0 == 0x80 do ready = ready - 1 end
+  self.held = s:sub(ready + 1)
+  return s:sub(1, ready), false
+end
+
+function StopFilter:flush()
+  local s = self.held
+  self.held = ""
+  return s
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing.

@@ -15,13 +15,16 @@
 --   replicas     existing replicas to use instead; they stay the caller's (g:close() leaves
 --                them open) and need ctx >= steps - 1
 --   replica      options of the replicas getp builds: weights, kv, slots, threads (CPU),
---                rows, chunk (GPU); ctx is steps
+--                rows, chunk (GPU), on_progress; ctx is steps
 --   steps        the course's -n: prompt + generated tokens (default 1024; 0 or more than the
 --                model's seq_len mean seq_len, as the course clamps it)
 --   sampling     nil (greedy) or {temperature=, top_p=, top_k=, min_p=, seed=}
 --   partition    "round_robin" (default), "blocks", "balanced" or a function (gptoss.partition)
 --   scheduler    "continuous" (default), "static" or a scheduler object (gptoss.scheduler)
---   on_progress  function(p), p = {done=, total=, tokens=, steps=, elapsed=}, after each round
+--   on_progress  function(p) before the first step and after each round: p = {done = requests
+--                finished, total = requests, tokens = generated so far, max_tokens = the most
+--                the run can generate (tokens + what the running requests may still add:
+--                it falls as requests stop early), steps =, elapsed = seconds}
 --   requests     the prompts, when known before warm-up (the course reads its file first):
 --                they size the slots and are what g:run() runs when given no prompts
 --   chat         true: each prompt is a harmony user turn after harmony's default system
@@ -89,7 +92,7 @@ local CPU_SLOTS, CPU_ROWS = 16, 64
 
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
   "partition", "scheduler", "on_progress", "requests", "chat" }
-local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk" }
+local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk", "on_progress" }
 local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
 local SCHEDULERS = { "continuous", "static" }
@@ -392,7 +395,7 @@ local function run(g, prompts, level)
   local assignment = g.partition(requests, g.replicas)
   partition.check(assignment, #requests, #g.replicas)
 
-  local outputs, runners, per_replica, done = {}, {}, {}, 0
+  local outputs, runners, per_replica, done, max_tokens = {}, {}, {}, 0, 0
   for k, r in ipairs(g.replicas) do
     local queue = {}
     for _, i in ipairs(assignment[k] or {}) do
@@ -409,6 +412,7 @@ local function run(g, prompts, level)
       outputs[i] = seq.output
       if req.limit > 0 then
         queue[#queue + 1] = seq
+        max_tokens = max_tokens + req.limit
       else
         seq.finish, done = "length", done + 1
       end
@@ -423,11 +427,25 @@ local function run(g, prompts, level)
   -- after step while Lua reads the last one's ids and serves the other replicas (reading
   -- first, then enqueuing, left the GPU idle while Lua worked).
   local tokens, steps = 0, 0
+  local function report()
+    if g.on_progress then
+      g.on_progress { done = done, total = #requests, tokens = tokens, max_tokens = max_tokens, steps = steps,
+        elapsed = gptoss.clock() - started }
+    end
+  end
+  -- a replica's failure (a row no token can be drawn for, a device error) names the replica
+  local function on_replica(k, f, ...)
+    local ok, v = pcall(f, ...)
+    if not ok then error(("getp: replica %d (%s): %s"):format(k, device_name(g.replicas[k].device), v), 0) end
+    return v
+  end
   local plans, handles = {}, {}
   local function enqueue(k, plan, from)
     plan.batch.from = from
-    plans[k], handles[k] = plan, g.replicas[k]:step(plan.batch)
+    local r = g.replicas[k]
+    plans[k], handles[k] = plan, on_replica(k, r.step, r, plan.batch)
   end
+  report()
   for k, runner in ipairs(runners) do
     if runner:busy() then enqueue(k, runner:build()) end
   end
@@ -438,17 +456,15 @@ local function run(g, prompts, level)
         plans[k], handles[k] = nil, nil
         local ahead = runner:build(plan)
         if ahead then enqueue(k, ahead, h) end
-        local generated, ended = runner:apply(plan, h:tokens())
+        local generated, ended = runner:apply(plan, on_replica(k, h.tokens, h))
         local pr = per_replica[k]
         pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
-        tokens, steps, done = tokens + generated, steps + 1, done + ended
+        tokens, steps, done = tokens + generated, steps + 1, done + #ended
+        for _, seq in ipairs(ended) do max_tokens = max_tokens - (seq.limit - #seq.output) end
         if not ahead and runner:busy() then enqueue(k, runner:build()) end
       end
     end
-    if g.on_progress then
-      g.on_progress { done = done, total = #requests, tokens = tokens, steps = steps,
-        elapsed = gptoss.clock() - started }
-    end
+    report()
   end
   return { outputs = outputs, tokens = tokens, steps = steps, per_replica = per_replica,
     elapsed = gptoss.clock() - started }

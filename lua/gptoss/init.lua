@@ -7,7 +7,20 @@ local util = require "gptoss.util"
 local gptoss = {
   VERSION = "0.1.0",
   platform = core.platform, -- what core.so was built for: "cpu", "nvidia" or "amd"
+  -- the seed of synthetic weights when none is given: gptoss.synthetic's default, and
+  -- the examples' (README, demo, run.lua, parity, checker)
+  DEFAULT_SEED = 7,
 }
+
+-- f(...)'s one result; its error raised at the caller of the function that called this
+-- (a core error then carries the user's position, never this file's). Call it as
+-- `return (from_core(...))`: the parentheses keep it from being a tail call, which would
+-- shift the level.
+local function from_core(f, ...)
+  local ok, result = pcall(f, ...)
+  if not ok then error(result, 3) end
+  return result
+end
 
 --- Loads a model, mapped read-only and validated: a course .bin file, or a checkpoint
 -- directory in the Hugging Face or OpenAI original/ layout (docs/checkpoints.md).
@@ -15,7 +28,7 @@ function gptoss.load(path)
   if type(path) ~= "string" then
     error(("load: path must be a string (got %s)"):format(type(path)), 2)
   end
-  return core.load(path)
+  return (from_core(core.load, path))
 end
 
 local function named_config(name, fn)
@@ -36,10 +49,10 @@ end
 
 --- A synthetic model: a named shape or a config table (fields not given
 -- take the "7m" values), with weights from the seeded recipe.
--- opts.seed: integer, default 0.
+-- opts.seed: integer, default gptoss.DEFAULT_SEED.
 function gptoss.synthetic(shape, opts)
   opts = util.options("synthetic", opts, { "seed" }, 2)
-  local seed = opts.seed or 0
+  local seed = opts.seed or gptoss.DEFAULT_SEED
   if math.type(seed) ~= "integer" then
     error(("synthetic: seed must be an integer (got %s)"):format(tostring(seed)), 2)
   end
@@ -52,7 +65,7 @@ function gptoss.synthetic(shape, opts)
   else
     error(("synthetic: expected a shape name or a config table (got %s)"):format(type(shape)), 2)
   end
-  return core.synthetic(config, seed)
+  return (from_core(core.synthetic, config, seed))
 end
 
 --- GPUs visible to this build: { {id=1, name=..., memory=..., warp=..., arch=...}, ... }.
@@ -74,14 +87,14 @@ function gptoss.tokenizer(path, opts)
   if type(path) ~= "string" then
     error(("tokenizer: path must be a string (got %s)"):format(type(path)), 2)
   end
-  return core.tokenizer(path, util.options("tokenizer", opts, nil, 2))
+  return (from_core(core.tokenizer, path, util.options("tokenizer", opts, nil, 2)))
 end
 
 --- A sampler over logits rows: gptoss.sampler{temperature=, top_k=, top_p=,
 -- min_p=, seed=, logprobs=} or gptoss.sampler{mode="course", ...}; see
 -- docs/api.md#sampling for the exact rules.
 function gptoss.sampler(opts)
-  return core.sampler(util.options("sampler", opts, nil, 2))
+  return (from_core(core.sampler, util.options("sampler", opts, nil, 2)))
 end
 
 --- Seconds on a monotonic wall clock (for timing steps).
@@ -103,17 +116,17 @@ gptoss.bf16_round = core.bf16_round
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {
   --- zeros of a shape: tensor.zeros({2, 3}, "f32")
-  zeros = function(shape, dtype) return core.tensor(dtype or "f32", shape) end,
+  zeros = function(shape, dtype) return (from_core(core.tensor, dtype or "f32", shape)) end,
   --- from (nested) Lua tables: tensor.from({{1, 2}, {3, 4}}, "f32")
   from = function(values, dtype)
     if type(values) ~= "table" then
       error(("tensor.from: expected a table (got %s)"):format(type(values)), 2)
     end
     local flat, shape = util.flatten_shaped(values, "tensor", 2)
-    return core.tensor(dtype or "f32", shape, flat)
+    return (from_core(core.tensor, dtype or "f32", shape, flat))
   end,
   --- raw little-endian values; shape defaults to 1-D
-  load = function(path, dtype, shape) return core.tensor_load(path, dtype or "f32", shape) end,
+  load = function(path, dtype, shape) return (from_core(core.tensor_load, path, dtype or "f32", shape)) end,
 }
 
 return gptoss

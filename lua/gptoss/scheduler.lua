@@ -87,7 +87,7 @@ Runner.__index = Runner
 -- pending is the plan of the step still running (nil: none), whose decode rows feed the
 -- new step's (tokens -j: its row j; the caller sets batch.from to that step).
 -- runner:apply(plan, ids) takes a step's sampled ids and returns how many ids were
--- generated and how many sequences ended.
+-- generated and the list of the sequences that ended.
 function scheduler.runner(sched, replica, index, queue, opts)
   local free_slots = {}
   for s = 1, replica.slots do free_slots[s] = s end
@@ -227,7 +227,7 @@ function Runner:apply(plan, ids)
       for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end
     end
   end
-  return generated, #ended
+  return generated, ended
 end
 
 return scheduler

@@ -40,7 +40,7 @@ gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o,
 }
 
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
-                                gptoss_engine **out, char *err) {
+                                const gptoss_progress *progress, gptoss_engine **out, char *err) {
     gptoss_engine_opts opts = *o;
     gptoss_memory plan;
     uint64_t headroom;
@@ -60,7 +60,7 @@ gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const
     e->m = m;
     e->o = opts;
     e->vocab = m->config.vocab_size;
-    if ((s = i->create(m, &e->o, &e->ctx, err))) {
+    if ((s = i->create(m, &e->o, progress, &e->ctx, err))) {
         gptoss_engine_free(e);
         return s;
     }

@@ -81,7 +81,10 @@ typedef struct {
      * GPTOSS_E_INVALID when a size leaves 64 bits */
     gptoss_status (*plan)(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
                           uint64_t *headroom, char *err);
-    gptoss_status (*create)(gptoss_model *m, const gptoss_engine_opts *o, void **ctx, char *err);
+    /* progress: reports the weights being materialised on the host (NULL: not
+     * reported; an engine that has nothing to materialise never calls it) */
+    gptoss_status (*create)(gptoss_model *m, const gptoss_engine_opts *o, const gptoss_progress *progress,
+                            void **ctx, char *err);
     /* delivers the results of steps still running, then frees everything */
     void (*destroy)(void *ctx);
     /* runs or enqueues one checked batch; sampling: per row, NULL when every
@@ -122,9 +125,10 @@ typedef struct gptoss_engine gptoss_engine;
 gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
                                  gptoss_memory *out, uint64_t *headroom, char *err);
 
-/* Makes a replica of m on engine i; the model must outlive it. */
+/* Makes a replica of m on engine i; the model must outlive it. progress: as
+ * gptoss_engine_i.create's. */
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
-                                gptoss_engine **out, char *err);
+                                const gptoss_progress *progress, gptoss_engine **out, char *err);
 /* Delivers pending results, frees everything; NULL is a no-op. */
 void gptoss_engine_free(gptoss_engine *e);
 

@@ -235,7 +235,8 @@ static void golden_destroy(void *ctx) {
     free(g);
 }
 
-static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o, void **out, char *err) {
+static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o, const gptoss_progress *progress,
+                                   void **out, char *err) {
     gptoss_golden *g = calloc(1, sizeof *g);
     if (!g)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
@@ -277,7 +278,7 @@ static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o,
             goto fail;
         }
     }
-    if ((s = gptoss_model_weights(m, err)))
+    if ((s = gptoss_model_weights(m, progress, err)))
         goto fail;
     *out = g;
     return GPTOSS_OK;

@@ -140,7 +140,24 @@ uint64_t gptoss_host_memory_available(void) {
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
-gptoss_status gptoss_model_weights(gptoss_model *m, char *err) {
+/* Asks for transparent huge pages over a large allocation: where the kernel gives them
+ * on request only, faulting fresh 4 KiB pages in one by one is a large part of
+ * materialising a big model's weights. */
+static void want_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE); /* advice: failing changes nothing */
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
+/* weight values decoded between two progress reports (16 MiB of fp32) */
+enum { WEIGHTS_REPORT_VALUES = 1 << 22 };
+
+gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progress, char *err) {
     if (m->tensor[0]) /* a course file's mapping, or materialised before */
         return GPTOSS_OK;
     uint64_t bytes = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
@@ -157,11 +174,30 @@ gptoss_status gptoss_model_weights(gptoss_model *m, char *err) {
                            "cannot allocate %.2f GiB of host memory for the fp32 weights of a %s "
                            "model",
                            bytes / 1073741824.0, what);
-    for (int t = 0; t < GPTOSS_N_TENSORS; t++) {
+    want_huge_pages(data, (size_t)bytes);
+    uint64_t total = 0, done = 0;
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
+        total += m->layout.t[t].count;
+    int report = progress && progress->fn;
+    int stopped = report && progress->fn(progress->arg, 0, total);
+    for (int t = 0; t < GPTOSS_N_TENSORS && !stopped; t++) {
         float *dst = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
-        gptoss_model_read(m, t, 0, m->layout.t[t].count, dst);
-        m->tensor[t] = dst;
+        uint64_t count = m->layout.t[t].count;
+        for (uint64_t first = 0; first < count && !stopped; first += WEIGHTS_REPORT_VALUES) {
+            uint64_t n = count - first < WEIGHTS_REPORT_VALUES ? count - first : WEIGHTS_REPORT_VALUES;
+            gptoss_model_read(m, t, first, n, dst + first);
+            done += n;
+            stopped = report && progress->fn(progress->arg, done, total);
+        }
     }
+    /* stopped, or materialised meanwhile by a replica the callback made: keep theirs */
+    if (stopped || m->tensor[0]) {
+        free(data);
+        return stopped ? gptoss_fail(err, GPTOSS_E_STOPPED, "stopped while materialising the weights")
+                       : GPTOSS_OK;
+    }
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
+        m->tensor[t] = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
     m->owned = data;
     return GPTOSS_OK;
 }

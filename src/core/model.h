@@ -92,8 +92,9 @@ gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names,
                                gptoss_model **out, char *err);
 
 /* Makes m->tensor[] valid: a course file's are its mapping; any other model
- * is decoded into host memory (refusing with the sizes when it is short). */
-gptoss_status gptoss_model_weights(gptoss_model *m, char *err);
+ * is decoded into host memory (refusing with the sizes when it is short),
+ * reported to progress (NULL: not reported) in weight values. */
+gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progress, char *err);
 
 /* Copies elements [first, first+count) of a tensor into out as fp32,
  * without materialising the rest. The range must lie in the tensor. */

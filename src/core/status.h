@@ -6,6 +6,8 @@
 #ifndef GPTOSS_STATUS_H
 #define GPTOSS_STATUS_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
 #endif
@@ -21,8 +23,17 @@ typedef enum {
     GPTOSS_E_DEVICE,        /* the device or its runtime failed */
     GPTOSS_E_UNSUPPORTED,   /* this build or engine cannot do it */
     GPTOSS_E_DRAW,          /* a row's logits allow no token to be drawn */
-    GPTOSS_E_IO             /* a file could not be opened, read, mapped or written */
+    GPTOSS_E_IO,            /* a file could not be opened, read, mapped or written */
+    GPTOSS_E_STOPPED        /* the caller's progress callback asked to stop */
 } gptoss_status;
+
+/* Long work reported as it goes: fn(arg, done, total) now and then, done rising to
+ * total (the units are the work's own). A nonzero return stops the work, which undoes
+ * what it did and fails with GPTOSS_E_STOPPED. */
+typedef struct {
+    int (*fn)(void *arg, uint64_t done, uint64_t total);
+    void *arg;
+} gptoss_progress;
 
 /* Writes the formatted message into err (GPTOSS_ERR_LEN bytes) and returns
  * status, so that a failure is one statement: return gptoss_fail(...). */

@@ -33,8 +33,9 @@ gptoss_status gptoss_hip_copy_bandwidth(int device, size_t bytes, double *out, c
     return no_device(device, err);
 }
 
-static gptoss_status refuse_create(gptoss_model *m, const gptoss_engine_opts *o, void **ctx, char *err) {
-    (void)m, (void)ctx;
+static gptoss_status refuse_create(gptoss_model *m, const gptoss_engine_opts *o, const gptoss_progress *progress,
+                                   void **ctx, char *err) {
+    (void)m, (void)progress, (void)ctx;
     return no_device(o->device, err);
 }
 

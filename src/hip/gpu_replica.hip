@@ -265,7 +265,10 @@ static gptoss_status make_ring(gptoss_gpu *g, char *err) {
     return GPTOSS_OK;
 }
 
-static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, void **out, char *err) {
+/* progress is not reported: the weights go to the device through a staging
+ * buffer, never materialised on the host */
+static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, const gptoss_progress *,
+                                void **out, char *err) {
     gptoss_gpu *g = (gptoss_gpu *)calloc(1, sizeof *g);
     if (!g)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");

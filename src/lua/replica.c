@@ -56,8 +56,9 @@ static int check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn) {
 /* ---- options: model:replica{...} and model:replica_bytes{...} ---- */
 
 /* {device="cpu"|N, slots=1, ctx=seq_len, weights="fp32", kv="fp32", threads (CPU),
- *  rows, chunk (GPU)}: the options at idx, ranges checked; each engine says which it
- *  takes and fills in its defaults. check_device: N must be a visible GPU. */
+ *  rows, chunk (GPU), on_progress}: the options at idx, ranges checked; each engine says
+ *  which it takes and fills in its defaults. check_device: N must be a visible GPU.
+ *  on_progress is only checked here (replica_bytes has no use for it). */
 static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const gptoss_model *m,
                                     int check_device) {
     if (lua_isnoneornil(L, idx)) {
@@ -65,9 +66,13 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
         lua_replace(L, idx);
     }
     luaL_checktype(L, idx, LUA_TTABLE);
-    static const char *const known[] = {"device", "slots", "ctx",  "weights", "kv",
-                                        "threads", "rows",  "chunk", NULL};
+    static const char *const known[] = {"device", "slots", "ctx",  "weights",     "kv",
+                                        "threads", "rows",  "chunk", "on_progress", NULL};
     gptoss_opt_known(L, idx, fn, known);
+    lua_getfield(L, idx, "on_progress");
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+        luaL_error(L, "%s: on_progress must be a function(done, total) (got %s)", fn, luaL_typename(L, -1));
+    lua_pop(L, 1);
     gptoss_engine_opts o = {.device = -1, .slots = 1, .ctx = m->config.seq_len, .threads = -1};
     lua_getfield(L, idx, "device");
     if (lua_isinteger(L, -1)) {
@@ -123,18 +128,43 @@ static void push_memory(lua_State *L, const gptoss_memory *mem) {
     }
 }
 
+/* opts.on_progress of model:replica, called from the engine; the function is at
+ * stack index fn. An error inside it stops the engine's work; the error value is
+ * left on the stack top for the binding to raise once the engine has undone it. */
+typedef struct {
+    lua_State *L;
+    int fn;
+    int failed;
+} replica_progress;
+
+static int call_progress(void *arg, uint64_t done, uint64_t total) {
+    replica_progress *p = arg;
+    lua_State *L = p->L; /* 3 slots: within the LUA_MINSTACK a C function starts with */
+    lua_pushvalue(L, p->fn);
+    lua_pushinteger(L, (lua_Integer)done);
+    lua_pushinteger(L, (lua_Integer)total);
+    p->failed = lua_pcall(L, 2, 0, 0) != LUA_OK;
+    return p->failed;
+}
+
 /* model:replica{...} */
 int gptoss_lua_replica(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
     lua_settop(L, 2);
     gptoss_engine_opts o = read_opts(L, 2, "replica", m, 1);
+    lua_getfield(L, 2, "on_progress"); /* index 3: the function, or nil */
+    replica_progress rp = {L, 3, 0};
+    gptoss_progress progress = {call_progress, &rp};
     lua_replica *r = lua_newuserdatauv(L, sizeof *r, 1);
     r->e = NULL;
     luaL_setmetatable(L, GPTOSS_REPLICA_MT);
     lua_pushvalue(L, 1); /* the replica keeps its model alive */
     lua_setiuservalue(L, -2, 1);
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_new(gptoss_engine_for(o.device), m, &o, &r->e, err);
+    gptoss_status s = gptoss_engine_new(gptoss_engine_for(o.device), m, &o, lua_isnil(L, 3) ? NULL : &progress,
+                                        &r->e, err);
+    if (rp.failed)
+        return lua_error(L); /* the callback's error, on the stack top */
     if (s)
         return raise_status(L, "replica", s, err);
     return 1;
