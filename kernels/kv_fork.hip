@@ -11,13 +11,10 @@ constexpr int FORK_BLOCKS_PER_LAYER = 64;
 /* Blocks [l * FORK_BLOCKS_PER_LAYER, ...) copy layer l, in 4-byte words
  * (a position's Hkv D values are an even count: head_dim is even). */
 __global__ void __launch_bounds__(FORK_THREADS)
-kv_fork_kernel(const gptoss_kv_layer *layers, int words, int from, int to, int length, int from_reach) {
+kv_fork_kernel(const gptoss_kv_layer *layers, int words, int from, int to, int length) {
     const gptoss_kv_layer layer = layers[blockIdx.x / FORK_BLOCKS_PER_LAYER];
     const int P = layer.positions;
-    /* what the source still holds: the last P positions written */
-    const int first = from_reach - P > 0 ? from_reach - P : 0;
-    if (first >= length)
-        return;
+    const int first = length - P > 0 ? length - P : 0; /* each place of a ring once */
     const int64_t count = (int64_t)(length - first) * words;
     const int64_t stride = (int64_t)FORK_BLOCKS_PER_LAYER * FORK_THREADS;
     for (int64_t i = (int64_t)(blockIdx.x % FORK_BLOCKS_PER_LAYER) * FORK_THREADS + threadIdx.x; i < count;
@@ -30,12 +27,12 @@ kv_fork_kernel(const gptoss_kv_layer *layers, int words, int from, int to, int l
 }
 
 hipError_t gptoss_launch_kv_fork(const gptoss_kv_layer *layers, int n_layers, size_t row_bytes, int from, int to,
-                                 int length, int from_reach, hipStream_t stream) {
+                                 int length, hipStream_t stream) {
     if (n_layers < 0 || row_bytes % 4 || (int64_t)n_layers * FORK_BLOCKS_PER_LAYER > INT32_MAX)
         return hipErrorInvalidValue;
     if (n_layers == 0 || length == 0)
         return hipSuccess;
     hipLaunchKernelGGL(kv_fork_kernel, dim3(n_layers * FORK_BLOCKS_PER_LAYER), dim3(FORK_THREADS), 0, stream,
-                       layers, (int)(row_bytes / 4), from, to, length, from_reach);
+                       layers, (int)(row_bytes / 4), from, to, length);
     return hipGetLastError();
 }

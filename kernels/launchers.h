@@ -182,10 +182,9 @@ hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss
                                 hipStream_t stream);
 
 /* kv_fork.hip: slot to of every layer (layers: [n_layers] on the device)
- * receives slot from's keys and values of the positions below length that
- * the layer still holds, slot from having been written up to from_reach
- * (exclusive): those from from_reach - positions on; row_bytes per position. */
+ * receives what slot from keeps for the positions below length (the last
+ * `positions` of them in a ring); row_bytes per position. */
 hipError_t gptoss_launch_kv_fork(const gptoss_kv_layer *layers, int n_layers, size_t row_bytes, int from, int to,
-                                 int length, int from_reach, hipStream_t stream);
+                                 int length, hipStream_t stream);
 
 #endif

@@ -72,7 +72,7 @@ struct gptoss_gpu {
     char *arena;            /* every device buffer (buf) */
     gptoss_gpu_buffers buf;
     int *length;            /* host: positions held per slot */
-    int *reach;             /* host: per slot, one past the furthest position written since its reset */
+    int *ring_from;         /* host: per slot, the first position whose keys its rings still hold */
     int ring_positions;     /* positions a windowed layer's ring keeps (gptoss_kv_positions), 0: no ring */
     int *slot_rows;         /* host scratch: rows per slot while checking a step */
     gptoss_logit_bias *bias_host;  /* pinned: each slot's bias list on its way up, made on first use */

@@ -250,7 +250,7 @@ static void gpu_destroy(void *ctx) {
     free(g->buf.kv.v);
     free(g->buf.kv.positions);
     free(g->length);
-    free(g->reach);
+    free(g->ring_from);
     free(g->bias_pending);
     free(g->slot_rows);
     free(g);
@@ -320,10 +320,10 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, vo
     g->buf.kv.v = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->buf.kv.positions = (int *)calloc((size_t)c->n_layers, sizeof(int));
     g->length = (int *)calloc((size_t)o->slots, sizeof(int));
-    g->reach = (int *)calloc((size_t)o->slots, sizeof(int));
+    g->ring_from = (int *)calloc((size_t)o->slots, sizeof(int));
     g->bias_pending = (unsigned char *)calloc((size_t)o->slots, 1);
     g->slot_rows = (int *)calloc((size_t)o->slots, sizeof(int));
-    if (!g->buf.kv.k || !g->buf.kv.v || !g->buf.kv.positions || !g->length || !g->reach || !g->bias_pending ||
+    if (!g->buf.kv.k || !g->buf.kv.v || !g->buf.kv.positions || !g->length || !g->ring_from || !g->bias_pending ||
         !g->slot_rows) {
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
         goto fail;
@@ -355,51 +355,56 @@ static int gpu_length(const void *ctx, int slot) { return ((const gptoss_gpu *)c
 
 static void gpu_reset(void *ctx, int slot) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
-    g->length[slot] = g->reach[slot] = 0;
+    g->length[slot] = g->ring_from[slot] = 0;
 }
 
 /* ---- windowed rings ---------------------------------------------------------- */
 
-/* A windowed layer keeps a ring of the last g->ring_positions written
- * positions (sliding_window + chunk - 1), so a slot written up to reach
- * holds the keys of positions reach - ring_positions on. A row at position pos attends to the
- * sliding_window - 1 positions before it: the lowest position it needs
- * from the cache, or -1 when the ring still holds them all. */
-static int ring_lacks(const gptoss_gpu *g, int reach, int pos) {
+/* A windowed layer keeps a ring of the last ring_positions positions
+ * written (sliding_window + chunk - 1): a slot's rings hold the keys of
+ * positions ring_from[slot] up to its length, the older ones overwritten.
+ * A row at position pos attends to the sliding_window - 1 positions before
+ * it: the lowest of them that the rings lost, or -1 when they hold all. */
+static int ring_lacks(const gptoss_gpu *g, int ring_from, int pos) {
     int need = pos - g->c.sliding_window + 1;
     need = need > 0 ? need : 0;
-    return g->ring_positions && pos > 0 && need < reach - g->ring_positions ? need : -1;
+    return g->ring_positions && pos > 0 && need < ring_from ? need : -1;
 }
 
-/* The error for a row at pos of a slot written up to reach that the ring
- * fails (ring_lacks); what: the row or the fork. */
-static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int reach, int pos, const char *what, char *err) {
+/* The error for what (a row, or a fork when fork) at pos of a slot whose
+ * rings hold positions from ring_from on, with the least pos that works. */
+static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int ring_from, int pos, const char *what, int fork,
+                                  char *err) {
     int chunk = g->ring_positions - g->c.sliding_window + 1;
     return gptoss_fail(err, GPTOSS_E_UNSUPPORTED,
-                       "%s needs the keys of positions %d..%d in slot %d, but its windowed layers keep a ring of "
-                       "the last %d positions written (sliding_window %d + chunk %d - 1), up to %d: only "
-                       "positions from %d on (or 0, after r:reset) can be reached",
-                       what, ring_lacks(g, reach, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window, chunk,
-                       reach - 1, reach - chunk);
+                       "%s needs the keys of positions %d..%d of slot %d, but its windowed layers keep a ring of the "
+                       "last %d positions written (sliding_window %d + chunk %d - 1), which holds positions from %d "
+                       "on: %s %d %s",
+                       what, ring_lacks(g, ring_from, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window,
+                       chunk, ring_from, fork ? "forks of length" : "rows can go back to position",
+                       ring_from + g->c.sliding_window - 1, fork ? "or more (or 0) can be copied" : "or start again at 0");
 }
 
-/* After a step: its slots' lengths and how far they were written. */
+/* After a step: its slots' lengths and what their rings hold. Each row
+ * overwrites the position ring_positions before it; a row at 0 starts the
+ * slot again. */
 static void commit(gptoss_gpu *g, const gptoss_batch *b) {
     gptoss_batch_commit(b, g->length);
-    for (int r = 0; r < b->n; r++)
-        if (b->positions[r] + 1 > g->reach[b->slots[r]])
-            g->reach[b->slots[r]] = b->positions[r] + 1;
+    for (int r = 0; g->ring_positions && r < b->n; r++) {
+        int *from = &g->ring_from[b->slots[r]], pos = b->positions[r], lost = pos - g->ring_positions + 1;
+        *from = pos == 0 ? 0 : *from;
+        *from = lost > *from ? lost : *from;
+    }
 }
 
 /* ---- forks and logit biases ------------------------------------------------------ */
 
 static gptoss_status gpu_fork(void *ctx, int from, int to, int length, char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
-    int reach = g->reach[from];
-    if (ring_lacks(g, reach, length) >= 0) {
+    if (ring_lacks(g, g->ring_from[from], length) >= 0) {
         char what[48];
         snprintf(what, sizeof what, "a fork of length %d", length);
-        return ring_refusal(g, from, reach, length, what, err);
+        return ring_refusal(g, from, g->ring_from[from], length, what, 1, err);
     }
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)
@@ -408,11 +413,11 @@ static gptoss_status gpu_fork(void *ctx, int from, int to, int length, char *err
     gptoss_status s = gptoss_gpu_launch_begin(g, "kv_fork", err);
     if (s || (s = gptoss_gpu_launched(g, "kv_fork",
                                       gptoss_launch_kv_fork(g->buf.kv.layers, g->c.n_layers, row_bytes, from, to,
-                                                            length, reach, g->stream),
+                                                            length, g->stream),
                                       err)))
         return s;
     g->length[to] = length;
-    g->reach[to] = reach; /* the copy holds what the source's rings hold */
+    g->ring_from[to] = length ? g->ring_from[from] : 0; /* the copied rings hold what the source's hold */
     return GPTOSS_OK;
 }
 
@@ -472,11 +477,11 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     gptoss_status s = gptoss_batch_check(b, g->o.slots, g->o.ctx, g->c.vocab_size, g->length, err);
     if (s || (s = check_chunks(g, b, err)))
         return s;
-    for (int i = 0; i < b->n; i++) /* a row going back further than the ring reaches */
-        if (ring_lacks(g, g->reach[b->slots[i]], b->positions[i]) >= 0) {
+    for (int i = 0; i < b->n; i++) /* a row going back further than the rings hold */
+        if (ring_lacks(g, g->ring_from[b->slots[i]], b->positions[i]) >= 0) {
             char what[48];
             snprintf(what, sizeof what, "positions[%d] = %d", i + 1, b->positions[i]);
-            return ring_refusal(g, b->slots[i], g->reach[b->slots[i]], b->positions[i], what, err);
+            return ring_refusal(g, b->slots[i], g->ring_from[b->slots[i]], b->positions[i], what, 0, err);
         }
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)
@@ -528,7 +533,7 @@ static gptoss_status gpu_step(void *ctx, const gptoss_batch *b, const gptoss_ste
         return s;
     int R = b->n;
     hipError_t e = hipSuccess;
-    if (res->logprobs && !r->logprobs_host) /* before anything is enqueued: a refusal changes nothing */
+    if (res->logprobs && !r->logprobs_host) /* before the forward pass: a refusal leaves the slots as they were */
         e = hipHostMalloc((void **)&r->logprobs_host, sizeof *r->logprobs_host * (size_t)g->o.rows, 0);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot allocate pinned host buffers", e);
