@@ -193,7 +193,7 @@ static gptoss_status keep_rows(const int *keep, int n_keep, int n, gptoss_result
         return GPTOSS_OK;
     if (n_keep < 1)
         return gptoss_fail(err, GPTOSS_E_INVALID, "logits names no row (keep none with logits = false)");
-    int *first = calloc((size_t)n, sizeof *first); /* per row: 1 + where keep names it first */
+    int *first = calloc((size_t)(n > 0 ? n : 1), sizeof *first); /* per row: 1 + where keep names it first */
     if (!first || !(res->logit_rows = malloc(sizeof(int) * (size_t)n_keep))) {
         free(first);
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
@@ -249,7 +249,8 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     if (!s && logprobs && !(res->logprobs = malloc(sizeof *res->logprobs * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    if (!s && (keep_logits || e->i->host_logits) && !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
+    if (!s && (keep_logits || e->i->host_logits) &&
+        !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;
     if (!s && e->i->host_logits && res->logit_rows && !(every = logits_storage((size_t)b->n, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;

@@ -405,7 +405,8 @@ static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const
                     const gptoss_logit_bias *const *slot_bias, const float **seen, char *err) {
     *seen = row;
     if (rs && rs->n_bias &&
-        (!scratch_of(scratch, err) || gptoss_bias_row(*scratch, row, vocab, slot_bias[rs->slot], rs->n_bias, seen, err)))
+        (!scratch_of(scratch, err) ||
+         gptoss_bias_row(*scratch, row, vocab, slot_bias[rs->slot], rs->n_bias, seen, err)))
         return -1;
     row = *seen;
     if (!rs || rs->temperature == 0) /* greedy refuses the rows sampling refuses (a NaN would otherwise win) */

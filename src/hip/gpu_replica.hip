@@ -382,7 +382,8 @@ static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int ring_from, 
                        "on: %s %d %s",
                        what, ring_lacks(g, ring_from, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window,
                        chunk, ring_from, fork ? "forks of length" : "rows can go back to position",
-                       ring_from + g->c.sliding_window - 1, fork ? "or more (or 0) can be copied" : "or start again at 0");
+                       ring_from + g->c.sliding_window - 1,
+                       fork ? "or more (or 0) can be copied" : "or start again at 0");
 }
 
 /* After a step: its slots' lengths and what their rings hold. Each row

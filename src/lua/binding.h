@@ -100,6 +100,8 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
 const gptoss_logit_bias *gptoss_read_logit_bias(lua_State *L, int idx, const char *fn, int vocab, int *n);
 /* The table's logprobs (0..GPTOSS_MAX_LOGPROBS), -1 without one. */
 int gptoss_read_logprobs(lua_State *L, int idx, const char *fn);
+/* Pushes {{id =, logprob =}, ...}: the n most likely tokens' logprobs. */
+void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logprobs, int n);
 
 /* ---- the classes' open functions and the module's functions ---- */
 

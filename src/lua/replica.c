@@ -558,17 +558,24 @@ static int step_logits(lua_State *L) {
     return 1;
 }
 
-/* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
- * where the row's slot asked (r:sampling's logprobs), false elsewhere */
-static int step_logprobs(lua_State *L) {
-    lua_step *h = check_step(L, 1);
-    if (!h->res.logprobs)
-        return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
-                             "{logprobs = n}) before the step)");
+/* The step at idx with its tokens in, waiting for them; raises (as fn) where
+ * a row could not be drawn. */
+static lua_step *check_delivered(lua_State *L, int idx, const char *fn) {
+    lua_step *h = check_step(L, idx);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
     if (s)
-        return raise_status(L, "step:logprobs", s, err);
+        raise_status(L, fn, s, err);
+    return h;
+}
+
+/* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
+ * where the row's slot asked (r:sampling's logprobs), false elsewhere */
+static int step_logprobs(lua_State *L) {
+    if (!check_step(L, 1)->res.logprobs)
+        return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
+                             "{logprobs = n}) before the step)");
+    lua_step *h = check_delivered(L, 1, "step:logprobs");
     lua_createtable(L, h->res.rows, 0);
     for (int i = 0; i < h->res.rows; i++) {
         const gptoss_row_logprobs *lp = &h->res.logprobs[i];
@@ -580,15 +587,7 @@ static int step_logprobs(lua_State *L) {
             lua_setfield(L, -2, "id");
             lua_pushnumber(L, lp->logprob);
             lua_setfield(L, -2, "logprob");
-            lua_createtable(L, lp->n_top, 0);
-            for (int k = 0; k < lp->n_top; k++) {
-                lua_createtable(L, 0, 2);
-                lua_pushinteger(L, lp->top_id[k]);
-                lua_setfield(L, -2, "id");
-                lua_pushnumber(L, lp->top_logprob[k]);
-                lua_setfield(L, -2, "logprob");
-                lua_rawseti(L, -2, k + 1);
-            }
+            gptoss_push_top_logprobs(L, lp->top_id, lp->top_logprob, lp->n_top);
             lua_setfield(L, -2, "top");
         }
         lua_rawseti(L, -2, i + 1);
@@ -599,11 +598,7 @@ static int step_logprobs(lua_State *L) {
 /* h:tokens() -> the id each row drew: greedy (the first maximum, as the
  * course's argmax) or as its slot's sampling was when the step was taken */
 static int step_tokens(lua_State *L) {
-    lua_step *h = check_step(L, 1);
-    char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
-    if (s)
-        return raise_status(L, "step:tokens", s, err);
+    lua_step *h = check_delivered(L, 1, "step:tokens");
     lua_createtable(L, h->res.rows, 0);
     for (int i = 0; i < h->res.rows; i++) {
         lua_pushinteger(L, h->res.tokens[i]);

@@ -219,16 +219,20 @@ static int sampler_sample(lua_State *L) {
     double lp, top_lps[GPTOSS_MAX_LOGPROBS];
     int have = gptoss_logprobs(seen, n, id, logprobs, &lp, top_ids, top_lps, err);
     lua_pushnumber(L, lp);
-    lua_createtable(L, have, 0);
-    for (int k = 0; k < have; k++) {
+    gptoss_push_top_logprobs(L, top_ids, top_lps, have);
+    return 3;
+}
+
+void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logprobs, int n) {
+    lua_createtable(L, n, 0);
+    for (int k = 0; k < n; k++) {
         lua_createtable(L, 0, 2);
-        lua_pushinteger(L, top_ids[k]);
+        lua_pushinteger(L, ids[k]);
         lua_setfield(L, -2, "id");
-        lua_pushnumber(L, top_lps[k]);
+        lua_pushnumber(L, logprobs[k]);
         lua_setfield(L, -2, "logprob");
         lua_rawseti(L, -2, k + 1);
     }
-    return 3;
 }
 
 static int sampler_get(lua_State *L) {
