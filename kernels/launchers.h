@@ -174,11 +174,22 @@ hipError_t gptoss_launch_trace_swiglu(const float *m1, int pairs, int inter, flo
 hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream_t stream);
 
 /* sample.hip: one token per row of logits [rows][vocab] (device), under
- * params[row] (device), as gptoss_draw_rows draws on the host: a row with
+ * params[row] (device), as gptoss_draw_rows draws on the host: the row's
+ * slot's bias list (bias + slot * GPTOSS_MAX_LOGIT_BIAS, n_bias entries)
+ * added first (in place, the logits restored after); then a row with
  * temperature 0 takes the first maximum, NaN never winning; any other row
- * follows gptoss_sample_with (docs/api.md "Sampling") and gets -1 where that
- * raises (a NaN or +inf logit, or every logit -inf). */
-hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
-                                const gptoss_row_sampling *params, int *tokens, hipStream_t stream);
+ * follows gptoss_sample_with (docs/api.md "Sampling"). A row gets -1 where
+ * that raises on a NaN or +inf logit, -2 where no logit is above -inf.
+ * logprobs (NULL, or [rows]) receives each row's log-probabilities where it
+ * asks (n_top -1 elsewhere). */
+hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
+                                const gptoss_logit_bias *bias, int *tokens, gptoss_row_logprobs *logprobs,
+                                hipStream_t stream);
+
+/* kv_fork.hip: slot to of every layer (layers: [n_layers] on the device)
+ * receives what slot from keeps for the positions below length (the last
+ * `positions` of them in a ring); row_bytes per position. */
+hipError_t gptoss_launch_kv_fork(const gptoss_kv_layer *layers, int n_layers, size_t row_bytes, int from, int to,
+                                 int length, hipStream_t stream);
 
 #endif

@@ -50,6 +50,14 @@ GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) 
            GPTOSS_MXFP4_TILE_BYTES;
 }
 
+/* One layer's KV cache as a fork walks every layer (kv_fork.hip): keys and
+ * values [slots][positions][Hkv D], position p at p % positions (ctx, or
+ * a windowed layer's ring). */
+typedef struct {
+    void *k, *v;
+    int32_t positions;
+} gptoss_kv_layer;
+
 /* The experts' GEMM tiles a step of rows rows can need: each expert's pairs
  * in tiles of tile_rows, the last one partial; never more than the pairs,
  * since every tile holds one (a decode step's grid then has no blocks

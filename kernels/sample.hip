@@ -1,7 +1,9 @@
 /* The GPU sampler: one token per row of logits, the same ids as the CPU's
  * gptoss_sample_with (src/core/sampler.c, docs/api.md#default-mode).
  *
- * One block per row, never sorting. A first pass finds the first maximum
+ * One block per row, never sorting. The row's logit bias is added in place
+ * first (the replaced logits kept in shared memory and put back at the end,
+ * so the logits read back are the model's). A first pass finds the first maximum
  * and checks the logits (a NaN or +inf, or nothing above -inf, is no token,
  * greedy or not); greedy rows stop there. The filters keep a prefix
  * of the ranks (logit desc, id asc): every token whose 64-bit rank key
@@ -18,7 +20,11 @@
  * the same result, run after run. Each weight rounds by at most 2^-Q-1,
  * so a sum of n weights is off by at most n * 2^-62 times the row's weight
  * sum, less than the CPU's sequential double sums may be
- * (docs/api.md#default-mode lets sums associate differently). */
+ * (docs/api.md#default-mode lets sums associate differently).
+ *
+ * A row that asks for log-probabilities gets gptoss_logprobs' values: the
+ * log-sum-exp in double (summed in another order than the CPU's), and the
+ * top ranks found by the same radix selection as top_k. */
 #include "device.h"
 #include "launchers.h"
 #include "../src/core/course_math.h"
@@ -49,6 +55,9 @@ struct Shared {
     int range_last[MAX_RANGES];
     int bin, range;
     uint64_t bin_count, bin_count_before, bin_sum_before, range_before;
+    float replaced[GPTOSS_MAX_LOGIT_BIAS]; /* the logits the row's bias changed */
+    uint64_t found[GPTOSS_MAX_LOGPROBS];   /* the rank keys of the top logprobs */
+    int n_found;
 };
 
 struct Row {
@@ -179,15 +188,60 @@ __device__ uint64_t radix_cut(Shared &sh, const Row &r, uint64_t floor, uint64_t
     }
 }
 
+/* The row's log-probabilities into out as gptoss_logprobs computes them,
+ * token drawn (every thread calls this, r.m the row's maximum): the
+ * chosen token's and the k best ranks' (logit desc, id asc). */
+__device__ void write_logprobs(Shared &sh, const Row &r, int k, int token, gptoss_row_logprobs *out) {
+    const int tid = threadIdx.x;
+    __syncthreads(); /* the draw is done with sh */
+    double sum = 0;
+    sweep(r.x, 0, r.n, tid, blockDim.x, [&](int, float v) { sum += exp((double)v - (double)r.m); });
+    const double lse = (double)r.m + log(block_all(sum, op_add(), sh.slotd));
+    k = k < r.n ? k : r.n;
+    const uint64_t cut = k > 0 && k < r.n ? radix_cut<false>(sh, r, 0, (uint64_t)k, 0) : 0;
+    if (tid == 0)
+        sh.n_found = 0;
+    __syncthreads();
+    if (k > 0)
+        sweep(r.x, 0, r.n, tid, blockDim.x, [&](int i, float v) {
+            uint64_t key = r.key(i, v);
+            if (key >= cut)
+                sh.found[atomicAdd(&sh.n_found, 1)] = key;
+        });
+    __syncthreads();
+    if (tid != 0)
+        return;
+    for (int a = 1; a < k; a++) { /* at most 20 keys: insertion, best first */
+        uint64_t key = sh.found[a];
+        int b = a;
+        for (; b > 0 && sh.found[b - 1] < key; b--)
+            sh.found[b] = sh.found[b - 1];
+        sh.found[b] = key;
+    }
+    for (int j = 0; j < k; j++) {
+        int id = r.n - 1 - (int)(uint32_t)sh.found[j];
+        out->top_id[j] = id;
+        out->top_logprob[j] = (double)r.x[id] - lse;
+    }
+    out->n_top = k;
+    out->logprob = (double)r.x[token] - lse;
+}
+
 } // namespace
 
-__global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, int n,
-                                                         const gptoss_row_sampling *params,
-                                                         int *tokens) {
+__global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, const gptoss_row_sampling *params,
+                                                         const gptoss_logit_bias *bias, int *tokens,
+                                                         gptoss_row_logprobs *logprobs) {
     __shared__ Shared sh;
     const int tid = threadIdx.x;
-    const float *x = logits + (size_t)blockIdx.x * n;
+    float *x = logits + (size_t)blockIdx.x * n;
     const gptoss_row_sampling p = params[blockIdx.x];
+    const gptoss_logit_bias *b = bias + (size_t)p.slot * GPTOSS_MAX_LOGIT_BIAS;
+    for (int j = tid; j < p.n_bias; j += blockDim.x) { /* ids are distinct: no two threads meet */
+        sh.replaced[j] = x[b[j].id];
+        x[b[j].id] = sh.replaced[j] + b[j].bias;
+    }
+    __syncthreads();
 
     float top = -INFINITY;
     int top_i = INT_MAX, flags = 0; /* 1: a NaN or +inf, 2: a logit above -inf */
@@ -217,18 +271,18 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
     __syncthreads();
     flags = block_all(flags, op_or(), sh.slot32);
 
+    Row r;
+    r.x = x;
+    r.n = n;
+    r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
+    r.m = top;
+    r.t = t;
     int token;
-    if (flags != 2) { /* a NaN or +inf, or nothing above -inf: no token, greedy or not (as the CPU) */
-        token = -1;
+    if (flags != 2) { /* a NaN or +inf (-1), or nothing above -inf (-2): no token, greedy or not (as the CPU) */
+        token = flags & 1 ? -1 : -2;
     } else if (t == 0) {
         token = top_i;
     } else {
-        Row r;
-        r.x = x;
-        r.n = n;
-        r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
-        r.m = top;
-        r.t = t;
         /* Twice the estimate exceeds the weight sum whatever __expf's and
          * the float sums' errors, and 2^Q * bound < 2^63 leaves room for
          * the rounding of each weight. The top weight is 1, so Q <= 61. */
@@ -323,18 +377,26 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(const float *logits, in
             token = block_all(hit, op_min(), sh.slot32);
         }
     }
+    if (logprobs && p.want_logprobs && token >= 0) /* token is the same in every thread */
+        write_logprobs(sh, r, p.top_logprobs, token, &logprobs[blockIdx.x]);
+    else if (logprobs && tid == 0)
+        logprobs[blockIdx.x].n_top = -1;
+    __syncthreads();
+    for (int j = tid; j < p.n_bias; j += blockDim.x)
+        x[b[j].id] = sh.replaced[j];
     if (tid == 0)
         tokens[blockIdx.x] = token;
 }
 
-hipError_t gptoss_launch_sample(const float *logits, int rows, int vocab,
-                                const gptoss_row_sampling *params, int *tokens, hipStream_t stream) {
+hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
+                                const gptoss_logit_bias *bias, int *tokens, gptoss_row_logprobs *logprobs,
+                                hipStream_t stream) {
     /* the bound keeps every index of a sweep within int */
     if (rows < 0 || vocab < 1 || vocab > (1 << 30))
         return hipErrorInvalidValue;
     if (rows == 0)
         return hipSuccess;
-    hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params,
-                       tokens);
+    hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params, bias, tokens,
+                       logprobs);
     return hipGetLastError();
 }

@@ -607,6 +607,228 @@ describe("GPU engine #gpu", function()
     cpu:close()
   end)
 
+  describe("r:fork copies a slot on the device as a prefill of the same tokens would, bit for bit", function()
+    -- a window of 8 and chunks of 4: windowed layers keep a ring of 11 positions of the ctx of 64
+    local RING = mid_with { vocab_size = 1000, sliding_window = 8 }
+    local toks = tokens_for(31, 30, 1000)
+    local tail = tokens_for(32, 12, 1000)
+
+    -- slot's rows for toks[first..last] at their positions, in steps of at most chunk rows
+    local function feed(r, slot, list, first, last, chunk)
+      for at = first, last, chunk do
+        local b = { slots = {}, positions = {}, tokens = {} }
+        for i = at, math.min(at + chunk - 1, last) do
+          b.slots[#b.slots + 1], b.positions[#b.positions + 1], b.tokens[#b.tokens + 1] = slot, i - 1, list[i]
+        end
+        r:step(b)
+      end
+    end
+
+    -- the logits of slot continuing at position `at` with tail: a chunk of 3 rows, then one a step
+    local function continue(r, slot, at)
+      local out = {}
+      local function step(rows)
+        local b = { slots = {}, positions = {}, tokens = {}, logits = true }
+        for k, i in ipairs(rows) do b.slots[k], b.positions[k], b.tokens[k] = slot, at + i - 1, tail[i] end
+        local lg = r:step(b):logits()
+        for k = 1, #rows do out[#out + 1] = lg[k] end
+      end
+      step { 1, 2, 3 }
+      for i = 4, #tail do step { i } end
+      return out
+    end
+
+    local function same(r, slot, ref, length)
+      ref:reset(1)
+      feed(ref, 1, toks, 1, length, 4)
+      local want = continue(ref, 1, length)
+      for i, t in ipairs(continue(r, slot, length)) do
+        assert(t:max_abs_diff(want[i]) == 0, ("length %d: row %d differs by %.3g"):format(length, i,
+          t:max_abs_diff(want[i])))
+      end
+    end
+
+    for _, mode in ipairs { "bf16", "fp32" } do
+      it(mode .. " weights and KV, across the window's ring", function()
+        local m = gptoss.synthetic(RING, { seed = 31 })
+        local opts = { device = 1, slots = 3, ctx = 64, rows = 8, chunk = 4, weights = mode, kv = mode }
+        local r, ref = m:replica(opts), m:replica(opts)
+        -- slot 1 written up to 29, past its ring of 11: it holds positions 19..29, forks of length 26 or
+        -- more find the 7 keys before them there
+        feed(r, 1, toks, 1, 30, 4)
+        for _, length in ipairs { 30, 27, 26 } do
+          r:fork(1, 2, length)
+          assert.are.equal(length, r:length(2))
+          same(r, 2, ref, length)
+        end
+        -- enqueued in step order: a step of slot 1, the fork, a step of slot 2, nothing waited for
+        r:fork(1, 3) -- a copy of the source to restore it from
+        local h = r:step { slots = { 1 }, positions = { 30 }, tokens = { tail[1] } }
+        r:fork(1, 2)
+        local b = { slots = { 2 }, positions = { 31 }, tokens = { tail[2] }, logits = true }
+        local got = r:step(b):logits()
+        ref:reset(1)
+        feed(ref, 1, toks, 1, 30, 4)
+        ref:step { slots = { 1 }, positions = { 30 }, tokens = { tail[1] } }
+        b.slots = { 1 }
+        assert.are.equal(0, got:max_abs_diff(ref:step(b):logits()))
+        assert.are.equal(1, #h:tokens())
+        -- a slot that went back (to 27: its ring still holds positions from 19 on): lengths from 26
+        r:fork(3, 1)
+        r:step { slots = { 1 }, positions = { 27 }, tokens = { toks[28] } }
+        assert.are.equal(28, r:length(1))
+        r:fork(1, 2, 26)
+        same(r, 2, ref, 26)
+        -- a source still within its ring: any length
+        r:reset(3)
+        feed(r, 3, toks, 1, 10, 4)
+        r:fork(3, 2, 2)
+        same(r, 2, ref, 2)
+        -- further back than the ring reaches: refused, naming it, nothing changed
+        r:fork(1, 2, 28)
+        expect_error(function() r:fork(1, 2, 25) end,
+          "fork: a fork of length 25 needs the keys of positions 18..24 of slot 1, but its windowed layers keep a "
+          .. "ring of the last 11 positions written (sliding_window 8 + chunk 4 - 1), which holds positions from 19 "
+          .. "on: forks of length 26 or more (or 0) can be copied")
+        assert.are.equal(28, r:length(2))
+        -- an empty fork, and the slot filled again from position 0
+        r:fork(1, 2, 0)
+        assert.are.equal(0, r:length(2))
+        feed(r, 2, toks, 1, 5, 4)
+        same(r, 2, ref, 5)
+        r:close()
+        ref:close()
+      end)
+    end
+
+    it("refuses a step that goes back further than the ring reaches; one within it equals a fresh prefill", function()
+      local m = gptoss.synthetic(RING, { seed = 32 })
+      local opts = { device = 1, slots = 1, ctx = 64, rows = 8, chunk = 4 }
+      local r, ref = m:replica(opts), m:replica(opts)
+      feed(r, 1, toks, 1, 30, 4)
+      expect_error(function() r:step { slots = { 1 }, positions = { 20 }, tokens = { 5 } } end,
+        "step: positions[1] = 20 needs the keys of positions 13..19 of slot 1, but its windowed layers keep a ring of "
+        .. "the last 11 positions written (sliding_window 8 + chunk 4 - 1), which holds positions from 19 on: rows "
+        .. "can go back to position 26 or start again at 0")
+      assert.are.equal(30, r:length(1))
+      same(r, 1, ref, 26)
+      feed(r, 1, toks, 1, 3, 4) -- starting again at 0, without a reset
+      same(r, 1, ref, 3)
+      r:close()
+      ref:close()
+    end)
+  end)
+
+  describe("per-slot sampling controls on the device", function()
+    local INF = math.huge
+    -- ids 0..9 banned, 77 lifted: what a greedy slot chooses changes
+    local bias = { [77] = 8, [1000] = -1.5 }
+    for id = 0, 9 do bias[id] = -INF end
+    local settings = {
+      false, { temperature = 0, logit_bias = bias }, { temperature = 1.0, seed = 1, logit_bias = bias },
+      { temperature = 0.7, top_k = 20, seed = 2, logit_bias = bias },
+      { temperature = 1.3, top_p = 0.9, min_p = 0.02, seed = 3, logit_bias = { [5] = 3, [6] = -INF } },
+      { temperature = 0, logprobs = 5 }, { temperature = 1.0, seed = 4, logprobs = 20, logit_bias = bias },
+      { temperature = 0.8, top_k = 50, seed = 5, logprobs = 0 },
+    }
+
+    -- steps of every slot at positions 0..40 on r, and on plain (the same slots, no settings)
+    local function run_both(r, plain, visit)
+      for pos = 0, 40 do
+        local b = { slots = {}, positions = {}, tokens = {}, logits = true }
+        for s = 1, #settings do b.slots[s], b.positions[s], b.tokens[s] = s, pos, (pos * 31 + s * 17) % 201088 end
+        visit(pos, r:step(b), plain:step(b))
+      end
+    end
+
+    it("draws as gptoss.sampler does with the same logit_bias, restores the logits, leaves other slots alone",
+      function()
+      local m = gptoss.synthetic("7m", { seed = 11 })
+      local r = m:replica { device = 1, slots = #settings, ctx = 64 }
+      local plain = m:replica { device = 1, slots = #settings, ctx = 64 }
+      for s, opts in ipairs(settings) do r:sampling(s, opts or nil) end
+      local draws, changed = 0, 0
+      run_both(r, plain, function(pos, h, hp)
+        local got, logits = h:tokens(), h:logits()
+        assert.are.equal(0, logits:max_abs_diff(hp:logits())) -- the model's logits, bias taken back
+        for s, opts in ipairs(settings) do
+          local want = opts and gptoss.sampler(opts):sample(logits[s], pos + 1) or logits[s]:argmax() - 1
+          assert(got[s] == want, ("slot %d position %d: GPU drew %d, the CPU sampler %d"):format(s, pos, got[s], want))
+          draws = draws + 1
+        end
+        assert.are.equal(hp:tokens()[1], got[1]) -- the plain slot, beside biased ones
+        if got[2] ~= hp:tokens()[2] then changed = changed + 1 end -- the greedy slot's bias at work
+      end)
+      assert.is_true(changed > 0)
+      note("sampler with logit_bias: %d draws identical to the CPU sampler; the bias changed %d greedy draws",
+        draws, changed)
+      r:close()
+      plain:close()
+    end)
+
+    it("computes logprobs as gptoss.sampler does: within 1e-9, the same top ids", function()
+      local m = gptoss.synthetic("7m", { seed = 12 })
+      local r = m:replica { device = 1, slots = #settings, ctx = 64 }
+      local plain = m:replica { device = 1, slots = #settings, ctx = 64 }
+      for s, opts in ipairs(settings) do r:sampling(s, opts or nil) end
+      local worst, rows = 0, 0
+      run_both(r, plain, function(pos, h)
+        local lps, logits = h:logprobs(), h:logits()
+        for s, opts in ipairs(settings) do
+          if not (opts and opts.logprobs) then
+            assert.are.equal(false, lps[s])
+          else
+            local id, lp, top = gptoss.sampler(opts):sample(logits[s], pos + 1)
+            local got = lps[s]
+            assert.are.equal(id, got.id)
+            assert.are.equal(#top, #got.top)
+            worst = math.max(worst, math.abs(got.logprob - lp))
+            for k, t in ipairs(top) do
+              assert(t.id == got.top[k].id, ("slot %d position %d: top %d is %d on the GPU, %d on the CPU")
+                :format(s, pos, k, got.top[k].id, t.id))
+              worst = math.max(worst, math.abs(got.top[k].logprob - t.logprob))
+            end
+            rows = rows + 1
+          end
+        end
+      end)
+      assert(worst <= 1e-9, ("logprobs differ by %.3g"):format(worst))
+      note("logprobs: %d rows, max |dlogprob| %.3g against the CPU sampler", rows, worst)
+      r:close()
+      plain:close()
+    end)
+
+    it("says when a slot's bias bans every token, and stays usable", function()
+      local m = gptoss.synthetic(mid_with { vocab_size = 1000 }, { seed = 13 })
+      local r = m:replica { device = 1, slots = 2, ctx = 8 }
+      local all = {}
+      for id = 0, 999 do all[id] = -INF end
+      for _, t in ipairs { 0, 1 } do
+        r:sampling(2, { temperature = t, seed = 1, logit_bias = all })
+        local h = r:step { slots = { 1, 2 }, positions = { 0, 0 }, tokens = { 3, 3 } }
+        expect_error(function() h:tokens() end, "step:tokens: row 2: ", "logit_bias bans every token that could be chosen")
+        r:sampling(2)
+        assert.are.equal(2, #r:step({ slots = { 1, 2 }, positions = { 0, 0 }, tokens = { 3, 3 } }):tokens())
+      end
+      r:close()
+    end)
+
+    it("copies back the logits of chosen rows only, in the order given", function()
+      local m = gptoss.synthetic(mid_with { vocab_size = 1000 }, { seed = 14 })
+      local b = { slots = { 1, 1, 2, 2, 3 }, positions = { 0, 1, 0, 1, 0 }, tokens = { 5, 6, 7, 8, 9 } }
+      local r = m:replica { device = 1, slots = 3, ctx = 8 }
+      local all = r:step(helpers.with(b, { logits = true })):logits()
+      for _, rows in ipairs { { 3, 1 }, { 2, 3, 4 }, { 5, 4, 3, 2, 1 }, { 4 } } do -- the same step again
+        local kept = r:step(helpers.with(b, { logits = rows })):logits()
+        assert.are.same({ #rows, 1000 }, kept.shape)
+        for i, row in ipairs(rows) do assert.are.equal(0, kept[i]:max_abs_diff(all[row])) end
+      end
+      expect_error(function() r:step(helpers.with(b, { logits = { 6 } })) end,
+        "step: logits[1] = 6 is out of range 1..5 (the step's rows)")
+      r:close()
+    end)
+  end)
+
   describe("bad input", function()
     local m = gptoss.synthetic("7m", { seed = 1 })
 

@@ -520,7 +520,8 @@ describe("per-slot sampling (r:sampling)", function()
     H.expect_error(function() r:sampling(1, 0.5) end, "table expected")
     -- a misspelt setting is an error, not greedy or a default in disguise
     H.expect_error(function() r:sampling(1, { temprature = 1 }) end,
-      "replica:sampling: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed)")
+      "replica:sampling: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, "
+      .. "logit_bias, logprobs)")
     local g = r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
     assert.are.equal(g:logits()[1]:argmax() - 1, g:tokens()[1]) -- still greedy
     r:close()
@@ -613,5 +614,186 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
     assert.are.equal(3, #r:step(batch({ -3, 4, -1 }, latest)):tokens())
     assert.are.same(ids, latest:tokens())
     assert.are.same({ 3, 3, 3 }, { r:length(1), r:length(2), r:length(3) })
+  end)
+end)
+
+describe("r:fork", function()
+  local tail = { 11, 12, 13, 14, 15, 16, 17 }
+
+  -- slot's logits continuing from position at: a chunk of 3 rows, then one row a step
+  local function continue(r, slot, at)
+    local out = { run(r, slot, { tail[1], tail[2], tail[3] }, at) }
+    for i = 4, #tail do out[#out + 1] = run(r, slot, { tail[i] }, at + i - 1) end
+    return out
+  end
+
+  for _, mode in ipairs { "fp32", "bf16" } do
+    it("gives the destination what a prefill of the same tokens gives, bit for bit, across the window (" .. mode
+      .. " weights and KV)", function()
+      local opts = { slots = 3, ctx = 32, weights = mode, kv = mode }
+      local r, ref = model():replica(opts), model():replica(opts)
+      run(r, 1, seq) -- 10 positions, past the window of 4
+      run(r, 2, { 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9 }) -- what the fork replaces
+      for _, length in ipairs { 10, 7, 4, 3, 1, 0 } do
+        r:fork(1, 2, length)
+        assert.are.equal(length, r:length(2))
+        ref:reset(1)
+        if length > 0 then run(ref, 1, { table.unpack(seq, 1, length) }) end
+        local got, want = continue(r, 2, length), continue(ref, 1, length)
+        for i, t in ipairs(want) do assert.are.equal(0, got[i]:max_abs_diff(t)) end
+      end
+      -- the whole sequence by default; the source is untouched
+      r:fork(1, 3)
+      assert.are.equal(10, r:length(3))
+      ref:reset(1)
+      run(ref, 1, seq)
+      local want = continue(ref, 1, 10)
+      for _, slot in ipairs { 1, 3 } do
+        for i, t in ipairs(continue(r, slot, 10)) do assert.are.equal(0, t:max_abs_diff(want[i])) end
+      end
+    end)
+  end
+
+  it("leaves the destination's sampling as it was", function()
+    local r = model():replica { slots = 2, ctx = 16 }
+    r:sampling(1, { temperature = 2, seed = 4 })
+    run(r, 1, seq)
+    r:fork(1, 2)
+    local h = r:step { slots = { 2 }, positions = { 10 }, tokens = { 5 } }
+    assert.are.equal(h:logits()[1]:argmax() - 1, h:tokens()[1])
+  end)
+
+  it("refuses bad slots and lengths, changing nothing", function()
+    local r = model():replica { slots = 3, ctx = 16 }
+    run(r, 1, seq)
+    run(r, 2, { 1, 2, 3 })
+    H.expect_error(function() r:fork(1, 1) end, "fork: from and to are both slot 1")
+    H.expect_error(function() r:fork(0, 2) end, "fork: slot 0 is out of range 1..3")
+    H.expect_error(function() r:fork(1, 4) end, "fork: slot 4 is out of range 1..3")
+    H.expect_error(function() r:fork(1, 2, 11) end, "fork: length 11 is more than slot 1 holds (10 positions)")
+    H.expect_error(function() r:fork(3, 2, 1) end, "fork: length 1 is more than slot 3 holds (0 positions)")
+    H.expect_error(function() r:fork(1, 2, -1) end, "fork: length -1 must be >= 0")
+    H.expect_error(function() r:fork(1, 2, "all") end, "bad argument #3 to 'fork'")
+    H.expect_error(function() r:fork(1) end, "bad argument #2 to 'fork'")
+    assert.are.same({ 10, 3, 0 }, { r:length(1), r:length(2), r:length(3) })
+    local fresh = run(model():replica { slots = 1, ctx = 16 }, 1, { 1, 2, 3, 4 })[4]
+    assert.are.equal(0, run(r, 2, { 4 }, 3)[1]:max_abs_diff(fresh))
+    r:close()
+    H.expect_error(function() r:fork(1, 2) end, "replica: used after close")
+  end)
+end)
+
+describe("per-slot logit_bias and logprobs (r:sampling)", function()
+  local INF = math.huge
+
+  it("biases a slot's draws as gptoss.sampler does, greedy included, and no other slot's", function()
+    local plain, r = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }
+    local b = { slots = { 1, 2, 2, 3 }, positions = { 0, 0, 1, 0 }, tokens = { 5, 5, 17, 5 } }
+    local want = plain:step(b)
+    local top = want:tokens()[1] -- slot 1's greedy choice, banned below
+    local greedy = { temperature = 0, logit_bias = { [top] = -INF, [3] = 0.5 } }
+    local sampled = { temperature = 1.5, top_p = 0.9, seed = 21, logit_bias = { [top] = -INF, [40] = 2 } }
+    r:sampling(1, greedy)
+    r:sampling(2, sampled)
+    local h = r:step(b)
+    local ids, logits = h:tokens(), h:logits()
+    assert.are.equal(0, logits:max_abs_diff(want:logits())) -- the model's logits, unbiased
+    assert.are.equal(gptoss.sampler(greedy):sample(logits[1]), ids[1])
+    assert.is_true(ids[1] ~= top)
+    local s = gptoss.sampler(sampled)
+    assert.are.equal(s:sample(logits[2], 1), ids[2])
+    assert.are.equal(s:sample(logits[3], 2), ids[3])
+    assert.are.equal(want:tokens()[4], ids[4]) -- slot 3: greedy, unbiased
+    -- r:sampling(slot) drops the bias with the rest
+    r:sampling(1)
+    r:reset(1)
+    assert.are.equal(top, r:step({ slots = { 1 }, positions = { 0 }, tokens = { 5 } }):tokens()[1])
+  end)
+
+  it("reports each asking row's logprobs as gptoss.sampler does, false for the others", function()
+    local r = model():replica { slots = 3, ctx = 16 }
+    local settings = { { temperature = 0, logprobs = 3 }, { temperature = 2, seed = 7, logprobs = 0 },
+      { temperature = 0, logprobs = 20, logit_bias = { [4] = -INF, [9] = 3 } } }
+    for s, opts in ipairs(settings) do r:sampling(s, opts) end
+    local b = { slots = { 1, 2, 2, 3, 1 }, positions = { 0, 0, 1, 0, 1 }, tokens = { 5, 5, 17, 5, 8 } }
+    local h = r:step(b)
+    local lps, ids, logits = h:logprobs(), h:tokens(), h:logits()
+    for row = 1, #b.slots do
+      local opts = settings[b.slots[row]]
+      local id, lp, top = gptoss.sampler(opts):sample(logits[row], b.positions[row] + 1)
+      assert.are.same({ id = id, logprob = lp, top = top }, lps[row])
+      assert.are.equal(ids[row], lps[row].id)
+    end
+    assert.are.equal(20, #lps[4].top)
+    -- a slot without logprobs gives false; a step where no row asks refuses
+    r:sampling(1, { temperature = 0 })
+    local mixed = r:step { slots = { 1, 3 }, positions = { 2, 1 }, tokens = { 1, 2 } }:logprobs()
+    assert.are.equal(false, mixed[1])
+    assert.are.equal(20, #mixed[2].top)
+    H.expect_error(function() r:step({ slots = { 1 }, positions = { 3 }, tokens = { 1 } }):logprobs() end,
+      "step:logprobs: no row of this step asked for logprobs")
+  end)
+
+  it("refuses bad biases and logprobs, changing nothing", function()
+    local r = model():replica { slots = 2, ctx = 8 }
+    r:sampling(1, { temperature = 0, logit_bias = { [5] = 1 } })
+    local function bad(opts, ...) H.expect_error(function() r:sampling(1, opts) end, "replica:sampling: ", ...) end
+    bad({ logit_bias = { [97] = 1 } }, "logit_bias: token 97 is out of range 0..96")
+    bad({ logit_bias = { [-1] = 1 } }, "logit_bias: token -1 is out of range 0..96")
+    bad({ logit_bias = { [1] = INF } }, "logit_bias[1] = inf: a bias is a finite float or -math.huge")
+    bad({ logit_bias = { [1] = 0 / 0 } }, "a bias is a finite float or -math.huge")
+    bad({ logit_bias = { [1] = "x" } }, "logit_bias[1] must be a number (got x)")
+    bad({ logit_bias = { x = 1 } }, "logit_bias keys must be token ids (got x)")
+    bad({ logit_bias = true }, "logit_bias must be a table {[token id] = bias} (got boolean)")
+    bad({ logprobs = 21 }, "logprobs must be within 0..20 (got 21)")
+    bad({ logprobs = -1 }, "logprobs must be within 0..20 (got -1)")
+    bad({ logprobs = 0.5 }, "logprobs must be an integer")
+    local h = r:step { slots = { 1 }, positions = { 0 }, tokens = { 3 } }
+    local row = h:logits()[1]
+    assert.are.equal(gptoss.sampler({ temperature = 0, logit_bias = { [5] = 1 } }):sample(row), h:tokens()[1])
+  end)
+
+  it("says when a slot's bias bans every token, and stays usable", function()
+    local r = model():replica { slots = 2, ctx = 8 }
+    local all = {}
+    for id = 0, 96 do all[id] = -INF end
+    for _, t in ipairs { 0, 1 } do
+      r:sampling(2, { temperature = t, seed = 1, logit_bias = all })
+      local h = r:step { slots = { 1, 2 }, positions = { 0, 0 }, tokens = { 3, 3 } }
+      H.expect_error(function() h:tokens() end,
+        "step:tokens: row 2: sampler: logit_bias bans every token that could be chosen")
+      r:sampling(2)
+      r:reset(2)
+      assert.are.equal(2, #r:step({ slots = { 1, 2 }, positions = { 1, 0 }, tokens = { 3, 3 } }):tokens())
+    end
+  end)
+end)
+
+describe("logits of chosen rows (r:step{..., logits = {rows}})", function()
+  local b = { slots = { 1, 1, 2, 2 }, positions = { 0, 1, 0, 1 }, tokens = { 5, 6, 7, 8 } }
+
+  it("keeps those rows in the order given", function()
+    local all = model():replica({ slots = 2, ctx = 8 }):step(b):logits()
+    local r = model():replica { slots = 2, ctx = 8 }
+    local kept = r:step(H.with(b, { logits = { 4, 1, 2 } })):logits()
+    assert.are.same({ 3, 97 }, kept.shape)
+    for i, row in ipairs { 4, 1, 2 } do assert.are.equal(0, kept[i]:max_abs_diff(all[row])) end
+    r:reset(1)
+    r:reset(2)
+    assert.are.same({ 4, 97 }, r:step(H.with(b, { logits = true })):logits().shape)
+  end)
+
+  it("refuses rows outside the step, repeated rows, an empty list and other values, changing nothing", function()
+    local r = model():replica { slots = 2, ctx = 8 }
+    local function bad(rows, ...) H.expect_error(function() r:step(H.with(b, { logits = rows })) end, ...) end
+    bad({ 5 }, "step: logits[1] = 5 is out of range 1..4 (the step's rows)")
+    bad({ 2, 0 }, "step: logits[2] = 0 is out of range 1..4")
+    bad({ 2, 3, 2 }, "step: logits[3] = 2 repeats logits[1]")
+    bad({}, "step: logits names no row (keep none with logits = false)")
+    bad({ "a" }, "step: logits[1] must be a row number (got a)")
+    bad({ 2 ^ 40 }, "step: logits[1] must be a row number (got 1099511627776.0)")
+    bad(3, "step: logits must be true, false or a table of row numbers (got number)")
+    assert.are.same({ 0, 0 }, { r:length(1), r:length(2) })
+    assert.are.same({ 1, 97 }, r:step(H.with(b, { logits = { 3 } })):logits().shape)
   end)
 end)

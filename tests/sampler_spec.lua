@@ -1007,6 +1007,95 @@ describe("sampler", function()
       end)
    end)
 
+   describe("logit_bias", function()
+      local x = { 0.5, 2, -1, 2, 0.25, 1 }
+
+      -- x with the biases added as floats: what every rule then sees
+      local function biased(row, bias)
+         local y = {}
+         for i, v in ipairs(row) do y[i] = f32(v + (bias[i - 1] or 0)) end
+         return y
+      end
+
+      it("adds each bias to its logit before every rule: greedy, filters, draws, both modes", function()
+         local bias = { [1] = -INF, [3] = -INF, [5] = 1.5 } -- bans the two maxima, lifts token 5
+         local y = biased(x, bias)
+         assert.are.equal(5, gptoss.sampler({ temperature = 0, logit_bias = bias }):sample(x))
+         for _, opts in ipairs({ { temperature = 1, seed = 3 }, { temperature = 0.7, top_k = 2, seed = 4 },
+            { temperature = 1.3, top_p = 0.8, min_p = 0.1, seed = 5 }, { mode = "course", temperature = 1, seed = 6 } }) do
+            local with, plain = gptoss.sampler(H.with(opts, { logit_bias = bias })), gptoss.sampler(opts)
+            for pos = 0, 49 do
+               local id = with:sample(x, pos)
+               assert.are.equal(plain:sample(y, pos), id)
+               assert.is_true(id ~= 1 and id ~= 3)
+            end
+         end
+         -- a bias of +20 on a low token makes it the greedy choice; 0 changes nothing
+         assert.are.equal(2, gptoss.sampler({ temperature = 0, logit_bias = { [2] = 20 } }):sample(x))
+         assert.are.equal(1, gptoss.sampler({ temperature = 0, logit_bias = { [2] = 0 } }):sample(x))
+      end)
+
+      it("is given per sampler or per call, the call's replacing the sampler's", function()
+         local s = gptoss.sampler({ temperature = 0, logit_bias = { [1] = -INF } })
+         assert.are.equal(3, s:sample(x))
+         assert.are.equal(1, s:sample(x, { logit_bias = { [3] = -INF } }))
+         assert.are.equal(1, s:sample(x, { logit_bias = {} }))
+         assert.are.equal(3, s:sample(x)) -- the call's does not stick
+         local big = {} -- the most entries a list may hold
+         for id = 0, 1023 do big[id] = id == 7 and 5 or -1 end
+         local row = {}
+         for i = 1, 2000 do row[i] = 0 end
+         assert.are.equal(7, gptoss.sampler({ temperature = 0 }):sample(row, { logit_bias = big }))
+      end)
+
+      it("gives logprobs of the biased logits: a banned token is -inf and ranks last", function()
+         local bias = { [1] = -INF, [0] = 1 }
+         local y = biased(x, bias)
+         local id, lp, alts = gptoss.sampler({ temperature = 0, logprobs = 6, logit_bias = bias }):sample(x)
+         local want_id, want_lp, want_alts = gptoss.sampler({ temperature = 0, logprobs = 6 }):sample(y)
+         assert.are.equal(want_id, id)
+         assert.are.equal(want_lp, lp)
+         assert.are.same(want_alts, alts)
+         assert.are.equal(1, alts[6].id)
+         assert.are.equal(-INF, alts[6].logprob)
+      end)
+
+      it("refuses bad lists, ids outside the row, and a bias that bans every token", function()
+         local function bad(bias, ...)
+            expect_error(function() gptoss.sampler({ logit_bias = bias }) end, "sampler: ", ...)
+            expect_error(function() gptoss.sampler({ seed = 1 }):sample(x, { logit_bias = bias }) end,
+               "sampler:sample: ", ...)
+         end
+         bad(5, "logit_bias must be a table {[token id] = bias} (got number)")
+         bad({ a = 1 }, "logit_bias keys must be token ids (got a)")
+         bad({ [1.5] = 1 }, "logit_bias keys must be token ids (got 1.5)")
+         bad({ [-1] = 1 }, "logit_bias: token -1 is out of range 0..2147483647")
+         bad({ [2 ^ 31] = 1 }, "logit_bias: token 2147483648 is out of range")
+         bad({ [2] = "x" }, "logit_bias[2] must be a number (got x)")
+         bad({ [2] = NAN }, "logit_bias[2] = ", "a bias is a finite float or -math.huge")
+         bad({ [2] = INF }, "logit_bias[2] = inf", "a bias is a finite float or -math.huge")
+         bad({ [2] = 1e39 }, "logit_bias[2] = ", "a bias is a finite float")
+         local many = {}
+         for id = 0, 1024 do many[id] = 1 end
+         bad(many, "logit_bias has more than 1024 entries")
+         local s = gptoss.sampler({ seed = 2, logit_bias = { [6] = 1 } })
+         expect_error(function() s:sample(x) end, "sampler: logit_bias names token 6, outside the row of 6 logits")
+         local all = { [0] = -INF, [1] = -INF, [2] = -INF }
+         for _, mode in ipairs({ "default", "course" }) do
+            for _, t in ipairs({ 0, 1 }) do
+               expect_error(function()
+                  gptoss.sampler({ mode = mode, temperature = t, seed = 1, logit_bias = all }):sample({ 1, 2, -INF })
+               end, "sampler: logit_bias bans every token that could be chosen")
+            end
+         end
+         -- the row's own faults come first
+         expect_error(function() gptoss.sampler({ logit_bias = { [0] = -INF } }):sample({ 1, NAN }) end,
+            "the logit of token 1 is NaN")
+         assert.are.equal(0, s.position)
+         assert.are.equal(5, s:sample({ 0, 0, 0, 0, 0, 0, -5 }, { logit_bias = { [5] = 30 } }))
+      end)
+   end)
+
    describe("bad input", function()
       local function usable()
          local s = gptoss.sampler({ seed = 1, top_k = 1 })
@@ -1051,7 +1140,8 @@ describe("sampler", function()
          expect_error(function() gptoss.sampler("x") end, "sampler: options must be a table (got string)")
          expect_error(function() gptoss.sampler(3) end, "options must be a table (got number)")
          expect_error(function() gptoss.sampler({ temprature = 0 }) end,
-            "sampler: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, logprobs)")
+            "sampler: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, logit_bias, "
+            .. "logprobs)")
          -- the limits themselves are fine
          gptoss.sampler({ top_p = 0, min_p = 1, top_k = 0, logprobs = 20, temperature = 0 })
          gptoss.sampler({ top_p = 1, min_p = 0, logprobs = 0 })
@@ -1102,7 +1192,7 @@ describe("sampler", function()
          expect_error(function() s:sample(x, math.maxinteger) end, "position must be within 0..", "(got 9223372036854775807)")
          expect_error(function() s:sample(x, { position = -3 }) end, "position must be within 0..", "(got -3)")
          expect_error(function() s:sample(x, { pos = 3 }) end,
-            "sampler:sample: unknown option 'pos' (known: position, logprobs)")
+            "sampler:sample: unknown option 'pos' (known: position, logprobs, logit_bias)")
          expect_error(function() s:sample(x, { position = 0.5 }) end, "position must be an integer (got 0.5)")
          expect_error(function() s:sample(x, { logprobs = 21 }) end,
             "sampler:sample: logprobs must be within 0..20 (got 21)")

@@ -12,6 +12,9 @@ struct gptoss_engine {
     uint64_t steps;
     gptoss_sample_params *slot_params; /* per slot, where slot_sampled */
     unsigned char *slot_sampled;
+    gptoss_logit_bias **slot_bias; /* per slot: its list (owned), or NULL */
+    int *slot_n_bias;
+    int *slot_logprobs; /* per slot: top entries of its rows' logprobs, -1: none */
 };
 
 gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
@@ -51,8 +54,11 @@ gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const
     if (e) {
         e->slot_params = calloc((size_t)opts.slots, sizeof *e->slot_params);
         e->slot_sampled = calloc((size_t)opts.slots, 1);
+        e->slot_bias = calloc((size_t)opts.slots, sizeof *e->slot_bias);
+        e->slot_n_bias = calloc((size_t)opts.slots, sizeof *e->slot_n_bias);
+        e->slot_logprobs = calloc((size_t)opts.slots, sizeof *e->slot_logprobs);
     }
-    if (!e || !e->slot_params || !e->slot_sampled) {
+    if (!e || !e->slot_params || !e->slot_sampled || !e->slot_bias || !e->slot_n_bias || !e->slot_logprobs) {
         gptoss_engine_free(e);
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     }
@@ -73,8 +79,13 @@ void gptoss_engine_free(gptoss_engine *e) {
         return;
     if (e->ctx)
         e->i->destroy(e->ctx);
+    for (int slot = 0; e->slot_bias && slot < e->o.slots; slot++)
+        free(e->slot_bias[slot]);
     free(e->slot_params);
     free(e->slot_sampled);
+    free(e->slot_bias);
+    free(e->slot_n_bias);
+    free(e->slot_logprobs);
     free(e);
 }
 
@@ -89,25 +100,56 @@ void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out) {
 
 uint64_t gptoss_engine_steps(const gptoss_engine *e) { return e->steps; }
 
-void gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sample_params *p) {
-    e->slot_sampled[slot] = p != NULL;
-    if (p)
-        e->slot_params[slot] = *p;
+gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_slot_sampling *s, char *err) {
+    gptoss_logit_bias *bias = NULL;
+    int n_bias = s ? s->n_bias : 0;
+    if (s) {
+        gptoss_status st = gptoss_sample_params_check(&s->params, err);
+        if (st || (st = gptoss_logit_bias_check(s->bias, n_bias, e->vocab, err)))
+            return st;
+        if (s->logprobs < -1 || s->logprobs > GPTOSS_MAX_LOGPROBS)
+            return gptoss_fail(err, GPTOSS_E_INVALID, "logprobs must be within 0..%d (got %d)", GPTOSS_MAX_LOGPROBS,
+                               s->logprobs);
+        if (n_bias && !(bias = malloc(sizeof *bias * (size_t)n_bias)))
+            return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        if (n_bias)
+            memcpy(bias, s->bias, sizeof *bias * (size_t)n_bias);
+        /* an engine that reads the lists on the device takes them now, in step order */
+        if (n_bias && e->i->logit_bias && (st = e->i->logit_bias(e->ctx, slot, bias, n_bias, err))) {
+            free(bias);
+            return st;
+        }
+        e->slot_params[slot] = s->params;
+    }
+    e->slot_sampled[slot] = s != NULL;
+    free(e->slot_bias[slot]);
+    e->slot_bias[slot] = bias;
+    e->slot_n_bias[slot] = n_bias;
+    e->slot_logprobs[slot] = s ? s->logprobs : -1;
+    return GPTOSS_OK;
 }
 
 /* The rows' sampling as their slots say, keyed by the position each row's
- * token will take; NULL (and no error) when every row is greedy. Slots out
- * of range are left greedy: the engine's batch check refuses them. */
-static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b,
-                                   gptoss_row_sampling **out, char *err) {
+ * token will take; NULL (and no error) when every row is greedy without
+ * bias or logprobs. *logprobs: whether some row asks for them. Slots out of
+ * range are left greedy: the engine's batch check refuses them. */
+static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b, gptoss_row_sampling **out,
+                                   int *logprobs, char *err) {
     *out = NULL;
+    *logprobs = 0;
     for (int r = 0; r < b->n; r++) {
         int slot = b->slots[r];
         if (slot < 0 || slot >= e->o.slots || !e->slot_sampled[slot])
             continue;
         if (!*out && !(*out = calloc((size_t)b->n, sizeof **out)))
             return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-        (*out)[r] = gptoss_row_sampling_of(&e->slot_params[slot], (uint64_t)b->positions[r] + 1);
+        gptoss_row_sampling *rs = &(*out)[r];
+        *rs = gptoss_row_sampling_of(&e->slot_params[slot], (uint64_t)b->positions[r] + 1);
+        rs->slot = slot;
+        rs->n_bias = e->slot_n_bias[slot];
+        rs->want_logprobs = e->slot_logprobs[slot] >= 0;
+        rs->top_logprobs = rs->want_logprobs ? e->slot_logprobs[slot] : 0;
+        *logprobs |= rs->want_logprobs;
     }
     return GPTOSS_OK;
 }
@@ -144,31 +186,85 @@ static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss
     return GPTOSS_OK;
 }
 
+/* The rows a step keeps the logits of: keep (0-based) checked against the
+ * batch's n rows and copied into res, or every row when keep is NULL. */
+static gptoss_status keep_rows(const int *keep, int n_keep, int n, gptoss_result *res, char *err) {
+    if (!keep)
+        return GPTOSS_OK;
+    if (n_keep < 1)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "logits names no row (keep none with logits = false)");
+    int *first = calloc((size_t)(n > 0 ? n : 1), sizeof *first); /* per row: 1 + where keep names it first */
+    if (!first || !(res->logit_rows = malloc(sizeof(int) * (size_t)n_keep))) {
+        free(first);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    }
+    gptoss_status s = GPTOSS_OK;
+    for (int i = 0; i < n_keep && !s; i++) {
+        int r = keep[i];
+        if (r < 0 || r >= n)
+            s = gptoss_fail(err, GPTOSS_E_INVALID, "logits[%d] = %d is out of range 1..%d (the step's rows)", i + 1,
+                            r + 1, n);
+        else if (first[r])
+            s = gptoss_fail(err, GPTOSS_E_INVALID, "logits[%d] = %d repeats logits[%d]", i + 1, r + 1, first[r]);
+        else
+            first[r] = i + 1;
+        res->logit_rows[i] = r;
+    }
+    free(first);
+    if (!s)
+        res->logits_rows = n_keep;
+    return s;
+}
+
+static gptoss_storage *logits_storage(size_t rows, int vocab, char *err) {
+    gptoss_storage *st = gptoss_storage_new(GPTOSS_F32, (rows ? rows : 1) * (size_t)vocab);
+    if (!st)
+        gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "cannot allocate %.1f MiB for logits",
+                    (double)rows * vocab * 4 / 1048576.0);
+    return st;
+}
+
 gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
-                                 int keep_logits, gptoss_result *res, char *err) {
+                                 int keep_logits, const int *keep, int n_keep, gptoss_result *res, char *err) {
     memset(res, 0, sizeof *res);
-    res->rows = b->n;
+    res->rows = res->logits_rows = b->n;
     res->vocab = e->vocab;
     res->bad_row = -1;
     gptoss_batch batch = *b;
     batch.fed_rows = 0;
-    int *fed_tokens = NULL;
+    int *fed_tokens = NULL, logprobs = 0;
+    gptoss_step_args a = {NULL, (const gptoss_logit_bias *const *)e->slot_bias, NULL, NULL, 0};
     gptoss_row_sampling *sampling = NULL;
-    gptoss_status s = GPTOSS_OK;
-    if (fed_by && e->i->reads_fed_tokens)
+    /* an engine with host logits computes every row's; they are cut to the kept rows after */
+    gptoss_storage *every = NULL;
+    gptoss_status s = keep_logits ? keep_rows(keep, n_keep, b->n, res, err) : GPTOSS_OK;
+    if (!s && fed_by && e->i->reads_fed_tokens)
         batch.fed_rows = fed_by->rows;
-    else if (fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
+    else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
         batch.tokens = fed_tokens;
     if (!s)
-        s = rows_sampling(e, &batch, &sampling, err);
-    if (!s && !(res->tokens = malloc(sizeof(int) * (size_t)(b->n > 0 ? b->n : 1))))
+        s = rows_sampling(e, &batch, &sampling, &logprobs, err);
+    size_t rows = (size_t)(b->n > 0 ? b->n : 1);
+    if (!s && !(res->tokens = malloc(sizeof(int) * rows)))
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    if (!s && logprobs && !(res->logprobs = malloc(sizeof *res->logprobs * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     if (!s && (keep_logits || e->i->host_logits) &&
-        !(res->logits = gptoss_storage_new(GPTOSS_F32, (size_t)(b->n > 0 ? b->n : 1) * (size_t)e->vocab)))
-        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "cannot allocate %.1f MiB for logits",
-                        (double)b->n * e->vocab * 4 / 1048576.0);
-    if (!s)
-        s = e->i->step(e->ctx, &batch, sampling, res, res->logits ? (float *)res->logits->data : NULL, err);
+        !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
+        s = GPTOSS_E_HOST_MEMORY;
+    if (!s && e->i->host_logits && res->logit_rows && !(every = logits_storage((size_t)b->n, e->vocab, err)))
+        s = GPTOSS_E_HOST_MEMORY;
+    if (!s) {
+        a.sampling = sampling;
+        a.logits = every ? (float *)every->data : res->logits ? (float *)res->logits->data : NULL;
+        a.logit_rows = every ? NULL : res->logit_rows;
+        a.n_logit_rows = every ? b->n : res->logits_rows;
+        s = e->i->step(e->ctx, &batch, &a, res, err);
+    }
+    for (int i = 0; !s && every && i < res->logits_rows; i++)
+        memcpy((float *)res->logits->data + (size_t)i * e->vocab,
+               (const float *)every->data + (size_t)res->logit_rows[i] * e->vocab, sizeof(float) * (size_t)e->vocab);
+    gptoss_storage_release(every);
     free(fed_tokens);
     free(sampling);
     if (s) {
@@ -217,6 +313,10 @@ void gptoss_result_release(gptoss_engine *e, gptoss_result *res) {
     res->delivered = 1;
     free(res->tokens);
     res->tokens = NULL;
+    free(res->logprobs);
+    res->logprobs = NULL;
+    free(res->logit_rows);
+    res->logit_rows = NULL;
     gptoss_storage_release(res->logits);
     res->logits = NULL;
 }
@@ -229,6 +329,22 @@ gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos
 
 int gptoss_engine_length(const gptoss_engine *e, int slot) { return e->i->length(e->ctx, slot); }
 void gptoss_engine_reset(gptoss_engine *e, int slot) { e->i->reset(e->ctx, slot); }
+
+gptoss_status gptoss_engine_fork(gptoss_engine *e, int from, int to, int length, char *err) {
+    int slots = e->o.slots;
+    if (from < 0 || from >= slots || to < 0 || to >= slots)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "slot %d is out of range 1..%d",
+                           (from < 0 || from >= slots ? from : to) + 1, slots);
+    if (from == to)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "from and to are both slot %d", from + 1);
+    int held = e->i->length(e->ctx, from);
+    if (length < 0)
+        length = held;
+    if (length > held)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "length %d is more than slot %d holds (%d positions)", length,
+                           from + 1, held);
+    return e->i->fork(e->ctx, from, to, length, err);
+}
 
 gptoss_status gptoss_engine_profile(gptoss_engine *e, int on, char *err) {
     if (!e->i->profile)

@@ -52,19 +52,32 @@ typedef struct {
 } gptoss_memory;
 
 /* One step's results, owned by the caller from gptoss_engine_step until
- * gptoss_result_release. Tokens arrive when the step is done (delivered);
- * logits are on the host when the engine keeps them or the step was asked
- * to, else readable from the engine while no later step has run. */
+ * gptoss_result_release. Tokens (and log-probabilities, where rows asked)
+ * arrive when the step is done (delivered); logits are on the host when the
+ * engine keeps them or the step was asked to, else readable from the engine
+ * while no later step has run. */
 typedef struct {
     uint64_t seq;            /* the engine's step number (1, 2, ...) */
     uint64_t ticket;         /* the engine's own handle on the step */
     int rows, vocab;
     int *tokens;             /* [rows], valid once delivered */
-    gptoss_storage *logits;  /* [rows][vocab] on the host, or NULL */
+    gptoss_row_logprobs *logprobs; /* [rows] where a row's slot asks, valid once delivered; else NULL */
+    gptoss_storage *logits;  /* [logits_rows][vocab] on the host, or NULL */
+    int logits_rows;         /* rows logits holds: the step's, or those it was asked to keep */
+    int *logit_rows;         /* which rows (0-based, in that order) when asked for some; NULL: all */
     int delivered;
     int bad_row;             /* >= 0: the first row no token could be drawn for */
     char why[GPTOSS_ERR_LEN]; /* bad_row's reason */
 } gptoss_result;
+
+/* What a step hands an engine besides the batch. */
+typedef struct {
+    const gptoss_row_sampling *sampling;       /* per row; NULL: every row greedy, no bias, no logprobs */
+    const gptoss_logit_bias *const *slot_bias; /* per slot: the list a row's n_bias counts (host) */
+    float *logits;         /* NULL, or room for the logits of the rows below, filled before step returns */
+    const int *logit_rows; /* those rows (0-based, in order); NULL: every row */
+    int n_logit_rows;
+} gptoss_step_args;
 
 /* What an engine implements. ctx is its own state. Every function that can
  * fail returns a status and writes err (GPTOSS_ERR_LEN bytes). */
@@ -87,12 +100,12 @@ typedef struct {
                             void **ctx, char *err);
     /* delivers the results of steps still running, then frees everything */
     void (*destroy)(void *ctx);
-    /* runs or enqueues one checked batch; sampling: per row, NULL when every
-     * row is greedy; logits: NULL, or rows * vocab floats filled before this
-     * returns. On success res->ticket is the engine's and res is delivered
-     * into later (wait), or already */
-    gptoss_status (*step)(void *ctx, const gptoss_batch *b, const gptoss_row_sampling *sampling,
-                          gptoss_result *res, float *logits, char *err);
+    /* runs or enqueues one checked batch (an engine with host_logits gets
+     * room for every row's logits). Rows draw as a->sampling says, and fill
+     * res->logprobs where they ask. On success res->ticket is the engine's
+     * and res is delivered into later (wait), or already */
+    gptoss_status (*step)(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
+                          char *err);
     /* waits for res's step and delivers its tokens */
     gptoss_status (*wait)(void *ctx, gptoss_result *res, char *err);
     /* res's memory is going away: never deliver into it */
@@ -104,6 +117,15 @@ typedef struct {
                            char *err);
     int (*length)(const void *ctx, int slot);
     void (*reset)(void *ctx, int slot);
+    /* slot to (not from) holds the first length positions of slot from
+     * (length <= its length), as if prefilled with their tokens; in step
+     * order. GPTOSS_E_UNSUPPORTED where the engine no longer holds what the
+     * copy needs (a windowed layer's ring) */
+    gptoss_status (*fork)(void *ctx, int from, int to, int length, char *err);
+    /* slot's logit bias list is b (n entries, checked) for the steps that
+     * follow; NULL where the engine reads the lists on the host
+     * (gptoss_step_args.slot_bias) */
+    gptoss_status (*logit_bias)(void *ctx, int slot, const gptoss_logit_bias *b, int n, char *err);
     /* per-kernel timing; NULL where the engine has none */
     gptoss_status (*profile)(void *ctx, int on, char *err);
     void (*profile_read)(void *ctx, void (*each)(void *arg, const char *label, double seconds, long calls),
@@ -138,22 +160,35 @@ void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out);
 /* steps taken so far: the latest step's seq */
 uint64_t gptoss_engine_steps(const gptoss_engine *e);
 
-/* How slot (0-based, in range) draws its rows' tokens from now on: p (the
- * default mode, checked), or greedy when p is NULL. */
-void gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sample_params *p);
+/* A slot's sampling: the default mode's parameters (checked), a logit bias
+ * list (n_bias entries, checked here against the vocabulary) and the top
+ * entries of each row's logprobs (-1: none). */
+typedef struct {
+    gptoss_sample_params params;
+    const gptoss_logit_bias *bias;
+    int n_bias;
+    int logprobs;
+} gptoss_slot_sampling;
+
+/* How slot (0-based, in range) draws its rows' tokens from now on: as s
+ * says (its bias list copied), or greedy without bias or logprobs when s is
+ * NULL. A refused setting changes nothing. */
+gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_slot_sampling *s, char *err);
 
 /* Runs or enqueues one batch (checked as a whole first: a refused batch
  * changes nothing). Rows draw as their slots' sampling says, keyed by the
  * position the token will take. fed_by: the engine's latest step when the
  * batch holds fed tokens (-1 - j: the token fed_by drew for its row j),
- * else NULL. keep_logits: the result keeps its logits on the host. res is
- * initialised here; release it with gptoss_result_release. */
+ * else NULL. keep_logits: the result keeps the logits of the n_keep rows
+ * keep lists (0-based, distinct, in that order) on the host, or of every
+ * row when keep is NULL. res is initialised here; release it with
+ * gptoss_result_release. */
 gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
-                                 int keep_logits, gptoss_result *res, char *err);
+                                 int keep_logits, const int *keep, int n_keep, gptoss_result *res, char *err);
 
-/* The step's tokens, waiting for them (e may be NULL once the engine is
- * freed: its results were delivered then). GPTOSS_E_DRAW when a row's
- * logits allowed no draw (res->why says which and why). */
+/* The step's tokens (and res->logprobs), waiting for them (e may be NULL
+ * once the engine is freed: its results were delivered then). GPTOSS_E_DRAW
+ * when a row's logits allowed no draw (res->why says which and why). */
 gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *err);
 
 /* Makes res->logits hold the step's logits, copying them from the engine
@@ -170,6 +205,10 @@ gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos
 
 int gptoss_engine_length(const gptoss_engine *e, int slot);
 void gptoss_engine_reset(gptoss_engine *e, int slot);
+/* Slot to holds the first length positions of slot from (-1: all of them),
+ * as if prefilled with the same tokens; it keeps its own sampling. Enqueued
+ * in step order where steps are. */
+gptoss_status gptoss_engine_fork(gptoss_engine *e, int from, int to, int length, char *err);
 
 /* Per-kernel timing on/off (off clears the totals), and the totals so far
  * (label, seconds, calls) in first-launch order. */

@@ -290,6 +290,19 @@ fail:
 static int golden_length(const void *ctx, int slot) { return ((const gptoss_golden *)ctx)->length[slot]; }
 static void golden_reset(void *ctx, int slot) { ((gptoss_golden *)ctx)->length[slot] = 0; }
 
+/* every layer keeps every position, so any prefix can be copied */
+static gptoss_status golden_fork(void *ctx, int from, int to, int length, char *err) {
+    (void)err;
+    gptoss_golden *g = ctx;
+    size_t bytes = sizeof(float) * (size_t)length * (size_t)gptoss_kv_dim(&g->c);
+    for (int l = 0; l < g->c.n_layers; l++) {
+        memcpy(kv_at(g, g->kcache, to, l, 0), kv_at(g, g->kcache, from, l, 0), bytes);
+        memcpy(kv_at(g, g->vcache, to, l, 0), kv_at(g, g->vcache, from, l, 0), bytes);
+    }
+    g->length[to] = length;
+    return GPTOSS_OK;
+}
+
 /* ---- the step ----------------------------------------------------------------- */
 
 typedef struct {
@@ -490,14 +503,14 @@ static gptoss_status forward(gptoss_golden *g, const gptoss_batch *b, float *log
 
 /* Tokens are drawn at once: the host has the logits, and a step's result
  * then needs nothing of the engine later. */
-static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_row_sampling *sampling,
-                                 gptoss_result *res, float *logits, char *err) {
+static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
+                                 char *err) {
     gptoss_golden *g = ctx;
-    gptoss_status st = forward(g, b, logits, NULL, err);
+    gptoss_status st = forward(g, b, a->logits, NULL, err);
     if (st)
         return st;
-    res->bad_row = gptoss_draw_rows(&g->sampler, logits, b->n, g->c.vocab_size, sampling, res->tokens,
-                                    res->why);
+    res->bad_row = gptoss_draw_rows(&g->sampler, a->logits, b->n, g->c.vocab_size, a->sampling, a->slot_bias,
+                                    res->tokens, res->logprobs, res->why);
     res->delivered = 1;
     return GPTOSS_OK;
 }
@@ -528,6 +541,8 @@ const gptoss_engine_i gptoss_golden_engine = {
     .trace = golden_trace,
     .length = golden_length,
     .reset = golden_reset,
+    .fork = golden_fork,
+    .logit_bias = NULL, /* the step's slot_bias lists */
     .profile = NULL,
     .profile_read = NULL,
 };

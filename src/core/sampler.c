@@ -20,6 +20,7 @@ struct gptoss_sampler {
     uint64_t state; /* course xorshift64* */
     int cap;
     float *w;
+    float *biased; /* the row under a logit bias (gptoss_bias_row) */
     ranked *order;
     uint64_t *keys, *spare; /* radix sort of long rank lists */
 };
@@ -65,6 +66,7 @@ void gptoss_sampler_free(gptoss_sampler *s) {
     if (!s)
         return;
     free(s->w);
+    free(s->biased);
     free(s->order);
     free(s->keys);
     free(s->spare);
@@ -78,7 +80,8 @@ static gptoss_status reserve(gptoss_sampler *s, int n, char *err) {
     if (n <= s->cap)
         return GPTOSS_OK;
     size_t m = (size_t)n;
-    if (gptoss_grow(&s->w, m * sizeof *s->w) || gptoss_grow(&s->order, m * sizeof *s->order) ||
+    if (gptoss_grow(&s->w, m * sizeof *s->w) || gptoss_grow(&s->biased, m * sizeof *s->biased) ||
+        gptoss_grow(&s->order, m * sizeof *s->order) ||
         gptoss_grow(&s->keys, m * sizeof *s->keys) || gptoss_grow(&s->spare, m * sizeof *s->spare))
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
                            "sampler: out of host memory for a row of %d logits", n);
@@ -332,6 +335,50 @@ int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, c
     return default_sample(scratch, p, logits, n, position);
 }
 
+gptoss_status gptoss_logit_bias_check(const gptoss_logit_bias *b, int n, int vocab, char *err) {
+    if (n < 0 || n > GPTOSS_MAX_LOGIT_BIAS)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "logit_bias has %d entries; at most %d", n,
+                           GPTOSS_MAX_LOGIT_BIAS);
+    for (int i = 0; i < n; i++) {
+        if (b[i].id < 0 || (vocab > 0 && b[i].id >= vocab))
+            return gptoss_fail(err, GPTOSS_E_INVALID, "logit_bias: token %d is out of range 0..%d", (int)b[i].id,
+                               vocab - 1);
+        if (i > 0 && b[i].id <= b[i - 1].id)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "logit_bias: entries must be in ascending id order, each id once (%d follows %d)",
+                               (int)b[i].id, (int)b[i - 1].id);
+        if (isnan(b[i].bias) || b[i].bias == INFINITY)
+            return gptoss_fail(err, GPTOSS_E_INVALID, "logit_bias: token %d's bias is %g; a bias is finite or -inf",
+                               (int)b[i].id, (double)b[i].bias);
+    }
+    return GPTOSS_OK;
+}
+
+gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int n, const gptoss_logit_bias *b,
+                              int n_bias, const float **out, char *err) {
+    *out = logits;
+    if (n_bias == 0)
+        return GPTOSS_OK;
+    gptoss_status s = check_logits(logits, n, err);
+    if (s || (s = reserve(scratch, n, err)))
+        return s;
+    for (int i = 0; i < n_bias; i++)
+        if (b[i].id >= n)
+            return gptoss_fail(err, GPTOSS_E_INVALID,
+                               "sampler: logit_bias names token %d, outside the row of %d logits", (int)b[i].id, n);
+    float *x = scratch->biased;
+    memcpy(x, logits, sizeof *x * (size_t)n);
+    for (int i = 0; i < n_bias; i++)
+        x[b[i].id] += b[i].bias;
+    int any = 0;
+    for (int i = 0; i < n && !any; i++)
+        any = x[i] != -INFINITY;
+    if (!any)
+        return gptoss_fail(err, GPTOSS_E_DRAW, "sampler: " GPTOSS_BIAS_BANS_ALL);
+    *out = x;
+    return GPTOSS_OK;
+}
+
 gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64_t position) {
     gptoss_row_sampling rs;
     memset(&rs, 0, sizeof rs);
@@ -344,30 +391,51 @@ gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64
     return rs;
 }
 
+/* the sampler whose buffers draw_rows uses, made on first need */
+static gptoss_sampler *scratch_of(gptoss_sampler **scratch, char *err) {
+    static const gptoss_sample_params defaults = {GPTOSS_SAMPLE_DEFAULT, 1.0, 1.0, 0.0, 0, 0};
+    if (!*scratch)
+        *scratch = gptoss_sampler_new(&defaults, err);
+    return *scratch;
+}
+
+/* row's token under rs (NULL: greedy), -1 with err when none can be drawn;
+ * *seen: the row the draw saw (biased), for its logprobs */
+static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const gptoss_row_sampling *rs,
+                    const gptoss_logit_bias *const *slot_bias, const float **seen, char *err) {
+    *seen = row;
+    if (rs && rs->n_bias &&
+        (!scratch_of(scratch, err) ||
+         gptoss_bias_row(*scratch, row, vocab, slot_bias[rs->slot], rs->n_bias, seen, err)))
+        return -1;
+    row = *seen;
+    if (!rs || rs->temperature == 0) /* greedy refuses the rows sampling refuses (a NaN would otherwise win) */
+        return check_logits(row, vocab, err) ? -1 : (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
+    /* the sampler reads the temperature as a float: the row's is exact */
+    gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p, rs->top_k, rs->seed};
+    return scratch_of(scratch, err) ? gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err) : -1;
+}
+
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
-                     const gptoss_row_sampling *sampling, int *tokens, char *why) {
+                     const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
+                     int *tokens, gptoss_row_logprobs *logprobs, char *why) {
     int bad = -1;
     for (int r = 0; r < rows; r++) {
-        const float *row = logits + (size_t)r * vocab;
         const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
+        const float *seen;
         char err[GPTOSS_ERR_LEN - 16];
-        if (!rs || rs->temperature == 0) {
-            /* greedy refuses the rows sampling refuses (a NaN would otherwise choose token 0) */
-            tokens[r] = check_logits(row, vocab, err) ? -1 : (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
-        } else {
-            /* the sampler reads the temperature as a float: the row's is exact */
-            gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p,
-                                      rs->top_k, rs->seed};
-            tokens[r] = -1;
-            if (!*scratch)
-                *scratch = gptoss_sampler_new(&p, err);
-            if (*scratch)
-                tokens[r] = gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err);
-        }
+        tokens[r] = draw_row(scratch, logits + (size_t)r * vocab, vocab, rs, slot_bias, &seen, err);
         if (tokens[r] < 0 && bad < 0) {
             bad = r;
             snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);
         }
+        if (!logprobs)
+            continue;
+        gptoss_row_logprobs *lp = &logprobs[r];
+        lp->n_top = -1;
+        if (tokens[r] >= 0 && rs && rs->want_logprobs) /* the row is valid: this cannot fail */
+            lp->n_top = gptoss_logprobs(seen, vocab, tokens[r], rs->top_logprobs, &lp->logprob, lp->top_id,
+                                        lp->top_logprob, err);
     }
     return bad;
 }

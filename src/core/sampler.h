@@ -7,6 +7,8 @@
  *
  * GPTOSS_SAMPLE_DEFAULT is ours, defined so that a GPU kernel can reproduce
  * it (docs/api.md#default-mode is the normative text):
+ *   a logit bias, when given, is added to the logits first (gptoss_bias_row);
+ *     everything below sees the biased row.
  *   invalid logits: NaN or +inf raise an error; -inf means "never"; a row of
  *     only -inf raises an error.
  *   temperature 0: the first maximum logit (greedy).
@@ -53,8 +55,23 @@ GPTOSS_HD static inline double gptoss_sample_uniform(uint64_t seed, uint64_t pos
            (1.0 / 9007199254740992.0);
 }
 
+/* One entry of a logit bias: the draw sees logits[id] + bias, a float sum
+ * (bias -inf bans the token). A list holds each id once, in ascending order. */
+typedef struct {
+    int32_t id;
+    float bias;
+} gptoss_logit_bias;
+
+/* entries one list may hold; top entries logprobs may ask for */
+#define GPTOSS_MAX_LOGIT_BIAS 1024
+#define GPTOSS_MAX_LOGPROBS 20
+
+/* why a row cannot be drawn when its bias is to blame */
+#define GPTOSS_BIAS_BANS_ALL "logit_bias bans every token that could be chosen (every logit is -inf after the bias)"
+
 /* One row's default-mode sampling as the GPU sampler reads it (plain data,
- * uploaded with the step). temperature 0 is greedy; the other fields are
+ * uploaded with the step; all zero is a greedy row without bias or
+ * logprobs). temperature 0 is greedy; the other fields are
  * gptoss_sample_params' after gptoss_sample_params_check. */
 typedef struct {
     uint64_t seed;
@@ -62,7 +79,20 @@ typedef struct {
     double top_p, min_p;
     float temperature;
     int32_t top_k;
+    int32_t slot;          /* whose logit bias list applies (an engine keeps one per slot) */
+    int32_t n_bias;        /* its entries; 0: none */
+    int32_t want_logprobs; /* 1: report the row's log-probabilities */
+    int32_t top_logprobs;  /* with that many most likely tokens (0..GPTOSS_MAX_LOGPROBS) */
 } gptoss_row_sampling;
+
+/* One row's log-probabilities, as gptoss_logprobs defines them, of the
+ * logits after the row's bias (plain data, written on the device too). */
+typedef struct {
+    double logprob;                          /* the chosen token's */
+    double top_logprob[GPTOSS_MAX_LOGPROBS]; /* the n_top most likely tokens' */
+    int32_t top_id[GPTOSS_MAX_LOGPROBS];     /* (logit desc, id asc) */
+    int32_t n_top;                           /* -1: the row asked for none */
+} gptoss_row_logprobs;
 
 /* A slot's default-mode parameters (checked) as one row's sampling, keyed
  * by the position the row's token will take. */
@@ -90,14 +120,32 @@ int gptoss_sample(gptoss_sampler *s, const float *logits, int n, uint64_t positi
 int gptoss_sample_with(gptoss_sampler *scratch, const gptoss_sample_params *p, const float *logits,
                        int n, uint64_t position, char *err);
 
+/* GPTOSS_E_INVALID with err set (no prefix) unless the n entries of b are
+ * at most GPTOSS_MAX_LOGIT_BIAS, in ascending id order, each id once and
+ * within 0..vocab-1 (any id >= 0 when vocab <= 0), each bias -inf or finite. */
+gptoss_status gptoss_logit_bias_check(const gptoss_logit_bias *b, int n, int vocab, char *err);
+
+/* The row a draw sees under the n_bias entries of b (checked): *out is
+ * logits itself when there are none, else a copy in scratch's buffer with
+ * each entry's bias added. Fails as a draw would on invalid logits, on an id
+ * outside the row, and with GPTOSS_E_DRAW (GPTOSS_BIAS_BANS_ALL) when the
+ * biases leave no token that could be chosen. */
+gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int n, const gptoss_logit_bias *b,
+                              int n_bias, const float **out, char *err);
+
 /* One token per row of logits [rows][vocab], as the GPU sampler draws
- * them: a row without sampling (sampling NULL) or at temperature 0 takes the
- * first maximum, NaN never winning; any other follows gptoss_sample_with.
- * A row that cannot be drawn gets -1. Returns the first such row with why
- * set ("row N: ..." in 1-based rows), or -1. *scratch is made when the first
- * row samples and may be reused by later calls. */
+ * them: each row's logits plus its slot's bias (slot_bias[slot], n_bias
+ * entries; slot_bias may be NULL when no row has any); then a row without
+ * sampling (sampling NULL) or at temperature 0 takes the first maximum,
+ * NaN never winning; any other follows gptoss_sample_with. A row that
+ * cannot be drawn gets -1. logprobs (NULL, or [rows]) receives each row's
+ * gptoss_logprobs where it asks (n_top -1 elsewhere). Returns the first row
+ * that cannot be drawn with why set ("row N: ..." in 1-based rows), or -1.
+ * *scratch is made when the first row needs it and may be reused by later
+ * calls. */
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
-                     const gptoss_row_sampling *sampling, int *tokens, char *why);
+                     const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
+                     int *tokens, gptoss_row_logprobs *logprobs, char *why);
 
 /* log-softmax of the raw logits (temperature 1, before any filter), in
  * double: fills lp with the value for id, and the top_n highest-logit ids

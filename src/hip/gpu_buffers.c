@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "../../kernels/layout.h"
 #include "../core/checked.h"
 #include "../core/sampler.h"
 
@@ -95,6 +94,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
             layers.positions[l] = positions;
         }
     }
+    b->kv.layers = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)c->n_layers, sizeof(gptoss_kv_layer), 1, 1);
     /* the step scratch from x to the upload also stages a file's weights on
      * their way to bf16 (gpu_replica.hip): keep it one run */
     b->w.cos = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->ctx, half, 4, 1);
@@ -133,6 +133,9 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     b->sampling_at = (size_t)(R * 3 * 4 + 15) & ~(size_t)15; /* after tokens, slots, positions */
     b->upload_bytes = b->sampling_at + (size_t)R * sizeof(gptoss_row_sampling);
     s->upload = place(b, base, GPTOSS_GPU_SCRATCH, b->upload_bytes, 1, 1, 1);
+    s->bias = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, GPTOSS_MAX_LOGIT_BIAS,
+                    sizeof(gptoss_logit_bias), 1);
+    s->logprobs = place(b, base, GPTOSS_GPU_SCRATCH, R, sizeof(gptoss_row_logprobs), 1, 1);
     tr->m1 = place(b, base, GPTOSS_GPU_SCRATCH, K, 2 * I, 4, 1);
     tr->y = place(b, base, GPTOSS_GPU_SCRATCH, K, I, 4, 1);
     tr->proj = place(b, base, GPTOSS_GPU_SCRATCH, H, 4, 1, 1);

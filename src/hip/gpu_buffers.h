@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../kernels/layout.h"
 #include "../core/engine.h"
 
 #ifdef __cplusplus
@@ -36,6 +37,7 @@ typedef struct {
 typedef struct {
     void **k, **v;  /* per layer: [slots][positions[l]][Hkv D] in the cache's type */
     int *positions; /* per layer: ctx, or a windowed layer's ring (gptoss_kv_positions) */
+    gptoss_kv_layer *layers; /* [layers] the same on the device, for forks */
 } gptoss_gpu_kv;
 
 typedef struct {
@@ -61,6 +63,8 @@ typedef struct {
     float *part_o;        /* [R][Hq][splits][D] attention's partial outputs */
     float *part_ml;       /* [R][Hq][splits][2] their running max and sum */
     char *upload;         /* a step's tokens, slots, positions [R] each, then row sampling */
+    gptoss_logit_bias *bias;        /* [slots][GPTOSS_MAX_LOGIT_BIAS] each slot's list, uploaded when set */
+    gptoss_row_logprobs *logprobs;  /* [R] the rows' log-probabilities, where asked */
 } gptoss_gpu_scratch;
 
 typedef struct {              /* one traced row's stages that a step fuses away */

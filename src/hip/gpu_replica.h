@@ -16,6 +16,8 @@ enum { GPTOSS_RING = 8 };
 struct ring_entry {
     char *upload_host;     /* pinned: tokens, slots, positions, row sampling */
     int *tokens_host;      /* pinned: the ids drawn */
+    gptoss_row_logprobs *logprobs_host; /* pinned: their logprobs, made on a step's first need */
+    int has_logprobs;      /* the step copies them back */
     hipEvent_t done;
     uint64_t ticket;       /* 0: unused */
     int rows;
@@ -70,7 +72,12 @@ struct gptoss_gpu {
     char *arena;            /* every device buffer (buf) */
     gptoss_gpu_buffers buf;
     int *length;            /* host: positions held per slot */
+    int *ring_from;         /* host: per slot, the first position whose keys its rings still hold */
+    int ring_positions;     /* positions a windowed layer's ring keeps (gptoss_kv_positions), 0: no ring */
     int *slot_rows;         /* host scratch: rows per slot while checking a step */
+    gptoss_logit_bias *bias_host;  /* pinned: each slot's bias list on its way up, made on first use */
+    unsigned char *bias_pending;   /* per slot: its upload may not have run yet */
+    hipEvent_t bias_sent;          /* recorded after the latest bias upload */
     const char *last_kernel;
     int sync_launches;      /* GPTOSS_SYNC_LAUNCHES: wait after each kernel, no graphs */
     gptoss_gpu_ring ring;

@@ -164,6 +164,22 @@ static gptoss_status upload_rope(gptoss_gpu *g, char *err) {
 
 /* ---- lifecycle ------------------------------------------------------------------ */
 
+/* the per-layer cache table forks walk on the device */
+static gptoss_status upload_kv_layers(gptoss_gpu *g, char *err) {
+    int n = g->c.n_layers;
+    gptoss_kv_layer *layers = (gptoss_kv_layer *)malloc(sizeof *layers * (size_t)(n ? n : 1));
+    if (!layers)
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    for (int l = 0; l < n; l++) {
+        layers[l].k = g->buf.kv.k[l];
+        layers[l].v = g->buf.kv.v[l];
+        layers[l].positions = g->buf.kv.positions[l];
+    }
+    hipError_t e = hipMemcpy(g->buf.kv.layers, layers, sizeof *layers * (size_t)n, hipMemcpyHostToDevice);
+    free(layers);
+    return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "uploading the KV cache table", e);
+}
+
 static gptoss_status check_shape(const gptoss_config *c, char *err) {
     if (!gptoss_attention_limits(c->n_attn_heads, c->n_kv_heads, c->head_dim) ||
         !gptoss_router_limits(c->n_experts, c->experts_per_token, c->hidden_dim))
@@ -184,12 +200,18 @@ static void deliver(gptoss_gpu *g, struct ring_entry *r) {
     if (hipEventSynchronize(r->done) != hipSuccess)
         return; /* the caller's wait reports the error */
     memcpy(res->tokens, r->tokens_host, sizeof(int) * (size_t)r->rows);
+    if (res->logprobs && r->has_logprobs)
+        memcpy(res->logprobs, r->logprobs_host, sizeof *res->logprobs * (size_t)r->rows);
+    /* the step's row sampling is still in its upload buffer */
+    const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(r->upload_host + g->buf.sampling_at);
     res->bad_row = -1;
     for (int i = 0; i < r->rows && res->bad_row < 0; i++)
         if (res->tokens[i] < 0) {
             res->bad_row = i;
-            snprintf(res->why, sizeof res->why,
-                     "row %d: a logit is NaN or +inf, or every logit is -inf", i + 1);
+            snprintf(res->why, sizeof res->why, "row %d: %s", i + 1,
+                     res->tokens[i] == -1 ? "a logit is NaN or +inf"
+                     : rs[i].n_bias      ? GPTOSS_BIAS_BANS_ALL
+                                         : "every logit is -inf");
         }
     res->delivered = 1;
 }
@@ -208,9 +230,15 @@ static void gpu_destroy(void *ctx) {
             (void)hipHostFree(r->upload_host);
         if (r->tokens_host)
             (void)hipHostFree(r->tokens_host);
+        if (r->logprobs_host)
+            (void)hipHostFree(r->logprobs_host);
         if (r->done)
             (void)hipEventDestroy(r->done);
     }
+    if (g->bias_host)
+        (void)hipHostFree(g->bias_host);
+    if (g->bias_sent)
+        (void)hipEventDestroy(g->bias_sent);
     gptoss_gpu_profile_free(g);
     gptoss_gpu_free_graphs(g);
     if (g->stream)
@@ -222,6 +250,8 @@ static void gpu_destroy(void *ctx) {
     free(g->buf.kv.v);
     free(g->buf.kv.positions);
     free(g->length);
+    free(g->ring_from);
+    free(g->bias_pending);
     free(g->slot_rows);
     free(g);
 }
@@ -293,8 +323,11 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, co
     g->buf.kv.v = (void **)calloc((size_t)c->n_layers, sizeof(void *));
     g->buf.kv.positions = (int *)calloc((size_t)c->n_layers, sizeof(int));
     g->length = (int *)calloc((size_t)o->slots, sizeof(int));
+    g->ring_from = (int *)calloc((size_t)o->slots, sizeof(int));
+    g->bias_pending = (unsigned char *)calloc((size_t)o->slots, 1);
     g->slot_rows = (int *)calloc((size_t)o->slots, sizeof(int));
-    if (!g->buf.kv.k || !g->buf.kv.v || !g->buf.kv.positions || !g->length || !g->slot_rows) {
+    if (!g->buf.kv.k || !g->buf.kv.v || !g->buf.kv.positions || !g->length || !g->ring_from || !g->bias_pending ||
+        !g->slot_rows) {
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
         goto fail;
     }
@@ -307,8 +340,15 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, co
     }
     /* GPTOSS_NO_WGMMA: the other families instead, for comparing them in one process */
     g->dev.wgmma = !env_flag("GPTOSS_NO_WGMMA") && gptoss_gemm_wgmma_built(g->stream);
-    if ((s = make_ring(g, err)) || (s = upload_weights(g, err)) || (s = upload_rope(g, err)))
+    if ((e = hipEventCreateWithFlags(&g->bias_sent, hipEventDisableTiming)) != hipSuccess) {
+        s = gptoss_gpu_fail(err, g, "cannot create an event", e);
         goto fail;
+    }
+    if ((s = make_ring(g, err)) || (s = upload_weights(g, err)) || (s = upload_rope(g, err)) ||
+        (s = upload_kv_layers(g, err)))
+        goto fail;
+    if (c->sliding_window > 0 && gptoss_kv_positions(c, 0, o->ctx, o->chunk) < o->ctx)
+        g->ring_positions = gptoss_kv_positions(c, 0, o->ctx, o->chunk); /* layer 0 is windowed */
     *out = g;
     return GPTOSS_OK;
 fail:
@@ -317,7 +357,103 @@ fail:
 }
 
 static int gpu_length(const void *ctx, int slot) { return ((const gptoss_gpu *)ctx)->length[slot]; }
-static void gpu_reset(void *ctx, int slot) { ((gptoss_gpu *)ctx)->length[slot] = 0; }
+
+static void gpu_reset(void *ctx, int slot) {
+    gptoss_gpu *g = (gptoss_gpu *)ctx;
+    g->length[slot] = g->ring_from[slot] = 0;
+}
+
+/* ---- windowed rings ---------------------------------------------------------- */
+
+/* A windowed layer keeps a ring of the last ring_positions positions
+ * written (sliding_window + chunk - 1): a slot's rings hold the keys of
+ * positions ring_from[slot] up to its length, the older ones overwritten.
+ * A row at position pos attends to the sliding_window - 1 positions before
+ * it: the lowest of them that the rings lost, or -1 when they hold all. */
+static int ring_lacks(const gptoss_gpu *g, int ring_from, int pos) {
+    int need = pos - g->c.sliding_window + 1;
+    need = need > 0 ? need : 0;
+    return g->ring_positions && pos > 0 && need < ring_from ? need : -1;
+}
+
+/* The error for what (a row, or a fork when fork) at pos of a slot whose
+ * rings hold positions from ring_from on, with the least pos that works. */
+static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int ring_from, int pos, const char *what, int fork,
+                                  char *err) {
+    int chunk = g->ring_positions - g->c.sliding_window + 1;
+    return gptoss_fail(err, GPTOSS_E_UNSUPPORTED,
+                       "%s needs the keys of positions %d..%d of slot %d, but its windowed layers keep a ring of the "
+                       "last %d positions written (sliding_window %d + chunk %d - 1), which holds positions from %d "
+                       "on: %s %d %s",
+                       what, ring_lacks(g, ring_from, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window,
+                       chunk, ring_from, fork ? "forks of length" : "rows can go back to position",
+                       ring_from + g->c.sliding_window - 1,
+                       fork ? "or more (or 0) can be copied" : "or start again at 0");
+}
+
+/* After a step: its slots' lengths and what their rings hold. Each row
+ * overwrites the position ring_positions before it; a row at 0 starts the
+ * slot again. */
+static void commit(gptoss_gpu *g, const gptoss_batch *b) {
+    gptoss_batch_commit(b, g->length);
+    for (int r = 0; g->ring_positions && r < b->n; r++) {
+        int *from = &g->ring_from[b->slots[r]], pos = b->positions[r], lost = pos - g->ring_positions + 1;
+        *from = pos == 0 ? 0 : *from;
+        *from = lost > *from ? lost : *from;
+    }
+}
+
+/* ---- forks and logit biases ------------------------------------------------------ */
+
+static gptoss_status gpu_fork(void *ctx, int from, int to, int length, char *err) {
+    gptoss_gpu *g = (gptoss_gpu *)ctx;
+    if (ring_lacks(g, g->ring_from[from], length) >= 0) {
+        char what[48];
+        snprintf(what, sizeof what, "a fork of length %d", length);
+        return ring_refusal(g, from, g->ring_from[from], length, what, 1, err);
+    }
+    hipError_t e = hipSetDevice(g->o.device);
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "cannot select the device", e);
+    size_t row_bytes = (size_t)gptoss_kv_dim(&g->c) * (g->o.kv_bf16 ? 2 : 4);
+    gptoss_status s = gptoss_gpu_launch_begin(g, "kv_fork", err);
+    if (s || (s = gptoss_gpu_launched(g, "kv_fork",
+                                      gptoss_launch_kv_fork(g->buf.kv.layers, g->c.n_layers, row_bytes, from, to,
+                                                            length, g->stream),
+                                      err)))
+        return s;
+    g->length[to] = length;
+    g->ring_from[to] = length ? g->ring_from[from] : 0; /* the copied rings hold what the source's hold */
+    return GPTOSS_OK;
+}
+
+/* Uploads slot's list into its place in the device's table, on the stream:
+ * steps enqueued before read the old list. The list passes through a
+ * pinned buffer; a slot's part of it is rewritten only once its previous
+ * upload has run. */
+static gptoss_status gpu_logit_bias(void *ctx, int slot, const gptoss_logit_bias *b, int n, char *err) {
+    gptoss_gpu *g = (gptoss_gpu *)ctx;
+    size_t per_slot = GPTOSS_MAX_LOGIT_BIAS;
+    hipError_t e = hipSetDevice(g->o.device);
+    if (e == hipSuccess && !g->bias_host)
+        e = hipHostMalloc((void **)&g->bias_host, sizeof *g->bias_host * per_slot * (size_t)g->o.slots, 0);
+    if (e == hipSuccess && g->bias_pending[slot]) {
+        e = hipEventSynchronize(g->bias_sent);
+        memset(g->bias_pending, 0, (size_t)g->o.slots);
+    }
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "uploading a logit bias", e);
+    gptoss_logit_bias *host = g->bias_host + per_slot * (size_t)slot;
+    memcpy(host, b, sizeof *b * (size_t)n);
+    e = hipMemcpyAsync(g->buf.s.bias + per_slot * (size_t)slot, host, sizeof *b * (size_t)n, hipMemcpyHostToDevice,
+                       g->stream);
+    if (e == hipSuccess)
+        e = hipEventRecord(g->bias_sent, g->stream);
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "uploading a logit bias", e);
+    g->bias_pending[slot] = 1;
+    return GPTOSS_OK;
+}
 
 /* ---- steps ------------------------------------------------------------------------ */
 
@@ -347,6 +483,12 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     gptoss_status s = gptoss_batch_check(b, g->o.slots, g->o.ctx, g->c.vocab_size, g->length, err);
     if (s || (s = check_chunks(g, b, err)))
         return s;
+    for (int i = 0; i < b->n; i++) /* a row going back further than the rings hold */
+        if (ring_lacks(g, g->ring_from[b->slots[i]], b->positions[i]) >= 0) {
+            char what[48];
+            snprintf(what, sizeof what, "positions[%d] = %d", i + 1, b->positions[i]);
+            return ring_refusal(g, b->slots[i], g->ring_from[b->slots[i]], b->positions[i], what, 0, err);
+        }
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot select the device", e);
@@ -372,35 +514,60 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     return GPTOSS_OK;
 }
 
-static gptoss_status gpu_step(void *ctx, const gptoss_batch *b, const gptoss_row_sampling *sampling,
-                              gptoss_result *res, float *logits, char *err) {
+/* Copies the kept rows' logits back: runs of consecutive rows in one copy each. */
+static hipError_t copy_logits(gptoss_gpu *g, const gptoss_step_args *a, int R) {
+    size_t V = (size_t)g->c.vocab_size;
+    hipError_t e = hipSuccess;
+    int n = a->logit_rows ? a->n_logit_rows : R;
+    for (int i = 0; i < n && e == hipSuccess;) {
+        int first = a->logit_rows ? a->logit_rows[i] : i, run = 1;
+        while (i + run < n && (a->logit_rows ? a->logit_rows[i + run] : i + run) == first + run)
+            run++;
+        e = hipMemcpyAsync(a->logits + (size_t)i * V, g->buf.s.logits + (size_t)first * V, sizeof(float) * V * run,
+                           hipMemcpyDeviceToHost, g->stream);
+        i += run;
+    }
+    return e;
+}
+
+static gptoss_status gpu_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
+                              char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
     struct ring_entry *r;
-    gptoss_status s = begin_step(g, b, sampling, &r, err);
-    if (s || (s = gptoss_gpu_forward_step(g, b, err)))
+    gptoss_status s = begin_step(g, b, a->sampling, &r, err);
+    if (s)
         return s;
     int R = b->n;
+    hipError_t e = hipSuccess;
+    if (res->logprobs && !r->logprobs_host) /* before the forward pass: a refusal leaves the slots as they were */
+        e = hipHostMalloc((void **)&r->logprobs_host, sizeof *r->logprobs_host * (size_t)g->o.rows, 0);
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "cannot allocate pinned host buffers", e);
+    if ((s = gptoss_gpu_forward_step(g, b, err)))
+        return s;
     const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->buf.s.upload + g->buf.sampling_at);
+    gptoss_row_logprobs *lp = res->logprobs ? g->buf.s.logprobs : NULL;
     if ((s = gptoss_gpu_launch_begin(g, "sample", err)) ||
         (s = gptoss_gpu_launched(g, "sample",
-                                 gptoss_launch_sample(g->buf.s.logits, R, g->c.vocab_size, rs, g->buf.s.tokens,
-                                                      g->stream),
+                                 gptoss_launch_sample(g->buf.s.logits, R, g->c.vocab_size, rs, g->buf.s.bias,
+                                                      g->buf.s.tokens, lp, g->stream),
                                  err)))
         return s;
-    hipError_t e = hipMemcpyAsync(r->tokens_host, g->buf.s.tokens, sizeof(int) * (size_t)R,
-                                  hipMemcpyDeviceToHost, g->stream);
-    if (e == hipSuccess && logits)
-        e = hipMemcpyAsync(logits, g->buf.s.logits, sizeof(float) * (size_t)R * g->c.vocab_size,
-                           hipMemcpyDeviceToHost, g->stream);
+    e = hipMemcpyAsync(r->tokens_host, g->buf.s.tokens, sizeof(int) * (size_t)R, hipMemcpyDeviceToHost, g->stream);
+    if (e == hipSuccess && lp)
+        e = hipMemcpyAsync(r->logprobs_host, lp, sizeof *lp * (size_t)R, hipMemcpyDeviceToHost, g->stream);
+    if (e == hipSuccess && a->logits)
+        e = copy_logits(g, a, R);
     if (e == hipSuccess)
         e = hipEventRecord(r->done, g->stream);
-    if (e == hipSuccess && logits)
+    if (e == hipSuccess && a->logits)
         e = hipEventSynchronize(r->done);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "copying the results back", e);
-    gptoss_batch_commit(b, g->length);
+    commit(g, b);
     r->ticket = g->ring.next_ticket++;
     r->rows = R;
+    r->has_logprobs = lp != NULL;
     r->result = res;
     res->ticket = r->ticket;
     return GPTOSS_OK;
@@ -457,7 +624,7 @@ static gptoss_status gpu_trace(void *ctx, const gptoss_batch *b, gptoss_trace *t
         e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "reading the logits", e);
-    gptoss_batch_commit(b, g->length);
+    commit(g, b);
     g->ring.next_ticket++; /* the logits of earlier steps are gone */
     return GPTOSS_OK;
 }
@@ -479,6 +646,8 @@ extern "C" const gptoss_engine_i *gptoss_gpu_engine(void) {
         gpu_trace,
         gpu_length,
         gpu_reset,
+        gpu_fork,
+        gpu_logit_bias,
         gptoss_gpu_profile,
         gptoss_gpu_profile_read,
     };

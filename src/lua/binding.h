@@ -87,12 +87,21 @@ gptoss_model *gptoss_check_model(lua_State *L, int idx);
 
 /* ---- sampler.c ---- */
 
-/* The sampler options a table may hold (gptoss.sampler adds logprobs). */
-#define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed"
-/* Reads them from the table at idx with their defaults; a default-mode seed
- * left out is a fresh random one. Raises on wrong types; ranges are the
- * core's check. */
+/* The sampler options a table may hold: gptoss.sampler's and r:sampling's. */
+#define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed", "logit_bias", "logprobs"
+/* Reads the parameters from the table at idx with their defaults; a
+ * default-mode seed left out is a fresh random one. Raises on wrong types;
+ * ranges are the core's check. */
 void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sample_params *p);
+/* The table's logit_bias = {[id] = bias} as a list sorted by id, kept in a
+ * userdata pushed on the stack (nil and NULL without one); *n entries. Raises on keys
+ * that are no token id (below vocab when vocab > 0), biases that are not
+ * finite or -inf as floats, more than GPTOSS_MAX_LOGIT_BIAS entries. */
+const gptoss_logit_bias *gptoss_read_logit_bias(lua_State *L, int idx, const char *fn, int vocab, int *n);
+/* The table's logprobs (0..GPTOSS_MAX_LOGPROBS), -1 without one. */
+int gptoss_read_logprobs(lua_State *L, int idx, const char *fn);
+/* Pushes {{id =, logprob =}, ...}: the n most likely tokens' logprobs. */
+void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logprobs, int n);
 
 /* ---- the classes' open functions and the module's functions ---- */
 

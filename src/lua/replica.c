@@ -281,15 +281,42 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
     return fed_by;
 }
 
-/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true]} */
+/* The step's logits option at tbl: false/nil (keep none), true (every row) or
+ * a table of 1-based rows, returned 0-based in a userdata left on the stack
+ * (*n of them; NULL for true or none). */
+static const int *read_keep(lua_State *L, int tbl, int *keep_logits, int *n) {
+    lua_getfield(L, tbl, "logits");
+    *n = 0;
+    *keep_logits = lua_toboolean(L, -1);
+    if (lua_isnil(L, -1) || lua_isboolean(L, -1))
+        return NULL;
+    if (!lua_istable(L, -1))
+        luaL_error(L, "step: logits must be true, false or a table of row numbers (got %s)", luaL_typename(L, -1));
+    lua_Integer len = luaL_len(L, -1);
+    if (len > INT32_MAX)
+        luaL_error(L, "step: logits names %I rows", len);
+    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
+    for (lua_Integer i = 1; i <= len; i++) {
+        int ok;
+        lua_geti(L, -2, i);
+        lua_Integer row = lua_tointegerx(L, -1, &ok);
+        if (!ok || row < INT32_MIN + 1 || row > INT32_MAX) /* the engine checks the batch's range */
+            luaL_error(L, "step: logits[%I] must be a row number (got %s)", i, luaL_tolstring(L, -1, NULL));
+        rows[i - 1] = (int)row - 1;
+        lua_pop(L, 1);
+    }
+    *n = (int)len;
+    return rows;
+}
+
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]} */
 static int replica_step(lua_State *L) {
     gptoss_engine *e = check_open(L, 1);
     lua_replica *r = lua_touserdata(L, 1);
     gptoss_batch b;
     lua_step *fed_by = read_batch(L, 2, r, &b);
-    lua_getfield(L, 2, "logits");
-    int keep_logits = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    int keep_logits, n_keep;
+    const int *keep = read_keep(L, 2, &keep_logits, &n_keep);
     lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
     memset(h, 0, sizeof *h);
     h->res.delivered = 1; /* nothing to forget until the engine has it */
@@ -298,7 +325,8 @@ static int replica_step(lua_State *L) {
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_step(e, &b, fed_by ? &fed_by->res : NULL, keep_logits, &h->res, err);
+    gptoss_status s =
+        gptoss_engine_step(e, &b, fed_by ? &fed_by->res : NULL, keep_logits, keep, n_keep, &h->res, err);
     if (s)
         return raise_status(L, "step", s, err);
     return 1;
@@ -306,29 +334,54 @@ static int replica_step(lua_State *L) {
 
 /* ---- the replica's other methods ---- */
 
-/* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=}) sets how the
- * slot's rows draw their tokens (the default mode); r:sampling(slot) makes it
- * greedy again. */
+/* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=, logit_bias=,
+ * logprobs=}) sets how the slot's rows draw their tokens (the default mode);
+ * r:sampling(slot) makes it greedy again, without bias or logprobs. */
 static int replica_sampling(lua_State *L) {
     gptoss_engine *e = check_open(L, 1);
     int slot = check_slot(L, e, 2, "sampling");
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status st;
     if (lua_isnoneornil(L, 3)) {
-        gptoss_engine_sampling(e, slot, NULL);
+        if ((st = gptoss_engine_sampling(e, slot, NULL, err)))
+            return raise_status(L, "replica:sampling", st, err);
         return 0;
     }
     luaL_checktype(L, 3, LUA_TTABLE);
     static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, NULL};
     gptoss_opt_known(L, 3, "replica:sampling", known);
-    gptoss_sample_params p;
-    gptoss_read_sample_params(L, 3, "replica:sampling", &p);
-    if (p.mode != GPTOSS_SAMPLE_DEFAULT)
+    gptoss_slot_sampling s;
+    gptoss_read_sample_params(L, 3, "replica:sampling", &s.params);
+    if (s.params.mode != GPTOSS_SAMPLE_DEFAULT)
         return luaL_error(L, "replica:sampling: per-slot sampling has the default mode only; the "
                              "course sampler is one stream shared by all requests: use "
                              "gptoss.sampler{mode=\"course\"} on h:logits()");
+    s.logprobs = gptoss_read_logprobs(L, 3, "replica:sampling");
+    lua_getiuservalue(L, 1, 1);
+    int vocab = gptoss_check_model(L, -1)->config.vocab_size;
+    lua_pop(L, 1);
+    s.bias = gptoss_read_logit_bias(L, 3, "replica:sampling", vocab, &s.n_bias);
+    if ((st = gptoss_engine_sampling(e, slot, &s, err)))
+        return raise_status(L, "replica:sampling", st, err);
+    return 0;
+}
+
+/* r:fork(from, to [, length]): slot to holds the first length positions of
+ * slot from (default: all it holds), as if prefilled with their tokens */
+static int replica_fork(lua_State *L) {
+    gptoss_engine *e = check_open(L, 1);
+    int from = check_slot(L, e, 2, "fork"), to = check_slot(L, e, 3, "fork");
+    int length = -1;
+    if (!lua_isnoneornil(L, 4)) {
+        lua_Integer n = luaL_checkinteger(L, 4);
+        if (n < 0 || n > INT32_MAX)
+            return luaL_error(L, "fork: length %I must be >= 0", n);
+        length = (int)n;
+    }
     char err[GPTOSS_ERR_LEN];
-    if (gptoss_sample_params_check(&p, err))
-        return luaL_error(L, "replica:sampling: %s", err);
-    gptoss_engine_sampling(e, slot, &p);
+    gptoss_status s = gptoss_engine_fork(e, from, to, length, err);
+    if (s)
+        return raise_status(L, "fork", s, err);
     return 0;
 }
 
@@ -530,19 +583,52 @@ static int step_logits(lua_State *L) {
                              "to r:step", err);
     if (s)
         return raise_status(L, "step:logits", s, err);
-    int64_t shape[2] = {h->res.rows, h->res.vocab};
+    int64_t shape[2] = {h->res.logits_rows, h->res.vocab};
     gptoss_push_tensor(L, h->res.logits, 0, 2, shape);
+    return 1;
+}
+
+/* The step at idx with its tokens in, waiting for them; raises (as fn) where
+ * a row could not be drawn. */
+static lua_step *check_delivered(lua_State *L, int idx, const char *fn) {
+    lua_step *h = check_step(L, idx);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
+    if (s)
+        raise_status(L, fn, s, err);
+    return h;
+}
+
+/* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
+ * where the row's slot asked (r:sampling's logprobs), false elsewhere */
+static int step_logprobs(lua_State *L) {
+    if (!check_step(L, 1)->res.logprobs)
+        return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
+                             "{logprobs = n}) before the step)");
+    lua_step *h = check_delivered(L, 1, "step:logprobs");
+    lua_createtable(L, h->res.rows, 0);
+    for (int i = 0; i < h->res.rows; i++) {
+        const gptoss_row_logprobs *lp = &h->res.logprobs[i];
+        if (lp->n_top < 0) {
+            lua_pushboolean(L, 0);
+        } else {
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, h->res.tokens[i]);
+            lua_setfield(L, -2, "id");
+            lua_pushnumber(L, lp->logprob);
+            lua_setfield(L, -2, "logprob");
+            gptoss_push_top_logprobs(L, lp->top_id, lp->top_logprob, lp->n_top);
+            lua_setfield(L, -2, "top");
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
     return 1;
 }
 
 /* h:tokens() -> the id each row drew: greedy (the first maximum, as the
  * course's argmax) or as its slot's sampling was when the step was taken */
 static int step_tokens(lua_State *L) {
-    lua_step *h = check_step(L, 1);
-    char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
-    if (s)
-        return raise_status(L, "step:tokens", s, err);
+    lua_step *h = check_delivered(L, 1, "step:tokens");
     lua_createtable(L, h->res.rows, 0);
     for (int i = 0; i < h->res.rows; i++) {
         lua_pushinteger(L, h->res.tokens[i]);
@@ -595,7 +681,7 @@ void gptoss_open_replica(lua_State *L) {
     static const luaL_Reg replica_methods[] = {
         {"step", replica_step},         {"trace", replica_trace},   {"reset", replica_reset},
         {"length", replica_length},     {"close", replica_close},   {"sampling", replica_sampling},
-        {"profile", replica_profile},   {NULL, NULL},
+        {"profile", replica_profile},   {"fork", replica_fork},     {NULL, NULL},
     };
     static const luaL_Reg replica_meta[] = {
         {"__gc", replica_close}, {"__close", replica_close}, {"__tostring", replica_tostring}, {NULL, NULL},
@@ -603,7 +689,8 @@ void gptoss_open_replica(lua_State *L) {
     static const gptoss_lua_class_def replica = {GPTOSS_REPLICA_MT, replica_methods, replica_get, replica_meta};
     gptoss_lua_class(L, &replica);
 
-    static const luaL_Reg step_methods[] = {{"logits", step_logits}, {"tokens", step_tokens}, {NULL, NULL}};
+    static const luaL_Reg step_methods[] = {
+        {"logits", step_logits}, {"tokens", step_tokens}, {"logprobs", step_logprobs}, {NULL, NULL}};
     static const luaL_Reg step_meta[] = {{"__gc", step_gc}, {"__tostring", step_tostring}, {NULL, NULL}};
     static const gptoss_lua_class_def step = {GPTOSS_STEP_MT, step_methods, step_get, step_meta};
     gptoss_lua_class(L, &step);

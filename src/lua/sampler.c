@@ -1,5 +1,7 @@
 /* gptoss.sampler{...}: the course's sampler and ours over one logits row. */
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -8,12 +10,13 @@
 #include "../core/sampler.h"
 #include "binding.h"
 
-#define MAX_LOGPROBS 20
-
+/* user values: 1 the constructor's logit bias list */
 typedef struct {
     gptoss_sampler *s;
     uint64_t position; /* the next draw's position when none is given */
     int logprobs;      /* alternatives returned with each draw; -1: none */
+    const gptoss_logit_bias *bias; /* the constructor's, in user value 1 */
+    int n_bias;
 } lua_sampler;
 
 static lua_sampler *check_sampler(lua_State *L, int idx) {
@@ -23,10 +26,55 @@ static lua_sampler *check_sampler(lua_State *L, int idx) {
     return u;
 }
 
-static int check_logprobs(lua_State *L, lua_Integer n, const char *fn) {
-    if (n < 0 || n > MAX_LOGPROBS)
-        luaL_error(L, "%s: logprobs must be within 0..%d (got %I)", fn, MAX_LOGPROBS, n);
+int gptoss_read_logprobs(lua_State *L, int idx, const char *fn) {
+    lua_getfield(L, idx, "logprobs");
+    int given = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (!given)
+        return -1;
+    lua_Integer n = gptoss_opt_integer(L, idx, fn, "logprobs", 0);
+    if (n < 0 || n > GPTOSS_MAX_LOGPROBS)
+        luaL_error(L, "%s: logprobs must be within 0..%d (got %I)", fn, GPTOSS_MAX_LOGPROBS, n);
     return (int)n;
+}
+
+static int by_id(const void *a, const void *b) {
+    int32_t x = ((const gptoss_logit_bias *)a)->id, y = ((const gptoss_logit_bias *)b)->id;
+    return (x > y) - (x < y);
+}
+
+const gptoss_logit_bias *gptoss_read_logit_bias(lua_State *L, int idx, const char *fn, int vocab, int *n) {
+    *n = 0;
+    lua_getfield(L, idx, "logit_bias");
+    if (lua_isnil(L, -1))
+        return NULL;
+    if (!lua_istable(L, -1))
+        luaL_error(L, "%s: logit_bias must be a table {[token id] = bias} (got %s)", fn, luaL_typename(L, -1));
+    int count = 0;
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
+        if (++count > GPTOSS_MAX_LOGIT_BIAS)
+            luaL_error(L, "%s: logit_bias has more than %d entries", fn, GPTOSS_MAX_LOGIT_BIAS);
+    gptoss_logit_bias *out = lua_newuserdatauv(L, sizeof *out * (size_t)(count ? count : 1), 0);
+    for (lua_pushnil(L); lua_next(L, -3); lua_pop(L, 1)) {
+        int ok;
+        lua_Integer id = lua_tointegerx(L, -2, &ok);
+        if (!ok)
+            luaL_error(L, "%s: logit_bias keys must be token ids (got %s)", fn, luaL_tolstring(L, -2, NULL));
+        if (id < 0 || id > (vocab > 0 ? vocab - 1 : INT32_MAX))
+            luaL_error(L, "%s: logit_bias: token %I is out of range 0..%d", fn, id, vocab > 0 ? vocab - 1 : INT32_MAX);
+        lua_Number bias = lua_tonumberx(L, -1, &ok);
+        if (!ok)
+            luaL_error(L, "%s: logit_bias[%I] must be a number (got %s)", fn, id, luaL_tolstring(L, -1, NULL));
+        /* finite as a float, or -inf: +inf or NaN would leave the row no valid draw */
+        if (!(bias == -HUGE_VAL || fabs(bias) <= FLT_MAX))
+            luaL_error(L, "%s: logit_bias[%I] = %f: a bias is a finite float or -math.huge", fn, id, bias);
+        out[*n].id = (int32_t)id;
+        out[*n].bias = (float)bias;
+        ++*n;
+    }
+    lua_remove(L, -2); /* the table; the list stays */
+    qsort(out, (size_t)*n, sizeof *out, by_id);
+    return out;
 }
 
 /* an unpredictable default seed for the default mode (reported as s.seed) */
@@ -61,28 +109,29 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
         p->seed = fresh_seed();
 }
 
-/* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logprobs=} */
+/* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logit_bias=, logprobs=} */
 int gptoss_lua_sampler(lua_State *L) {
     if (lua_isnoneornil(L, 1)) {
         lua_settop(L, 0);
         lua_newtable(L);
     }
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, "logprobs", NULL};
+    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, NULL};
     gptoss_opt_known(L, 1, "sampler", known);
     gptoss_sample_params p;
     gptoss_read_sample_params(L, 1, "sampler", &p);
-    lua_getfield(L, 1, "logprobs");
-    int logprobs = lua_isnil(L, -1) ? -1 : 0;
-    lua_pop(L, 1);
-    if (logprobs == 0)
-        logprobs = check_logprobs(L, gptoss_opt_integer(L, 1, "sampler", "logprobs", 0), "sampler");
+    int logprobs = gptoss_read_logprobs(L, 1, "sampler"), n_bias;
+    const gptoss_logit_bias *bias = gptoss_read_logit_bias(L, 1, "sampler", 0, &n_bias);
 
-    lua_sampler *u = lua_newuserdatauv(L, sizeof *u, 0);
+    lua_sampler *u = lua_newuserdatauv(L, sizeof *u, 1);
     u->s = NULL;
     u->position = 0;
     u->logprobs = logprobs;
+    u->bias = bias;
+    u->n_bias = n_bias;
     luaL_setmetatable(L, GPTOSS_SAMPLER_MT);
+    lua_pushvalue(L, -2); /* the sampler keeps its list */
+    lua_setiuservalue(L, -2, 1);
     char err[GPTOSS_ERR_LEN];
     u->s = gptoss_sampler_new(&p, err);
     if (!u->s)
@@ -127,20 +176,21 @@ static const float *check_row(lua_State *L, int idx, int *n) {
     return gptoss_tensor_data(t);
 }
 
-/* s:sample(logits [, position | {position=, logprobs=}]) -> id [, logprob, alternatives] */
+/* s:sample(logits [, position | {position=, logprobs=, logit_bias=}]) -> id [, logprob, alternatives] */
 static int sampler_sample(lua_State *L) {
     lua_sampler *u = check_sampler(L, 1);
     lua_Integer position = (lua_Integer)u->position;
-    int logprobs = u->logprobs;
+    int logprobs = u->logprobs, n_bias = u->n_bias;
+    const gptoss_logit_bias *bias = u->bias;
     if (lua_type(L, 3) == LUA_TTABLE) {
-        static const char *const known[] = {"position", "logprobs", NULL};
+        static const char *const known[] = {"position", "logprobs", "logit_bias", NULL};
         gptoss_opt_known(L, 3, "sampler:sample", known);
         position = gptoss_opt_integer(L, 3, "sampler:sample", "position", position);
-        lua_getfield(L, 3, "logprobs");
-        if (!lua_isnil(L, -1))
-            logprobs = check_logprobs(L, gptoss_opt_integer(L, 3, "sampler:sample", "logprobs", 0),
-                                      "sampler:sample");
-        lua_pop(L, 1);
+        int call_logprobs = gptoss_read_logprobs(L, 3, "sampler:sample"), call_n_bias;
+        logprobs = call_logprobs >= 0 ? call_logprobs : logprobs;
+        const gptoss_logit_bias *call_bias = gptoss_read_logit_bias(L, 3, "sampler:sample", 0, &call_n_bias);
+        if (call_bias) /* replaces the constructor's */
+            bias = call_bias, n_bias = call_n_bias;
     } else if (!lua_isnoneornil(L, 3)) {
         int ok;
         position = lua_tointegerx(L, 3, &ok);
@@ -155,27 +205,34 @@ static int sampler_sample(lua_State *L) {
     int n;
     const float *row = check_row(L, 2, &n);
     char err[GPTOSS_ERR_LEN];
-    int id = gptoss_sample(u->s, row, n, (uint64_t)position, err);
+    const float *seen; /* the row under the bias */
+    if (gptoss_bias_row(u->s, row, n, bias, n_bias, &seen, err))
+        return luaL_error(L, "%s", err);
+    int id = gptoss_sample(u->s, seen, n, (uint64_t)position, err);
     if (id < 0)
         return luaL_error(L, "%s", err);
     u->position = (uint64_t)position + 1;
     lua_pushinteger(L, id);
     if (logprobs < 0)
         return 1;
-    int top_ids[MAX_LOGPROBS];
-    double lp, top_lps[MAX_LOGPROBS];
-    int have = gptoss_logprobs(row, n, id, logprobs, &lp, top_ids, top_lps, err);
+    int top_ids[GPTOSS_MAX_LOGPROBS];
+    double lp, top_lps[GPTOSS_MAX_LOGPROBS];
+    int have = gptoss_logprobs(seen, n, id, logprobs, &lp, top_ids, top_lps, err);
     lua_pushnumber(L, lp);
-    lua_createtable(L, have, 0);
-    for (int k = 0; k < have; k++) {
+    gptoss_push_top_logprobs(L, top_ids, top_lps, have);
+    return 3;
+}
+
+void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logprobs, int n) {
+    lua_createtable(L, n, 0);
+    for (int k = 0; k < n; k++) {
         lua_createtable(L, 0, 2);
-        lua_pushinteger(L, top_ids[k]);
+        lua_pushinteger(L, ids[k]);
         lua_setfield(L, -2, "id");
-        lua_pushnumber(L, top_lps[k]);
+        lua_pushnumber(L, logprobs[k]);
         lua_setfield(L, -2, "logprob");
         lua_rawseti(L, -2, k + 1);
     }
-    return 3;
 }
 
 static int sampler_get(lua_State *L) {
