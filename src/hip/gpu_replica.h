@@ -74,7 +74,7 @@ struct gptoss_gpu {
     int *length;            /* host: positions held per slot */
     int *ring_from;         /* host: per slot, the first position whose keys its rings still hold */
     int ring_positions;     /* positions a windowed layer's ring keeps (gptoss_kv_positions), 0: no ring */
-    int *slot_rows;         /* host scratch: rows per slot while checking a step */
+    int *slot_rows;         /* host scratch per slot while checking a step: rows, then first position + 1 */
     gptoss_logit_bias *bias_host;  /* pinned: each slot's bias list on its way up, made on first use */
     unsigned char *bias_pending;   /* per slot: its upload may not have run yet */
     hipEvent_t bias_sent;          /* recorded after the latest bias upload */

@@ -403,6 +403,31 @@ static void commit(gptoss_gpu *g, const gptoss_batch *b) {
     }
 }
 
+/* Refuses a row going back further than its slot's rings hold. Keys at
+ * or past the slot's first position in this step are this step's own
+ * (written before any row attends), so only older ones must be held. */
+static gptoss_status check_rings(gptoss_gpu *g, const gptoss_batch *b, char *err) {
+    if (!g->ring_positions)
+        return GPTOSS_OK;
+    int *first = g->slot_rows; /* borrowed: 0 outside check_chunks; here first position + 1 */
+    for (int i = 0; i < b->n; i++) {
+        int *f = &first[b->slots[i]];
+        *f = *f == 0 || b->positions[i] + 1 < *f ? b->positions[i] + 1 : *f;
+    }
+    gptoss_status s = GPTOSS_OK;
+    for (int i = 0; i < b->n && !s; i++) {
+        int slot = b->slots[i], lacks = ring_lacks(g, g->ring_from[slot], b->positions[i]);
+        if (lacks >= 0 && lacks < first[slot] - 1) {
+            char what[48];
+            snprintf(what, sizeof what, "positions[%d] = %d", i + 1, b->positions[i]);
+            s = ring_refusal(g, slot, g->ring_from[slot], b->positions[i], what, 0, err);
+        }
+    }
+    for (int i = 0; i < b->n; i++)
+        first[b->slots[i]] = 0;
+    return s;
+}
+
 /* ---- forks and logit biases ------------------------------------------------------ */
 
 static gptoss_status gpu_fork(void *ctx, int from, int to, int length, char *err) {
@@ -483,12 +508,8 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     gptoss_status s = gptoss_batch_check(b, g->o.slots, g->o.ctx, g->c.vocab_size, g->length, err);
     if (s || (s = check_chunks(g, b, err)))
         return s;
-    for (int i = 0; i < b->n; i++) /* a row going back further than the rings hold */
-        if (ring_lacks(g, g->ring_from[b->slots[i]], b->positions[i]) >= 0) {
-            char what[48];
-            snprintf(what, sizeof what, "positions[%d] = %d", i + 1, b->positions[i]);
-            return ring_refusal(g, b->slots[i], g->ring_from[b->slots[i]], b->positions[i], what, 0, err);
-        }
+    if ((s = check_rings(g, b, err)))
+        return s;
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot select the device", e);
