@@ -1,3 +1,5 @@
+# The products of wgmma_gemm.cu through torch (cuBLAS), one JSON line each: the vendor figures in RESULTS.md.
+#   python3 vendor_dense.py
 import json, torch
 shapes = [("qkv", 5120, 2880), ("o", 2880, 4096), ("mlp1", 5760, 2880), ("mlp2", 2880, 2880), ("logits", 201088, 2880)]
 for rows in (1024, 2048):

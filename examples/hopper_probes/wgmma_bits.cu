@@ -1,4 +1,5 @@
 // Probe: do wgmma.m64n8k16 (A in registers, B from shared memory) and mma.sync.m16n8k16
+// nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o wgmma_bits wgmma_bits.cu && ./wgmma_bits
 // give the same fp32 bits for the same bf16 inputs and accumulators?
 #include <cstdio>
 #include <cstdint>
