@@ -1,6 +1,6 @@
 // Probe: is mma.sync.m16n8k16's fp32 result invariant to (1) swapping the operands
 // (C^T = B^T A^T computed with W as A) and (2) permuting the 16 k slots consistently?
-// nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o mma_swap mma_swap.cu && ./mma_swap
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o mma_swap mma_swap.cu && ./mma_swap
 #include <cstdio>
 #include <cstdint>
 #include <cstring>

@@ -1,6 +1,6 @@
 // Probe: do wgmma.m64n8k16 (A in registers, B from shared memory) and mma.sync.m16n8k16
-// nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o wgmma_bits wgmma_bits.cu && ./wgmma_bits
 // give the same fp32 bits for the same bf16 inputs and accumulators?
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o wgmma_bits wgmma_bits.cu && ./wgmma_bits
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +15,7 @@ __device__ inline uint64_t desc_b(const void *smem, int lbo, int sbo) {
 // A: [64][16] bf16 row-major (per trial), B: [8 n][16 k] bf16 (k contiguous), C: [64][8] f32.
 // Each warp w handles rows 16w..16w+15 with mma.sync; the warpgroup does one wgmma.
 __global__ void probe(const __nv_bfloat16 *A, const __nv_bfloat16 *B, const float *C, float *out_mma,
-                      float *out_wg, int chain, int lbo_variant) {
+                      float *out_wg, int chain) {
   int trial = blockIdx.x;
   A += (size_t)trial * chain * 64 * 16; B += (size_t)trial * chain * 8 * 16; C += trial * 64 * 8;
   out_mma += trial * 64 * 8; out_wg += trial * 64 * 8;
@@ -32,7 +32,7 @@ __global__ void probe(const __nv_bfloat16 *A, const __nv_bfloat16 *B, const floa
     for (int i = t; i < 128; i += 128) {
       int n = i / 16, k = i % 16;
       int core = k / 8;
-      int idx = lbo_variant == 0 ? core * 64 + n * 8 + (k % 8) : n * 8 + (k % 8) + core * 64;
+      int idx = core * 64 + n * 8 + (k % 8);
       sB[s][idx] = Bs[n * 16 + k];
     }
     __syncthreads();
@@ -74,7 +74,7 @@ static float bf(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f
 int main() {
   const int trials = 4096;
   std::mt19937_64 rng(1);
-  for (int chain : {1, 2, 8}) for (int wide = 0; wide < 2; wide++) for (int variant = 0; variant < 2; variant++) {
+  for (int chain : {1, 2, 8}) for (int wide = 0; wide < 2; wide++) {
     size_t na = (size_t)trials * chain * 64 * 16, nb = (size_t)trials * chain * 8 * 16, nc = (size_t)trials * 64 * 8;
     uint16_t *hA = new uint16_t[na], *hB = new uint16_t[nb];
     float *hC = new float[nc];
@@ -92,7 +92,7 @@ int main() {
     cudaMemcpy(dA, hA, na * 2, cudaMemcpyHostToDevice); cudaMemcpy(dB, hB, nb * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dC, hC, nc * 4, cudaMemcpyHostToDevice);
     probe<<<trials, 128>>>((const __nv_bfloat16 *)dA, (const __nv_bfloat16 *)dB, (const float *)dC, (float *)dM,
-                           (float *)dW, chain, variant);
+                           (float *)dW, chain);
     cudaError_t err = cudaDeviceSynchronize();
     if (err != cudaSuccess) { printf("error %s\n", cudaGetErrorString(err)); return 1; }
     float *hM = new float[nc], *hW = new float[nc];
@@ -108,8 +108,8 @@ int main() {
       maxrel_m = fmax(maxrel_m, fabs(hM[i] - ref) / den); maxrel_w = fmax(maxrel_w, fabs(hW[i] - ref) / den);
       uint32_t a, b; memcpy(&a, &hM[i], 4); memcpy(&b, &hW[i], 4); diff += a != b;
     }
-    printf("chain %d wide %d layout %d: outputs %zu, bits differ %ld, max rel err mma %.3g wgmma %.3g\n", chain, wide,
-           variant, nc, diff, maxrel_m, maxrel_w);
+    printf("chain %d wide %d: outputs %zu, bits differ %ld, max rel err mma %.3g wgmma %.3g\n", chain, wide, nc, diff,
+           maxrel_m, maxrel_w);
     cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dM); cudaFree(dW);
     delete[] hA; delete[] hB; delete[] hC; delete[] hM; delete[] hW;
   }
