@@ -22,6 +22,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "../../kernels/hopper.h"
+
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 typedef uint16_t bf16;
@@ -29,35 +31,6 @@ constexpr int BO = 128;  // outputs per block: 2 consumer warpgroups x 64
 constexpr int KS = 64;   // k per stage: two 32-chunks
 constexpr int STAGES = 4;
 constexpr int W_STAGE = BO * KS * 2;
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(b)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}" :: "r"(smem_u32(b)), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               :: "r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
-}
-// K-major operand, 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart
-__device__ __forceinline__ uint64_t desc_sw128(const void *p) {
-  uint64_t a = smem_u32(p);
-  return ((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
 
 #define WGMMA_OUTS_64 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), \
@@ -169,9 +142,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm(const bf16 *__restrict__ W_
     for (int i = 0; i < 4; i++) {
       if (i >= steps) break;
       float(&d)[NR] = acc[SPLIT ? i / 2 : 0];
-      uint64_t b = desc_sw128(xs + 32 * i);
+      uint64_t b = swizzled_desc(xs + 32 * i);
       if (SS) {
-        wgmma<BT>::ss(d, desc_sw128(ws + cw * 64 * 128 + 32 * i), b);
+        wgmma<BT>::ss(d, swizzled_desc(ws + cw * 64 * 128 + 32 * i), b);
       } else {  // instruction s of chunk ch: words 2s and 2s + 1 of each piece, as mma32
         const int ch = i / 2, s = i % 2;
         const uint32_t a[4] = {s ? lo[ch].z : lo[ch].x, s ? hi[ch].z : hi[ch].x, s ? lo[ch].w : lo[ch].y,

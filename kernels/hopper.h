@@ -1,0 +1,57 @@
+/* sm_90a's asynchronous copies and barriers for the Hopper GEMM
+ * (gemm_wgmma.h) and the probes in examples/hopper_probes: mbarriers,
+ * 1D bulk copies and 2D TMA loads that complete on them, and the shared
+ * memory descriptor of a 128-byte-swizzled K-major wgmma operand. Declared
+ * for the host pass and for sm_90a device code only: other targets'
+ * device code must not see these instructions. */
+#ifndef GPTOSS_KERNELS_HOPPER_H
+#define GPTOSS_KERNELS_HOPPER_H
+
+#include <stdint.h>
+
+#if defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
+#include <cuda.h>
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace {
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+                     "r"(smem_addr(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+/* a K-major operand with the 128-byte swizzle: rows of 128 bytes, groups of 8 rows 1 KiB apart */
+__device__ __forceinline__ uint64_t swizzled_desc(const void *p) {
+    const uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+} // namespace
+#endif
+#endif
+
+#endif
