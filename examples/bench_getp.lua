@@ -44,7 +44,7 @@ end
 local model = gptoss.synthetic(a.model, { seed = 1 })
 local t0 = gptoss.realtime_ms()
 local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-  devices = a.devices, replica = { weights = a.weights, kv = a.weights == "fp32" and "fp32" or "bf16", slots = a.slots },
+  devices = a.devices, replica = { weights = a.weights, slots = a.slots },
   scheduler = a.scheduler, partition = a.partition }
 local t1 = gptoss.realtime_ms()
 io.stderr:write(g:describe(), "\n")

@@ -156,7 +156,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   note(g:describe())
   local slots = {}
   for k, r in ipairs(g.replicas) do slots[k] = r.slots end
-  figures.weights = g.replicas[1].weights
+  figures.weights, figures.kv = g.replicas[1].weights, g.replicas[1].kv
   if a.profile then start_profiling(g.replicas) end
 
   local t1 = gptoss.realtime_ms()
@@ -189,7 +189,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv,
     threads = a.threads, on_progress = weights_progress(device) }
   note(tostring(r))
-  figures.weights = r.weights
+  figures.weights, figures.kv = r.weights, r.kv
   if a.profile then start_profiling { r } end
   local sampling, default_mode = cli.sampling(a)
   local course_sampler = sampling and not default_mode
@@ -259,10 +259,9 @@ local function main()
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 
-  -- without --weights each replica picks (the CPU fp32; GPUs mxfp4 where the experts are
-  -- exactly MXFP4, else bf16); the KV cache follows: fp32 with fp32 weights, else bf16
-  local weights = a.weights
-  local kv = a.kv or (weights or (devices[1] == "cpu" and "fp32")) == "fp32" and "fp32" or "bf16"
+  -- without --weights / --kv each replica picks (the CPU fp32; GPUs mxfp4 where the experts
+  -- are exactly MXFP4, else bf16; the KV cache fp32 with fp32 weights, else bf16)
+  local weights, kv = a.weights, a.kv
 
   local figures = {
     mode = a.mode, model = a.synthetic and ("synthetic " .. a.synthetic) or a.checkpoint,

@@ -73,13 +73,29 @@ describe("model:replica_bytes", function()
     expect_error(function() wide:replica(huge) end, "replica: the KV cache for 1048576 slots", "2^64")
     local wider = gptoss.synthetic({ head_dim = 4096, n_attn_heads = 2, n_kv_heads = 2, vocab_size = 1000,
       sliding_window = 0 }, { seed = 1 })
-    expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29 } end,
+    expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29, kv = "fp32" } end,
       "replica_bytes: 1048576 slots of 536870912 positions with 1048576 rows a step need more than 2^64 bytes")
     assert.are.equal(1, wide:replica { slots = 1, ctx = 4 }.slots) -- still usable
     -- below 2^64 but past what a Lua integer holds
     expect_error(function()
-      gptoss.synthetic("20b"):replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 28, rows = 1 << 20 }
+      gptoss.synthetic("20b"):replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 28, rows = 1 << 20, kv = "fp32" }
     end, "replica_bytes: these options need more than 2^63 bytes")
+  end)
+
+  it("keeps the KV cache in the weights' precision unless kv is given: fp32 with fp32, else bf16", function()
+    assert.are.same({ "fp32", "fp32" }, { m:replica { ctx = 4 }.weights, m:replica { ctx = 4 }.kv })
+    assert.are.equal("bf16", m:replica { ctx = 4, weights = "bf16" }.kv)
+    assert.are.equal("fp32", m:replica { ctx = 4, weights = "bf16", kv = "fp32" }.kv)
+    local gpu = { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local function kv_bytes(extra)
+      local o = {}
+      for k, v in pairs(gpu) do o[k] = v end
+      for k, v in pairs(extra) do o[k] = v end
+      return m:replica_bytes(o).kv
+    end
+    assert.are.equal(kv_bytes { kv = "bf16" }, kv_bytes {})                      -- mxfp4 weights
+    assert.are.equal(kv_bytes { kv = "fp32" }, kv_bytes { weights = "fp32" })
+    assert.are.equal(kv_bytes { kv = "fp32" }, 2 * kv_bytes {})
   end)
 
   it("refuses options as model:replica does, naming replica_bytes", function()

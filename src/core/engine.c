@@ -22,6 +22,8 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gpto
     gptoss_status s = i->resolve(m, o, err);
     if (s)
         return s;
+    if (o->kv_bf16 < 0) /* the cache follows the weights: fp32 with fp32, else bf16 */
+        o->kv_bf16 = o->weights != GPTOSS_WEIGHTS_FP32;
     memset(out, 0, sizeof *out);
     *headroom = 0;
     if ((s = i->plan(m, o, out, headroom, err)))

@@ -35,7 +35,7 @@ typedef struct {
     int device;       /* -1: the CPU; else a 0-based GPU */
     int slots, ctx;   /* independent sequences, positions each */
     int weights;      /* gptoss_weights */
-    int kv_bf16;      /* K and V stored in bf16 (else fp32) */
+    int kv_bf16;      /* K and V stored in bf16 (else fp32); -1 not given: bf16 unless the weights are fp32 */
     int threads;      /* CPU worker threads: 0 all online CPUs; -1 not given */
     int rows, chunk;  /* GPU: most rows in one step, of one slot in one step; 0 not given */
 } gptoss_engine_opts;

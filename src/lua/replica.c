@@ -116,7 +116,7 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     o.rows = (int)rows;
     o.chunk = (int)chunk;
     o.weights = gptoss_opt_choice(L, idx, fn, "weights", weight_modes, GPTOSS_WEIGHTS_UNSET);
-    o.kv_bf16 = gptoss_opt_choice(L, idx, fn, "kv", kv_modes, 0);
+    o.kv_bf16 = gptoss_opt_choice(L, idx, fn, "kv", kv_modes, -1);
     return o;
 }
 
