@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(384, 1)
     uint8_t *w_st = ring, *x_st = ring + WG_STAGES * WG_W_STAGE;
     uint64_t *full = (uint64_t *)(x_st + WG_STAGES * WG_X_STAGE), *empty = full + WG_STAGES;
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
-    const int o0 = blockIdx.x * WG_BO, p0 = blockIdx.y * WG_BT, tid = threadIdx.x, wg = tid / 128;
+    const int p0 = blockIdx.x * WG_BT, o0 = blockIdx.y * WG_BO, tid = threadIdx.x, wg = tid / 128;
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
             mbar_init(&full[s], 1);
@@ -258,7 +258,8 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, hipStream_t stream) {
     e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
     if (e != hipSuccess)
         return e;
-    dim3 grid((a->n + WG_BO - 1) / WG_BO, (a->rows + WG_BT - 1) / WG_BT);
+    /* the row blocks of one weight block run side by side: its weights come from memory once */
+    dim3 grid((a->rows + WG_BT - 1) / WG_BT, (a->n + WG_BO - 1) / WG_BO);
     hipLaunchKernelGGL(kernel, grid, dim3(384), WG_SMEM, stream, *a, xmap, wmap);
     return hipGetLastError();
 #else
