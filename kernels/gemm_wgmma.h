@@ -236,8 +236,9 @@ __global__ void wgmma_built_kernel(int *out) {
  * that the other families' smaller blocks keep more of the GPU busy);
  * [n][k] weights need rows of whole 16 bytes for their tensor map. */
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
-    const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
+    const int64_t col_blocks = (a->n + WG_BO - 1) / WG_BO, blocks = col_blocks * ((a->rows + WG_BT - 1) / WG_BT);
     return dev->wgmma && a->x_perm && !a->tiles && !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors &&
+           col_blocks <= 65535 && /* the grid's y */
            (a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL) && (a->w_tiled || a->k % 8 == 0);
 }
 
