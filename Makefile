@@ -152,7 +152,7 @@ $(TOKENIZER):
 tokenizer:
 	$(MAKE) --always-make $(TOKENIZER)
 
-# The closing line "N passed, N failed" comes from tests/summary.lua.
+# The closing line "N passed, N failed, N skipped" comes from tests/summary.lua.
 # TESTS picks spec files (default: all of tests/).
 TESTS ?= tests
 test: setup | $(TOKENIZER)
