@@ -43,11 +43,7 @@ script.run(function()
   local back = tok:decode(ids)
   local decode_s = gptoss.clock() - t0
   assert(back == text, "decode(encode(text)) differs from the text")
-  if a.ids then
-    local out = assert(io.open(a.ids, "w"))
-    out:write(table.concat(ids, "\n"), "\n")
-    out:close()
-  end
+  if a.ids then files.write("--ids", a.ids, table.concat(ids, "\n") .. "\n") end
 
   local mb = #text / 1e6
   local result = {
