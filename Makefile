@@ -5,11 +5,11 @@
 #   make HIP_PLATFORM=cpu     CPU golden engine only
 #   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90a"
 #   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
-#   make test | demo | tokenizer | platforms | deps | clean
+#   make setup | test | demo | tokenizer | platforms | deps | install | clean
 #
-# HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present,
-# else cpu. Flags of our own live in GPTOSS_* variables because luarocks
-# passes CFLAGS on the command line.
+# HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present
+# and an NVIDIA GPU is there to run it, else cpu. Flags of our own live in
+# GPTOSS_* variables because luarocks passes CFLAGS on the command line.
 
 BUILD      ?= build
 LUA        ?= lua5.4
@@ -28,8 +28,12 @@ JANSSON_LIBDIR ?=
 PCRE2_INCDIR ?=
 PCRE2_LIBDIR ?=
 
+# An NVIDIA GPU is there when the driver made its device node, or nvidia-smi lists
+# one (a container may name the nodes differently). Without one the NVIDIA
+# build (minutes) would only report no devices, so the default is then cpu.
+NVIDIA_GPU = $(or $(wildcard /dev/nvidia[0-9]*),$(shell nvidia-smi -L 2>/dev/null | grep -m1 '^GPU'))
 ifeq ($(strip $(HIP_PLATFORM)),)
-  ifneq ($(and $(NVCC),$(wildcard $(HIP_INCDIR)/hip/hip_runtime.h)),)
+  ifneq ($(and $(NVCC),$(wildcard $(HIP_INCDIR)/hip/hip_runtime.h),$(NVIDIA_GPU)),)
     HIP_PLATFORM := nvidia
   else
     HIP_PLATFORM := cpu
@@ -110,7 +114,10 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # What demo and test need, installed from Debian when missing (a fresh
 # Debian 12 machine needs nothing else). Node only builds $(TOKENIZER), so
 # a machine that already has the file (the GPU machine, offline) needs no npm.
+# luarocks (docs/building.md#luarocks) only when make setup is asked for by
+# name: test and demo, which run setup first, do not use it.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev
+SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
 SETUP_NODE_PACKAGES := nodejs npm
@@ -123,6 +130,9 @@ setup:
 	fi; \
 	if ! command -v npm >/dev/null 2>&1 && [ ! -f $(TOKENIZER) ]; then \
 	  pkgs="$$pkgs $(SETUP_NODE_PACKAGES)"; \
+	fi; \
+	if [ -n "$(SETUP_LUAROCKS)" ] && ! command -v luarocks >/dev/null 2>&1; then \
+	  pkgs="$$pkgs $(SETUP_LUAROCKS)"; \
 	fi; \
 	if [ -n "$$pkgs" ]; then \
 	  echo "== installing Debian packages: $${pkgs# }"; \
@@ -142,7 +152,7 @@ $(TOKENIZER):
 tokenizer:
 	$(MAKE) --always-make $(TOKENIZER)
 
-# The closing line "N passed, N failed" comes from tests/summary.lua.
+# The closing line "N passed, N failed, N skipped" comes from tests/summary.lua.
 # TESTS picks spec files (default: all of tests/).
 TESTS ?= tests
 test: setup | $(TOKENIZER)
@@ -188,13 +198,14 @@ deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
 
-# On the GPU machine: unpack .deps into a private prefix (never /) and run
+# On the GPU machine (an NVIDIA one, so the build is nvidia whatever the
+# detection above says): unpack .deps into a private prefix (never /) and run
 # the whole suite with that prefix's Lua, busted and headers.
 DEBROOT ?= /tmp/gptoss-debroot
 DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
 # (test, then demo: as goals of one parallel make, both would link core.so
 # at once and one could load it half written)
-GPU_MACHINE_MAKE = $(MAKE) RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
+GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
 	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
@@ -212,20 +223,21 @@ gpu-machine-test:
 gpu-machine-run:
 	mkdir -p $(DEBROOT)
 	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
-	$(MAKE) LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
+	$(MAKE) HIP_PLATFORM=nvidia LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu \
 	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
 	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) all
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
 	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
 
-# luarocks (build.type = "make") installs through these
+# luarocks (build.type = "make") installs through these; tokenizer.bin goes
+# beside the Lua modules, where gptoss.tokenizer_path() finds it on package.path
 INST_LIBDIR ?= $(BUILD)/install/lib
 INST_LUADIR ?= $(BUILD)/install/lua
-install: $(LIB)
+install: $(LIB) | $(TOKENIZER)
 	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss
 	cp $(LIB) $(INST_LIBDIR)/gptoss/core.so
-	cp lua/gptoss/*.lua $(INST_LUADIR)/gptoss/
+	cp lua/gptoss/*.lua $(TOKENIZER) $(INST_LUADIR)/gptoss/
 
 clean:
 	rm -rf $(BUILD)

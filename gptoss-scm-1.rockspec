@@ -9,13 +9,19 @@ description = {
   detailed = [[
 A Lua 5.4 extension module written in C with HIP kernels. The Makefile builds
 gptoss/core.so for HIP_PLATFORM=nvidia|amd|cpu (environment variables reach
-make) together with the pure-Lua package gptoss, and installs examples/run.lua,
-the course's command line, as the command gptoss-run.
+make) together with the pure-Lua package gptoss and tokenizer.bin (built with
+npm when build/ lacks it; gptoss.tokenizer() finds the installed copy), and
+installs examples/run.lua, the course's command line, as the command gptoss-run.
 ]],
   license = "MIT",
 }
+-- argparse: the command lines of gptoss-run and the examples; dkjson: gptoss.chat's tool
+-- arguments and the --json outputs
+-- (Debian: lua-argparse, lua-dkjson; luarocks --deps-mode=none uses those)
 dependencies = {
   "lua >= 5.4",
+  "argparse",
+  "dkjson",
 }
 -- checkpoints' JSON (Debian: libjansson-dev); o200k tokenization's regular expression (libpcre2-dev)
 external_dependencies = {

@@ -4,12 +4,13 @@
 -- greedy, TPS = generated tokens / whole milliseconds of CLOCK_REALTIME around the
 -- inference only (docs/course.md#control-flow-and-timing). Prints the replicas chosen, a table and
 -- one JSON line.
---   lua5.4 examples/bench_getp.lua [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
+--   ./gptoss bench_getp [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
+local script = require "gptoss.script"
 
 local parser = argparse("bench_getp.lua", "getp throughput of a synthetic model.")
 parser:option("--model", "Synthetic shape name.", "20b")
@@ -23,47 +24,49 @@ parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).
   :choices { "fp32", "bf16", "mxfp4" }
 parser:option("--scheduler", "continuous or static.", "continuous")
 parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
-parser:option("--tokenizer", "tokenizer.bin.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
-local a = parser:parse()
+parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
+local a = script.parse(parser)
 
-local SUBJECTS = { "sleep", "the ocean", "black holes", "ancient Rome", "machine learning", "coffee",
-  "volcanoes", "friendship", "the stock market", "honey bees", "jazz", "the moon" }
-local ASKS = { "In a few sentences, what is the biggest misconception people have about %s?",
-  "Could you explain %s to a curious ten year old, step by step?",
-  "Please write a short poem of four lines about %s and its beauty.",
-  "Give me three surprising facts about %s that most people do not know." }
+script.run(function()
+  local SUBJECTS = { "sleep", "the ocean", "black holes", "ancient Rome", "machine learning", "coffee",
+    "volcanoes", "friendship", "the stock market", "honey bees", "jazz", "the moon" }
+  local ASKS = { "In a few sentences, what is the biggest misconception people have about %s?",
+    "Could you explain %s to a curious ten year old, step by step?",
+    "Please write a short poem of four lines about %s and its beauty.",
+    "Give me three surprising facts about %s that most people do not know." }
 
-local tok = gptoss.tokenizer(a.tokenizer)
-local prompts, prompt_tokens = {}, 0
-for i = 1, a.requests do
-  local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]
-  prompts[i] = ask:format(subject)
-  prompt_tokens = prompt_tokens + #tok:encode(prompts[i])
-end
+  local tok = gptoss.tokenizer(a.tokenizer)
+  local prompts, prompt_tokens = {}, 0
+  for i = 1, a.requests do
+    local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]
+    prompts[i] = ask:format(subject)
+    prompt_tokens = prompt_tokens + #tok:encode(prompts[i])
+  end
 
-local model = gptoss.synthetic(a.model, { seed = 1 })
-local t0 = gptoss.realtime_ms()
-local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-  devices = a.devices, replica = { weights = a.weights, slots = a.slots },
-  scheduler = a.scheduler, partition = a.partition }
-local t1 = gptoss.realtime_ms()
-io.stderr:write(g:describe(), "\n")
-local result = g:run()
-local t2 = gptoss.realtime_ms()
-local ms = math.max(1, t2 - t1)
-local tps = result.tokens / ms * 1000
+  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local t0 = gptoss.realtime_ms()
+  local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
+    devices = a.devices, replica = { weights = a.weights, slots = a.slots },
+    scheduler = a.scheduler, partition = a.partition }
+  local t1 = gptoss.realtime_ms()
+  io.stderr:write(g:describe(), "\n")
+  local result = g:run()
+  local t2 = gptoss.realtime_ms()
+  local ms = math.max(1, t2 - t1)
+  local tps = result.tokens / ms * 1000
 
-local slots = {}
-for k, r in ipairs(g.replicas) do slots[k] = r.slots end
-print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt", "steps", "seconds", "TPS (tok/s)"))
-print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
-  result.steps, ms / 1000, tps))
--- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
-local first = (a.devices or gptoss.default_devices())[1]
-local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
-print(json.encode({
-  bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
-  prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
-  tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
-  partition = a.partition, device = device_name,
-}))
+  local slots = {}
+  for k, r in ipairs(g.replicas) do slots[k] = r.slots end
+  print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt", "steps", "seconds", "TPS (tok/s)"))
+  print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
+    result.steps, ms / 1000, tps))
+  -- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
+  local first = (a.devices or gptoss.default_devices())[1]
+  local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
+  print(json.encode({
+    bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
+    prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
+    tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
+    partition = a.partition, device = device_name,
+  }))
+end)

@@ -1,11 +1,12 @@
 #!/usr/bin/env lua5.4
 -- CPU golden engine throughput: S slots prefill P tokens each in one step,
 -- then D decode steps of S rows. Prints a table and one JSON line.
---   lua5.4 examples/bench_golden.lua [--model 7m] [--slots 4] [--prompt 16] [--decode 8] [--threads 0]
+--   ./gptoss bench_golden [--model 7m] [--slots 4] [--prompt 16] [--decode 8] [--threads 0]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local script = require "gptoss.script"
 
 local parser = argparse("bench_golden.lua", "CPU golden engine throughput.")
 parser:option("--model", "Synthetic shape name.", "7m")
@@ -13,45 +14,48 @@ parser:option("--slots", "Sequences.", "4"):convert(cli.integer("--slots", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--decode", "Decode steps.", "8"):convert(cli.integer("--decode", 0))
 parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--threads", 0))
-parser:option("--weights", "fp32 or bf16.", "fp32")
-local a = parser:parse()
+parser:option("--weights", "fp32 or bf16.", "fp32"):choices { "fp32", "bf16" }
+local a = script.parse(parser)
 
-local t0 = gptoss.clock()
-local model = gptoss.synthetic(a.model, { seed = 1 })
-local r = model:replica { slots = a.slots, ctx = a.prompt + a.decode, threads = a.threads, weights = a.weights }
-local setup = gptoss.clock() - t0
+script.run(function()
+  local t0 = gptoss.clock()
+  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local r = model:replica { slots = a.slots, ctx = a.prompt + a.decode, threads = a.threads, weights = a.weights }
+  local setup = gptoss.clock() - t0
 
-local slots, positions, tokens = {}, {}, {}
-for s = 1, a.slots do
-  for p = 0, a.prompt - 1 do
-    slots[#slots + 1], positions[#positions + 1], tokens[#tokens + 1] = s, p, (s * 7919 + p * 104729) % model.config.vocab_size
+  local slots, positions, tokens = {}, {}, {}
+  for s = 1, a.slots do
+    for p = 0, a.prompt - 1 do
+      slots[#slots + 1], positions[#positions + 1], tokens[#tokens + 1] =
+        s, p, (s * 7919 + p * 104729) % model.config.vocab_size
+    end
   end
-end
-t0 = gptoss.clock()
-local h = r:step { slots = slots, positions = positions, tokens = tokens }
-local prefill = gptoss.clock() - t0
-local last = {}
-local all = h:tokens()
-for s = 1, a.slots do last[s] = all[s * a.prompt] end
+  t0 = gptoss.clock()
+  local h = r:step { slots = slots, positions = positions, tokens = tokens }
+  local prefill = gptoss.clock() - t0
+  local last = {}
+  local all = h:tokens()
+  for s = 1, a.slots do last[s] = all[s * a.prompt] end
 
-local ds = {}
-for s = 1, a.slots do ds[s] = s end
-t0 = gptoss.clock()
-for step = 0, a.decode - 1 do
-  local pos = {}
-  for s = 1, a.slots do pos[s] = a.prompt + step end
-  last = r:step { slots = ds, positions = pos, tokens = last }:tokens()
-end
-local decode = gptoss.clock() - t0
+  local ds = {}
+  for s = 1, a.slots do ds[s] = s end
+  t0 = gptoss.clock()
+  for step = 0, a.decode - 1 do
+    local pos = {}
+    for s = 1, a.slots do pos[s] = a.prompt + step end
+    last = r:step { slots = ds, positions = pos, tokens = last }:tokens()
+  end
+  local decode = gptoss.clock() - t0
 
-local result = {
-  bench = "golden", model = a.model, weights = a.weights, slots = a.slots, prompt = a.prompt, decode = a.decode,
-  threads = r.threads, setup_s = setup, prefill_s = prefill, decode_s = decode,
-  prefill_rows_per_s = a.slots * a.prompt / prefill,
-  decode_rows_per_s = a.decode > 0 and a.slots * a.decode / decode or 0,
-}
-print(("%-10s %8s %6s %7s %12s %12s %14s %14s"):format("model", "weights", "slots", "threads", "prefill s",
-  "decode s", "prefill rows/s", "decode rows/s"))
-print(("%-10s %8s %6d %7d %12.3f %12.3f %14.1f %14.1f"):format(a.model, a.weights, a.slots, r.threads, prefill,
-  decode, result.prefill_rows_per_s, result.decode_rows_per_s))
-print(json.encode(result))
+  local result = {
+    bench = "golden", model = a.model, weights = a.weights, slots = a.slots, prompt = a.prompt, decode = a.decode,
+    threads = r.threads, setup_s = setup, prefill_s = prefill, decode_s = decode,
+    prefill_rows_per_s = a.slots * a.prompt / prefill,
+    decode_rows_per_s = a.decode > 0 and a.slots * a.decode / decode or 0,
+  }
+  print(("%-10s %8s %6s %7s %12s %12s %14s %14s"):format("model", "weights", "slots", "threads", "prefill s",
+    "decode s", "prefill rows/s", "decode rows/s"))
+  print(("%-10s %8s %6d %7d %12.3f %12.3f %14.1f %14.1f"):format(a.model, a.weights, a.slots, r.threads, prefill,
+    decode, result.prefill_rows_per_s, result.decode_rows_per_s))
+  print(json.encode(result))
+end)

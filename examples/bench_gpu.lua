@@ -6,114 +6,128 @@
 -- Prints a table (tok/s, mean step time, achieved GB/s against a measured
 -- device-to-device copy, device memory) and one JSON line per batch size;
 -- --profile-steps adds a per-kernel table of steps run after the decode.
---   lua5.4 examples/bench_gpu.lua [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
+--   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local script = require "gptoss.script"
+
+-- "1,8,32" -> {1, 8, 32}, or nil and a message
+local function batch_sizes(s)
+  local list = {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    local b = math.tointeger(tonumber(item))
+    if b == nil or b < 1 then return nil, ("--batches: '%s' is not a list of batch sizes >= 1 (\"1,8,32\")"):format(s) end
+    list[#list + 1] = b
+  end
+  return list
+end
 
 local parser = argparse("bench_gpu.lua", "GPU decode throughput of a synthetic model.")
 parser:option("--model", "Synthetic shape name.", "20b")
-parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
+parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256"):convert(batch_sizes)
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).", "bf16")
   :choices { "fp32", "bf16", "mxfp4" }
 parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
-parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8"):convert(cli.integer("--profile-steps", 0))
-local a = parser:parse()
+parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
+  :convert(cli.integer("--profile-steps", 0))
+local a = script.parse(parser)
 
-local model = gptoss.synthetic(a.model, { seed = 1 })
-local c = model.config
-local windowed = model.windowed
-local copy_bw = gptoss.copy_bandwidth(a.device)
-local kv_mode = a.weights == "fp32" and "fp32" or "bf16"
-local elem = kv_mode == "bf16" and 2 or 4
-local expert_elem = a.weights == "mxfp4" and 17 / 32 or elem -- codes and a scale byte per 32
+script.run(function()
+  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local c = model.config
+  local windowed = model.windowed
+  local copy_bw = gptoss.copy_bandwidth(a.device)
+  local kv_mode = a.weights == "fp32" and "fp32" or "bf16"
+  local elem = kv_mode == "bf16" and 2 or 4
+  local expert_elem = a.weights == "mxfp4" and 17 / 32 or elem -- codes and a scale byte per 32
 
--- Bytes a decode step must read at least: every dense weight, the experts the
--- batch touches (expected count for uniform routing), and the cached keys and
--- values of every row (bf16 cache unless the weights are fp32).
-local function step_bytes(B, pos)
-  local H, D, Hq, Hkv, I, E, K = c.hidden_dim, c.head_dim, c.n_attn_heads, c.n_kv_heads,
-    c.intermediate_dim, c.n_experts, c.experts_per_token
-  local qkv = (Hq + 2 * Hkv) * D * H
-  local dense = c.n_layers * (qkv + H * Hq * D + E * H) + c.vocab_size * H
-  local touched = E * (1 - (1 - K / E) ^ B)
-  local experts = c.n_layers * touched * (2 * I * H + H * I)
-  local kv = 0
-  for l = 1, c.n_layers do
-    local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
-    kv = kv + B * visible * Hkv * D * 2 * elem
-  end
-  return dense * elem + experts * expert_elem + kv
-end
-
-local rows = {}
-print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
-for b in a.batches:gmatch("%d+") do
-  local B = math.tointeger(b)
-  local r = model:replica { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
-    rows = math.max(B, a.prompt), chunk = a.prompt }
-  local last = {}
-  for s = 1, B do
-    local slots, positions, tokens = {}, {}, {}
-    for p = 0, a.prompt - 1 do
-      slots[p + 1], positions[p + 1], tokens[p + 1] = s, p, (s * 7919 + p * 104729) % c.vocab_size
+  -- Bytes a decode step must read at least: every dense weight, the experts the
+  -- batch touches (expected count for uniform routing), and the cached keys and
+  -- values of every row (bf16 cache unless the weights are fp32).
+  local function step_bytes(B, pos)
+    local H, D, Hq, Hkv, I, E, K = c.hidden_dim, c.head_dim, c.n_attn_heads, c.n_kv_heads,
+      c.intermediate_dim, c.n_experts, c.experts_per_token
+    local qkv = (Hq + 2 * Hkv) * D * H
+    local dense = c.n_layers * (qkv + H * Hq * D + E * H) + c.vocab_size * H
+    local touched = E * (1 - (1 - K / E) ^ B)
+    local experts = c.n_layers * touched * (2 * I * H + H * I)
+    local kv = 0
+    for l = 1, c.n_layers do
+      local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
+      kv = kv + B * visible * Hkv * D * 2 * elem
     end
-    last[s] = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()[a.prompt]
+    return dense * elem + experts * expert_elem + kv
   end
-  local ds = {}
-  for s = 1, B do ds[s] = s end
-  local steps, bytes = 0, 0
-  local t0 = gptoss.clock()
-  local pending -- device feed: the step whose tokens the host has not read yet
-  for pos = a.prompt, a.ctx - 1 do
-    local positions = {}
-    for s = 1, B do positions[s] = pos end
-    if a.feed == "host" then
-      last = r:step({ slots = ds, positions = positions, tokens = last }):tokens()
-    else
-      local h = r:step({ slots = ds, positions = positions, tokens = pending or last })
-      if pending then last = pending:tokens() end
-      pending = h
+
+  local rows = {}
+  print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
+  for _, B in ipairs(a.batches) do
+    local r = model:replica { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
+      rows = math.max(B, a.prompt), chunk = a.prompt }
+    local last = {}
+    for s = 1, B do
+      local slots, positions, tokens = {}, {}, {}
+      for p = 0, a.prompt - 1 do
+        slots[p + 1], positions[p + 1], tokens[p + 1] = s, p, (s * 7919 + p * 104729) % c.vocab_size
+      end
+      last[s] = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()[a.prompt]
     end
-    steps = steps + 1
-    bytes = bytes + step_bytes(B, pos)
-  end
-  if pending then last = pending:tokens() end
-  local secs = gptoss.clock() - t0
-  local res = {
-    bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.devices()[a.device].name,
-    batch = B, ctx = a.ctx, feed = a.feed, steps = steps, seconds = secs, tok_per_s = B * steps / secs,
-    step_ms = 1000 * secs / steps, gb_per_s = bytes / secs / 1e9, copy_gb_per_s = copy_bw / 1e9,
-    memory = r.memory,
-  }
-  rows[#rows + 1] = res
-  print(("%6d %10.1f %10.3f %10.1f %9.1f %10.2f %10d"):format(B, res.tok_per_s, res.step_ms, res.gb_per_s,
-    100 * bytes / secs / copy_bw, r.memory.total / 2 ^ 30, steps))
-  if a.profile_steps > 0 then
-    for s = 1, B do r:reset(s) end
-    local slots, positions, tokens = {}, {}, {}
-    for s = 1, B do slots[s], positions[s], tokens[s] = s, 0, last[s] end
-    r:profile(true)
-    for pos = 0, a.profile_steps - 1 do
+    local ds = {}
+    for s = 1, B do ds[s] = s end
+    local steps, bytes = 0, 0
+    local t0 = gptoss.clock()
+    local pending -- device feed: the step whose tokens the host has not read yet
+    for pos = a.prompt, a.ctx - 1 do
+      local positions = {}
       for s = 1, B do positions[s] = pos end
-      tokens = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()
+      if a.feed == "host" then
+        last = r:step({ slots = ds, positions = positions, tokens = last }):tokens()
+      else
+        local h = r:step({ slots = ds, positions = positions, tokens = pending or last })
+        if pending then last = pending:tokens() end
+        pending = h
+      end
+      steps = steps + 1
+      bytes = bytes + step_bytes(B, pos)
     end
-    local prof = r:profile()
-    r:profile(false)
-    local total = 0
-    for _, p in ipairs(prof) do total = total + p.seconds end
-    table.sort(prof, function(x, y) return x.seconds > y.seconds end)
-    res.profile = prof
-    print(("  per kernel, %d steps at B=%d (short context):"):format(a.profile_steps, B))
-    for _, p in ipairs(prof) do
-      print(("    %-14s %9.3f ms/step %6d calls %6.1f%%"):format(p.label, 1000 * p.seconds / a.profile_steps,
-        p.calls, 100 * p.seconds / total))
+    if pending then last = pending:tokens() end
+    local secs = gptoss.clock() - t0
+    local res = {
+      bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.devices()[a.device].name,
+      batch = B, ctx = a.ctx, feed = a.feed, steps = steps, seconds = secs, tok_per_s = B * steps / secs,
+      step_ms = 1000 * secs / steps, gb_per_s = bytes / secs / 1e9, copy_gb_per_s = copy_bw / 1e9,
+      memory = r.memory,
+    }
+    rows[#rows + 1] = res
+    print(("%6d %10.1f %10.3f %10.1f %9.1f %10.2f %10d"):format(B, res.tok_per_s, res.step_ms, res.gb_per_s,
+      100 * bytes / secs / copy_bw, r.memory.total / 2 ^ 30, steps))
+    if a.profile_steps > 0 then
+      for s = 1, B do r:reset(s) end
+      local slots, positions, tokens = {}, {}, {}
+      for s = 1, B do slots[s], positions[s], tokens[s] = s, 0, last[s] end
+      r:profile(true)
+      for pos = 0, a.profile_steps - 1 do
+        for s = 1, B do positions[s] = pos end
+        tokens = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()
+      end
+      local prof = r:profile()
+      r:profile(false)
+      local total = 0
+      for _, p in ipairs(prof) do total = total + p.seconds end
+      table.sort(prof, function(x, y) return x.seconds > y.seconds end)
+      res.profile = prof
+      print(("  per kernel, %d steps at B=%d (short context):"):format(a.profile_steps, B))
+      for _, p in ipairs(prof) do
+        print(("    %-14s %9.3f ms/step %6d calls %6.1f%%"):format(p.label, 1000 * p.seconds / a.profile_steps,
+          p.calls, 100 * p.seconds / total))
+      end
     end
+    r:close()
   end
-  r:close()
-end
-for _, res in ipairs(rows) do print(json.encode(res)) end
+  for _, res in ipairs(rows) do print(json.encode(res)) end
+end)

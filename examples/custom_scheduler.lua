@@ -4,19 +4,21 @@
 -- while fewer than two prompts are being fed and feeds each at most 8 tokens a step, so
 -- that the running sequences' decode steps stay small. Greedy outputs do not depend on
 -- the schedule, so all three runs must agree; they differ in steps and speed.
---   lua5.4 examples/custom_scheduler.lua [--model 7m] [--steps 64] [--slots 4] [--replicas 1]
+--   ./gptoss custom_scheduler [--model 7m] [--steps 64] [--slots 4] [--replicas 1]
+-- Exit status: 0 done, 1 anything wrong (usage, tokenizer, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
+local script = require "gptoss.script"
 
 local parser = argparse("custom_scheduler.lua", "getp with a custom scheduler on the CPU.")
 parser:option("--model", "Synthetic shape name.", "7m")
 parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cli.integer("--steps", 1))
 parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cli.integer("--slots", 1))
 parser:option("--replicas", "CPU replicas.", "1"):convert(cli.integer("--replicas", 1))
-parser:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin")
-local args = parser:parse()
+parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
+local args = script.parse(parser)
 
 local chunked = {
   name = "chunked prefill",
@@ -40,23 +42,25 @@ local prompts = {
   "Once upon a time, in a land far away, there lived a dragon who collected teapots of every colour.",
   "1 2 3 4 5 6 7 8 9 10", "ฉันรักทะเล 🌊", "Explain continuous batching to a five-year-old.", "Hi",
 }
-local model = gptoss.synthetic(args.model, { seed = 1 })
-local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
-local devices = {}
-for k = 1, args.replicas do devices[k] = "cpu" end
+script.run(function()
+  local model = gptoss.synthetic(args.model)
+  local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
+  local devices = {}
+  for k = 1, args.replicas do devices[k] = "cpu" end
 
-local first
-for _, sched in ipairs { "continuous", "static", chunked } do
-  local g <close> = getp.new { model = model, tokenizer = tok, devices = devices, steps = args.steps,
-    replica = { slots = args.slots }, scheduler = sched, requests = prompts }
-  print(g:describe())
-  local result = g:run()
-  print(("  %d tokens in %d steps, %.3f s: %.1f tok/s"):format(result.tokens, result.steps, result.elapsed,
-    result.tokens / result.elapsed))
-  first = first or result.outputs
-  for i, out in ipairs(result.outputs) do
-    assert(table.concat(out, " ") == table.concat(first[i], " "), "outputs differ between schedulers")
+  local first
+  for _, sched in ipairs { "continuous", "static", chunked } do
+    local g <close> = getp.new { model = model, tokenizer = tok, devices = devices, steps = args.steps,
+      replica = { slots = args.slots }, scheduler = sched, requests = prompts }
+    print(g:describe())
+    local result = g:run()
+    print(("  %d tokens in %d steps, %.3f s: %.1f tok/s"):format(result.tokens, result.steps, result.elapsed,
+      result.tokens / result.elapsed))
+    first = first or result.outputs
+    for i, out in ipairs(result.outputs) do
+      assert(table.concat(out, " ") == table.concat(first[i], " "), "outputs differ between schedulers")
+    end
   end
-end
-print("request 2: " .. prompts[2])
-print("generated: " .. tok:decode(first[2]))
+  print("request 2: " .. prompts[2])
+  print("generated: " .. tok:decode(first[2]))
+end)

@@ -572,6 +572,25 @@ describe("examples/parity.lua", function()
     assert.are.equal(select(2, short:gsub("\n", "")) + 2 + 1 + 18 * 2 + 2, select(2, long:gsub("\n", "")))
   end)
 
+  -- docs/parity.md#examplesparitylua, run as shown (the seed the default), with the verdicts
+  -- it gives: the first holds by the bf16 tolerance's reasoning, the second is one case of
+  -- the routing flips that mixing modes can cause (parity.TOLERANCES)
+  it("gives the documented verdicts: bf16 weights pass, a routing flip fails diagnosed", function()
+    local run = runner()
+    local tokenizer = H.need_tokenizer(pending)
+    local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("^parity: a = cpu weights bf16 kv fp32, b = cpu weights fp32 kv fp32 %(reference%)"), out)
+    assert.truthy(out:find("\ntolerance %(bf16 mode%)"), out)
+    code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer, "--json" }
+    assert.are.equal(0, code, err)
+    assert.is_true(require("dkjson").decode(out).ok)
+    code, out, err = run { "--synthetic", "7m", "--tokens", "1,2,3", "--a", "cpu:bf16", "--b", "cpu:fp32" }
+    assert.are.same({ 1, "" }, { code, err })
+    assert.truthy(out:find("\nfirst stage over tolerance: position %d, layer 2 topk_idx %(routing flip at rank %d"), out)
+    assert.truthy(out:find("\nflips: 1 routing, 0 bf16 rounding\n"), out)
+  end)
+
   it("encodes --prompt with the tokenizer", function()
     local run = runner()
     local tokenizer = H.need_tokenizer(pending)
@@ -586,14 +605,14 @@ describe("examples/parity.lua", function()
     local missing = tmp() .. ".bin"
     H.expect_exits(run, 2, {
       { {}, "give a model file or --synthetic NAME" },
-      { { missing, "--synthetic", "7m", "--tokens", "1" }, "give a model file or --synthetic NAME, not both" },
+      { { missing, "--synthetic", "7m", "--tokens", "1" }, "parity.lua: give a model file or --synthetic NAME, one of them" },
       { { "--synthetic", "7m" }, "give --tokens or --prompt" },
       { { "--synthetic", "7m", "--tokens", "1", "--prompt", "x" }, "give --tokens or --prompt" },
       { { "--synthetic", "7m", "--tokens", "1,,2" }, "'1,,2' is not a comma-separated list of token ids" },
       { { "--synthetic", "7m", "--tokens", "1", "--a", "gpu:fp32" }, "'gpu:fp32' is not a replica DEVICE:WEIGHTS[/KV]" },
       { { "--synthetic", "7m", "--tokens", "1", "--b", "cpu:fp16" }, "'cpu:fp16' is not a replica" },
       { { "--synthetic", "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
-      { { "--synthetic", "7m", "--tokens", "1", "--rtol=-1" }, "'-1' is not a non-negative number" },
+      { { "--synthetic", "7m", "--tokens", "1", "--rtol=-1" }, "parity.lua: --rtol: '-1' is not a non-negative number" },
       { { "--synthetic", "7m", "--tokens", "1", "--seed", "x" }, "'x' is not an integer" },
     }, "Usage: parity.lua")
   end)

@@ -520,7 +520,7 @@ describe("tokenizer", function()
       expect_error(function() gptoss.tokenizer(path, 3) end, "options must be a table")
       expect_error(function() gptoss.tokenizer(path, { vocab = 3 }) end,
         "tokenizer: unknown option 'vocab' (known: vocab_size)")
-      expect_error(function() gptoss.tokenizer(nil) end, "path must be a string")
+      expect_error(function() gptoss.tokenizer(42) end, "path must be a string (got number)")
     end)
 
     it("reads a checkpoint's tokenizer.json into the same entries as tokenizer.bin", function()

@@ -81,10 +81,35 @@ function gptoss.default_devices()
   return list
 end
 
---- The course's tokenizer.bin: gptoss.tokenizer(path [, {vocab_size=N}]).
--- encode/decode exactly as the course code; see docs/api.md#tokenizer.
+local TREE_TOKENIZER = "build/tokenizer.bin"
+
+--- Where tokenizer.bin is when no path is given: $GPTOSS_TOKENIZER when set, else
+-- build/tokenizer.bin under the current directory (a source tree's, written by make), else
+-- the copy installed with the rock beside the Lua modules (gptoss/tokenizer.bin on
+-- package.path). Returns the path, or nil and a message naming the places looked at.
+function gptoss.tokenizer_path()
+  local env = os.getenv("GPTOSS_TOKENIZER")
+  if env and env ~= "" then return env end
+  local f = io.open(TREE_TOKENIZER, "rb")
+  if f then
+    f:close()
+    return TREE_TOKENIZER
+  end
+  local installed = package.searchpath("gptoss.tokenizer", (package.path:gsub("%.lua", ".bin")))
+  if installed then return installed end
+  return nil, ("no tokenizer.bin found: $GPTOSS_TOKENIZER is not set, %s is not in the current directory "
+    .. "(make tokenizer writes it) and none is installed beside the gptoss modules"):format(TREE_TOKENIZER)
+end
+
+--- The course's tokenizer.bin: gptoss.tokenizer([path [, {vocab_size=N}]]), path
+-- gptoss.tokenizer_path()'s when nil. encode/decode exactly as the course code; see
+-- docs/api.md#tokenizer.
 function gptoss.tokenizer(path, opts)
-  if type(path) ~= "string" then
+  if path == nil then
+    local why
+    path, why = gptoss.tokenizer_path()
+    if not path then error("tokenizer: " .. why, 2) end
+  elseif type(path) ~= "string" then
     error(("tokenizer: path must be a string (got %s)"):format(type(path)), 2)
   end
   return (from_core(core.tokenizer, path, util.options("tokenizer", opts, nil, 2)))
