@@ -256,6 +256,7 @@ local function main()
   io.flush()
   local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   local path, why = cli.tokenizer_path(a.tokenizer, exists)
+  if not path then error(why, 0) end
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
 

@@ -163,8 +163,16 @@ describe("gptoss.cli", function()
     assert.are.equal("my.bin", cli.tokenizer_path("my.bin", never))
     assert.are.equal("tokenizer.bin", cli.tokenizer_path(nil, function(p) return p == "tokenizer.bin" end))
     local path, why = cli.tokenizer_path(nil, never)
-    assert.are.equal(os.getenv("GPTOSS_TOKENIZER") or "build/tokenizer.bin", path)
+    assert.are.equal(gptoss.tokenizer_path(), path)
     assert.are.equal(("tokenizer.bin is not in the current directory: using %s (-z PATH to choose)"):format(path), why)
+    local lookup = gptoss.tokenizer_path -- none anywhere: nil and both reasons
+    gptoss.tokenizer_path = function() return nil, "no tokenizer.bin found: $GPTOSS_TOKENIZER is not set" end
+    local ok, none, reason = pcall(cli.tokenizer_path, nil, never)
+    gptoss.tokenizer_path = lookup
+    assert.is_true(ok, none)
+    assert.is_nil(none)
+    assert.are.equal("tokenizer.bin is not in the current directory and $GPTOSS_TOKENIZER is not set (-z PATH to "
+      .. "choose)", reason)
   end)
 
   it("prints run.cpp's header lines and the course's TPS", function()

@@ -19,7 +19,8 @@
 --   -n  below 0 -> 0; once the model is loaded, 0 or above its seq_len -> seq_len
 --       (getp.clamp_steps)
 --   -z  default tokenizer.bin as the course's; when that file does not exist and -z is
---       not given, $GPTOSS_TOKENIZER or else build/tokenizer.bin (cli.tokenizer_path)
+--       not given, gptoss.tokenizer_path()'s: $GPTOSS_TOKENIZER, build/tokenizer.bin, the
+--       installed copy (cli.tokenizer_path)
 --
 -- Beyond the course: --top-k and --min-p (sampling filters of the default-mode sampler,
 -- which generate then uses instead of the course's), --max-new and --stop (generate only),
@@ -36,7 +37,7 @@ local COURSE_FLAGS = {
   ["-y"] = "--system-prompt",
 }
 local MODES = { "generate", "getp", "chat" }
-local COURSE_TOKENIZER, FALLBACK_TOKENIZER = "tokenizer.bin", "build/tokenizer.bin"
+local COURSE_TOKENIZER = "tokenizer.bin"
 
 -- argparse converters; their messages name the flag, which argparse leaves out
 local function number(flag)
@@ -133,8 +134,9 @@ function cli.parser(name)
     "1024"):argname("<int>"):convert(cli.integer("-n"))
   course(p, "-i", "The request file (getp) or the prompt (generate)."):argname("<string>")
   course(p, "-o", "The output file (getp)."):argname("<path>")
-  course(p, "-z", ("tokenizer.bin path (default %s, else $GPTOSS_TOKENIZER or %s).")
-    :format(COURSE_TOKENIZER, FALLBACK_TOKENIZER)):argname("<path>")
+  course(p, "-z", ("tokenizer.bin path (default %s, else $GPTOSS_TOKENIZER, build/tokenizer.bin or the "
+    .. "installed copy).")
+    :format(COURSE_TOKENIZER)):argname("<path>")
   course(p, "-m", "generate | getp | chat (chat is not supported).", "generate"):argname("<string>")
   course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
   p:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
@@ -290,13 +292,15 @@ function StopFilter:flush()
   return s
 end
 
---- The course's default tokenizer path unless -z is given or the file is missing.
--- Returns the path and, when it is not the course's default nor given, a note saying why.
--- exists(path) -> boolean.
+--- The course's default tokenizer path unless -z is given or the file is missing, then
+-- gptoss.tokenizer_path()'s. Returns the path and, when it is not the course's default nor
+-- given, a note saying why; or nil and why none was found. exists(path) -> boolean.
 function cli.tokenizer_path(given, exists)
   if given then return given end
   if exists(COURSE_TOKENIZER) then return COURSE_TOKENIZER end
-  local fallback = os.getenv("GPTOSS_TOKENIZER") or FALLBACK_TOKENIZER
+  local fallback, missing = gptoss.tokenizer_path()
+  if not fallback then return nil, ("%s is not in the current directory and %s (-z PATH to choose)")
+    :format(COURSE_TOKENIZER, missing:gsub("^no tokenizer.bin found: ", "")) end
   return fallback, ("%s is not in the current directory: using %s (-z PATH to choose)")
     :format(COURSE_TOKENIZER, fallback)
 end
