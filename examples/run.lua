@@ -53,6 +53,7 @@ local cli = need "gptoss.cli"
 local getp = need "gptoss.getp"
 local requests = need "gptoss.requests"
 local progress = need "gptoss.progress"
+local stops = need "gptoss.stops"
 
 -- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
 local STOP = { [199999] = true, [200002] = true }
@@ -195,7 +196,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   local course_sampler = sampling and not default_mode
       and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
   if default_mode then r:sampling(1, sampling) end -- the replica draws, keyed by (seed, position)
-  local stops = #a.stop > 0 and cli.stop_filter(a.stop)
+  local filter = #a.stop > 0 and stops.text(a.stop)
   local decoder = tok:decoder()
   io.write(decoder:add(prompt[1]))
   io.flush()
@@ -215,7 +216,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
     pos = pos + 1
     if STOP[next_id] then break end
     local text = decoder:add(next_id)
-    if stops and sampled then text, stopped = stops:add(text) end
+    if filter and sampled then text, stopped = filter:add(text) end
     io.write(text)
     io.flush()
     if stopped then break end
@@ -224,9 +225,9 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   end
   if not stopped then -- what the decoder and the stop filter still hold
     local rest = decoder:flush()
-    if stops then
-      rest, stopped = stops:add(rest)
-      if not stopped then rest = rest .. stops:flush() end
+    if filter then
+      rest, stopped = filter:add(rest)
+      if not stopped then rest = rest .. filter:flush() end
     end
     io.write(rest)
   end

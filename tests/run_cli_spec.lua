@@ -1,5 +1,5 @@
 -- The course's command line, examples/run.lua: its parts in process (gptoss.cli's parsing
--- and the course's rules for -t -p -s -n, our options, the stop-string filter, the header
+-- and the course's rules for -t -p -s -n, our options, the header
 -- and table text, gptoss.progress with a fake writer and reports of chosen elapsed times,
 -- gptoss.realtime_ms and gptoss.isatty), then the script itself as a child process on CPU
 -- replicas of the synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs
@@ -120,42 +120,6 @@ describe("gptoss.cli", function()
     -- getp takes the filters
     a = assert(parse("m.bin", "-m", "getp", "-t", "1", "--top-k", "3", "--min-p", "0.5"))
     assert.are.same({ 3, 0.5 }, { cli.sampling(a).top_k, cli.sampling(a).min_p })
-  end)
-
-  it("holds back streamed text that may begin a stop string, and cuts at the first one", function()
-    local function stream(stops, pieces)
-      local f, printed, hit = cli.stop_filter(stops), {}, false
-      for _, piece in ipairs(pieces) do
-        local text
-        text, hit = f:add(piece)
-        printed[#printed + 1] = text
-        if hit then break end
-      end
-      if not hit then printed[#printed + 1] = f:flush() end
-      return printed, hit
-    end
-    -- "lo w" across pieces: "l" is held until "o w" shows it is the stop
-    assert.are.same({ { "He", "l" }, true }, { stream({ "lo w" }, { "Hel", "lo wor", "ld" }) })
-    -- a held start that turns out not to be one is printed with the next piece
-    assert.are.same({ { "He", "lp!", "" }, false }, { stream({ "lo w" }, { "Hel", "p!" }) })
-    -- the earliest of several stops, inside one piece
-    assert.are.same({ { "a" }, true }, { stream({ "cd", "bc" }, { "abcd" }) })
-    -- held at the end of the stream: flushed
-    assert.are.same({ { "ab", "c" }, false }, { stream({ "cd" }, { "abc" }) })
-    -- a stop string right at the start
-    assert.are.same({ { "" }, true }, { stream({ "ab" }, { "ab" }) })
-    -- UTF-8: a character split over two tokens (🌊 is ids 64364 and 232) reaches the
-    -- filter whole through the decoder, and a stop string that begins inside a character
-    -- never splits it
-    local d = gptoss.tokenizer(TOKENIZER):decoder()
-    local wave = d:add(64364)
-    assert.are.equal("", wave)
-    wave = d:add(232)
-    assert.are.equal("🌊", wave)
-    assert.are.same({ { "sea ", "" }, true }, { stream({ "🌊" }, { "sea ", wave }) })
-    assert.are.same({ { "sea ", "🌊!", "" }, false }, { stream({ "🌊?" }, { "sea 🌊", "!" }) })
-    local continuation = "\x8c\x8a" -- the last two bytes of 🌊
-    assert.are.same({ { "sea ", "🌊 ", "" }, false }, { stream({ continuation .. "x" }, { "sea 🌊", " " }) })
   end)
 
   it("finds the tokenizer as the course does, else falls back and says so", function()
