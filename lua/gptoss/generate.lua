@@ -111,7 +111,7 @@ end
 -- r:sampling(slot, params), its error naming the loop.
 local function set_sampling(fn, r, slot, params, level)
   local ok, err = pcall(r.sampling, r, slot, params)
-  if not ok then error(("%s: sampling: %s"):format(fn, util.bare(err):gsub("^sampling: ", "")), level + 1) end
+  if not ok then error(("%s: sampling: %s"):format(fn, util.bare(err):gsub("^replica:sampling: ", "")), level + 1) end
 end
 
 ---------------------------------------------------------------------------------------------
