@@ -6,8 +6,8 @@
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
 --   <model.bin> may also be a checkpoint directory (docs/checkpoints.md)
 -- plus our long options (--devices, --weights, --kv, --slots, --threads, --scheduler,
--- --partition, --top-k, --min-p, --max-new, --stop, --profile, --quiet, --json;
--- lua/gptoss/cli.lua has the parsing and the course's rules).
+-- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-new, --stop, --profile,
+-- --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
 --
 -- stdout carries what run.cpp prints: the 15 header lines at load, then
 --   getp      "requests size = N B", "Num requests: N", "\nwarm up elapsed time(s): X\n"
@@ -59,7 +59,8 @@ local stops = need "gptoss.stops"
 local STOP = { [199999] = true, [200002] = true }
 -- --json's fields, in the order they are written
 local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
-  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "elapsed", "tok_per_s", "warm_up", "finish" }
+  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "prefill_saved", "elapsed", "tok_per_s", "warm_up",
+  "finish" }
 
 local function usage_error(msg) cli.usage_exit(NAME, msg, 1) end
 
@@ -149,6 +150,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
     replica = { weights = weights, kv = kv, slots = a.slots, threads = a.threads,
       on_progress = weights_progress(devices[1]) },
     partition = a.partition, scheduler = a.scheduler, requests = prompts, chat = a.chat,
+    share_prefix = not a.no_share_prefix,
     on_progress = bar and function(p) bar:update(p) end,
   }
   local warm = gptoss.realtime_ms() - t0
@@ -176,6 +178,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   if report then io.write(report) end
   io.flush()
   figures.requests, figures.slots, figures.tokens, figures.steps = #prompts, slots, result.tokens, result.steps
+  figures.prefill_saved = result.prefill_saved
   figures.elapsed, figures.tok_per_s, figures.warm_up, figures.finish = seconds(ms), tps, seconds(warm), seconds(finish)
   figures.scheduler, figures.partition = a.scheduler, a.partition
 end
@@ -263,7 +266,7 @@ local function main()
   -- without --weights each replica picks (the CPU fp32; GPUs mxfp4 where the experts are
   -- exactly MXFP4, else bf16); the KV cache follows: fp32 with fp32 weights, else bf16
   local weights = a.weights
-  local kv = a.kv or (weights or (devices[1] == "cpu" and "fp32")) == "fp32" and "fp32" or "bf16"
+  local kv = a.kv or cli.default_kv(weights, devices[1])
 
   local figures = {
     mode = a.mode, model = a.synthetic and ("synthetic " .. a.synthetic) or a.checkpoint,

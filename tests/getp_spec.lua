@@ -368,7 +368,9 @@ describe("getp", function()
       } do
         local base = { model = model, tokenizer = tok, steps = CHAT_STEPS, chat = true, requests = CHAT_PROMPTS,
           devices = case.devices, scheduler = case.scheduler, replica = case.replica, sampling = case.sampling }
-        local plain = getp.run(H.with(base, { share_prefix = false }))
+        local unshared <close> = getp.new(H.with(base, { share_prefix = false }))
+        assert.truthy(unshared:describe():find("; prompt prefixes not shared", 1, true))
+        local plain = unshared:run()
         local g <close> = getp.new(base)
         local shared = g:run()
         assert.are.same(plain.outputs, shared.outputs)
@@ -381,7 +383,6 @@ describe("getp", function()
           if not case.replica then assert.are.equal(#CHAT_PROMPTS + 1, g.replicas[k].slots) end
         end
         assert.are.equal(saved, shared.prefill_saved)
-        assert.truthy(g:describe():find("shared prompt prefixes prefilled once", 1, true))
       end
     end)
 

@@ -372,17 +372,35 @@ describe("examples/run.lua", function()
     assert.are.same({
       mode = "getp", model = "synthetic 7m", devices = { "cpu" }, weights = "fp32", kv = "fp32", slots = { 4 },
       scheduler = "continuous", partition = "round_robin", requests = 4, steps_limit = STEPS,
-      tokens = expected.tokens, steps = expected.steps,
+      tokens = expected.tokens, steps = expected.steps, prefill_saved = 0,
     }, {
       mode = figures.mode, model = figures.model, devices = figures.devices, weights = figures.weights,
       kv = figures.kv, slots = figures.slots, scheduler = figures.scheduler, partition = figures.partition,
       requests = figures.requests, steps_limit = figures.steps_limit, tokens = figures.tokens, steps = figures.steps,
+      prefill_saved = figures.prefill_saved,
     })
     -- JSON numbers carry 14 significant digits (dkjson)
     local function near(x, y) return math.abs(x - y) <= 1e-12 * math.abs(y) end
     assert.is_true(near(figures.elapsed, ms / 1000))
     assert.is_true(near(figures.tok_per_s, cli.tps(expected.tokens, ms)))
     assert.is_true(near(figures.warm_up, tonumber(warm)))
+  end)
+
+  it("forks --chat's shared system message into each slot unless --no-share-prefix, the same outputs", function()
+    local run = runner()
+    local input, steps = request_file { "3", PROMPTS[1], PROMPTS[2], PROMPTS[3] }, 72
+    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = steps, chat = true,
+      requests = { PROMPTS[1], PROMPTS[2], PROMPTS[3] } }
+    assert.is_true(expected.prefill_saved > 0)
+    for _, case in ipairs { { {}, expected.prefill_saved }, { { "--no-share-prefix" }, 0 } } do
+      local output = tmp()
+      local args = { "--synthetic", "7m", "-m", "getp", "--chat", "-i", input, "-o", output, "-n", tostring(steps),
+        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", table.unpack(case[1]) }
+      local code, out, err = run(args)
+      assert.are.equal(0, code, err)
+      assert.are.same(expected.outputs, requests.read_output(output))
+      assert.are.equal(case[2], json.decode(out:match("[^\n]+\n$")).prefill_saved)
+    end
   end)
 
   it("clamps -n as the course, describes its replicas and notes the tokenizer it falls back to", function()

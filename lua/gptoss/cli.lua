@@ -166,6 +166,8 @@ function cli.parser(name)
     :choices { "round_robin", "blocks", "balanced" }
   p:flag("--chat", "getp: each request as a harmony user turn after the default system message, ending "
     .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")
+  p:flag("--no-share-prefix", "getp: prefill every prompt whole (default: where a replica's prompts begin alike, "
+    .. "as --chat's do, the shared beginning is prefilled once and forked into each slot: docs/getp.md#shared-prefixes).")
   p:flag("--profile", "Time every kernel of GPU replicas with device events (each step then waits "
     .. "for the device, so the run is slower) and print a table per replica, with its memory.")
   p:flag("--quiet", "No progress lines, replica description or tokenizer note on stderr (warnings stay).")
@@ -241,6 +243,48 @@ function cli.sampling(a)
   if a.temperature <= 0 then return nil, false end
   return { temperature = a.temperature, top_p = a.top_p, top_k = a.top_k, min_p = a.min_p, seed = a.seed },
     a.top_k ~= nil or a.min_p ~= nil
+end
+
+--- The KV cache precision when none is given: fp32 with fp32 weights (given, or a CPU
+-- replica's default), else bf16.
+function cli.default_kv(weights, device)
+  return (weights or (device == "cpu" and "fp32")) == "fp32" and "fp32" or "bf16"
+end
+
+--- The options the loop examples (examples/speculative.lua, beam_search.lua, best_of_n.lua)
+-- share, added to an argparse parser: --model, --seed-weights, --device, --weights,
+-- --prompt, --tokenizer.
+function cli.model_options(p, default_prompt)
+  p:option("--model", "A synthetic shape (7m, 20b, 20b-2l, 120b), a course .bin file or a checkpoint directory.",
+    "7m")
+  p:option("--seed-weights", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED))
+    :convert(cli.integer("--seed-weights"))
+  p:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(function(s)
+    if s == "cpu" then return s end
+    local id = math.tointeger(tonumber(s))
+    if id == nil or id < 1 then return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s) end
+    return id
+  end)
+  p:option("--weights", "Weight precision (default: fp32 on the CPU, the replica's choice on a GPU).")
+    :choices { "fp32", "bf16", "mxfp4" }
+  p:option("--prompt", "Prompt text.", default_prompt)
+  p:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or FALLBACK_TOKENIZER)
+end
+
+--- The model, the tokenizer and the base of replica options ({device =, weights =, kv =})
+-- that cli.model_options' values name: --model is a file or directory when one exists
+-- there, else a synthetic shape.
+function cli.open_model(a)
+  local f = io.open(a.model, "rb")
+  local model
+  if f then
+    f:close()
+    model = gptoss.load(a.model)
+  else
+    model = gptoss.synthetic(a.model, { seed = a.seed_weights })
+  end
+  local tok = gptoss.tokenizer(a.tokenizer, { vocab_size = model.config.vocab_size })
+  return model, tok, { device = a.device, weights = a.weights, kv = cli.default_kv(a.weights, a.device) }
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing.

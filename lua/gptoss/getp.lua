@@ -36,7 +36,7 @@
 --                is prefilled whole
 -- g.replicas, g.model, g.tokenizer, g.steps (clamped), g.sampling (nil when greedy, else
 -- the parameters with the seed chosen), g.share_prefix, g:describe() (one line: replicas,
--- slots, ctx, modes, steps, sampling, partition, scheduler, chat, prefix sharing).
+-- slots, ctx, modes, steps, sampling, partition, scheduler, chat, prefix sharing when off).
 --
 -- g:run(prompts) returns {outputs = {ids of request 1, ...}, tokens = the course's count,
 -- steps = engine steps of all replicas, prefill_saved = prompt rows not stepped thanks to
@@ -537,7 +537,7 @@ function Getp:run(prompts)
 end
 
 --- One line: the replicas (device, slots, ctx, modes), steps, sampling, partition, scheduler,
--- chat, prefix sharing.
+-- chat, and prefix sharing when it is off.
 function Getp:describe()
   local parts = {}
   for k, r in ipairs(self.replicas) do
@@ -556,7 +556,7 @@ function Getp:describe()
   return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s%s%s"):format(#self.replicas,
     #self.replicas == 1 and "replica" or "replicas", table.concat(parts, ", "), self.steps, sampling,
     self.partition_name, self.scheduler.name or "custom", self.chat and "; prompts as harmony user turns" or "",
-    self.share_prefix and "; shared prompt prefixes prefilled once" or "")
+    self.share_prefix and "" or "; prompt prefixes not shared")
 end
 
 --- Closes the replicas getp built (not the ones it was given). Idempotent.
