@@ -417,6 +417,15 @@ local function shared_prefix(r, queue)
   return { slot = r.slots, ids = table.move(first, 1, length, 1, {}), length = length }
 end
 
+--- A request's prompt ids (the header's "Per request i"): the text up to its first NUL byte,
+-- encoded as the course does and cut at max_tokens, or with chat its harmony rendering (not
+-- cut: getp refuses one longer than max_tokens).
+function getp.prompt_ids(tokenizer, text, chat, max_tokens)
+  text = text:match("^[^\0]*")
+  if chat then return harmony.render_ids({ harmony.system {}, harmony.user(text) }, tokenizer) end
+  return tokenizer:encode(text, { max_tokens = max_tokens })
+end
+
 local function run(g, prompts, level)
   if g.closed then error("getp: used after close", level) end
   if prompts == nil then prompts = g.requests end
@@ -426,15 +435,10 @@ local function run(g, prompts, level)
   local limit_tokens = g.model.config.initial_context_length
   local requests = {}
   for i, text in ipairs(prompts) do
-    local ids
-    if g.chat then
-      ids = harmony.render_ids({ harmony.system {}, harmony.user(text:match("^[^\0]*")) }, g.tokenizer)
-      if #ids > limit_tokens then
-        error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
-          :format(i, #ids, limit_tokens), level)
-      end
-    else
-      ids = g.tokenizer:encode(text:match("^[^\0]*"), { max_tokens = limit_tokens })
+    local ids = getp.prompt_ids(g.tokenizer, text, g.chat, limit_tokens)
+    if g.chat and #ids > limit_tokens then
+      error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
+        :format(i, #ids, limit_tokens), level)
     end
     if #ids == 0 then
       error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(i),
