@@ -19,10 +19,8 @@ parser:option("--alpha", "Length normalisation: score = sum of logprobs / length
   :convert(cli.non_negative)
 local a = parser:parse()
 
-local ok, err = pcall(function()
-  local model, tok, ropts = cli.open_model(a)
-  local prompt = tok:encode(a.prompt)
-  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
+cli.main("beam_search.lua", function()
+  local model, tok, ropts, prompt = cli.open_model(a)
   local r <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, slots = a.width,
     ctx = #prompt + a.max_tokens }
   io.stderr:write(tostring(r), "\n")
@@ -44,4 +42,3 @@ local ok, err = pcall(function()
       tok:decode(h.ids)))
   end
 end)
-if not ok then cli.exit_with(1, "beam_search.lua: " .. cli.message(err)) end

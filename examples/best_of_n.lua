@@ -23,10 +23,8 @@ parser:option("--alpha", "Score = summed logprob / length^alpha.", "1"):convert(
 parser:option("--stop", "Stop a sample where its text contains TEXT (repeatable).", {}):count("*")
 local a = parser:parse()
 
-local ok, err = pcall(function()
-  local model, tok, ropts = cli.open_model(a)
-  local prompt = tok:encode(a.prompt)
-  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
+cli.main("best_of_n.lua", function()
+  local model, tok, ropts, prompt = cli.open_model(a)
   local r <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, slots = a.n,
     ctx = #prompt + a.max_tokens }
   io.stderr:write(tostring(r), "\n")
@@ -43,4 +41,3 @@ local ok, err = pcall(function()
   print(("%d steps; %d prompt rows stepped, where %d separate prefills would step %d"):format(result.steps,
     result.prefill_rows, a.n, a.n * #prompt))
 end)
-if not ok then cli.exit_with(1, "best_of_n.lua: " .. cli.message(err)) end

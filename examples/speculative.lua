@@ -28,10 +28,8 @@ parser:option("--runs", "Runs of each loop; the fastest is reported (the first w
   :convert(cli.integer("--runs", 1))
 local a = parser:parse()
 
-local ok, err = pcall(function()
-  local model, tok, ropts = cli.open_model(a)
-  local prompt = tok:encode(a.prompt)
-  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
+cli.main("speculative.lua", function()
+  local model, tok, ropts, prompt = cli.open_model(a)
   local ctx = #prompt + a.max_tokens
   local target <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, ctx = ctx,
     slots = a.draft_layers == 0 and 2 or 1 }
@@ -81,4 +79,3 @@ local ok, err = pcall(function()
   }, { keyorder = { "model", "draft", "device", "weights", "k", "temperature", "tokens", "rounds", "proposed",
     "accepted", "tokens_per_target_step", "speculative_s", "plain_s", "plain_tokens", "speedup", "same_ids" } }))
 end)
-if not ok then cli.exit_with(1, "speculative.lua: " .. cli.message(err)) end

@@ -36,7 +36,8 @@ local function check_end_ids(fn, ids, vocab_size, level)
 end
 
 --- Beam search: beam.search{replica = r, prompt = ids, width = 4, max_tokens = 16,
--- end_ids = {...}, alpha = 1, slots = {...} (default 1..width)}.
+-- end_ids = {...}, alpha = 1, slots = {...} (default 1..width; the first width of a longer
+-- list)}.
 --
 -- Every step each live beam (its ids so far and their summed logprob) offers its top
 -- min(width, vocab_size) tokens (at most 20: the device's logprobs); the candidates are
@@ -74,20 +75,8 @@ function beam.search(opts)
     error(("%s: each beam offers its top min(width, vocab_size) = %d tokens from the device's logprobs, "
       .. "which give at most %d"):format(fn, top, MOST_TOP), 2)
   end
-  local slots = opts.slots
-  if slots == nil then
-    if width > r.slots then
-      error(("%s: width %d needs as many slots; the replica has %d"):format(fn, width, r.slots), 2)
-    end
-    slots = {}
-    for i = 1, width do slots[i] = i end
-  elseif type(slots) ~= "table" or #slots < width then
-    error(("%s: slots must list at least width = %d slots"):format(fn, width), 2)
-  end
-  for i, s in ipairs(slots) do
-    generate.check_slot(fn, r, s, ("slots[%d]"):format(i), 2)
-    r:sampling(s, { temperature = 0, logprobs = top })
-  end
+  local slots = generate.check_slots(fn, r, opts.slots, width, "a beam", 2)
+  for _, s in ipairs(slots) do r:sampling(s, { temperature = 0, logprobs = top }) end
 
   -- live beams: {slot =, ids =, logprob =, top = its slot's top tokens after its last id}
   local h = generate.feed(r, slots[1], prompt, 0)

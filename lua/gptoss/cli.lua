@@ -271,9 +271,9 @@ function cli.model_options(p, default_prompt)
   p:option("--tokenizer", "tokenizer.bin path.", os.getenv("GPTOSS_TOKENIZER") or FALLBACK_TOKENIZER)
 end
 
---- The model, the tokenizer and the base of replica options ({device =, weights =, kv =})
--- that cli.model_options' values name: --model is a file or directory when one exists
--- there, else a synthetic shape.
+--- The model, the tokenizer, the base of replica options ({device =, weights =, kv =}) and
+-- the prompt's ids that cli.model_options' values name: --model is a file or directory when
+-- one exists there, else a synthetic shape. A prompt of no ids is an error.
 function cli.open_model(a)
   local f = io.open(a.model, "rb")
   local model
@@ -284,7 +284,15 @@ function cli.open_model(a)
     model = gptoss.synthetic(a.model, { seed = a.seed_weights })
   end
   local tok = gptoss.tokenizer(a.tokenizer, { vocab_size = model.config.vocab_size })
-  return model, tok, { device = a.device, weights = a.weights, kv = cli.default_kv(a.weights, a.device) }
+  local prompt = tok:encode(a.prompt)
+  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
+  return model, tok, { device = a.device, weights = a.weights, kv = cli.default_kv(a.weights, a.device) }, prompt
+end
+
+--- Runs main(); an error it raises ends the script: "name: message" on stderr, status 1.
+function cli.main(name, main)
+  local ok, err = pcall(main)
+  if not ok then cli.exit_with(1, name .. ": " .. cli.message(err)) end
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing.

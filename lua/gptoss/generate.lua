@@ -88,6 +88,30 @@ function generate.check_prompt(fn, prompt, vocab_size, ctx, level)
   end
 end
 
+--- The slots a loop of n sequences uses: slots as given (at least n distinct slots of r;
+-- the first n are used) or, when nil, 1..n. what says what each slot holds ("a sample").
+function generate.check_slots(fn, r, slots, n, what, level)
+  if slots == nil then
+    if n > r.slots then
+      error(("%s: %d slots are needed (one for %s); the replica has %d"):format(fn, n, what, r.slots), level + 1)
+    end
+    slots = {}
+    for i = 1, n do slots[i] = i end
+    return slots
+  end
+  if type(slots) ~= "table" or #slots < n then
+    error(("%s: slots must list at least %d slots (got %s)"):format(fn, n,
+      type(slots) == "table" and #slots or type(slots)), level + 1)
+  end
+  local seen = {}
+  for i = 1, n do
+    local s = generate.check_slot(fn, r, slots[i], ("slots[%d]"):format(i), level + 1)
+    if seen[s] then error(("%s: slots[%d] = %d repeats slots[%d]"):format(fn, i, s, seen[s]), level + 1) end
+    seen[s] = i
+  end
+  return table.move(slots, 1, n, 1, {})
+end
+
 --- An integer >= min, or nil (the default).
 function generate.check_count(fn, v, name, min, level)
   if v ~= nil and (math.type(v) ~= "integer" or v < min) then
@@ -200,6 +224,17 @@ local function limit(max_tokens, n, ctx)
   return room, "context"
 end
 
+-- The options run and parallel share, checked: returns the replica, the prompt, max_tokens
+-- and the stopper (nil without stop).
+local function check_common(fn, opts, known, level)
+  opts = util.options(fn, opts, known, level + 1)
+  generate.check_replica(fn, opts.replica, "replica", level + 1)
+  local r = opts.replica
+  generate.check_prompt(fn, opts.prompt, r.model.config.vocab_size, r.ctx, level + 1)
+  return r, opts.prompt, generate.check_count(fn, opts.max_tokens, "max_tokens", 1, level + 1),
+    generate.stopper(fn, opts.stop, level + 1)
+end
+
 local RUN_OPTIONS = { "replica", "slot", "prompt", "max_tokens", "sampling", "stop", "on_text", "logprobs" }
 
 --- One sequence: generate.run{replica = r, prompt = ids, slot = 1, max_tokens = n,
@@ -211,13 +246,8 @@ local RUN_OPTIONS = { "replica", "slot", "prompt", "max_tokens", "sampling", "st
 -- logprobs = (with logprobs = true) the ids' log-probabilities and their sum, steps =}.
 function generate.run(opts)
   local fn = "generate.run"
-  opts = util.options(fn, opts, RUN_OPTIONS, 2)
-  generate.check_replica(fn, opts.replica, "replica", 2)
-  local r = opts.replica
+  local r, prompt, max_tokens, stopper = check_common(fn, opts, RUN_OPTIONS, 2)
   local slot = generate.check_slot(fn, r, opts.slot, "slot", 2)
-  generate.check_prompt(fn, opts.prompt, r.model.config.vocab_size, r.ctx, 2)
-  local max_tokens = generate.check_count(fn, opts.max_tokens, "max_tokens", 1, 2)
-  local stopper = generate.stopper(fn, opts.stop, 2)
   local params = { temperature = 0 } -- greedy unless sampling is given
   if opts.sampling ~= nil then
     params = {}
@@ -226,7 +256,6 @@ function generate.run(opts)
   if opts.logprobs then params.logprobs = 0 end
   set_sampling(fn, r, slot, params, 2)
 
-  local prompt = opts.prompt
   local h = generate.feed(r, slot, prompt, 0)
   local seq = sequence(slot, h.rows, #prompt, limit(max_tokens, #prompt, r.ctx))
   seq.stopper, seq.on_text = stopper, opts.on_text
@@ -239,7 +268,7 @@ end
 local PARALLEL_OPTIONS = { "replica", "prompt", "n", "slots", "max_tokens", "sampling", "stop", "alpha" }
 
 --- n samples of one prompt: generate.parallel{replica = r, prompt = ids, n = 4, slots =
--- {...} (default 1..n), sampling = {temperature =, top_p =, ..., seed = s}, max_tokens =,
+-- {...} (default 1..n; the first n of a longer list), sampling = {temperature =, top_p =, ..., seed = s}, max_tokens =,
 -- stop = {...}, alpha = 1}. The prompt but its last token is prefilled once, into the
 -- first slot, and forked into the others; then every slot feeds the last token and decodes
 -- on its own, sample i drawing with seed s + i - 1 (keyed by position, so sample i is the
@@ -250,32 +279,10 @@ local PARALLEL_OPTIONS = { "replica", "prompt", "n", "slots", "max_tokens", "sam
 -- would step n L)}.
 function generate.parallel(opts)
   local fn = "generate.parallel"
-  opts = util.options(fn, opts, PARALLEL_OPTIONS, 2)
-  generate.check_replica(fn, opts.replica, "replica", 2)
-  local r = opts.replica
+  local r, prompt, max_tokens, stopper = check_common(fn, opts, PARALLEL_OPTIONS, 2)
   local n = generate.check_count(fn, opts.n, "n", 1, 2)
   if n == nil then error(("%s: n (how many samples) is required"):format(fn), 2) end
-  local slots = opts.slots
-  if slots == nil then
-    if n > r.slots then
-      error(("%s: n = %d samples need as many slots; the replica has %d"):format(fn, n, r.slots), 2)
-    end
-    slots = {}
-    for i = 1, n do slots[i] = i end
-  end
-  if type(slots) ~= "table" or #slots ~= n then
-    error(("%s: slots must list n = %d slots (got %s)"):format(fn, n, type(slots) == "table" and #slots or type(slots)), 2)
-  end
-  local seen = {}
-  for i, s in ipairs(slots) do
-    generate.check_slot(fn, r, s, ("slots[%d]"):format(i), 2)
-    if seen[s] then error(("%s: slots[%d] = %d repeats slots[%d]"):format(fn, i, s, seen[s]), 2) end
-    seen[s] = i
-  end
-  local prompt = opts.prompt
-  generate.check_prompt(fn, prompt, r.model.config.vocab_size, r.ctx, 2)
-  local max_tokens = generate.check_count(fn, opts.max_tokens, "max_tokens", 1, 2)
-  local stopper = generate.stopper(fn, opts.stop, 2)
+  local slots = generate.check_slots(fn, r, opts.slots, n, "a sample", 2)
   local alpha = opts.alpha or 1
   if type(alpha) ~= "number" or alpha ~= alpha or alpha < 0 then
     error(("%s: alpha must be a number >= 0 (got %s)"):format(fn, tostring(alpha)), 2)
