@@ -3,8 +3,11 @@
 -- templates, like the course's evaluation file) through gptoss.getp on a synthetic model,
 -- greedy, TPS = generated tokens / whole milliseconds of CLOCK_REALTIME around the
 -- inference only (docs/course.md#control-flow-and-timing). Prints the replicas chosen, a table and
--- one JSON line.
+-- one JSON line. With --chat the requests are harmony user turns, whose shared system message
+-- getp prefills once per replica and forks (docs/getp.md#shared-prefixes) unless
+-- --no-share-prefix; the JSON line's prefill_saved counts the prompt rows that saved.
 --   ./gptoss bench_getp [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
+--                       [--chat [--no-share-prefix]]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
@@ -25,6 +28,8 @@ parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).
 parser:option("--scheduler", "continuous or static.", "continuous")
 parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
+parser:flag("--chat", "The requests as harmony user turns after the default system message.")
+parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefix = false).")
 local a = script.parse(parser)
 
 script.run(function()
@@ -36,18 +41,18 @@ script.run(function()
     "Give me three surprising facts about %s that most people do not know." }
 
   local tok = gptoss.tokenizer(a.tokenizer)
+  local model = gptoss.synthetic(a.model, { seed = 1 })
   local prompts, prompt_tokens = {}, 0
   for i = 1, a.requests do
     local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]
     prompts[i] = ask:format(subject)
-    prompt_tokens = prompt_tokens + #tok:encode(prompts[i])
+    prompt_tokens = prompt_tokens + #getp.prompt_ids(tok, prompts[i], a.chat, model.config.initial_context_length)
   end
 
-  local model = gptoss.synthetic(a.model, { seed = 1 })
   local t0 = gptoss.realtime_ms()
   local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
     devices = a.devices, replica = { weights = a.weights, slots = a.slots },
-    scheduler = a.scheduler, partition = a.partition }
+    scheduler = a.scheduler, partition = a.partition, chat = a.chat, share_prefix = not a.no_share_prefix }
   local t1 = gptoss.realtime_ms()
   io.stderr:write(g:describe(), "\n")
   local result = g:run()
@@ -67,6 +72,6 @@ script.run(function()
     bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
     prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
     tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
-    partition = a.partition, device = device_name,
+    partition = a.partition, device = device_name, chat = a.chat, prefill_saved = result.prefill_saved,
   }))
 end)

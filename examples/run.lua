@@ -6,8 +6,8 @@
 --   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
 --   <model.bin> may also be a checkpoint directory (docs/checkpoints.md)
 -- plus our long options (--devices, --weights, --kv, --slots, --threads, --scheduler,
--- --partition, --top-k, --min-p, --max-new, --stop, --profile, --quiet, --json;
--- lua/gptoss/cli.lua has the parsing and the course's rules).
+-- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-new, --stop, --profile,
+-- --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
 --
 -- stdout carries what run.cpp prints: the 15 header lines at load, then
 --   getp      "requests size = N B", "Num requests: N", "\nwarm up elapsed time(s): X\n"
@@ -53,12 +53,14 @@ local cli = need "gptoss.cli"
 local getp = need "gptoss.getp"
 local requests = need "gptoss.requests"
 local progress = need "gptoss.progress"
+local stops = need "gptoss.stops"
 
 -- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
 local STOP = { [199999] = true, [200002] = true }
 -- --json's fields, in the order they are written
 local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
-  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "elapsed", "tok_per_s", "warm_up", "finish" }
+  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "prefill_saved", "elapsed", "tok_per_s", "warm_up",
+  "finish" }
 
 local function usage_error(msg) cli.usage_exit(NAME, msg, 1) end
 
@@ -148,6 +150,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
     replica = { weights = weights, kv = kv, slots = a.slots, threads = a.threads,
       on_progress = weights_progress(devices[1]) },
     partition = a.partition, scheduler = a.scheduler, requests = prompts, chat = a.chat,
+    share_prefix = not a.no_share_prefix,
     on_progress = bar and function(p) bar:update(p) end,
   }
   local warm = gptoss.realtime_ms() - t0
@@ -175,6 +178,7 @@ local function run_getp(model, tok, steps, devices, weights, kv, figures)
   if report then io.write(report) end
   io.flush()
   figures.requests, figures.slots, figures.tokens, figures.steps = #prompts, slots, result.tokens, result.steps
+  figures.prefill_saved = result.prefill_saved
   figures.elapsed, figures.tok_per_s, figures.warm_up, figures.finish = seconds(ms), tps, seconds(warm), seconds(finish)
   figures.scheduler, figures.partition = a.scheduler, a.partition
 end
@@ -195,7 +199,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   local course_sampler = sampling and not default_mode
       and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
   if default_mode then r:sampling(1, sampling) end -- the replica draws, keyed by (seed, position)
-  local stops = #a.stop > 0 and cli.stop_filter(a.stop)
+  local filter = #a.stop > 0 and stops.text(a.stop)
   local decoder = tok:decoder()
   io.write(decoder:add(prompt[1]))
   io.flush()
@@ -215,7 +219,7 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
     pos = pos + 1
     if STOP[next_id] then break end
     local text = decoder:add(next_id)
-    if stops and sampled then text, stopped = stops:add(text) end
+    if filter and sampled then text, stopped = filter:add(text) end
     io.write(text)
     io.flush()
     if stopped then break end
@@ -224,9 +228,9 @@ local function run_generate(model, tok, steps, device, weights, kv, figures)
   end
   if not stopped then -- what the decoder and the stop filter still hold
     local rest = decoder:flush()
-    if stops then
-      rest, stopped = stops:add(rest)
-      if not stopped then rest = rest .. stops:flush() end
+    if filter then
+      rest, stopped = filter:add(rest)
+      if not stopped then rest = rest .. filter:flush() end
     end
     io.write(rest)
   end

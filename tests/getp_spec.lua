@@ -107,7 +107,8 @@ describe("getp", function()
     assert.are.same({}, result.outputs[8])
     assert.are.equal(1, #result.outputs[6])
     assert.are.equal(sum_lengths(expected), result.tokens)
-    assert.are.same({ { requests = #PROMPTS, tokens = result.tokens, steps = result.steps } }, result.per_replica)
+    assert.are.same({ { requests = #PROMPTS, tokens = result.tokens, steps = result.steps, shared_prefix = 0,
+      prefill_saved = 0 } }, result.per_replica)
     assert.is_true(result.elapsed >= 0)
   end)
 
@@ -339,6 +340,86 @@ describe("getp", function()
     assert.are.same(result.outputs[4], result.outputs[3])
   end)
 
+  describe("shared prefixes", function()
+    local harmony = require "gptoss.harmony"
+    local CHAT_STEPS = 72
+    local CHAT_PROMPTS = { PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], PROMPTS[5], "2 + 2 =" } -- all fit
+
+    -- the length of the longest common beginning of the chat renderings, at most the shortest - 1
+    local function chat_prefix(prompts)
+      local ids = {}
+      for i, text in ipairs(prompts) do ids[i] = harmony.render_ids({ harmony.system {}, harmony.user(text) }, tok) end
+      local n = #ids[1] - 1
+      for i = 2, #ids do
+        n = math.min(n, #ids[i] - 1)
+        for j = 1, n do
+          if ids[i][j] ~= ids[1][j] then n = j - 1 break end
+        end
+      end
+      return n
+    end
+
+    it("fork chat's system message into each slot: the same outputs, (requests - 1) * P rows saved", function()
+      local P = chat_prefix(CHAT_PROMPTS)
+      assert.is_true(P >= 32) -- the system message and <|start|>user<|message|>
+      for _, case in ipairs {
+        { devices = { "cpu" }, scheduler = "static", replica = { slots = 3 } },
+        { devices = { "cpu", "cpu" }, scheduler = "continuous", sampling = { temperature = 0.8, seed = 5 } },
+      } do
+        local base = { model = model, tokenizer = tok, steps = CHAT_STEPS, chat = true, requests = CHAT_PROMPTS,
+          devices = case.devices, scheduler = case.scheduler, replica = case.replica, sampling = case.sampling }
+        local unshared <close> = getp.new(H.with(base, { share_prefix = false }))
+        assert.truthy(unshared:describe():find("; prompt prefixes not shared", 1, true))
+        local plain = unshared:run()
+        local g <close> = getp.new(base)
+        local shared = g:run()
+        assert.are.same(plain.outputs, shared.outputs)
+        assert.are.equal(0, plain.prefill_saved)
+        local saved = 0
+        for k, pr in ipairs(shared.per_replica) do
+          assert.are.same({ P, (pr.requests - 1) * P }, { pr.shared_prefix, pr.prefill_saved }, "replica " .. k)
+          saved = saved + pr.prefill_saved
+          -- without replica.slots getp gave each replica a slot more, for the prefix
+          if not case.replica then assert.are.equal(#CHAT_PROMPTS + 1, g.replicas[k].slots) end
+        end
+        assert.are.equal(saved, shared.prefill_saved)
+      end
+    end)
+
+    it("shares a short prefix only where a slot is to spare, and never gives requests its slot", function()
+      local prompts = { "The sea is", "The sea was", "The sky is" } -- " The" shared: one token
+      local seen_slots, used = {}, {}
+      local watcher = {
+        admit = function(_, state)
+          seen_slots[#seen_slots + 1] = state.slots
+          return math.min(state.free, #state.waiting)
+        end,
+        on_finish = function(_, seq) used[seq.slot] = true end,
+      }
+      local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS,
+        requests = prompts, share_prefix = false }.outputs
+      local function run(slots)
+        local r <close> = model:replica { slots = slots, ctx = STEPS }
+        seen_slots, used = {}, {}
+        return getp.run { tokenizer = tok, replicas = { r }, steps = STEPS, requests = prompts, scheduler = watcher }
+      end
+      local spare = run(4)
+      assert.are.same(expected, spare.outputs)
+      assert.are.same({ 1, 2 }, { spare.per_replica[1].shared_prefix, spare.prefill_saved })
+      assert.are.equal(3, seen_slots[1])
+      assert.is_nil(used[4])
+      local tight = run(3)
+      assert.are.same(expected, tight.outputs)
+      assert.are.same({ 0, 0 }, { tight.per_replica[1].shared_prefix, tight.prefill_saved })
+      assert.are.equal(3, seen_slots[1])
+    end)
+
+    it("refuses a share_prefix that is not a boolean", function()
+      expect_error(function() getp.new { model = model, tokenizer = tok, devices = { "cpu" }, share_prefix = 1 } end,
+        "getp: share_prefix must be a boolean (got number)")
+    end)
+  end)
+
   it("prompts with harmony user turns when asked, the rest of the run unchanged", function()
     local harmony = require "gptoss.harmony"
     local seen = {}
@@ -435,7 +516,7 @@ describe("getp errors", function()
   it("rejects bad options, listing the known ones", function()
     expect_error(function() getp.new("cpu") end, "getp: options must be a table (got string)")
     expect_error(new { slots = 4 }, "getp: unknown option 'slots' (known: model, tokenizer, devices, replicas, "
-      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat)")
+      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat, share_prefix)")
     expect_error(function() getp.new { model = model } end, "getp: tokenizer is required")
     expect_error(new { tokenizer = "build/tokenizer.bin" }, "getp: tokenizer must be a tokenizer from gptoss.tokenizer (got string)")
     expect_error(new { model = tok }, "getp: model must be a model from gptoss.load or gptoss.synthetic (got gptoss.tokenizer)")

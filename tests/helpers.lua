@@ -18,6 +18,13 @@ helpers.CONFIG_7M = {
   sliding_window = 128, swiglu_limit = 7.0,
 }
 
+-- A small but complete shape (GQA, a window of 4 positions, 8 experts) whose steps cost
+-- little: the loops' specs run many.
+helpers.TINY = {
+  vocab_size = 97, hidden_dim = 16, n_experts = 8, experts_per_token = 4, intermediate_dim = 12,
+  n_layers = 2, head_dim = 8, n_attn_heads = 4, n_kv_heads = 2, seq_len = 64, sliding_window = 4,
+}
+
 --- A copy of base with changes applied.
 function helpers.with(base, changes)
   local c = {}
@@ -44,6 +51,28 @@ function helpers.fed_and_told(prev, order, pos, ids, from, told)
     given.positions[i], given.tokens[i] = pos, ids[j]
   end
   return fed, given
+end
+
+--- The ids slot `slot` of replica r generates after prompt, one position a step, the
+-- prompt fed one id a step too (no chunks, no fed steps, the slot's own sampling): the
+-- plainest loop, for the loops' specs to compare with. Stops after n ids or after an id of
+-- the set opts.ends (kept). With opts.logprobs (the slot reports them) also returns each
+-- id's logprob.
+function helpers.plain_generate(r, slot, prompt, n, opts)
+  opts = opts or {}
+  local out, logprobs, token = {}, {}, prompt[1]
+  for pos = 0, #prompt + n - 2 do
+    local h = r:step { slots = { slot }, positions = { pos }, tokens = { token } }
+    if pos + 1 < #prompt then
+      token = prompt[pos + 2]
+    else
+      token = h:tokens()[1]
+      out[#out + 1] = token
+      if opts.logprobs then logprobs[#out] = h:logprobs()[1].logprob end
+      if opts.ends and opts.ends[token] then break end
+    end
+  end
+  return out, logprobs
 end
 
 --- SplitMix64's finaliser (src/core/synth.h gptoss_mix64); Lua integers wrap mod 2^64 and

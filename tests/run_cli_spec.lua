@@ -1,5 +1,5 @@
 -- The course's command line, examples/run.lua: its parts in process (gptoss.cli's parsing
--- and the course's rules for -t -p -s -n, our options, the stop-string filter, the header
+-- and the course's rules for -t -p -s -n, our options, the header
 -- and table text, gptoss.progress with a fake writer and reports of chosen elapsed times,
 -- gptoss.realtime_ms and gptoss.isatty), then the script itself as a child process on CPU
 -- replicas of the synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs
@@ -120,42 +120,6 @@ describe("gptoss.cli", function()
     -- getp takes the filters
     a = assert(parse("m.bin", "-m", "getp", "-t", "1", "--top-k", "3", "--min-p", "0.5"))
     assert.are.same({ 3, 0.5 }, { cli.sampling(a).top_k, cli.sampling(a).min_p })
-  end)
-
-  it("holds back streamed text that may begin a stop string, and cuts at the first one", function()
-    local function stream(stops, pieces)
-      local f, printed, hit = cli.stop_filter(stops), {}, false
-      for _, piece in ipairs(pieces) do
-        local text
-        text, hit = f:add(piece)
-        printed[#printed + 1] = text
-        if hit then break end
-      end
-      if not hit then printed[#printed + 1] = f:flush() end
-      return printed, hit
-    end
-    -- "lo w" across pieces: "l" is held until "o w" shows it is the stop
-    assert.are.same({ { "He", "l" }, true }, { stream({ "lo w" }, { "Hel", "lo wor", "ld" }) })
-    -- a held start that turns out not to be one is printed with the next piece
-    assert.are.same({ { "He", "lp!", "" }, false }, { stream({ "lo w" }, { "Hel", "p!" }) })
-    -- the earliest of several stops, inside one piece
-    assert.are.same({ { "a" }, true }, { stream({ "cd", "bc" }, { "abcd" }) })
-    -- held at the end of the stream: flushed
-    assert.are.same({ { "ab", "c" }, false }, { stream({ "cd" }, { "abc" }) })
-    -- a stop string right at the start
-    assert.are.same({ { "" }, true }, { stream({ "ab" }, { "ab" }) })
-    -- UTF-8: a character split over two tokens (🌊 is ids 64364 and 232) reaches the
-    -- filter whole through the decoder, and a stop string that begins inside a character
-    -- never splits it
-    local d = gptoss.tokenizer(TOKENIZER):decoder()
-    local wave = d:add(64364)
-    assert.are.equal("", wave)
-    wave = d:add(232)
-    assert.are.equal("🌊", wave)
-    assert.are.same({ { "sea ", "" }, true }, { stream({ "🌊" }, { "sea ", wave }) })
-    assert.are.same({ { "sea ", "🌊!", "" }, false }, { stream({ "🌊?" }, { "sea 🌊", "!" }) })
-    local continuation = "\x8c\x8a" -- the last two bytes of 🌊
-    assert.are.same({ { "sea ", "🌊 ", "" }, false }, { stream({ continuation .. "x" }, { "sea 🌊", " " }) })
   end)
 
   it("finds the tokenizer as the course does, else falls back and says so", function()
@@ -416,17 +380,35 @@ describe("examples/run.lua", function()
     assert.are.same({
       mode = "getp", model = "synthetic 7m", devices = { "cpu" }, weights = "fp32", kv = "fp32", slots = { 4 },
       scheduler = "continuous", partition = "round_robin", requests = 4, steps_limit = STEPS,
-      tokens = expected.tokens, steps = expected.steps,
+      tokens = expected.tokens, steps = expected.steps, prefill_saved = 0,
     }, {
       mode = figures.mode, model = figures.model, devices = figures.devices, weights = figures.weights,
       kv = figures.kv, slots = figures.slots, scheduler = figures.scheduler, partition = figures.partition,
       requests = figures.requests, steps_limit = figures.steps_limit, tokens = figures.tokens, steps = figures.steps,
+      prefill_saved = figures.prefill_saved,
     })
     -- JSON numbers carry 14 significant digits (dkjson)
     local function near(x, y) return math.abs(x - y) <= 1e-12 * math.abs(y) end
     assert.is_true(near(figures.elapsed, ms / 1000))
     assert.is_true(near(figures.tok_per_s, cli.tps(expected.tokens, ms)))
     assert.is_true(near(figures.warm_up, tonumber(warm)))
+  end)
+
+  it("forks --chat's shared system message into each slot unless --no-share-prefix, the same outputs", function()
+    local run = runner()
+    local input, steps = request_file { "3", PROMPTS[1], PROMPTS[2], PROMPTS[3] }, 72
+    local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = steps, chat = true,
+      requests = { PROMPTS[1], PROMPTS[2], PROMPTS[3] } }
+    assert.is_true(expected.prefill_saved > 0)
+    for _, case in ipairs { { {}, expected.prefill_saved }, { { "--no-share-prefix" }, 0 } } do
+      local output = tmp()
+      local args = { "--synthetic", "7m", "-m", "getp", "--chat", "-i", input, "-o", output, "-n", tostring(steps),
+        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", table.unpack(case[1]) }
+      local code, out, err = run(args)
+      assert.are.equal(0, code, err)
+      assert.are.same(expected.outputs, requests.read_output(output))
+      assert.are.equal(case[2], json.decode(out:match("[^\n]+\n$")).prefill_saved)
+    end
   end)
 
   it("clamps -n as the course, describes its replicas and notes the tokenizer it falls back to", function()

@@ -168,6 +168,8 @@ function cli.parser(name)
     :choices { "round_robin", "blocks", "balanced" }
   p:flag("--chat", "getp: each request as a harmony user turn after the default system message, ending "
     .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")
+  p:flag("--no-share-prefix", "getp: prefill every prompt whole (default: where a replica's prompts begin alike, "
+    .. "as --chat's do, the shared beginning is prefilled once and forked into each slot: docs/getp.md#shared-prefixes).")
   p:flag("--profile", "Time every kernel of GPU replicas with device events (each step then waits "
     .. "for the device, so the run is slower) and print a table per replica, with its memory.")
   p:flag("--quiet", "No progress lines, replica description or tokenizer note on stderr (warnings stay).")
@@ -245,51 +247,42 @@ function cli.sampling(a)
     a.top_k ~= nil or a.min_p ~= nil
 end
 
-local StopFilter = {}
-StopFilter.__index = StopFilter
-
---- A filter of streamed text for stop strings (--stop): f:add(text) returns the text that
--- can be printed now and whether a stop string was found. Once one is, only the text
--- before its first occurrence is returned and the filter is done. Text that could be the
--- start of a stop string is held back until the next text shows it is not; a character is
--- never split (text is whole UTF-8 characters, as a tokenizer's decoder gives them).
--- f:flush() returns what is held back.
-function cli.stop_filter(stops)
-  return setmetatable({ stops = stops, held = "" }, StopFilter)
+--- The options the loop examples (examples/speculative.lua, beam_search.lua, best_of_n.lua)
+-- share, added to an argparse parser: --model, --seed-weights, --device, --weights,
+-- --prompt, --tokenizer.
+function cli.model_options(p, default_prompt)
+  p:option("--model", "A synthetic shape (7m, 20b, 20b-2l, 120b), a course .bin file or a checkpoint directory.",
+    "7m")
+  p:option("--seed-weights", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED))
+    :convert(cli.integer("--seed-weights"))
+  p:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(function(s)
+    if s == "cpu" then return s end
+    local id = math.tointeger(tonumber(s))
+    if id == nil or id < 1 then return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s) end
+    return id
+  end)
+  p:option("--weights", "Weight precision (default: fp32 on the CPU, the replica's choice on a GPU).")
+    :choices { "fp32", "bf16", "mxfp4" }
+  p:option("--prompt", "Prompt text.", default_prompt)
+  p:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 end
 
-function StopFilter:add(text)
-  local s = self.held .. text
-  local first
-  for _, stop in ipairs(self.stops) do
-    local at = s:find(stop, 1, true)
-    if at and (first == nil or at < first) then first = at end
+--- The model, the tokenizer, the base of replica options ({device =, weights =}) and
+-- the prompt's ids that cli.model_options' values name: --model is a file or directory when
+-- one exists there, else a synthetic shape. A prompt of no ids is an error.
+function cli.open_model(a)
+  local f = io.open(a.model, "rb")
+  local model
+  if f then
+    f:close()
+    model = gptoss.load(a.model)
+  else
+    model = gptoss.synthetic(a.model, { seed = a.seed_weights })
   end
-  if first then
-    self.held = ""
-    return s:sub(1, first - 1), true
-  end
-  -- the longest end of s that begins some stop string
-  local keep = 0
-  for _, stop in ipairs(self.stops) do
-    for n = math.min(#stop - 1, #s), keep + 1, -1 do
-      if s:sub(-n) == stop:sub(1, n) then
-        keep = n
-        break
-      end
-    end
-  end
-  local ready = #s - keep
-  -- a stop string that starts inside a character: keep that character whole
-  while ready > 0 and ready < #s and s:byte(ready + 1) & 0xC0 == 0x80 do ready = ready - 1 end
-  self.held = s:sub(ready + 1)
-  return s:sub(1, ready), false
-end
-
-function StopFilter:flush()
-  local s = self.held
-  self.held = ""
-  return s
+  local tok = gptoss.tokenizer(a.tokenizer, { vocab_size = model.config.vocab_size })
+  local prompt = tok:encode(a.prompt)
+  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
+  return model, tok, { device = a.device, weights = a.weights }, prompt
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing, then

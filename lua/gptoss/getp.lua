@@ -30,13 +30,19 @@
 --   chat         true: each prompt is a harmony user turn after harmony's default system
 --                message, ending <|start|>assistant (gptoss.harmony), as gpt-oss is meant to
 --                be prompted; default false: the course's raw prompt
+--   share_prefix true (default): prompts of a replica that begin alike (notably chat's
+--                system message) have their shared beginning prefilled once, into a slot of
+--                its own, and forked into each request's slot (below); false: every prompt
+--                is prefilled whole
 -- g.replicas, g.model, g.tokenizer, g.steps (clamped), g.sampling (nil when greedy, else
--- the parameters with the seed chosen), g:describe() (one line: replicas, slots, ctx, modes,
--- steps, sampling, partition, scheduler).
+-- the parameters with the seed chosen), g.share_prefix, g:describe() (one line: replicas,
+-- slots, ctx, modes, steps, sampling, partition, scheduler, chat, prefix sharing when off).
 --
 -- g:run(prompts) returns {outputs = {ids of request 1, ...}, tokens = the course's count,
--- steps = engine steps of all replicas, per_replica = {{requests = assigned, tokens =,
--- steps =}, ...}, elapsed = seconds}.
+-- steps = engine steps of all replicas, prefill_saved = prompt rows not stepped thanks to
+-- shared prefixes, per_replica = {{requests = assigned, tokens =, steps =, shared_prefix =
+-- the prefix length its requests shared (0: none), prefill_saved =}, ...}, elapsed =
+-- seconds}.
 --
 -- Per request i (docs/course.md#generation-rule-and-token-count):
 --   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text
@@ -71,9 +77,21 @@
 -- admitted prompt, and the last prompts of a full start wait many steps
 -- (docs/getp.md#slots-and-rows).
 --
+-- Shared prefixes (share_prefix): for each replica, P is the length of the longest common
+-- beginning of its queued prompts, at most the shortest one's length - 1 (the last prompt
+-- row yields the first id). The replica's last slot then holds those P ids, prefilled before
+-- the first step and never offered to requests, and each admitted request's slot gets them
+-- by r:fork, its prompt fed from position P: (requests - 1) * P prompt rows saved. Forks are
+-- bit-identical to prefills, so the outputs are the same either way. A slot is worth that
+-- when the replica has one to spare (more slots than queued requests) or P is at least
+-- SHARED_PREFIX_MIN ids (chat's system message is longer); it takes P >= 1, two requests and
+-- two slots at least. With chat, replicas getp builds get one slot more for it (when two
+-- requests or more are known at getp.new).
+--
 -- Partitions: gptoss.partition; schedulers: gptoss.scheduler (whose header describes the
 -- hooks, the state they see and the sequence objects).
 local gptoss = require "gptoss"
+local generate = require "gptoss.generate"
 local harmony = require "gptoss.harmony"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
@@ -91,7 +109,7 @@ local STEPS = 1024 -- the course's -n default
 local CPU_SLOTS, CPU_ROWS = 16, 64
 
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
-  "partition", "scheduler", "on_progress", "requests", "chat" }
+  "partition", "scheduler", "on_progress", "requests", "chat", "share_prefix" }
 local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk", "on_progress" }
 local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
@@ -100,6 +118,10 @@ local SCHEDULERS = { "continuous", "static" }
 -- Rows a GPU step carries beyond one per slot, for prefill: a fraction of the slots, at least
 -- PREFILL_ROWS_MIN (the header's "Slots" says why).
 local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
+
+-- The shortest shared prefix worth a slot that requests could have used (the header's
+-- "Shared prefixes").
+local SHARED_PREFIX_MIN = 32
 
 -- ... and never fewer than the rows one slot may feed in a step (chunk, when given).
 local function gpu_rows(slots, chunk)
@@ -268,7 +290,8 @@ local function check_fit(replicas, model, steps, level)
 end
 
 -- One replica per device, with the options given; on a failure the ones built are closed.
-local function build_replicas(devices, options, model, steps, n_requests, level)
+-- extra_slot: a slot more than the requests need, for a shared prefix.
+local function build_replicas(devices, options, model, steps, n_requests, extra_slot, level)
   if type(devices) ~= "table" or #devices == 0 then
     error("getp: no replicas (devices must be a non-empty list of \"cpu\" or GPU numbers)", level + 1)
   end
@@ -287,9 +310,10 @@ local function build_replicas(devices, options, model, steps, n_requests, level)
     for _, name in ipairs(REPLICA_OPTIONS) do ropts[name] = options[name] end
     local rows_chosen = ropts.rows == nil and device ~= "cpu"
     if ropts.slots == nil then
-      ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS))
+      local extra = extra_slot and 1 or 0
+      ropts.slots = device == "cpu" and math.max(1, math.min(n_requests or CPU_SLOTS, CPU_SLOTS)) + extra
           or getp.gpu_slots(free_memory(device), model, steps,
-            n_requests and -(-n_requests // #devices), ropts) -- a replica's share of the requests
+            n_requests and -(-n_requests // #devices) + extra, ropts) -- a replica's share of the requests
     end
     if rows_chosen then ropts.rows = gpu_rows(ropts.slots, ropts.chunk) end
     local ok, r = pcall(model.replica, model, ropts)
@@ -333,23 +357,29 @@ local function create(opts, level)
     error(("getp: on_progress must be a function (got %s)"):format(type(opts.on_progress)), level)
   end
   if opts.requests ~= nil then check_prompts(opts.requests, level) end
-  if opts.chat ~= nil and type(opts.chat) ~= "boolean" then
-    error(("getp: chat must be a boolean (got %s)"):format(type(opts.chat)), level)
+  for _, flag in ipairs { "chat", "share_prefix" } do
+    if opts[flag] ~= nil and type(opts[flag]) ~= "boolean" then
+      error(("getp: %s must be a boolean (got %s)"):format(flag, type(opts[flag])), level)
+    end
   end
+  local share_prefix = opts.share_prefix ~= false
 
   local replicas, owned = opts.replicas, false
   if replicas ~= nil then
     check_fit(replicas, model, steps, level)
   else
     local devices = opts.devices or gptoss.default_devices()
-    replicas, owned = build_replicas(devices, opts.replica, model, steps, opts.requests and #opts.requests, level), true
+    local n = opts.requests and #opts.requests
+    replicas, owned = build_replicas(devices, opts.replica, model, steps, n,
+      share_prefix and opts.chat and n ~= nil and n >= 2, level), true
   end
   local copy = {}
   for k, r in ipairs(replicas) do copy[k] = r end
   return setmetatable({
     model = model, tokenizer = opts.tokenizer, replicas = copy, owned = owned, steps = steps,
     sampling = sampling, partition = part, partition_name = part_name, scheduler = sched,
-    on_progress = opts.on_progress, requests = opts.requests, chat = opts.chat or false, closed = false,
+    on_progress = opts.on_progress, requests = opts.requests, chat = opts.chat or false,
+    share_prefix = share_prefix, closed = false,
   }, Getp)
 end
 
@@ -367,6 +397,35 @@ local function bounds(r)
   return r.rows, r.chunk
 end
 
+-- The prefix a replica's queued prompts share (the header's "Shared prefixes"): {slot =
+-- the replica's last, ids =, length =}, or nil when there is nothing to share.
+local function shared_prefix(r, queue)
+  if #queue < 2 or r.slots < 2 then return nil end
+  local first = queue[1].prompt
+  local length = #first - 1
+  for i = 2, #queue do
+    local prompt = queue[i].prompt
+    length = math.min(length, #prompt - 1)
+    for j = 1, length do
+      if prompt[j] ~= first[j] then
+        length = j - 1
+        break
+      end
+    end
+  end
+  if length < 1 or (r.slots <= #queue and length < SHARED_PREFIX_MIN) then return nil end
+  return { slot = r.slots, ids = table.move(first, 1, length, 1, {}), length = length }
+end
+
+--- A request's prompt ids (the header's "Per request i"): the text up to its first NUL byte,
+-- encoded as the course does and cut at max_tokens, or with chat its harmony rendering (not
+-- cut: getp refuses one longer than max_tokens).
+function getp.prompt_ids(tokenizer, text, chat, max_tokens)
+  text = text:match("^[^\0]*")
+  if chat then return harmony.render_ids({ harmony.system {}, harmony.user(text) }, tokenizer) end
+  return tokenizer:encode(text, { max_tokens = max_tokens })
+end
+
 local function run(g, prompts, level)
   if g.closed then error("getp: used after close", level) end
   if prompts == nil then prompts = g.requests end
@@ -376,15 +435,10 @@ local function run(g, prompts, level)
   local limit_tokens = g.model.config.initial_context_length
   local requests = {}
   for i, text in ipairs(prompts) do
-    local ids
-    if g.chat then
-      ids = harmony.render_ids({ harmony.system {}, harmony.user(text:match("^[^\0]*")) }, g.tokenizer)
-      if #ids > limit_tokens then
-        error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
-          :format(i, #ids, limit_tokens), level)
-      end
-    else
-      ids = g.tokenizer:encode(text:match("^[^\0]*"), { max_tokens = limit_tokens })
+    local ids = getp.prompt_ids(g.tokenizer, text, g.chat, limit_tokens)
+    if g.chat and #ids > limit_tokens then
+      error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
+        :format(i, #ids, limit_tokens), level)
     end
     if #ids == 0 then
       error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(i),
@@ -395,7 +449,14 @@ local function run(g, prompts, level)
   local assignment = g.partition(requests, g.replicas)
   partition.check(assignment, #requests, #g.replicas)
 
+  -- a replica's failure (a row no token can be drawn for, a device error) names the replica
+  local function on_replica(k, f, ...)
+    local ok, v = pcall(f, ...)
+    if not ok then error(("getp: replica %d (%s): %s"):format(k, device_name(g.replicas[k].device), v), 0) end
+    return v
+  end
   local outputs, runners, per_replica, done, max_tokens = {}, {}, {}, 0, 0
+  local tokens, steps, prefill_saved = 0, 0, 0
   for k, r in ipairs(g.replicas) do
     local queue = {}
     for _, i in ipairs(assignment[k] or {}) do
@@ -418,26 +479,28 @@ local function run(g, prompts, level)
       end
     end
     local rows, chunk = bounds(r)
-    runners[k] = scheduler.runner(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP })
-    per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0 }
+    local prefix = g.share_prefix and shared_prefix(r, queue) or nil
+    per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0 }
+    if prefix then
+      r:sampling(prefix.slot) -- its rows' ids are never read
+      on_replica(k, generate.feed, r, prefix.slot, prefix.ids, 0)
+      local pr = per_replica[k]
+      pr.steps, pr.shared_prefix, pr.prefill_saved = math.ceil(prefix.length / generate.chunk(r)), prefix.length,
+          (#queue - 1) * prefix.length
+      steps, prefill_saved = steps + pr.steps, prefill_saved + pr.prefill_saved
+    end
+    runners[k] = scheduler.runner(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP, prefix = prefix })
   end
 
   -- A replica's next step is enqueued before its running one is read, its decode rows fed
   -- on the device by that step's (gptoss.scheduler: one step ahead), so a GPU runs step
   -- after step while Lua reads the last one's ids and serves the other replicas (reading
   -- first, then enqueuing, left the GPU idle while Lua worked).
-  local tokens, steps = 0, 0
   local function report()
     if g.on_progress then
       g.on_progress { done = done, total = #requests, tokens = tokens, max_tokens = max_tokens, steps = steps,
         elapsed = gptoss.clock() - started }
     end
-  end
-  -- a replica's failure (a row no token can be drawn for, a device error) names the replica
-  local function on_replica(k, f, ...)
-    local ok, v = pcall(f, ...)
-    if not ok then error(("getp: replica %d (%s): %s"):format(k, device_name(g.replicas[k].device), v), 0) end
-    return v
   end
   local plans, handles = {}, {}
   local function enqueue(k, plan, from)
@@ -466,8 +529,8 @@ local function run(g, prompts, level)
     end
     report()
   end
-  return { outputs = outputs, tokens = tokens, steps = steps, per_replica = per_replica,
-    elapsed = gptoss.clock() - started }
+  return { outputs = outputs, tokens = tokens, steps = steps, prefill_saved = prefill_saved,
+    per_replica = per_replica, elapsed = gptoss.clock() - started }
 end
 
 --- Runs the prompts (a list of strings; default: the requests given to getp.new).
@@ -477,7 +540,8 @@ function Getp:run(prompts)
   return run(self, prompts, 3)
 end
 
---- One line: the replicas (device, slots, ctx, modes), steps, sampling, partition, scheduler.
+--- One line: the replicas (device, slots, ctx, modes), steps, sampling, partition, scheduler,
+-- chat, and prefix sharing when it is off.
 function Getp:describe()
   local parts = {}
   for k, r in ipairs(self.replicas) do
@@ -493,9 +557,10 @@ function Getp:describe()
   local s = self.sampling
   local sampling = s and ("temperature %g, top_p %g, top_k %d, min_p %g, seed %d + request - 1")
       :format(s.temperature, s.top_p or 1, s.top_k or 0, s.min_p or 0, s.seed) or "greedy"
-  return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s%s"):format(#self.replicas,
+  return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s%s%s"):format(#self.replicas,
     #self.replicas == 1 and "replica" or "replicas", table.concat(parts, ", "), self.steps, sampling,
-    self.partition_name, self.scheduler.name or "custom", self.chat and "; prompts as harmony user turns" or "")
+    self.partition_name, self.scheduler.name or "custom", self.chat and "; prompts as harmony user turns" or "",
+    self.share_prefix and "" or "; prompt prefixes not shared")
 end
 
 --- Closes the replicas getp built (not the ones it was given). Idempotent.

@@ -10,7 +10,9 @@
 --     Returns how many requests to admit now from the front of state.waiting: an integer
 --     in 0..min(state.free, #state.waiting). The queue's order is the partition's
 --     (gptoss.partition): reorder requests there, not here. Admitted requests take the
---     lowest free slots and start at position 0 (which truncates whatever the slot held).
+--     lowest free slots and start at position 0 (which truncates whatever the slot held),
+--     or, when the replica holds the queue's shared prompt prefix in a slot of its own,
+--     with that prefix forked into their slot and their position after it.
 --     Returning 0 while nothing runs on the replica is an error: it would wait forever.
 --   prefill_chunk(self, seq, state) -> n                                     optional
 --     Called for each admitted sequence with prompt tokens left to feed, in admission
@@ -27,7 +29,8 @@
 --   replica, index   the replica object and its number in the run's list (1-based)
 --   waiting          sequences not admitted yet, in queue order
 --   running          admitted sequences that have not ended, in admission order
---   free, slots      free slots now, the replica's slot count
+--   free, slots      free slots now, the slots requests may take (the replica's, less the
+--                    one holding a shared prefix)
 --   rows, chunk      most rows one step carries, most rows of one slot in one step
 --   rows_left        rows still open in the step being built (during prefill_chunk only)
 --   step             steps this replica has taken so far
@@ -80,7 +83,9 @@ Runner.__index = Runner
 --- A runner drives one replica through a queue of sequences with a scheduler object.
 -- The queue's sequences have position 0, an empty output and limit >= 1 (getp finishes
 -- the others itself). opts: rows and chunk (the state's bounds), stop (a set of ids that
--- end a sequence).
+-- end a sequence), prefix (nil, or {slot =, length =}: that slot holds the first length
+-- ids of every queued prompt, which admission forks into the sequence's slot; the slot is
+-- not offered to requests).
 -- runner:busy() says whether requests wait or run. runner:build(pending) admits, asks the
 -- hooks and returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or
 -- nil when every running sequence ends with the pending plan's step (nothing to feed);
@@ -90,14 +95,17 @@ Runner.__index = Runner
 -- generated and the list of the sequences that ended.
 function scheduler.runner(sched, replica, index, queue, opts)
   local free_slots = {}
-  for s = 1, replica.slots do free_slots[s] = s end
+  for s = 1, replica.slots do
+    if not (opts.prefix and opts.prefix.slot == s) then free_slots[#free_slots + 1] = s end
+  end
   return setmetatable({
     scheduler = sched,
     stop = opts.stop,
+    prefix = opts.prefix,
     free_slots = free_slots, -- ascending: admission takes the lowest
     state = {
       replica = replica, index = index, waiting = queue, running = {},
-      free = replica.slots, slots = replica.slots, rows = opts.rows, chunk = opts.chunk, step = 0,
+      free = #free_slots, slots = #free_slots, rows = opts.rows, chunk = opts.chunk, step = 0,
     },
   }, Runner)
 end
@@ -120,6 +128,10 @@ local function admit(self)
     local seq = waiting[i]
     seq.slot = table.remove(self.free_slots, 1)
     seq.position = 0
+    if self.prefix then
+      r:fork(self.prefix.slot, seq.slot, self.prefix.length)
+      seq.position = self.prefix.length
+    end
     if seq.sampling then r:sampling(seq.slot, seq.sampling) else r:sampling(seq.slot) end
     st.running[#st.running + 1] = seq
   end

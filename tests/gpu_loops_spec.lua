@@ -1,0 +1,78 @@
+-- The generation loops on GPU replicas (tag: gpu). Runs where a GPU is visible; reported
+-- as pending elsewhere. Greedy speculative decoding equals plain greedy decoding (fp32 past
+-- the sliding window, where each rejection steps back into the ring, and bf16); forked
+-- parallel samples equal fresh prefills with their seeds; beam search in fp32 equals the
+-- CPU golden's; getp's shared chat prefix leaves the outputs as they are without it.
+local gptoss = require "gptoss"
+local beam = require "gptoss.beam"
+local generate = require "gptoss.generate"
+local getp = require "gptoss.getp"
+local speculative = require "gptoss.speculative"
+local H = require "helpers"
+
+local has_gpu = #gptoss.devices() > 0
+
+describe("generation loops on a GPU #gpu", function()
+  if not has_gpu then
+    pending("no GPU visible to this build (gptoss.devices() is empty)")
+    return
+  end
+  local model = gptoss.synthetic("7m", { seed = 1 })
+  local draft_model = gptoss.synthetic({ n_layers = 1 }, { seed = 1 })
+  local PROMPT = { 13225, 2375, 11, 1495, 3293, 448, 261, 1058 }
+
+  for _, case in ipairs { { "fp32", 170 }, { "bf16", 60 } } do
+    local mode, tokens = case[1], case[2]
+    it(("gives plain greedy decoding's ids with speculative decoding (%s, %d ids)"):format(mode, tokens), function()
+      local opts = { device = 1, weights = mode, kv = mode, ctx = #PROMPT + tokens }
+      local target <close> = model:replica(H.with(opts, { slots = 2 }))
+      local draft <close> = draft_model:replica(H.with(opts, { slots = 1 }))
+      local want = generate.run { replica = target, prompt = PROMPT, max_tokens = tokens }.ids
+      for _, d in ipairs { { draft, 1 }, { target, 2 } } do
+        local got = speculative.generate { target = target, draft = d[1], draft_slot = d[2], prompt = PROMPT, k = 4,
+          max_tokens = tokens, on_round = function(round)
+            assert.are.equal(round.position + #round.drafted + 1, target:length(1))
+          end }
+        assert.are.same(want, got.ids)
+      end
+    end)
+  end
+
+  it("forks parallel samples that equal fresh prefills with their seeds (bf16)", function()
+    local opts = { device = 1, weights = "bf16", kv = "bf16", ctx = 64 }
+    local r <close> = model:replica(H.with(opts, { slots = 4 }))
+    local fresh <close> = model:replica(H.with(opts, { slots = 1 }))
+    local sampling = { temperature = 0.9, seed = 11 }
+    local got = generate.parallel { replica = r, prompt = PROMPT, n = 4, max_tokens = 24, sampling = sampling }
+    for i, s in ipairs(got.samples) do
+      local want = generate.run { replica = fresh, prompt = PROMPT, max_tokens = 24,
+        sampling = H.with(sampling, { seed = 11 + i - 1 }) }
+      assert.are.same(want.ids, s.ids, "sample " .. i)
+    end
+  end)
+
+  it("finds the CPU golden's beams in fp32", function()
+    local opts = { slots = 4, ctx = 32, weights = "fp32", kv = "fp32" }
+    local gpu <close> = model:replica(H.with(opts, { device = 1 }))
+    local cpu <close> = model:replica(opts)
+    local search = { prompt = PROMPT, width = 4, max_tokens = 10 }
+    local g, c = beam.search(H.with(search, { replica = gpu })), beam.search(H.with(search, { replica = cpu }))
+    assert.are.equal(#c.hypotheses, #g.hypotheses)
+    for i, h in ipairs(c.hypotheses) do
+      assert.are.same(h.ids, g.hypotheses[i].ids)
+      assert.is_true(math.abs(h.score - g.hypotheses[i].score) < 1e-4) -- fp32 logits within 1e-6 of the golden
+    end
+  end)
+
+  it("runs getp's chat requests with the shared prefix forked: the outputs without it (bf16)", function()
+    local tok = gptoss.tokenizer(H.TOKENIZER)
+    local base = { model = model, tokenizer = tok, devices = { 1 }, steps = 96, chat = true,
+      replica = { weights = "bf16", kv = "bf16" },
+      requests = { "Hello", "Write a short haiku about the ocean.", "2 + 2 =", "Once upon a time" } }
+    local shared = getp.run(base)
+    local plain = getp.run(H.with(base, { share_prefix = false }))
+    assert.are.same(plain.outputs, shared.outputs)
+    assert.is_true(shared.prefill_saved > 0 and plain.prefill_saved == 0)
+    io.stderr:write(("[gpu-loops] getp chat on a GPU: %d prefill rows saved\n"):format(shared.prefill_saved))
+  end)
+end)

@@ -1,0 +1,56 @@
+-- The loop examples as child processes on the synthetic 7m model on the CPU:
+-- examples/speculative.lua (greedy: the same ids as plain decoding, its JSON line's
+-- figures consistent), examples/beam_search.lua and examples/best_of_n.lua (their lines),
+-- and bad arguments: exit status 1 and one message.
+local json = require "dkjson"
+local H = require "helpers"
+
+describe("examples/speculative.lua", function()
+  it("reports rounds, accepted ids and tokens per target step in one JSON line", function()
+    H.need_tokenizer(pending)
+    local run = H.runner("examples/speculative.lua", pending)
+    for _, case in ipairs { { "1", false }, { "0", true } } do
+      local code, out, err = run { "--max-tokens", "10", "--k", "3", "--draft-layers", case[1], "--runs", "1" }
+      assert.are.equal(0, code, err)
+      local figures = json.decode(out:match("\n({[^\n]*})\n$"))
+      assert.are.same({ "7m", 10, 10, true, 3 }, { figures.model, figures.tokens, figures.plain_tokens,
+        figures.same_ids, figures.k })
+      assert.is_true(math.abs(figures.tokens / figures.rounds - figures.tokens_per_target_step) < 1e-12) -- JSON: 14 digits
+      assert.are.equal(figures.tokens, figures.rounds + figures.accepted) -- a round adds its accepted ids and one
+      assert.are.equal(case[2], figures.accepted == figures.proposed) -- the target as its own draft: all accepted
+      assert.is_true(figures.speculative_s > 0 and figures.plain_s > 0)
+    end
+    local code, out, err = run { "--max-tokens", "6", "--temperature", "1", "--seed", "3", "--runs", "1" }
+    assert.are.equal(0, code, err)
+    assert.are.equal(6, json.decode(out:match("\n({[^\n]*})\n$")).tokens)
+  end)
+
+  it("exits 1 with a message on bad arguments", function()
+    local run = H.runner("examples/speculative.lua", pending)
+    H.expect_exits(run, 1, {
+      { { "--draft-layers", "2" }, "speculative.lua: --draft-layers: 2 is not fewer than the target's 2" },
+      { { "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
+      { { "--k", "0" }, "--k: '0' is not an integer >= 1" },
+    })
+  end)
+end)
+
+describe("examples/beam_search.lua and examples/best_of_n.lua", function()
+  it("print the hypotheses best first, and the samples with the best marked", function()
+    H.need_tokenizer(pending)
+    local code, out, err = H.runner("examples/beam_search.lua", pending) { "--width", "3", "--max-tokens", "4" }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("beam search, width 3, alpha 1: %d+ hypotheses, %d+ steps"), out)
+    local scores = {}
+    for score in out:gmatch("\n%s*%d+  score%s+(%S+)") do scores[#scores + 1] = tonumber(score) end
+    assert.is_true(#scores >= 3, out)
+    for i = 2, #scores do assert.is_true(scores[i] <= scores[i - 1], out) end
+    code, out, err = H.runner("examples/best_of_n.lua", pending) { "--n", "3", "--max-tokens", "5" }
+    assert.are.equal(0, code, err)
+    local _, marked = out:gsub("\n%*%s+%d+  seed", "")
+    assert.are.equal(1, marked, out)
+    assert.truthy(out:find("; 9 prompt rows stepped, where 3 separate prefills would step 21\n", 1, true), out)
+    H.expect_exits(H.runner("examples/beam_search.lua", pending), 1,
+      { { { "--width", "21" }, "beam_search.lua: beam.search: each beam offers its top" } })
+  end)
+end)
