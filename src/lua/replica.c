@@ -196,7 +196,10 @@ static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
     lua_getfield(L, tbl, field);
     if (!lua_istable(L, -1))
         luaL_error(L, "step: %s must be a table of integers (got %s)", field, luaL_typename(L, -1));
-    int len = (int)luaL_len(L, -1);
+    lua_Integer length = luaL_len(L, -1); /* a __len may say anything */
+    if (length < 0 || length > INT32_MAX)
+        luaL_error(L, "step: %s has length %I, outside 0..%d", field, length, INT32_MAX);
+    int len = (int)length;
     if (*n >= 0 && len != *n)
         luaL_error(L, "step: slots, positions and tokens must have the same length (%s has %d, "
                       "slots has %d)", field, len, *n);
