@@ -5,7 +5,7 @@
 #   make HIP_PLATFORM=cpu     CPU golden engine only
 #   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90a"
 #   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
-#   make test | demo | tokenizer | platforms | deps | clean
+#   make test | test-sanitized | fuzz | demo | tokenizer | platforms | deps | clean
 #
 # HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present,
 # else cpu. Flags of our own live in GPTOSS_* variables because luarocks
@@ -74,7 +74,8 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(addprefix --offload-arch=,$(GPU_ARCH)) \
               $(HIP_INC)
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz
+.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
+        test-sanitized sanitized-suite
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -98,7 +99,7 @@ $(LIB): $(OBJS)
 else
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(OBJS) -o $@ $(LIBS)
+	$(CC) -shared $(LDFLAGS) $(OBJS) -o $@ $(LIBS)
 endif
 
 -include $(OBJS:.o=.d)
@@ -152,6 +153,27 @@ test: setup | $(TOKENIZER)
 demo: setup | $(TOKENIZER)
 	$(MAKE) all
 	$(RUN_ENV) $(LUA) examples/demo.lua
+
+# The CPU suite with core.so under AddressSanitizer and UBSan, in its own
+# build folder. lua5.4 is not instrumented, so the runtimes are preloaded
+# (gcc links core.so against libasan.so and libubsan.so, and ASan's must
+# come first in the process); every process of the suite, the examples it
+# runs included, writes its reports to SANITIZE_LOGS, and any report fails
+# the target. Leaks are detected: Lua frees its state at exit, and what a
+# system tool the suite runs leaks is suppressed (tests/lsan.supp).
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANITIZE_LOGS = $(abspath $(BUILD))/sanitizer-report
+SANITIZE_ENV = LD_PRELOAD='$(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libubsan.so)' \
+               ASAN_OPTIONS=detect_leaks=1:log_path=$(SANITIZE_LOGS) UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANITIZE_LOGS) \
+               LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
+test-sanitized: setup | $(TOKENIZER)
+	$(MAKE) BUILD=$(BUILD)/sanitize TOKENIZER=$(TOKENIZER) HIP_PLATFORM=cpu CFLAGS='-O1 -g $(SANITIZE)' \
+	  LDFLAGS='$(SANITIZE)' sanitized-suite
+sanitized-suite: all
+	rm -f $(SANITIZE_LOGS).*
+	$(SANITIZE_ENV) $(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS); status=$$?; \
+	if ls $(SANITIZE_LOGS).* >/dev/null 2>&1; then cat $(SANITIZE_LOGS).*; echo "sanitizers: reports above"; exit 1; fi; \
+	exit $$status
 
 # Compile and link every platform into its own build folder (CI); sm_75
 # has no bf16 matrix cores, so it compiles the plain fallback of matrix_core.h.
