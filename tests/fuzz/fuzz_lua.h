@@ -2,9 +2,9 @@
  * Lua 5.4 state for the process, package.path at the tree's lua/
  * (FUZZ_LUA_DIR, from the Makefile), Lua line coverage as libFuzzer's
  * feedback, and fuzz.call, which runs a reader under pcall and raises a
- * finding unless it returns or fails cleanly. A target's driver is a Lua
- * chunk returning function(path, data); an error out of it is a finding
- * (the message, then abort). */
+ * finding unless it returns or fails cleanly. A target defines its driver
+ * (fuzz_lua_driver), a Lua chunk returning function(path, data); an error
+ * out of it is a finding (the message, then abort). */
 #ifndef GPTOSS_FUZZ_LUA_H
 #define GPTOSS_FUZZ_LUA_H
 
@@ -41,18 +41,21 @@ static const char fuzz_lua_helpers[] =
  * in a table libFuzzer reads as extra coverage counters. */
 enum { FUZZ_LUA_COUNTERS = 1 << 16 };
 __attribute__((used, section("__libfuzzer_extra_counters"))) static uint8_t fuzz_lua_counters[FUZZ_LUA_COUNTERS];
-static uintptr_t fuzz_lua_previous;
+static uint32_t fuzz_lua_previous;
 
 static void fuzz_lua_line(lua_State *L, lua_Debug *ar) {
     lua_getinfo(L, "S", ar);
-    uintptr_t here = ((uintptr_t)ar->source * 31 + (uintptr_t)ar->currentline) * 0x9E3779B97F4A7C15u;
-    fuzz_lua_counters[((here >> 40) ^ fuzz_lua_previous) % FUZZ_LUA_COUNTERS]++;
-    fuzz_lua_previous = (here >> 40) >> 1;
+    uint64_t key = ((uint64_t)(uintptr_t)ar->source * 31 + (uint64_t)ar->currentline) * 0x9E3779B97F4A7C15u;
+    uint32_t here = (uint32_t)(key >> 40);
+    fuzz_lua_counters[(here ^ fuzz_lua_previous) % FUZZ_LUA_COUNTERS]++;
+    fuzz_lua_previous = here >> 1; /* AFL's edge: the previous line shifted, so A->B differs from B->A */
 }
 
-/* Runs driver (a chunk returning function(path, data)) on the input,
- * written to a file with this suffix. */
-static void fuzz_lua_run(const char *driver, const uint8_t *data, size_t size, const char *suffix) {
+/* The target's driver: a chunk returning function(path, data). */
+extern const char fuzz_lua_driver[];
+
+/* Runs the driver on the input, written to a file. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static lua_State *L;
     if (!L) {
         L = luaL_newstate();
@@ -61,7 +64,7 @@ static void fuzz_lua_run(const char *driver, const uint8_t *data, size_t size, c
         lua_pushstring(L, FUZZ_LUA_DIR "/?.lua;" FUZZ_LUA_DIR "/?/init.lua");
         lua_setfield(L, -2, "path");
         lua_pop(L, 1);
-        if (luaL_dostring(L, fuzz_lua_helpers) || luaL_loadstring(L, driver) || lua_pcall(L, 0, 1, 0)) {
+        if (luaL_dostring(L, fuzz_lua_helpers) || luaL_loadstring(L, fuzz_lua_driver) || lua_pcall(L, 0, 1, 0)) {
             fprintf(stderr, "fuzz driver: %s\n", lua_tostring(L, -1));
             abort();
         }
@@ -69,7 +72,7 @@ static void fuzz_lua_run(const char *driver, const uint8_t *data, size_t size, c
         lua_sethook(L, fuzz_lua_line, LUA_MASKLINE, 0);
     }
     fuzz_lua_previous = 0;
-    const char *path = fuzz_file(data, size, suffix);
+    const char *path = fuzz_file(data, size, ".txt");
     lua_getfield(L, LUA_REGISTRYINDEX, "fuzz driver");
     lua_pushstring(L, path);
     lua_pushlstring(L, (const char *)data, size);
@@ -80,6 +83,7 @@ static void fuzz_lua_run(const char *driver, const uint8_t *data, size_t size, c
     /* what this input allocated is freed before the next: else libFuzzer's
      * leak heuristic (mallocs != frees) would scan the heap after most inputs */
     lua_gc(L, LUA_GCCOLLECT);
+    return 0;
 }
 
 #endif

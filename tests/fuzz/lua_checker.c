@@ -4,7 +4,7 @@
  * checker.write in the same format read back as the same values. */
 #include "fuzz_lua.h"
 
-static const char driver[] =
+const char fuzz_lua_driver[] =
     "local checker = require 'gptoss.checker'\n"
     "return function(path, data)\n"
     "  for _, format in ipairs { 'text', 'f32' } do\n"
@@ -31,8 +31,3 @@ static const char driver[] =
     "    end\n"
     "  end\n"
     "end\n";
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_lua_run(driver, data, size, ".txt");
-    return 0;
-}

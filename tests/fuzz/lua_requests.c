@@ -9,7 +9,7 @@
  * refusal of counts that need more padding is still reached). */
 #include "fuzz_lua.h"
 
-static const char driver[] =
+const char fuzz_lua_driver[] =
     "local requests = require 'gptoss.requests'\n"
     "return function(path, data)\n"
     "  local count = tonumber(data:match('^[ \\t\\f\\v]*%+?(%d+)') or '0')\n"
@@ -41,8 +41,3 @@ static const char driver[] =
     "    end\n"
     "  end\n"
     "end\n";
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_lua_run(driver, data, size, ".txt");
-    return 0;
-}
