@@ -17,9 +17,11 @@
 /* A clean error is a string that starts with the reader's name and names
  * the file; an internal one is what Lua itself raises (a source position,
  * "attempt to index", a library function's "bad argument", a stack
- * overflow, memory), unless the file's own bytes, quoted in the message,
+ * overflow, memory), unless the file's bytes, as they are or as a message
+ * quotes them (files.quote: "\x1a" then "ttempt to" reads "attempt to"),
  * hold those words. */
 static const char fuzz_lua_helpers[] =
+    "local quote = require('gptoss.files').quote\n"
     "local INTERNAL = { '%.lua:%d+:', 'attempt to', 'bad argument', 'stack overflow',\n"
     "  'stack traceback', 'not enough memory' }\n"
     "fuzz = {}\n"
@@ -30,8 +32,9 @@ static const char fuzz_lua_helpers[] =
     "  if a:sub(1, #name + 2) ~= name .. ': ' or not a:find(path, 1, true) then\n"
     "    error(name .. ': not a clean error (the reader and the file first): ' .. a, 0)\n"
     "  end\n"
+    "  local shown = data .. '\\0' .. quote(data)\n"
     "  for _, p in ipairs(INTERNAL) do\n"
-    "    if a:find(p) and not data:find(p) then error(name .. ': an internal error: ' .. a, 0) end\n"
+    "    if a:find(p) and not shown:find(p) then error(name .. ': an internal error: ' .. a, 0) end\n"
     "  end\n"
     "  return false\n"
     "end\n";
