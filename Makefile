@@ -5,7 +5,7 @@
 #   make HIP_PLATFORM=cpu     CPU golden engine only
 #   make HIP_PLATFORM=nvidia GPU_ARCH="sm_80 sm_90a"
 #   make HIP_PLATFORM=amd GPU_ARCH=gfx90a
-#   make setup | test | demo | tokenizer | platforms | deps | install | clean
+#   make setup | test | test-sanitized | fuzz | demo | tokenizer | platforms | deps | install | clean
 #
 # HIP_PLATFORM defaults to nvidia when nvcc and the HIP headers are present
 # and an NVIDIA GPU is there to run it, else cpu. Flags of our own live in
@@ -78,7 +78,8 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(addprefix --offload-arch=,$(GPU_ARCH)) \
               $(HIP_INC)
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz
+.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
+        test-sanitized sanitized-suite
 all: $(LIB)
 
 $(OBJ)/%.o: %.c
@@ -102,7 +103,7 @@ $(LIB): $(OBJS)
 else
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(OBJS) -o $@ $(LIBS)
+	$(CC) -shared $(LDFLAGS) $(OBJS) -o $@ $(LIBS)
 endif
 
 -include $(OBJS:.o=.d)
@@ -163,6 +164,27 @@ demo: setup | $(TOKENIZER)
 	$(MAKE) all
 	$(RUN_ENV) $(LUA) examples/demo.lua
 
+# The CPU suite with core.so under AddressSanitizer and UBSan, in its own
+# build folder. lua5.4 is not instrumented, so the runtimes are preloaded
+# (gcc links core.so against libasan.so and libubsan.so, and ASan's must
+# come first in the process); every process of the suite, the examples it
+# runs included, writes its reports to SANITIZE_LOGS, and any report fails
+# the target. Leaks are detected: Lua frees its state at exit, and what a
+# system tool the suite runs leaks is suppressed (tests/lsan.supp).
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANITIZE_LOGS = $(abspath $(BUILD))/sanitizer-report
+SANITIZE_ENV = LD_PRELOAD='$(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libubsan.so)' \
+               ASAN_OPTIONS=detect_leaks=1:log_path=$(SANITIZE_LOGS) UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SANITIZE_LOGS) \
+               LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
+test-sanitized: setup | $(TOKENIZER)
+	$(MAKE) BUILD=$(BUILD)/sanitize TOKENIZER=$(TOKENIZER) HIP_PLATFORM=cpu CFLAGS='-O1 -g $(SANITIZE)' \
+	  LDFLAGS='$(SANITIZE)' sanitized-suite
+sanitized-suite: all
+	rm -f $(SANITIZE_LOGS).*
+	$(SANITIZE_ENV) $(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS); status=$$?; \
+	if ls $(SANITIZE_LOGS).* >/dev/null 2>&1; then cat $(SANITIZE_LOGS).*; echo "sanitizers: reports above"; exit 1; fi; \
+	exit $$status
+
 # Compile and link every platform into its own build folder (CI); sm_75
 # has no bf16 matrix cores, so it compiles the plain fallback of matrix_core.h.
 platforms:
@@ -171,15 +193,18 @@ platforms:
 	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
 
 # libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and
-# UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails.
+# UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails. The
+# lua_* targets embed Lua 5.4 to reach the readers of lua/gptoss/.
 #   make fuzz [FUZZ_SECONDS=60]
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/*.c)))
+FUZZ_LUA_LIB ?= -llua5.4
 FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
-              -fno-sanitize-recover=all -Isrc/core $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard src/core/*.c src/core/*.h)
+              -fno-sanitize-recover=all -Isrc/core -I$(LUA_INCDIR) -DFUZZ_LUA_DIR='"$(CURDIR)/lua"' \
+              $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) -o $@ $(LIBS)
+	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 	for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$t && \

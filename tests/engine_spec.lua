@@ -75,6 +75,12 @@ describe("model:replica_bytes", function()
       sliding_window = 0 }, { seed = 1 })
     expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29, kv = "fp32" } end,
       "replica_bytes: 1048576 slots of 536870912 positions with 1048576 rows a step need more than 2^64 bytes")
+    -- tiles pad each [2][1] expert matrix to 16 x 32 bf16: 2^54 of them once took 2^64 bytes, wrapped to 0
+    local many = gptoss.synthetic({ vocab_size = 8, hidden_dim = 1, n_experts = 1 << 30, experts_per_token = 1,
+      intermediate_dim = 1, n_layers = 1 << 24, head_dim = 2, n_attn_heads = 1, n_kv_heads = 1, seq_len = 16,
+      rope_scaling_factor = 1 }, { seed = 1 })
+    expect_error(function() many:replica_bytes { device = 1, slots = 1, ctx = 16, weights = "bf16" } end,
+      "replica_bytes: 1 slots of 16 positions with 256 rows a step need more than 2^64 bytes")
     assert.are.equal(1, wide:replica { slots = 1, ctx = 4 }.slots) -- still usable
     -- below 2^64 but past what a Lua integer holds
     expect_error(function()

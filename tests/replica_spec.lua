@@ -285,6 +285,11 @@ describe("bad input", function()
     { "missing tokens", { slots = { 1 }, positions = { 0 } }, "tokens must be a table" },
     { "a misspelt key", { slots = { 1 }, positions = { 0 }, tokens = { 1 }, logit = true },
       "step: unknown option 'logit' (known: slots, positions, tokens, from, logits)" },
+    -- lengths from __len: 2^32 + 1 once ran as 1 row, -1 as a row of an unread slot
+    { "a length past 32 bits", { slots = setmetatable({ 1 }, { __len = function() return (1 << 32) + 1 end }),
+      positions = { 0 }, tokens = { 1 } }, "step: slots has length 4294967297, outside 0..2147483647" },
+    { "a negative length", { slots = setmetatable({}, { __len = function() return -1 end }),
+      positions = { 0 }, tokens = { 1 } }, "step: slots has length -1, outside 0..2147483647" },
   }
   for _, case in ipairs(cases) do
     it("rejects " .. case[1] .. " and stays usable", function()
@@ -793,6 +798,8 @@ describe("logits of chosen rows (r:step{..., logits = {rows}})", function()
     bad({ "a" }, "step: logits[1] must be a row number (got a)")
     bad({ 2 ^ 40 }, "step: logits[1] must be a row number (got 1099511627776.0)")
     bad(3, "step: logits must be true, false or a table of row numbers (got number)")
+    -- a length from __len: -1 once asked Lua for a userdata of 2^64 - 4 bytes
+    bad(setmetatable({}, { __len = function() return -1 end }), "step: logits has length -1, outside 0..2147483647")
     assert.are.same({ 0, 0 }, { r:length(1), r:length(2) })
     assert.are.same({ 1, 97 }, r:step(H.with(b, { logits = { 3 } })):logits().shape)
   end)

@@ -115,6 +115,12 @@ describe("requests.read", function()
     expect_error(function() requests.read(p, { steps = 0 }) end, "requests.read: steps must be a positive integer (got 0)")
     expect_error(function() requests.read(p, { max_token_length = 1.5 }) end,
       "requests.read: max_token_length must be a positive integer (got 1.5)")
+    -- the course's int buffer size, not a Lua product that wraps (2^62 x 4 was 0: "at most -1 bytes")
+    expect_error(function() requests.read(p, { max_token_length = 1 << 62, steps = 3 }) end,
+      "requests.read: max_token_length 4611686018427387904 x (steps 3 + 1) bytes exceeds the course's int "
+      .. "(at most 2147483647)")
+    expect_error(function() requests.read(p, { steps = math.maxinteger }) end,
+      "requests.read: max_token_length 128 x (steps 9223372036854775807 + 1) bytes exceeds the course's int")
     expect_error(function() requests.read(p, { step = 3 }) end, "requests.read: unknown option 'step'")
     expect_error(function() requests.read(p, 5) end, "requests.read: options must be a table (got number)")
     still_usable()

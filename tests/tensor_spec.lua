@@ -347,6 +347,17 @@ describe("host tensors", function()
          expect_error(function() T.load(p, "f32") end, "tensor.load:", "has 0 bytes")
       end)
 
+      it("refuses a file of more than 2^31-1 values without a shape, before reading it", function()
+         -- sparse: 8 GiB + 4 bytes that take no disk; once read whole into a dimension past int
+         local p = tmp()
+         local f = assert(io.open(p, "wb"))
+         assert(f:seek("set", 1 << 33))
+         f:write("\0\0\0\0")
+         f:close()
+         expect_error(function() T.load(p, "f32") end,
+            "tensor.load:", "has 8589934596 bytes, more than 2^31-1 values of 4 bytes: give a shape")
+      end)
+
       it("reports missing files, bad dtypes and bad shapes", function()
          local p = tmp()
          os.remove(p)

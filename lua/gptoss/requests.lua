@@ -75,6 +75,11 @@ function requests.read(path, opts)
   opts = util.options("requests.read", opts, { "max_token_length", "steps" }, 2)
   local max_token_length = positive_integer_option(opts, "max_token_length", MAX_TOKEN_LENGTH)
   local steps = positive_integer_option(opts, "steps", STEPS)
+  -- docs/course.md#request-buffers: a slot's size is an int of the course (and a Lua product would wrap)
+  if steps >= INT_MAX or max_token_length > INT_MAX // (steps + 1) then
+    error(("requests.read: max_token_length %d x (steps %d + 1) bytes exceeds the course's int (at most %d)")
+      :format(max_token_length, steps, INT_MAX), 2)
+  end
   local slot = max_token_length * (steps + 1)
   local limit = slot - 1
 

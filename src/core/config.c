@@ -119,19 +119,16 @@ gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *c
 
 /* dims multiplied with overflow detection; then *4 bytes */
 static gptoss_status tensor_count(gptoss_tensor_desc *d, char *err) {
+    int overflow = 0;
     uint64_t n = 1;
-    for (int i = 0; i < d->ndim; i++) {
-        if (__builtin_mul_overflow(n, (uint64_t)d->dims[i], &n))
-            goto overflow;
-    }
-    uint64_t bytes;
-    if (__builtin_mul_overflow(n, (uint64_t)4, &bytes))
-        goto overflow;
+    for (int i = 0; i < d->ndim; i++)
+        n = gptoss_checked_mul(n, (uint64_t)d->dims[i], &overflow);
+    gptoss_checked_mul(n, 4, &overflow);
+    if (overflow)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "config: the byte size of tensor %s overflows 64 bits",
+                           d->name);
     d->count = n;
     return GPTOSS_OK;
-overflow:
-    return gptoss_fail(err, GPTOSS_E_INVALID, "config: the byte size of tensor %s overflows 64 bits",
-                       d->name);
 }
 
 gptoss_status gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, char *err) {
@@ -169,7 +166,9 @@ gptoss_status gptoss_layout_compute(const gptoss_config *c, gptoss_layout *out, 
         if (s)
             return s;
         d->offset = offset;
-        if (__builtin_add_overflow(offset, d->count * 4, &offset))
+        int overflow = 0;
+        offset = gptoss_checked_add(offset, d->count * 4, &overflow);
+        if (overflow)
             return gptoss_fail(err, GPTOSS_E_INVALID,
                                "config: the file size overflows 64 bits at tensor %s", d->name);
         if (offset > (uint64_t)INT64_MAX) /* no file (off_t) can be that large */

@@ -313,32 +313,37 @@ typedef struct {
     float *trace_scores, *trace_probs, *trace_m1, *trace_y, *trace_m2;
 } scratch;
 
-/* All of a step's buffers in one allocation, sized for R rows. */
-static char *scratch_alloc(scratch *s, const gptoss_config *c, size_t R, int ctx, int pos_traced) {
-    size_t H = c->hidden_dim, Q = gptoss_qkv_dim(c), HqD = (size_t)c->n_attn_heads * c->head_dim;
-    size_t E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, half = c->head_dim / 2;
-    size_t wide = H > HqD ? H : HqD; /* every GEMM input: H, Hq*D (the I of mlp2 has yin) */
-    size_t att = (size_t)c->n_attn_heads * (size_t)(ctx + 1);
-    size_t tr = pos_traced >= 0 ? 1 : 0, tr_att = tr * c->n_attn_heads * (size_t)(pos_traced + 2);
-    struct { void *field; size_t count; } parts[] = {
-        {&s->x, R * H}, {&s->t, R * H}, {&s->tin, R * wide}, {&s->qkv, R * Q}, {&s->q, R * HqD},
-        {&s->attn, R * HqD}, {&s->att, R * att}, {&s->proj, R * H}, {&s->router, R * E},
-        {&s->agg, R * H}, {&s->cos_v, R * half}, {&s->sin_v, R * half}, {&s->gathered, R * H},
-        {&s->m1, R * 2 * I}, {&s->y, R * I}, {&s->yin, R * I}, {&s->m2, R * H},
-        {&s->topk_w, R * K}, {&s->member_w, R}, {&s->topk_i, R * K}, {&s->members, R},
-        {&s->member_k, R}, {&s->trace_scores, tr_att}, {&s->trace_probs, tr_att},
-        {&s->trace_m1, tr * K * 2 * I}, {&s->trace_y, tr * K * I}, {&s->trace_m2, tr * K * H},
+/* All of a step's buffers in one allocation, sized for R rows; NULL when
+ * memory is short or the sizes pass SIZE_MAX. */
+static char *scratch_alloc(scratch *s, const gptoss_config *c, uint64_t R, int ctx, int pos_traced) {
+    uint64_t H = c->hidden_dim, Q = gptoss_qkv_dim(c), HqD = (uint64_t)c->n_attn_heads * c->head_dim;
+    uint64_t E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, half = c->head_dim / 2;
+    uint64_t wide = H > HqD ? H : HqD; /* every GEMM input: H, Hq*D (the I of mlp2 has yin) */
+    uint64_t tr = pos_traced >= 0 ? 1 : 0;
+    int overflow = 0;
+#define MUL(a, b) gptoss_checked_mul(a, b, &overflow)
+    uint64_t att = MUL(c->n_attn_heads, (uint64_t)ctx + 1), tr_att = MUL(tr * c->n_attn_heads, (uint64_t)pos_traced + 2);
+    struct { void *field; uint64_t count; } parts[] = {
+        {&s->x, MUL(R, H)}, {&s->t, MUL(R, H)}, {&s->tin, MUL(R, wide)}, {&s->qkv, MUL(R, Q)},
+        {&s->q, MUL(R, HqD)}, {&s->attn, MUL(R, HqD)}, {&s->att, MUL(R, att)}, {&s->proj, MUL(R, H)},
+        {&s->router, MUL(R, E)}, {&s->agg, MUL(R, H)}, {&s->cos_v, MUL(R, half)}, {&s->sin_v, MUL(R, half)},
+        {&s->gathered, MUL(R, H)}, {&s->m1, MUL(R, 2 * I)}, {&s->y, MUL(R, I)}, {&s->yin, MUL(R, I)},
+        {&s->m2, MUL(R, H)}, {&s->topk_w, MUL(R, K)}, {&s->member_w, R}, {&s->topk_i, MUL(R, K)},
+        {&s->members, R}, {&s->member_k, R}, {&s->trace_scores, tr_att}, {&s->trace_probs, tr_att},
+        {&s->trace_m1, MUL(tr * K, 2 * I)}, {&s->trace_y, MUL(tr * K, I)}, {&s->trace_m2, MUL(tr * K, H)},
     };
     const size_t n_parts = sizeof parts / sizeof parts[0];
-    size_t total = 0;
-    for (size_t i = 0; i < n_parts; i++) /* float and int are both 4 bytes */
-        total += (parts[i].count * 4 + 63) & ~(size_t)63;
-    char *base = calloc(1, total), *cur = base;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_parts; i++) /* float and int are both 4 bytes; each part 64-byte aligned */
+        total = gptoss_checked_add(total, gptoss_checked_add(MUL(parts[i].count, 4), 63, &overflow) & ~63ull,
+                                   &overflow);
+#undef MUL
+    char *base = overflow || total > SIZE_MAX ? NULL : calloc(1, (size_t)total), *cur = base;
     if (!base)
         return NULL;
     for (size_t i = 0; i < n_parts; i++) {
         *(void **)parts[i].field = parts[i].count ? cur : NULL;
-        cur += (parts[i].count * 4 + 63) & ~(size_t)63;
+        cur += (parts[i].count * 4 + 63) & ~(uint64_t)63;
     }
     return base;
 }
@@ -370,7 +375,7 @@ static gptoss_status forward(gptoss_golden *g, const gptoss_batch *b, float *log
     const int E = c->n_experts, K = c->experts_per_token, I = c->intermediate_dim, L = c->n_layers;
     const int half = D / 2;
     scratch s;
-    char *mem = scratch_alloc(&s, c, (size_t)R, g->o.ctx, trace ? b->positions[0] : -1);
+    char *mem = scratch_alloc(&s, c, (uint64_t)R, g->o.ctx, trace ? b->positions[0] : -1);
     if (!mem)
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for %d rows", R);
     gptoss_batch_commit(b, g->length);

@@ -44,6 +44,10 @@ static void compile_pattern(void) {
     (void)pcre2_jit_compile(pattern, PCRE2_JIT_COMPLETE); /* without JIT pcre2_match interprets */
 }
 
+/* Lua unloads core.so when its state closes: the pattern goes with it (its
+ * pointer would, and the memory would stay allocated) */
+__attribute__((destructor)) static void free_pattern(void) { pcre2_code_free(pattern); }
+
 gptoss_status gptoss_o200k_split(const uint8_t *text, size_t len, gptoss_piece_fn fn, void *ctx, char *err) {
     pthread_once(&compile_once, compile_pattern);
     if (!pattern)

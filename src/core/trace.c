@@ -1,7 +1,10 @@
 #include "trace.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "checked.h"
 
 const char *const gptoss_stage_names[GPTOSS_N_STAGES] = {
     "embedding", "attn_norm", "qkv",    "q_rope",  "k_rope", "scores",    "probs",
@@ -14,6 +17,10 @@ void gptoss_trace_add(gptoss_trace *t, gptoss_stage_id id, int layer, int64_t ro
     if (t->failed)
         return;
     if (t->n == t->cap) {
+        if (t->cap > INT_MAX / 2) { /* stages are counted in int */
+            t->failed = 1;
+            return;
+        }
         int cap = t->cap ? 2 * t->cap : 32;
         gptoss_stage *s = realloc(t->stages, (size_t)cap * sizeof *s);
         if (!s) {
@@ -23,8 +30,10 @@ void gptoss_trace_add(gptoss_trace *t, gptoss_stage_id id, int layer, int64_t ro
         t->stages = s;
         t->cap = cap;
     }
-    size_t bytes = (size_t)(rows ? rows : 1) * (size_t)cols * 4;
-    void *copy = malloc(bytes ? bytes : 1);
+    int overflow = 0;
+    uint64_t bytes = gptoss_checked_mul(gptoss_checked_mul((uint64_t)(rows ? rows : 1), (uint64_t)cols, &overflow), 4,
+                                        &overflow);
+    void *copy = overflow || bytes > SIZE_MAX ? NULL : malloc(bytes ? (size_t)bytes : 1);
     if (!copy) {
         t->failed = 1;
         return;

@@ -43,7 +43,10 @@ uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts
         return d->count * 2;
     int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
     uint64_t matrices = d->count / ((uint64_t)n * (uint64_t)k);
-    return matrices * (format == GPTOSS_GPU_WEIGHTS_MXFP4 ? gptoss_mxfp4_tiled_bytes(n, k) : 2 * gptoss_tiled_elems(n, k));
+    int overflow = 0; /* the padding of many small matrices can pass 2^64 bytes */
+    return gptoss_checked_mul(matrices, format == GPTOSS_GPU_WEIGHTS_MXFP4 ? gptoss_mxfp4_tiled_bytes(n, k)
+                                                                           : 2 * gptoss_tiled_elems(n, k),
+                              &overflow);
 }
 
 /* The next buffer of the arena, of x * y * z * w bytes rounded up to 256,

@@ -191,12 +191,21 @@ int gptoss_lua_replica_bytes(lua_State *L) {
 
 /* ---- r:step ---- */
 
+/* #t of the list field at the top of the stack, as the engine's int count
+ * (a __len may say anything) */
+static int list_length(lua_State *L, const char *field) {
+    lua_Integer length = luaL_len(L, -1);
+    if (length < 0 || length > INT32_MAX)
+        luaL_error(L, "step: %s has length %I, outside 0..%d", field, length, INT32_MAX);
+    return (int)length;
+}
+
 /* reads t[field] as an array of n integers (n < 0: sets n), left on the stack */
 static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
     lua_getfield(L, tbl, field);
     if (!lua_istable(L, -1))
         luaL_error(L, "step: %s must be a table of integers (got %s)", field, luaL_typename(L, -1));
-    int len = (int)luaL_len(L, -1);
+    int len = list_length(L, field);
     if (*n >= 0 && len != *n)
         luaL_error(L, "step: slots, positions and tokens must have the same length (%s has %d, "
                       "slots has %d)", field, len, *n);
@@ -292,20 +301,18 @@ static const int *read_keep(lua_State *L, int tbl, int *keep_logits, int *n) {
         return NULL;
     if (!lua_istable(L, -1))
         luaL_error(L, "step: logits must be true, false or a table of row numbers (got %s)", luaL_typename(L, -1));
-    lua_Integer len = luaL_len(L, -1);
-    if (len > INT32_MAX)
-        luaL_error(L, "step: logits names %I rows", len);
+    int len = list_length(L, "logits");
     int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
-    for (lua_Integer i = 1; i <= len; i++) {
+    for (int i = 1; i <= len; i++) {
         int ok;
         lua_geti(L, -2, i);
         lua_Integer row = lua_tointegerx(L, -1, &ok);
         if (!ok || row < INT32_MIN + 1 || row > INT32_MAX) /* the engine checks the batch's range */
-            luaL_error(L, "step: logits[%I] must be a row number (got %s)", i, luaL_tolstring(L, -1, NULL));
+            luaL_error(L, "step: logits[%d] must be a row number (got %s)", i, luaL_tolstring(L, -1, NULL));
         rows[i - 1] = (int)row - 1;
         lua_pop(L, 1);
     }
-    *n = (int)len;
+    *n = len;
     return rows;
 }
 

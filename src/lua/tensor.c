@@ -11,11 +11,18 @@
 
 static const char *const dtype_names[] = {"f32", "i32", NULL};
 
+/* Elements of a shape; *overflow set when its 4-byte values pass SIZE_MAX bytes */
+static size_t shape_numel(int ndim, const int64_t *shape, int *overflow) {
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n = gptoss_checked_mul(n, (uint64_t)shape[i], overflow);
+    *overflow |= gptoss_checked_mul(n, 4, overflow) > SIZE_MAX;
+    return (size_t)n;
+}
+
 size_t gptoss_tensor_numel(const lua_tensor *t) {
-    size_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= (size_t)t->shape[i];
-    return n;
+    int overflow = 0; /* a tensor's storage holds them all */
+    return shape_numel(t->ndim, t->shape, &overflow);
 }
 
 void *gptoss_tensor_data(const lua_tensor *t) { return (char *)t->storage->data + t->offset * 4; }
@@ -34,12 +41,11 @@ lua_tensor *gptoss_push_tensor(lua_State *L, gptoss_storage *s, size_t offset, i
 }
 
 lua_tensor *gptoss_new_tensor(lua_State *L, gptoss_dtype dtype, int ndim, const int64_t *shape) {
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    gptoss_storage *s = gptoss_storage_new(dtype, n);
+    int overflow = 0;
+    size_t n = shape_numel(ndim, shape, &overflow);
+    gptoss_storage *s = overflow ? NULL : gptoss_storage_new(dtype, n);
     if (!s)
-        luaL_error(L, "tensor: cannot allocate %f MiB", n * 4 / 1048576.0);
+        luaL_error(L, "tensor: cannot allocate %f MiB", (double)n * 4 / 1048576.0);
     lua_tensor *t = gptoss_push_tensor(L, s, 0, ndim, shape);
     gptoss_storage_release(s); /* the view holds the only reference now */
     return t;
@@ -67,10 +73,8 @@ static int read_shape(lua_State *L, int idx, const char *fn, int64_t *shape) {
         lua_pop(L, 1);
     }
     int overflow = 0;
-    uint64_t bytes = 4;
-    for (int i = 0; i < ndim; i++)
-        bytes = gptoss_checked_mul(bytes, (uint64_t)shape[i], &overflow);
-    if (overflow || bytes > SIZE_MAX)
+    shape_numel(ndim, shape, &overflow);
+    if (overflow)
         luaL_error(L, "%s: a shape of %d dimensions this large holds more than 2^64 bytes of 4-byte values", fn,
                    ndim);
     return ndim;
@@ -111,9 +115,9 @@ int gptoss_lua_tensor_new(lua_State *L) {
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         size_t n = gptoss_tensor_numel(t);
-        if ((size_t)luaL_len(L, 3) != n)
-            return luaL_error(L, "tensor: %d values given for a shape of %d elements",
-                              (int)luaL_len(L, 3), (int)n);
+        lua_Integer given = luaL_len(L, 3);
+        if (given < 0 || (uint64_t)given != n)
+            return luaL_error(L, "tensor: %I values given for a shape of %I elements", given, (lua_Integer)n);
         char what[64];
         for (size_t i = 0; i < n; i++) {
             lua_geti(L, 3, (lua_Integer)i + 1);
@@ -137,13 +141,17 @@ int gptoss_lua_tensor_load(lua_State *L) {
     fseek(f, 0, SEEK_END);
     long bytes = ftell(f);
     fseek(f, 0, SEEK_SET);
+    if (ndim == 0 && bytes / 4 > INT32_MAX) { /* a dimension's limit, as read_shape's */
+        fclose(f);
+        return luaL_error(L, "tensor.load: '%s' has %I bytes, more than 2^31-1 values of 4 bytes: give a shape",
+                          path, (lua_Integer)bytes);
+    }
     if (ndim == 0) {
         ndim = 1;
         shape[0] = bytes / 4;
     }
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
+    int overflow = 0; /* read_shape checked it */
+    size_t n = shape_numel(ndim, shape, &overflow);
     if (bytes < 0 || bytes % 4 != 0 || (size_t)bytes != n * 4 || n == 0) {
         fclose(f);
         return luaL_error(L, "tensor.load: '%s' has %I bytes, expected %I (%I values of 4 bytes)",

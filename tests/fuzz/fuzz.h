@@ -12,10 +12,12 @@
 #include "tokenizer.h"
 
 /* For the targets whose reader takes a path: the input written to a file of
- * this process's own (rewritten for each input). */
+ * this process's own (rewritten for each input), in memory (/dev/shm) where
+ * there is one: rewriting a file on a disk can wait for the device. */
 static const char *fuzz_file(const uint8_t *data, size_t size, const char *suffix) {
     static char path[96];
-    snprintf(path, sizeof path, "/tmp/gptoss-fuzz-%d%s", (int)getpid(), suffix);
+    snprintf(path, sizeof path, "%s/gptoss-fuzz-%d%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp",
+             (int)getpid(), suffix);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
         abort(); /* the machine's fault, not the reader's */
