@@ -43,7 +43,10 @@ constexpr int WG_BT = 128;     /* rows per tile at most */
 constexpr int WG_GROUP = 32;   /* rows per TMA box; a tile's N is a multiple */
 constexpr int WG_BAND = 8;     /* grouped: column blocks per band (see the launcher; 4 and 16 measured no better) */
 constexpr int WG_KS = 64;      /* k per stage: an even and an odd chunk */
-constexpr int WG_STAGES = 4;
+#ifndef WG_STAGES_TRY
+#define WG_STAGES_TRY 4
+#endif
+constexpr int WG_STAGES = WG_STAGES_TRY;
 constexpr int WG_W_STAGE = WG_BO * WG_KS * 2, WG_X_STAGE = WG_BT * WG_KS * 2;
 /* the ring, its barriers, and slack to align it to the swizzle's 1 KiB */
 constexpr int WG_SMEM = WG_STAGES * (WG_W_STAGE + WG_X_STAGE) + 2 * WG_STAGES * 8 + 1024;
@@ -130,47 +133,73 @@ template <> struct wg_mma<128> {
 #undef WG_D16
 #undef WG_MMA
 
+/* The lane's weight pieces of one stage: tile16 rows g and g + 8, k 8t..8t+7, of each chunk */
+template <int WF>
+__device__ __forceinline__ void wg_load_a(uint4 (&lo)[2], uint4 (&hi)[2], const uint8_t *ws, int band, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int ch = 0; ch < 2; ch++) {
+        if constexpr (WF == WG_W_MXFP4) {
+            mxfp4_pieces mp;
+            mp.load(ws + (2 * band + ch) * GPTOSS_MXFP4_TILE_BYTES, lane);
+            uint4 w[2];
+            mp.to_bf16(w);
+            lo[ch] = w[0];
+            hi[ch] = w[1];
+        } else {
+            const uint8_t *tile = ws + ch * 8192 + band * 1024;
+            lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
+            hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
+        }
+    }
+}
+
+/* keeps a's registers allocated up to here: wgmma reads them until its group completes */
+__device__ __forceinline__ void wg_hold(uint4 (&a)[2]) {
+    asm volatile("" : "+r"(a[0].x), "+r"(a[0].y), "+r"(a[0].z), "+r"(a[0].w), "+r"(a[1].x), "+r"(a[1].y),
+                 "+r"(a[1].z), "+r"(a[1].w));
+}
+
 /* A consumer warpgroup's k loop over a tile of G row groups: acc[c] the
- * sums of the even (c 0) and odd chunks of the warp's 16 outputs */
+ * sums of the even (c 0) and odd chunks of the warp's 16 outputs. One
+ * stage's group stays in flight while the next stage's pieces load, so
+ * its slot is released a stage late and the pieces are double-buffered. */
 template <int G, int WF>
 __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w_st, const uint8_t *x_st,
                                            uint64_t *full, uint64_t *empty, int chunks, int band, int lane) {
-    const int g = lane / 4, t = lane % 4, stages = (chunks + 1) / 2;
-    for (int st = 0; st < stages; st++) {
+    const int stages = (chunks + 1) / 2;
+    uint4 lo[2][2] = {}, hi[2][2] = {}; /* [buffer][chunk] */
+    auto stage = [&](int st, uint4(&l)[2], uint4(&h)[2], uint4(&l_prev)[2], uint4(&h_prev)[2]) {
         const int slot = st % WG_STAGES;
         mbar_wait(&full[slot], (st / WG_STAGES) & 1);
-        const uint8_t *xs = x_st + slot * WG_X_STAGE, *ws = w_st + slot * WG_W_STAGE;
-        /* the lane's pieces (tile16: rows g and g + 8, k 8t..8t+7) of each chunk */
-        uint4 lo[2], hi[2];
-#pragma unroll
-        for (int ch = 0; ch < 2; ch++) {
-            if constexpr (WF == WG_W_MXFP4) {
-                mxfp4_pieces mp;
-                mp.load(ws + (2 * band + ch) * GPTOSS_MXFP4_TILE_BYTES, lane);
-                uint4 w[2];
-                mp.to_bf16(w);
-                lo[ch] = w[0];
-                hi[ch] = w[1];
-            } else {
-                const uint8_t *tile = ws + ch * 8192 + band * 1024;
-                lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
-                hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
-            }
-        }
+        const uint8_t *xs = x_st + slot * WG_X_STAGE;
+        wg_load_a<WF>(l, h, w_st + slot * WG_W_STAGE, band, lane);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
         typedef wg_mma<WG_GROUP * G> mma;
-        mma::run(acc[0], lo[0].x, hi[0].x, lo[0].y, hi[0].y, swizzled_desc(xs));
-        mma::run(acc[0], lo[0].z, hi[0].z, lo[0].w, hi[0].w, swizzled_desc(xs + 32));
+        mma::run(acc[0], l[0].x, h[0].x, l[0].y, h[0].y, swizzled_desc(xs));
+        mma::run(acc[0], l[0].z, h[0].z, l[0].w, h[0].w, swizzled_desc(xs + 32));
         if (2 * st + 1 < chunks) {
-            mma::run(acc[1], lo[1].x, hi[1].x, lo[1].y, hi[1].y, swizzled_desc(xs + 64));
-            mma::run(acc[1], lo[1].z, hi[1].z, lo[1].w, hi[1].w, swizzled_desc(xs + 96));
+            mma::run(acc[1], l[1].x, h[1].x, l[1].y, h[1].y, swizzled_desc(xs + 64));
+            mma::run(acc[1], l[1].z, h[1].z, l[1].w, h[1].w, swizzled_desc(xs + 96));
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[slot]);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        wg_hold(l_prev);
+        wg_hold(h_prev);
+        if (st > 0 && threadIdx.x % 128 == 0)
+            mbar_arrive(&empty[(st - 1) % WG_STAGES]);
+    };
+    for (int st = 0; st < stages; st += 2) {
+        stage(st, lo[0], hi[0], lo[1], hi[1]);
+        if (st + 1 < stages)
+            stage(st + 1, lo[1], hi[1], lo[0], hi[0]);
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    wg_hold(lo[0]);
+    wg_hold(hi[0]);
+    wg_hold(lo[1]);
+    wg_hold(hi[1]);
 }
 #endif
 
