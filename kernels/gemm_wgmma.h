@@ -43,11 +43,11 @@ constexpr int WG_BT = 128;     /* rows per tile at most */
 constexpr int WG_GROUP = 32;   /* rows per TMA box; a tile's N is a multiple */
 constexpr int WG_BAND = 8;     /* grouped: column blocks per band (see the launcher; 4 and 16 measured no better) */
 constexpr int WG_KS = 64;      /* k per stage: an even and an odd chunk */
-#ifndef WG_STAGES_TRY
-#define WG_STAGES_TRY 4
-#endif
-constexpr int WG_STAGES = WG_STAGES_TRY;
+constexpr int WG_STAGES = 6;   /* 192 KiB of the 227 a block may have */
 constexpr int WG_W_STAGE = WG_BO * WG_KS * 2, WG_X_STAGE = WG_BT * WG_KS * 2;
+/* the sums' row stride in the epilogue (floats): a warp's stores (rows 2t, outputs g) hit 32 banks */
+constexpr int WG_SUMS_STRIDE = WG_BO + 4;
+static_assert(WG_BT * WG_SUMS_STRIDE * 4 <= WG_STAGES * (WG_W_STAGE + WG_X_STAGE), "the sums fit in the ring");
 /* the ring, its barriers, and slack to align it to the swizzle's 1 KiB */
 constexpr int WG_SMEM = WG_STAGES * (WG_W_STAGE + WG_X_STAGE) + 2 * WG_STAGES * 8 + 1024;
 
@@ -298,27 +298,30 @@ __global__ void __launch_bounds__(384, 1)
     default:
         wg_consume<4, WF>(acc, w_st, x_st, full, empty, chunks, band, lane);
     }
-    /* Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row 8j +
-     * 2t + (e & 1). The epilogue takes an output pair (o, o + 1) of one row:
-     * lanes g and g ^ 1 swap values, the even one keeping row 2t, the odd
-     * one row 2t + 1. */
-    const bool even = (g & 1) == 0;
+    /* The sums go through shared memory (the ring, idle once both consumer
+     * warpgroups are done with it) so that the epilogue is one short loop:
+     * unrolled over the registers it was tens of KiB of code, fetched cold
+     * by every block; and consecutive threads store consecutive outputs of
+     * a row. Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row
+     * 8j + 2t + (e & 1). */
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    float *sums = (float *)ring;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         if (8 * j >= WG_GROUP * groups)
             break;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float v_lo = acc[0][4 * j + 2 * h] + acc[1][4 * j + 2 * h];
-            const float v_hi = acc[0][4 * j + 2 * h + 1] + acc[1][4 * j + 2 * h + 1];
-            const float other = __shfl_xor_sync(0xffffffffu, even ? v_hi : v_lo, 4);
-            const int o = o0 + 16 * band + g + 8 * h, p = rt.begin + 8 * j + 2 * t + (even ? 0 : 1);
-            if (p < rt.end && o - (even ? 0 : 1) < a.n) {
-                if (even)
-                    epilogue<bf16>(a, rt, p, o, v_lo, other);
-                else
-                    epilogue<bf16>(a, rt, p, o - 1, other, v_hi);
-            }
+        for (int e = 0; e < 4; e++)
+            sums[(8 * j + 2 * t + (e & 1)) * WG_SUMS_STRIDE + 16 * band + g + 8 * (e >> 1)] =
+                acc[0][4 * j + e] + acc[1][4 * j + e];
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    const int pairs = WG_BO / 2, items = (rt.end - rt.begin) * pairs;
+    for (int i = tid - 128; i < items; i += 256) {
+        const int r = i / pairs, o = o0 + 2 * (i % pairs);
+        if (o < a.n) {
+            const float2 v = *(const float2 *)&sums[r * WG_SUMS_STRIDE + o - o0];
+            epilogue<bf16>(a, rt, rt.begin + r, o, v.x, v.y);
         }
     }
 #endif
@@ -383,8 +386,8 @@ bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     return !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors && gemm_wgmma_fits(a, dev);
 }
 
-/* row_blocks: the dense row blocks, or the grouped launch's tile table size */
-hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int row_blocks, hipStream_t stream) {
+/* max_tiles: the grouped launch's tile table size */
+hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, hipStream_t stream) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
     const int kp = wgmma_k_padded(a->k);
     const int64_t pieces = (int64_t)a->rows * (kp / 8);
@@ -412,7 +415,7 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int row_blocks, hipStrea
      * block: the blocks go in bands of WG_BAND column blocks, tile after tile
      * within a band, so a tile's rows serve the band from L2 and an
      * expert's weight block serves its tiles, adjacent in the table, from L2. */
-    const int col_blocks = (a->n + WG_BO - 1) / WG_BO;
+    const int col_blocks = (a->n + WG_BO - 1) / WG_BO, row_blocks = a->tiles ? max_tiles : (a->rows + WG_BT - 1) / WG_BT;
     if (a->tiles && (int64_t)row_blocks * col_blocks > INT32_MAX)
         return hipErrorInvalidValue;
     dim3 grid = a->tiles ? dim3(row_blocks * col_blocks) : dim3(row_blocks, col_blocks);
@@ -420,7 +423,7 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int row_blocks, hipStrea
     return hipGetLastError();
 #else
     (void)a;
-    (void)row_blocks;
+    (void)max_tiles;
     (void)stream;
     return hipErrorNotSupported;
 #endif
