@@ -23,42 +23,51 @@
  *    a wave, tiled (gemm_tiled.h: 16 MT rows by 64, through shared
  *    memory, [n][k] weights only) for the other dense GEMMs of many rows,
  *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
- *    sums) for the dense GEMMs whose 128 x 128 blocks fill two waves. */
+ *    sums) for the dense GEMMs whose 128 x 128 blocks fill two waves and
+ *    for the experts beyond 16 rows per expert, in place of the staged. */
 #include "gemm_exact.h"
 #include "gemm_staged.h"
 #include "gemm_stream.h"
 #include "gemm_tiled.h"
 #include "gemm_wgmma.h"
 
-int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode) {
-    if (!bf16_mode)
-        return EX_BM;
-    /* grouped: 16-row streaming tiles up to 16 expected rows per expert (an
-     * expert with a few more takes two tiles, its second read of the weights
-     * mostly from L2); beyond, staged tiles of 32 rows up to 32 expected rows
-     * (64-row tiles there would copy and keep X rows that go unused), then
-     * of 64 rows, which read each expert's weights once even when it got
-     * several dozen rows */
-    if (a->rows_hint > 0)
-        return a->rows_hint <= 16 ? 16 : a->rows_hint <= 32 ? 32 : ST_BM;
-    /* dense: the largest tile that still gives the GPU a few hundred blocks
-     * (any choice computes the same bits) */
+/* rows per tile of a dense GEMM in bf16 mode: the largest that still gives
+ * the GPU a few hundred blocks (any choice computes the same bits) */
+static int dense_tile_rows(const gptoss_gemm_args *a) {
     int bm = a->rows <= 16 ? 16 : a->rows <= 32 ? 32 : 64;
     while (bm > 16 && (long)((a->rows + bm - 1) / bm) * ((a->n + MX_BN - 1) / MX_BN) < 256)
         bm /= 2;
     return bm;
 }
 
+int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *mlp2, int rows_per_expert, int bf16_mode,
+                         const gptoss_gpu_shape *dev) {
+    if (!bf16_mode)
+        return EX_BM;
+    /* the Hopper GEMM's tiles of up to 128 pairs, each multiplied at its
+     * own width (32-row steps), where both GEMMs take it: each expert's
+     * weights are then read once whatever its pairs */
+    if (rows_per_expert > 16 && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
+        return WG_BT;
+    /* 16-row streaming tiles up to 16 expected rows per expert (an expert
+     * with a few more takes two tiles, its second read of the weights mostly
+     * from L2); beyond, staged tiles of 32 rows up to 32 expected rows
+     * (64-row tiles there would copy and keep X rows that go unused), then
+     * of 64 rows, which read each expert's weights once even when it got
+     * several dozen rows */
+    return rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : ST_BM;
+}
+
 int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode) {
     /* the streaming kernel's (bf16, dense, 16-row tiles), heads of 64 */
     const gptoss_rope_kv_args &rope = a->rope;
-    return bf16_mode && !a->tiles && gptoss_gemm_tile_rows(a, bf16_mode) == 16 && rope.head_dim == 64 &&
+    return bf16_mode && !a->tiles && dense_tile_rows(a) == 16 && rope.head_dim == 64 &&
            a->n == (rope.n_heads + 2 * rope.n_kv_heads) * 64;
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
                               const gptoss_gpu_shape *dev, hipStream_t stream) {
-    int bm = gptoss_gemm_tile_rows(a, bf16_mode);
+    int bm = a->tiles ? a->tile_rows : bf16_mode ? dense_tile_rows(a) : EX_BM;
     if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a, bf16_mode))
         return hipErrorInvalidValue;
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
@@ -67,7 +76,9 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     if (!bf16_mode)
         return launch_gemm_exact(a, row_blocks, stream);
     if (gemm_wgmma_takes(a, dev))
-        return launch_gemm_wgmma(a, stream);
+        return launch_gemm_wgmma(a, max_tiles, stream);
+    if (a->tiles && bm == WG_BT) /* a tile table sized for the Hopper GEMM, which this one cannot take */
+        return hipErrorInvalidValue;
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
      * tiled weights (the tiled kernel reads rows of k), and dense 64-row
      * tiles when the staged grid fills a wave of two blocks per

@@ -1,31 +1,33 @@
-/* The Hopper GEMM (bf16 mode, sm_90a), a part of gemm.hip, for dense GEMMs
- * of more than 16 rows: wgmma fed by TMA through an mbarrier ring, one
- * producer warpgroup issuing the copies and two consumer warpgroups of 64
- * outputs each, a block covering 128 outputs by 128 rows.
+/* The Hopper GEMM (bf16 mode, sm_90a), a part of gemm.hip, for the dense
+ * GEMMs and the experts' grouped GEMMs of many rows: wgmma fed by TMA and
+ * bulk copies through an mbarrier ring, one producer warpgroup issuing the
+ * copies and two consumer warpgroups of 64 outputs each, a block covering
+ * 128 outputs by a tile of up to 128 rows (dense: a row block; grouped: an
+ * entry of the tile table, one expert's pairs).
  *
  * The weights are the A operand (wgmma's M), from registers: each lane
- * reads the same 16-byte pieces the other families multiply (matrix_core.h)
- * and gives each instruction the words mma32 gives its two mma.sync, so a
- * chunk's sets of products are those of gemm_common.h's order. The rows are
- * the B operand (N = 128), from shared memory in wgmma's 128-byte-swizzled
- * K-major layout, where an instruction's 16 k must be 32 contiguous bytes:
- * that is not the case for the order's sets (k % 8 < 4, then the rest), so
- * the rows are first copied with each 32-chunk's 16 words transposed as a
- * 4 x 4 matrix (permute_rows_kernel). An instruction's sum depends on its
- * set of products only, not on which slot holds which, and wgmma sums a set
- * as mma.sync does (measured bit for bit: examples/hopper_probes), so every
+ * reads the same 16-byte pieces the other families multiply (matrix_core.h;
+ * MXFP4 tiles turned into them as gemm_staged.h does) and gives each
+ * instruction the words mma32 gives its two mma.sync, so a chunk's sets of
+ * products are those of gemm_common.h's order. The rows are the B operand
+ * (N: the tile's rows rounded up to 32), from shared memory in wgmma's
+ * 128-byte-swizzled K-major layout, where an instruction's 16 k must be 32
+ * contiguous bytes: that is not the case for the order's sets (k % 8 < 4,
+ * then the rest), so the rows are first copied with each 32-chunk's 16
+ * words transposed as a 4 x 4 matrix (permute_rows_kernel, which also
+ * gathers the experts' pairs). An instruction's sum depends on its set of
+ * products only, not on which slot holds which, and wgmma sums a set as
+ * mma.sync does (measured bit for bit: examples/hopper_probes), so every
  * output gets the bits of the other families, even and odd chunks in two
  * sums included.
  *
- * Weights come as they lie, tiled (layout.h) in 1D bulk copies of 16-row
- * tiles or [n][k] through a tensor map in boxes of one chunk by 128 rows;
- * either way a stage holds each chunk as the tiled layout's 16 x 32 tiles
- * one after another, whose 64-byte rows the lanes read without bank
- * conflicts. Tensor
- * maps are encoded per launch on the host with the driver's
- * cuTensorMapEncodeTiled, reached through the runtime, so nothing links
- * libcuda. Everything here is NVIDIA only; elsewhere gemm_wgmma_takes is
- * false. */
+ * Weights come as they lie: tiled bf16 (layout.h) or MXFP4 tiles in 1D bulk
+ * copies, or [n][k] through a tensor map in boxes of one chunk by 128 rows,
+ * which lands as the tiled layout's 16 x 32 tiles one after another, whose
+ * 64-byte rows the lanes read without bank conflicts. Tensor maps are
+ * encoded per launch on the host with the driver's cuTensorMapEncodeTiled,
+ * reached through the runtime, so nothing links libcuda. Everything here is
+ * NVIDIA only; elsewhere gemm_wgmma_takes is false. */
 #ifndef GPTOSS_KERNELS_GEMM_WGMMA_H
 #define GPTOSS_KERNELS_GEMM_WGMMA_H
 
@@ -37,32 +39,41 @@
 namespace {
 
 constexpr int WG_BO = 128;     /* outputs per block: two consumer warpgroups of 64 */
-constexpr int WG_BT = 128;     /* rows per block: wgmma's N */
+constexpr int WG_BT = 128;     /* rows per tile at most */
+constexpr int WG_GROUP = 32;   /* rows per TMA box; a tile's N is a multiple */
+constexpr int WG_BAND = 8;     /* grouped: column blocks per band (see the launcher; 4 and 16 measured no better) */
 constexpr int WG_KS = 64;      /* k per stage: an even and an odd chunk */
-constexpr int WG_STAGES = 4;
+constexpr int WG_STAGES = 6;   /* 192 KiB of the 227 a block may have */
 constexpr int WG_W_STAGE = WG_BO * WG_KS * 2, WG_X_STAGE = WG_BT * WG_KS * 2;
+/* the sums' row stride in the epilogue (floats): a warp's stores (rows 2t, outputs g) hit 32 banks */
+constexpr int WG_SUMS_STRIDE = WG_BO + 4;
+static_assert(WG_BT * WG_SUMS_STRIDE * 4 <= WG_STAGES * (WG_W_STAGE + WG_X_STAGE), "the sums fit in the ring");
 /* the ring, its barriers, and slack to align it to the swizzle's 1 KiB */
 constexpr int WG_SMEM = WG_STAGES * (WG_W_STAGE + WG_X_STAGE) + 2 * WG_STAGES * 8 + 1024;
+
+/* how the weights lie: [n][k] (a tensor map), bf16 tiles, MXFP4 tiles */
+enum wg_weights { WG_W_ROWS, WG_W_TILED, WG_W_MXFP4 };
 
 /* k rounded up to whole chunks: the permuted rows' width */
 __host__ __device__ __forceinline__ int wgmma_k_padded(int k) { return (k + MX_KC - 1) / MX_KC * MX_KC; }
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
-/* Row p of x, natural, into out[p] permuted: within each 32-chunk, word w
- * (k 2w, 2w + 1) goes to word (w % 4) * 4 + w / 4; zeros past k. One
- * thread per 16-byte piece (8 k) of the output. */
-__global__ void permute_rows_kernel(const bf16 *x, int rows, int k, bf16 *out) {
+/* Row x_rows[p] of x (p without x_rows), natural, into out[p] permuted:
+ * within each 32-chunk, word w (k 2w, 2w + 1) goes to word (w % 4) * 4 +
+ * w / 4; zeros past k. One thread per 16-byte piece (8 k) of the output. */
+__global__ void permute_rows_kernel(const bf16 *x, const int *x_rows, int rows, int k, bf16 *out) {
     const int kp = wgmma_k_padded(k), pieces = kp / 8;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)rows * pieces)
         return;
     const int p = (int)(i / pieces), q = (int)(i % pieces), c = q / 4, t = q % 4;
+    const bf16 *row = x + (size_t)(x_rows ? x_rows[p] : p) * k;
     /* output piece t of chunk c holds words t, 4 + t, 8 + t, 12 + t */
     uint32_t w[4];
     for (int j = 0; j < 4; j++) {
         const int kk = 32 * c + 2 * (4 * j + t);
-        const uint32_t lo = kk < k ? x[(size_t)p * k + kk].bits : 0, hi = kk + 1 < k ? x[(size_t)p * k + kk + 1].bits : 0;
+        const uint32_t lo = kk < k ? row[kk].bits : 0, hi = kk + 1 < k ? row[kk + 1].bits : 0;
         w[j] = lo | hi << 16;
     }
     *(uint4 *)(out + (size_t)p * kp + 8 * q) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -71,39 +82,154 @@ __global__ void permute_rows_kernel(const bf16 *x, int rows, int k, bf16 *out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GPTOSS_WGMMA 1
 
-/* d += A B over one k16 step, m64 n128, A from registers */
-__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
-                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+/* d += A B over one k16 step, m64 by n32 .. n128 (the tile's rows rounded
+ * up to 32), A from registers; accumulator 4j + e is row group j's */
+#define WG_D4(i) "+f"(d[i]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WG_D16(i) WG_D4(i), WG_D4((i) + 4), WG_D4((i) + 8), WG_D4((i) + 12)
+#define WG_MMA(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16 "
+template <int N> struct wg_mma;
+template <> struct wg_mma<32> {
+    __device__ static __forceinline__ void run(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t b) {
+        asm volatile(WG_MMA(32)
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;"
+                     : WG_D16(0)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+    }
+};
+template <> struct wg_mma<64> {
+    __device__ static __forceinline__ void run(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t b) {
+        asm volatile(WG_MMA(64)
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
+                      "%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;"
+                     : WG_D16(0), WG_D16(16)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+    }
+};
+template <> struct wg_mma<96> {
+    __device__ static __forceinline__ void run(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t b) {
+        asm volatile(WG_MMA(96)
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
+                      "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+                      "{%48,%49,%50,%51}, %52, 1, 1, 1, 0;"
+                     : WG_D16(0), WG_D16(16), WG_D16(32)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+    }
+};
+template <> struct wg_mma<128> {
+    __device__ static __forceinline__ void run(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t b) {
+        asm volatile(WG_MMA(128)
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
+                      "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"
+                      "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;"
+                     : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+    }
+};
+#undef WG_D4
+#undef WG_D16
+#undef WG_MMA
+
+/* The lane's weight pieces of one stage: tile16 rows g and g + 8, k 8t..8t+7, of each chunk */
+template <int WF>
+__device__ __forceinline__ void wg_load_a(uint4 (&lo)[2], uint4 (&hi)[2], const uint8_t *ws, int band, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int ch = 0; ch < 2; ch++) {
+        if constexpr (WF == WG_W_MXFP4) {
+            mxfp4_pieces mp;
+            mp.load(ws + (2 * band + ch) * GPTOSS_MXFP4_TILE_BYTES, lane);
+            uint4 w[2];
+            mp.to_bf16(w);
+            lo[ch] = w[0];
+            hi[ch] = w[1];
+        } else {
+            const uint8_t *tile = ws + ch * 8192 + band * 1024;
+            lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
+            hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
+        }
+    }
+}
+
+/* keeps a's registers allocated up to here: wgmma reads them until its group completes */
+__device__ __forceinline__ void wg_hold(uint4 (&a)[2]) {
+    asm volatile("" : "+r"(a[0].x), "+r"(a[0].y), "+r"(a[0].z), "+r"(a[0].w), "+r"(a[1].x), "+r"(a[1].y),
+                 "+r"(a[1].z), "+r"(a[1].w));
+}
+
+/* A consumer warpgroup's k loop over a tile of G row groups: acc[c] the
+ * sums of the even (c 0) and odd chunks of the warp's 16 outputs. One
+ * stage's group stays in flight while the next stage's pieces load, so
+ * its slot is released a stage late and the pieces are double-buffered. */
+template <int G, int WF>
+__device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w_st, const uint8_t *x_st,
+                                           uint64_t *full, uint64_t *empty, int chunks, int band, int lane) {
+    const int stages = (chunks + 1) / 2;
+    uint4 lo[2][2] = {}, hi[2][2] = {}; /* [buffer][chunk] */
+    auto stage = [&](int st, uint4(&l)[2], uint4(&h)[2], uint4(&l_prev)[2], uint4(&h_prev)[2]) {
+        const int slot = st % WG_STAGES;
+        mbar_wait(&full[slot], (st / WG_STAGES) & 1);
+        const uint8_t *xs = x_st + slot * WG_X_STAGE;
+        wg_load_a<WF>(l, h, w_st + slot * WG_W_STAGE, band, lane);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
+        typedef wg_mma<WG_GROUP * G> mma;
+        mma::run(acc[0], l[0].x, h[0].x, l[0].y, h[0].y, swizzled_desc(xs));
+        mma::run(acc[0], l[0].z, h[0].z, l[0].w, h[0].w, swizzled_desc(xs + 32));
+        if (2 * st + 1 < chunks) {
+            mma::run(acc[1], l[1].x, h[1].x, l[1].y, h[1].y, swizzled_desc(xs + 64));
+            mma::run(acc[1], l[1].z, h[1].z, l[1].w, h[1].w, swizzled_desc(xs + 96));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        wg_hold(l_prev);
+        wg_hold(h_prev);
+        if (st > 0 && threadIdx.x % 128 == 0)
+            mbar_arrive(&empty[(st - 1) % WG_STAGES]);
+    };
+    for (int st = 0; st < stages; st += 2) {
+        stage(st, lo[0], hi[0], lo[1], hi[1]);
+        if (st + 1 < stages)
+            stage(st + 1, lo[1], hi[1], lo[0], hi[0]);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    wg_hold(lo[0]);
+    wg_hold(hi[0]);
+    wg_hold(lo[1]);
+    wg_hold(hi[1]);
 }
 #endif
 
 /* Warpgroup 0 issues the copies (one thread), 1 and 2 multiply 64 outputs
- * each. W_TILED: bulk copies of the tiled layout; else wmap over [n][k]. */
-template <bool W_TILED>
+ * each. Dense: blockIdx.x is the row block, blockIdx.y the column block;
+ * grouped: blockIdx.x gives both (see the launcher), the row block being
+ * an entry of the tile table. */
+template <int WF>
 __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma_kernel(gptoss_gemm_args a, const __grid_constant__ CUtensorMap xmap,
-                      const __grid_constant__ CUtensorMap wmap) {
+    gemm_wgmma_kernel(gptoss_gemm_args a, const __grid_constant__ CUtensorMap xmap_tile,
+                      const __grid_constant__ CUtensorMap xmap_group, const __grid_constant__ CUtensorMap wmap) {
 #if defined(GPTOSS_WGMMA)
+    int tile = blockIdx.x, col_block = blockIdx.y;
+    if (a.tiles) { /* bands of WG_BAND column blocks, tile by tile within a band */
+        const int col_blocks = (a.n + WG_BO - 1) / WG_BO, tiles = gridDim.x / col_blocks;
+        const int band = blockIdx.x / (tiles * WG_BAND), in_band = min(WG_BAND, col_blocks - band * WG_BAND);
+        const int r = blockIdx.x % (tiles * WG_BAND);
+        tile = r / in_band;
+        col_block = band * WG_BAND + r % in_band;
+    }
+    row_tile rt;
+    if (!block_rows(a, tile, WG_BT, rt))
+        return;
     extern __shared__ uint8_t wgmma_smem[];
     uint8_t *ring = (uint8_t *)(((uintptr_t)wgmma_smem + 1023) & ~(uintptr_t)1023);
     uint8_t *w_st = ring, *x_st = ring + WG_STAGES * WG_W_STAGE;
     uint64_t *full = (uint64_t *)(x_st + WG_STAGES * WG_X_STAGE), *empty = full + WG_STAGES;
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
-    const int p0 = blockIdx.x * WG_BT, o0 = blockIdx.y * WG_BO, tid = threadIdx.x, wg = tid / 128;
+    const int groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
+    const int o0 = col_block * WG_BO, tid = threadIdx.x, wg = tid / 128;
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
             mbar_init(&full[s], 1);
@@ -117,82 +243,89 @@ __global__ void __launch_bounds__(384, 1)
         if (tid != 0)
             return;
         const int bands = min(WG_BO / 16, (a.n - o0 + 15) / 16);
+        const bf16 *w_tiles = expert_w(a, rt);
+        const uint8_t *w_mx = expert_w_mxfp4(a, rt);
         for (int st = 0; st < stages; st++) {
             const int slot = st % WG_STAGES, nc = min(2, chunks - 2 * st);
+            uint8_t *ws = w_st + slot * WG_W_STAGE;
             if (st >= WG_STAGES)
                 mbar_wait(&empty[slot], (st / WG_STAGES - 1) & 1);
-            mbar_expect_tx(&full[slot], WG_X_STAGE + (W_TILED ? bands : WG_BO / 16) * nc * 1024);
-            tma_2d(x_st + slot * WG_X_STAGE, &xmap, st * WG_KS, p0, &full[slot]);
+            const int w_bytes = WF == WG_W_ROWS    ? WG_BO / 16 * nc * 1024 /* whole boxes, zeros past the map */
+                                : WF == WG_W_TILED ? bands * nc * 1024
+                                                   : bands * nc * GPTOSS_MXFP4_TILE_BYTES;
+            mbar_expect_tx(&full[slot], groups * WG_GROUP * WG_KS * 2 + w_bytes);
+            if (groups * WG_GROUP == WG_BT) /* one box for a whole tile: fewer copies went faster */
+                tma_2d(x_st + slot * WG_X_STAGE, &xmap_tile, st * WG_KS, rt.begin, &full[slot]);
+            else
+                for (int i = 0; i < groups; i++)
+                    tma_2d(x_st + slot * WG_X_STAGE + i * WG_GROUP * WG_KS * 2, &xmap_group, st * WG_KS,
+                           rt.begin + i * WG_GROUP, &full[slot]);
+            if (WF == WG_W_MXFP4) /* band b's tiles of the two chunks lie side by side */
+                for (int b = 0; b < bands; b++)
+                    bulk_copy(ws + 2 * b * GPTOSS_MXFP4_TILE_BYTES, mxfp4_tile(w_mx, o0 / 16 + b, 2 * st, chunks),
+                              nc * GPTOSS_MXFP4_TILE_BYTES, &full[slot]);
             for (int ch = 0; ch < nc; ch++) /* the chunk's 16-row tiles one after another */
-                if (W_TILED)
+                if (WF == WG_W_TILED)
                     for (int b = 0; b < bands; b++)
-                        bulk_copy(w_st + slot * WG_W_STAGE + ch * 8192 + b * 1024,
-                                  (const bf16 *)a.w + ((size_t)(o0 / 16 + b) * chunks + 2 * st + ch) * GPTOSS_TILE_ELEMS,
-                                  1024, &full[slot]);
-                else
-                    tma_2d(w_st + slot * WG_W_STAGE + ch * 8192, &wmap, (2 * st + ch) * MX_KC, o0, &full[slot]);
+                        bulk_copy(ws + ch * 8192 + b * 1024,
+                                  w_tiles + ((size_t)(o0 / 16 + b) * chunks + 2 * st + ch) * GPTOSS_TILE_ELEMS, 1024,
+                                  &full[slot]);
+                else if (WF == WG_W_ROWS) /* the map holds every expert's rows, one after another */
+                    tma_2d(ws + ch * 8192, &wmap, (2 * st + ch) * MX_KC, rt.expert * a.n + o0, &full[slot]);
             mbar_arrive(&full[slot]);
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int cw = wg - 1, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int band = cw * 4 + warp; /* the warp's 16 outputs within the block */
+    const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int band = (wg - 1) * 4 + warp; /* the warp's 16 outputs within the block */
     float acc[2][64];
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int i = 0; i < 64; i++)
             acc[h][i] = 0.0f;
-    for (int st = 0; st < stages; st++) {
-        const int slot = st % WG_STAGES;
-        mbar_wait(&full[slot], (st / WG_STAGES) & 1);
-        const uint8_t *xs = x_st + slot * WG_X_STAGE, *ws = w_st + slot * WG_W_STAGE;
-        /* the lane's pieces (tile16: rows g and g + 8, k 8t..8t+7) of each chunk */
-        uint4 lo[2], hi[2];
-#pragma unroll
-        for (int ch = 0; ch < 2; ch++) {
-            const uint8_t *tile = ws + ch * 8192 + band * 1024;
-            lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
-            hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
-        }
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
-        wgmma_n128(acc[0], lo[0].x, hi[0].x, lo[0].y, hi[0].y, swizzled_desc(xs));
-        wgmma_n128(acc[0], lo[0].z, hi[0].z, lo[0].w, hi[0].w, swizzled_desc(xs + 32));
-        if (2 * st + 1 < chunks) {
-            wgmma_n128(acc[1], lo[1].x, hi[1].x, lo[1].y, hi[1].y, swizzled_desc(xs + 64));
-            wgmma_n128(acc[1], lo[1].z, hi[1].z, lo[1].w, hi[1].w, swizzled_desc(xs + 96));
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (tid % 128 == 0)
-            mbar_arrive(&empty[slot]);
+    switch (groups) {
+    case 1:
+        wg_consume<1, WF>(acc, w_st, x_st, full, empty, chunks, band, lane);
+        break;
+    case 2:
+        wg_consume<2, WF>(acc, w_st, x_st, full, empty, chunks, band, lane);
+        break;
+    case 3:
+        wg_consume<3, WF>(acc, w_st, x_st, full, empty, chunks, band, lane);
+        break;
+    default:
+        wg_consume<4, WF>(acc, w_st, x_st, full, empty, chunks, band, lane);
     }
-    /* Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row 8j +
-     * 2t + (e & 1). The epilogue takes an output pair (o, o + 1) of one row:
-     * lanes g and g ^ 1 swap values, the even one keeping row 2t, the odd
-     * one row 2t + 1. */
-    row_tile rt = {0, 0, a.rows};
-    const bool even = (g & 1) == 0;
+    /* The sums go through shared memory (the ring, idle once both consumer
+     * warpgroups are done with it) so that the epilogue is one short loop:
+     * unrolled over the registers it was tens of KiB of code, fetched cold
+     * by every block; and consecutive threads store consecutive outputs of
+     * a row. Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row
+     * 8j + 2t + (e & 1). */
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    float *sums = (float *)ring;
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < 16; j++) {
+        if (8 * j >= WG_GROUP * groups)
+            break;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float v_lo = acc[0][4 * j + 2 * h] + acc[1][4 * j + 2 * h];
-            const float v_hi = acc[0][4 * j + 2 * h + 1] + acc[1][4 * j + 2 * h + 1];
-            const float other = __shfl_xor_sync(0xffffffffu, even ? v_hi : v_lo, 4);
-            const int o = o0 + 16 * band + g + 8 * h, p = p0 + 8 * j + 2 * t + (even ? 0 : 1);
-            if (p < a.rows && o - (even ? 0 : 1) < a.n) {
-                if (even)
-                    epilogue<bf16>(a, rt, p, o, v_lo, other);
-                else
-                    epilogue<bf16>(a, rt, p, o - 1, other, v_hi);
-            }
+        for (int e = 0; e < 4; e++)
+            sums[(8 * j + 2 * t + (e & 1)) * WG_SUMS_STRIDE + 16 * band + g + 8 * (e >> 1)] =
+                acc[0][4 * j + e] + acc[1][4 * j + e];
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    const int pairs = WG_BO / 2, items = (rt.end - rt.begin) * pairs;
+    for (int i = tid - 128; i < items; i += 256) {
+        const int r = i / pairs, o = o0 + 2 * (i % pairs);
+        if (o < a.n) {
+            const float2 v = *(const float2 *)&sums[r * WG_SUMS_STRIDE + o - o0];
+            epilogue<bf16>(a, rt, rt.begin + r, o, v.x, v.y);
         }
+    }
 #endif
 }
-
 typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                        const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
                                        CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
@@ -230,41 +363,67 @@ __global__ void wgmma_built_kernel(int *out) {
 
 #endif /* __HIP_PLATFORM_NVIDIA__ */
 
-/* Whether this GEMM runs on gemm_wgmma_kernel: dense bf16 on a device that
- * has it, storing or adding into the residual, with a permutation scratch,
- * and blocks for two waves at least (one block per multiprocessor: short of
+/* Whether this GEMM can run on gemm_wgmma_kernel: bf16 weights or MXFP4
+ * tiles on a device that has it, with a permutation scratch, storing, adding
+ * into the residual (dense) or applying SwiGLU (grouped); [n][k] weights
+ * need rows of whole 16 bytes for their tensor map. Dense GEMMs take it
+ * where its blocks fill two waves (one block per multiprocessor: short of
  * that the other families' smaller blocks keep more of the GPU busy);
- * [n][k] weights need rows of whole 16 bytes for their tensor map. */
-bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
-    const int64_t col_blocks = (a->n + WG_BO - 1) / WG_BO, blocks = col_blocks * ((a->rows + WG_BT - 1) / WG_BT);
-    return dev->wgmma && a->x_perm && !a->tiles && !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors &&
-           col_blocks <= 65535 && /* the grid's y */
-           (a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL) && (a->w_tiled || a->k % 8 == 0);
+ * grouped ones where the caller sized the tile table for it
+ * (gptoss_moe_tile_rows). */
+bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    const int64_t col_blocks = (a->n + WG_BO - 1) / WG_BO;
+    const bool epilogue = a->tiles ? a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_SWIGLU
+                                   : a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL;
+    return dev->wgmma && a->x_perm && epilogue && col_blocks <= 65535 && /* the grid's y */
+           (a->w_tiled || a->k % 8 == 0);
 }
 
-hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, hipStream_t stream) {
+bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    if (a->tiles)
+        return a->tile_rows == WG_BT && gemm_wgmma_fits(a, dev);
+    const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
+    return !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors && gemm_wgmma_fits(a, dev);
+}
+
+/* max_tiles: the grouped launch's tile table size */
+hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, hipStream_t stream) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
     const int kp = wgmma_k_padded(a->k);
     const int64_t pieces = (int64_t)a->rows * (kp / 8);
     hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
-                       (const bf16 *)a->x, a->rows, a->k, (bf16 *)a->x_perm);
-    CUtensorMap xmap, wmap;
+                       (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
+    CUtensorMap xmap_tile, xmap_group, wmap;
     memset(&wmap, 0, sizeof wmap);
-    hipError_t e = encode_map(&xmap, a->x_perm, a->rows, kp, kp, WG_KS, WG_BT, true);
+    hipError_t e = encode_map(&xmap_tile, a->x_perm, a->rows, kp, kp, WG_KS, WG_BT, true);
+    if (e == hipSuccess)
+        e = encode_map(&xmap_group, a->x_perm, a->rows, kp, kp, WG_KS, WG_GROUP, true);
+    const int64_t matrices = a->tiles ? a->n_experts : 1;
     if (e == hipSuccess && !a->w_tiled) /* read by the lanes, not by wgmma: the tiles' own layout */
-        e = encode_map(&wmap, a->w, a->n, a->k, a->k, MX_KC, WG_BO, false);
+        e = encode_map(&wmap, a->w, matrices * a->n, a->k, a->k, MX_KC, WG_BO, false);
     if (e != hipSuccess)
         return e;
-    auto kernel = a->w_tiled ? gemm_wgmma_kernel<true> : gemm_wgmma_kernel<false>;
+    auto kernel = a->w_mxfp4  ? gemm_wgmma_kernel<WG_W_MXFP4>
+                  : a->w_tiled ? gemm_wgmma_kernel<WG_W_TILED>
+                               : gemm_wgmma_kernel<WG_W_ROWS>;
     e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
     if (e != hipSuccess)
         return e;
-    /* the row blocks of one weight block run side by side: its weights come from memory once */
-    dim3 grid((a->rows + WG_BT - 1) / WG_BT, (a->n + WG_BO - 1) / WG_BO);
-    hipLaunchKernelGGL(kernel, grid, dim3(384), WG_SMEM, stream, *a, xmap, wmap);
+    /* Dense: the row blocks of one weight block run side by side, so its
+     * weights come from memory once and the rows (a few MiB) from L2.
+     * Grouped, all the pairs' rows would not stay in L2 for every column
+     * block: the blocks go in bands of WG_BAND column blocks, tile after tile
+     * within a band, so a tile's rows serve the band from L2 and an
+     * expert's weight block serves its tiles, adjacent in the table, from L2. */
+    const int col_blocks = (a->n + WG_BO - 1) / WG_BO, row_blocks = a->tiles ? max_tiles : (a->rows + WG_BT - 1) / WG_BT;
+    if (a->tiles && (int64_t)row_blocks * col_blocks > INT32_MAX)
+        return hipErrorInvalidValue;
+    dim3 grid = a->tiles ? dim3(row_blocks * col_blocks) : dim3(row_blocks, col_blocks);
+    hipLaunchKernelGGL(kernel, grid, dim3(384), WG_SMEM, stream, *a, xmap_tile, xmap_group, wmap);
     return hipGetLastError();
 #else
     (void)a;
+    (void)max_tiles;
     (void)stream;
     return hipErrorNotSupported;
 #endif

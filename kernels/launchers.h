@@ -74,22 +74,27 @@ typedef struct {
     int w_mxfp4;        /* MXFP4 tiles (layout.h, mxfp4.h; w_tiled too): grouped only */
     const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
     int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
-    int rows_hint;      /* grouped: the expected rows per expert, sizing tiles */
     const int *tiles;   /* NULL: dense; else the (expert, begin, end, 0) table */
+    int tile_rows;      /* grouped: its pairs per tile at most (gptoss_moe_tile_rows) */
+    int n_experts;      /* grouped: the matrices w holds */
     const int *tile_count;
     int epilogue;
     float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
     void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
     float swiglu_limit;
     void *x_perm;       /* NULL, or bf16 scratch of rows x k rounded up to 32, for the
-                           Hopper GEMM's permuted copy of x (gemm_wgmma.h) */
+                           Hopper GEMM's permuted copy of x (gemm_wgmma.h; grouped:
+                           the pairs' rows) */
     /* ROPE_KV, where gptoss_gemm_takes_rope (a dense qkv projection): the
      * outputs go through RoPE into q and the KV cache (rope_kv.hip's work),
      * y is not written */
     gptoss_rope_kv_args rope;
 } gptoss_gemm_args;
-/* rows per tile the launch will use (the tile table must be built with it) */
-int gptoss_gemm_tile_rows(const gptoss_gemm_args *a, int bf16_mode);
+/* pairs per tile of the experts' grouped GEMMs, one table serving both,
+ * at rows_per_expert expected pairs per expert; the table is built with it
+ * and both GEMMs' tile_rows set to it */
+int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *mlp2, int rows_per_expert,
+                         int bf16_mode, const gptoss_gpu_shape *dev);
 /* 1 if the launch takes the ROPE_KV epilogue (rows, n, k and rope set) */
 int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode);
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,

@@ -62,7 +62,7 @@ typedef struct {
  * in tiles of tile_rows, the last one partial; never more than the pairs,
  * since every tile holds one (a decode step's grid then has no blocks
  * that find no tile). A replica sizes its tile table for the smallest tile
- * the GEMMs choose (gptoss_gemm_tile_rows). In 64 bits: a memory plan may
+ * the GEMMs choose (gptoss_moe_tile_rows). In 64 bits: a memory plan may
  * be asked of any shape. */
 #define GPTOSS_MOE_MIN_TILE_ROWS 16
 static inline int64_t gptoss_moe_max_tiles(int64_t rows, int64_t k, int64_t n_experts, int64_t tile_rows) {

@@ -47,8 +47,8 @@ typedef struct {
     float *q;             /* [R][Hq D] rotated queries */
     float *attn;          /* [R][Hq D] attention's output */
     void *t_in, *attn_in; /* GEMM inputs in the mode's type: bf16 copies, or t and attn */
-    void *x_perm;         /* bf16 mode: [R][max(H, Hq D) rounded up to 32], the Hopper GEMM's
-                             permuted inputs (kernels/gemm_wgmma.h) */
+    void *x_perm;         /* bf16 mode: the Hopper GEMM's permuted inputs (kernels/gemm_wgmma.h),
+                             [R][max(H, Hq D)] or [P][max(H, I)], widths rounded up to 32 */
     float *router_logits; /* [R][E] */
     float *topk_w;        /* [R][K] */
     int *topk_i;          /* [R][K] */

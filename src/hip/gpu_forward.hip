@@ -256,30 +256,14 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m1.rows = P;
     m1.n = 2 * I;
     m1.k = H;
-    m1.rows_hint = (P + E - 1) / E;
     m1.tiles = s->tiles;
     m1.tile_count = s->tile_count;
+    m1.n_experts = E;
     m1.epilogue = trace ? GPTOSS_GEMM_STORE : GPTOSS_GEMM_SWIGLU;
     m1.y = g->buf.trace.m1;
     m1.act = s->act;
     m1.swiglu_limit = c->swiglu_limit;
-    gptoss_moe_dispatch_args md = {};
-    md.topk_idx = s->topk_i;
-    md.rows = R;
-    md.k = K;
-    md.n_experts = E;
-    md.tile_rows = gptoss_gemm_tile_rows(&m1, bf);
-    md.pair_row = s->pair_row;
-    md.pair_of = s->pair_of;
-    md.tiles = s->tiles;
-    md.tile_count = s->tile_count;
-    RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
-    int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, md.tile_rows);
-    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, &g->dev, st));
-    if (trace)
-        RUN("trace_swiglu", gptoss_launch_trace_swiglu(g->buf.trace.m1, P, I, c->swiglu_limit, g->buf.trace.y,
-                                                       s->act, bf, st));
-
+    m1.x_perm = s->x_perm;
     gptoss_gemm_args m2 = m1;
     m2.x = s->act;
     m2.x_rows = NULL;
@@ -291,6 +275,23 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m2.k = I;
     m2.epilogue = GPTOSS_GEMM_STORE;
     m2.y = s->m2;
+    m1.tile_rows = m2.tile_rows = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, bf, &g->dev);
+    gptoss_moe_dispatch_args md = {};
+    md.topk_idx = s->topk_i;
+    md.rows = R;
+    md.k = K;
+    md.n_experts = E;
+    md.tile_rows = m1.tile_rows;
+    md.pair_row = s->pair_row;
+    md.pair_of = s->pair_of;
+    md.tiles = s->tiles;
+    md.tile_count = s->tile_count;
+    RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
+    int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, md.tile_rows);
+    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, &g->dev, st));
+    if (trace)
+        RUN("trace_swiglu", gptoss_launch_trace_swiglu(g->buf.trace.m1, P, I, c->swiglu_limit, g->buf.trace.y,
+                                                       s->act, bf, st));
     RUN("gemm_mlp2", gptoss_launch_gemm(&m2, bf, max_tiles, &g->dev, st));
     if (trace) {
         gptoss_status rs = record_experts(g, trace, l, err);
