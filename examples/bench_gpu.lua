@@ -67,8 +67,16 @@ script.run(function()
   local rows = {}
   print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
   for _, B in ipairs(a.batches) do
-    local r = model:replica { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
+    local opts = { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
       rows = math.max(B, a.prompt), chunk = a.prompt }
+    -- a batch the device cannot hold is reported and skipped, so a list may reach past memory
+    local plan, free = model:replica_bytes(opts), gptoss.device_memory(a.device)
+    if plan.total + plan.headroom > free then
+      print(("%6d does not fit: needs %.2f GiB with headroom, %.2f GiB free"):format(B,
+        (plan.total + plan.headroom) / 2 ^ 30, free / 2 ^ 30))
+      goto next_batch
+    end
+    local r = model:replica(opts)
     local last = {}
     for s = 1, B do
       local slots, positions, tokens = {}, {}, {}
@@ -128,6 +136,7 @@ script.run(function()
       end
     end
     r:close()
+    ::next_batch::
   end
   for _, res in ipairs(rows) do print(json.encode(res)) end
 end)
