@@ -23,7 +23,7 @@
  *    a wave, tiled (gemm_tiled.h: 16 MT rows by 64, through shared
  *    memory, [n][k] weights only) for the other dense GEMMs of many rows,
  *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
- *    sums) for the dense GEMMs whose 128 x 128 blocks fill two waves and
+ *    sums) for the dense GEMMs whose 128 x 128 blocks fill a wave and
  *    for the experts beyond 16 rows per expert, in place of the staged. */
 #include "gemm_exact.h"
 #include "gemm_staged.h"

@@ -367,7 +367,7 @@ __global__ void wgmma_built_kernel(int *out) {
  * tiles on a device that has it, with a permutation scratch, storing, adding
  * into the residual (dense) or applying SwiGLU (grouped); [n][k] weights
  * need rows of whole 16 bytes for their tensor map. Dense GEMMs take it
- * where its blocks fill two waves (one block per multiprocessor: short of
+ * where its blocks fill a wave (one block per multiprocessor: short of
  * that the other families' smaller blocks keep more of the GPU busy);
  * grouped ones where the caller sized the tile table for it
  * (gptoss_moe_tile_rows). */
@@ -383,7 +383,7 @@ bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     if (a->tiles)
         return a->tile_rows == WG_BT && gemm_wgmma_fits(a, dev);
     const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
-    return !a->x_rows && !a->w_mxfp4 && blocks >= 2 * dev->multiprocessors && gemm_wgmma_fits(a, dev);
+    return !a->x_rows && !a->w_mxfp4 && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
 }
 
 /* max_tiles: the grouped launch's tile table size */
