@@ -891,10 +891,10 @@ describe("GPU engine #gpu", function()
     end)
 
     it("keeps only a window's ring for windowed layers", function()
-      local full = m:replica { device = 1, slots = 2, ctx = 1024, chunk = 1, rows = 2 }
-      -- 7m: layer 1 windowed (128 + chunk - 1 positions), layer 2 full (1024)
+      local full = m:replica { device = 1, slots = 2, ctx = 1024, chunk = 1, rows = 2, kv = "bf16" }
+      -- 7m: layer 1 windowed (128 + chunk - 1 positions), layer 2 full (1024); keys and values, 2 bytes
       local kvd = m.config.head_dim * m.config.n_kv_heads
-      assert.are.equal(2 * 2 * (128 + 1024) * kvd * 4, full.memory.kv)
+      assert.are.equal(2 * 2 * (128 + 1024) * kvd * 2, full.memory.kv)
       full:close()
     end)
   end)
