@@ -2,19 +2,21 @@
 // shapes of the 20b at a given row count, each GEMM twice: as a device with the
 // Hopper GEMM runs it and as one without (the mma.sync families), the two
 // outputs compared bit for bit. Dense: qkv, o, the unembedding ([n][k] bf16
-// weights); grouped: mlp1 (SwiGLU) and mlp2 over random top-4 routing, with
+// weights); grouped: mlp1 (SwiGLU) and mlp2 over top-4 routing, random or
+// skewed (empty experts, one-row experts, an expert with every row), with
 // the tile table each path asks for (gptoss_moe_tile_rows). Timings are the
-// mean of --reps launches, each GEMM over weights of its own that L2 cannot
-// hold between launches except qkv's and o's.
+// mean of 10 launches, each GEMM over weights of its own that L2 cannot
+// hold between launches except qkv's and o's. Exits 1 if any output differs.
 //   nvcc -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ -isystem <hip headers>
 //        -gencode arch=compute_90a,code=sm_90a -fmad=false -o engine_gemm engine_gemm.cu
-//   ./engine_gemm [rows ...]
+//   ./engine_gemm [--hidden 2880] [--inter 2880] [--routing uniform|skewed] [rows ...]
 #include "../../kernels/gemm.hip"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                                                                     \
@@ -87,11 +89,41 @@ static int tile_table(const std::vector<int> &expert_of_pair_sorted, int E, int 
     return (int)tiles.size() / 4;
 }
 
+// Row r's K experts (distinct). uniform: random. skewed: the cases uniform
+// routing never makes - expert 0 takes every row, 2 and 3 one row each, the
+// others a half, a fifth, a seventh or a third of the rows, 4..7 and 23..31 none.
+static void route(int r, bool skewed, std::mt19937 &rng, int E, int K, std::vector<std::pair<int, int>> &pairs) {
+    if (skewed) {
+        const int e[4] = {0, r % 2 == 0 ? 1 : 8 + r % 5, r == 0 ? 2 : r == 1 ? 3 : 13 + r % 7, 20 + r % 3};
+        for (int j = 0; j < K; j++)
+            pairs.push_back({e[j], r});
+        return;
+    }
+    std::vector<int> all(E);
+    for (int e = 0; e < E; e++)
+        all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int j = 0; j < K; j++)
+        pairs.push_back({all[j], r});
+}
+
 int main(int argc, char **argv) {
-    const int H = 2880, I = 2880, E = 32, K = 4, Q = 5120, HqD = 4096, V = 201088, reps = 10;
+    const int E = 32, K = 4, Q = 5120, HqD = 4096, V = 201088, reps = 10;
+    int H = 2880, I = 2880;
+    bool skewed = false;
     std::vector<int> row_counts;
-    for (int i = 1; i < argc; i++)
-        row_counts.push_back(atoi(argv[i]));
+    for (int i = 1; i < argc; i++) {
+        const std::string arg = argv[i];
+        if (arg == "--hidden" && i + 1 < argc)
+            H = atoi(argv[++i]);
+        else if (arg == "--inter" && i + 1 < argc)
+            I = atoi(argv[++i]);
+        else if (arg == "--routing" && i + 1 < argc)
+            skewed = std::string(argv[++i]) == "skewed";
+        else
+            row_counts.push_back(atoi(argv[i]));
+    }
+    int differ = 0;
     if (row_counts.empty())
         row_counts = {256, 1024, 2048};
     gptoss_gpu_shape with = {}, without;
@@ -141,6 +173,7 @@ int main(int argc, char **argv) {
             size_t bytes = (size_t)R * n * 4;
             timed h = run(a, w, 0, with, y, bytes, reps), o = run(a, w, 0, without, y, bytes, reps);
             double tf = 2.0 * R * n * k / (h.ms * 1e-3) / 1e12;
+            differ += h.out != o.out;
             printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s%s\n", R, name, h.ms, o.ms, tf, o.ms / h.ms,
                    h.out == o.out ? "same" : "DIFFER", gemm_wgmma_takes(&a, &with) ? "" : " (no hopper)");
         };
@@ -149,18 +182,12 @@ int main(int argc, char **argv) {
         dense("logits", V, H, w_un);
 
 #ifndef DENSE_ONLY
-        // random top-4 routing, pairs sorted by expert
+        // top-4 routing, pairs sorted by expert
         const int P = R * K;
         std::mt19937 rng(70 + R);
         std::vector<std::pair<int, int>> pairs; // (expert, row)
-        for (int r = 0; r < R; r++) {
-            std::vector<int> all(E);
-            for (int e = 0; e < E; e++)
-                all[e] = e;
-            std::shuffle(all.begin(), all.end(), rng);
-            for (int j = 0; j < K; j++)
-                pairs.push_back({all[j], r});
-        }
+        for (int r = 0; r < R; r++)
+            route(r, skewed, rng, E, K, pairs);
         std::stable_sort(pairs.begin(), pairs.end(), [](auto &a, auto &b) { return a.first < b.first; });
         std::vector<int> rows_of(P), experts(P);
         for (int p = 0; p < P; p++) {
@@ -203,11 +230,14 @@ int main(int argc, char **argv) {
             res[path][0] = run(m1, w_m1, max_tiles, dev, act, (size_t)P * I * 2, reps);
             res[path][1] = run(m2, w_m2, max_tiles, dev, y, (size_t)P * H * 4, reps);
         }
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 2; g++) {
+            differ += res[0][g].out != res[1][g].out;
             printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s (tiles of %d and %d rows)\n", R, g ? "mlp2" : "mlp1",
                    res[0][g].ms, res[1][g].ms, flops[g] / (res[0][g].ms * 1e-3) / 1e12, res[1][g].ms / res[0][g].ms,
                    res[0][g].out == res[1][g].out ? "same" : "DIFFER", tile_rows[0], tile_rows[1]);
+        }
 #endif
     }
-    return 0;
+    printf("%d of the GEMMs differ\n", differ);
+    return differ ? 1 : 0;
 }
