@@ -93,6 +93,11 @@ $(OBJ)/%.o: %.hip
 $(LIB): $(OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ $(LIBS)
+# the engine's GEMM dispatch with and without the Hopper GEMM, bit for bit (tests/gpu_gemm_spec.lua)
+GEMM_PROBE := $(BUILD)/engine_gemm
+$(GEMM_PROBE): examples/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@
 else ifeq ($(HIP_PLATFORM),amd)
 $(OBJ)/%.o: %.hip
 	@mkdir -p $(dir $@)
@@ -157,8 +162,8 @@ tokenizer:
 # TESTS picks spec files (default: all of tests/).
 TESTS ?= tests
 test: setup | $(TOKENIZER)
-	$(MAKE) all
-	$(RUN_ENV) $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
+	$(MAKE) all $(GEMM_PROBE)
+	$(RUN_ENV) $(if $(GEMM_PROBE),GPTOSS_GEMM_PROBE='$(GEMM_PROBE)') $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
 
 demo: setup | $(TOKENIZER)
 	$(MAKE) all

@@ -1,0 +1,55 @@
+-- The Hopper GEMM gives the other GEMM families' bits (tag: gpu). `make test` on NVIDIA
+-- builds examples/hopper_probes/engine_gemm.cu, which runs the engine's own GEMM dispatch
+-- for one step's products twice, once as a device with the Hopper GEMM and once as one
+-- without, and compares the outputs bit for bit. Here it runs on the experts' routings
+-- that uniform routing never makes (empty experts, one-row experts, one expert with every
+-- row) and with k that is no multiple of a stage. Pending without the probe, a GPU, or a
+-- build and device that have the Hopper GEMM.
+local gptoss = require "gptoss"
+
+local probe = os.getenv("GPTOSS_GEMM_PROBE")
+
+local function run(args)
+  local p = assert(io.popen(probe .. " " .. args .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+describe("the Hopper GEMM #gpu", function()
+  local built = probe and io.open(probe)
+  if not built then
+    pending("the GEMM probe is not built here (make test builds it on NVIDIA)")
+    return
+  end
+  built:close()
+  if #gptoss.devices() == 0 then
+    pending("no GPU visible to this build (gptoss.devices() is empty)")
+    return
+  end
+  local _, out = run("--hidden 64 --inter 64 1")
+  if out:match("no Hopper GEMM") then
+    pending(out:match("[^\n]*"))
+    return
+  end
+
+  local cases = {
+    { "the 20b's shapes, skewed routing", "--routing skewed 256 1024" },
+    { "hidden 200, intermediate 136 (k no multiple of a stage), skewed routing",
+      "--hidden 200 --inter 136 --routing skewed 64 256 1024" },
+  }
+  for _, case in ipairs(cases) do
+    it("gives the mma.sync families' bits: " .. case[1], function()
+      local passed, text = run(case[2])
+      io.stderr:write(text)
+      assert.is_truthy(text:match("\n0 of the GEMMs differ"), text)
+      assert.is_true(passed, text)
+      -- the comparison means something only where the Hopper GEMM took some of them
+      local took = 0
+      for line in text:gmatch("[^\n]+") do
+        if line:match(" same$") or line:match(" same %(tiles of 128 ") then took = took + 1 end
+      end
+      assert.is_true(took > 0, text)
+    end)
+  end
+end)
