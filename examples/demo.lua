@@ -28,23 +28,12 @@ parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--
 local args = script.parse(parser)
 
 script.run(function()
-  -- a path (one that exists, or a name with a "/" or a ".") is a model file; anything else
-  -- names a synthetic shape (7m, 20b-2l, ...)
-  local file = io.open(args.model, "rb")
-  if file then file:close() end
-  local model
-  if file or args.model:find("[/.]") then
-    model = gptoss.load(args.model)
-  else
-    model = gptoss.synthetic(args.model, { seed = args.seed })
-  end
+  local model, tok, _, prompt = cli.open_model { model = args.model, seed_weights = args.seed,
+    tokenizer = args.tokenizer, prompt = args.prompt }
   print(model)
 
-  local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
   local sampler = gptoss.sampler { temperature = args.temperature, top_p = args.top_p, top_k = args.top_k,
     seed = args.sample_seed }
-  local prompt = tok:encode(args.prompt)
-  if #prompt == 0 then error("--prompt: the prompt encodes to no tokens", 0) end
   local stop = { [tok.special.endoftext] = true, [tok.special["return"]] = true }
 
   local replica <close> = model:replica { device = "cpu", slots = 1, ctx = #prompt + args.steps,

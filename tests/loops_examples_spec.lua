@@ -31,6 +31,9 @@ describe("examples/speculative.lua", function()
       { { "--draft-layers", "2" }, "speculative.lua: --draft-layers: 2 is not fewer than the target's 2" },
       { { "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
       { { "--k", "0" }, "--k: '0' is not an integer >= 1" },
+      -- a path-like name that is not there is a missing file, not an unknown shape
+      { { "--model", "nope.bin" }, "speculative.lua: load: cannot open model file 'nope.bin'" },
+      { { "--model", "9m" }, "speculative.lua: synthetic: unknown model shape '9m'" },
     })
   end)
 end)

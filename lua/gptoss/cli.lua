@@ -269,12 +269,13 @@ end
 
 --- The model, the tokenizer, the base of replica options ({device =, weights =}) and
 -- the prompt's ids that cli.model_options' values name: --model is a file or directory when
--- one exists there, else a synthetic shape. A prompt of no ids is an error.
+-- one exists there or the name has a "/" or a "." (so a mistyped path says it cannot be
+-- opened), else a synthetic shape. A prompt of no ids is an error.
 function cli.open_model(a)
   local f = io.open(a.model, "rb")
+  if f then f:close() end
   local model
-  if f then
-    f:close()
+  if f or a.model:find("[/.]") then
     model = gptoss.load(a.model)
   else
     model = gptoss.synthetic(a.model, { seed = a.seed_weights })
