@@ -90,8 +90,8 @@ static int tile_table(const std::vector<int> &expert_of_pair_sorted, int E, int 
 }
 
 // Row r's K experts (distinct). uniform: random. skewed: the cases uniform
-// routing never makes - expert 0 takes every row, 2 and 3 one row each, the
-// others a half, a fifth, a seventh or a third of the rows, 4..7 and 23..31 none.
+// routing never makes - expert 0 takes every row, 2 and 3 one row each, 1 the
+// even rows, 8..12 a tenth, 13..19 a seventh, 20..22 a third, 4..7 and 23..31 none.
 static void route(int r, bool skewed, std::mt19937 &rng, int E, int K, std::vector<std::pair<int, int>> &pairs) {
     if (skewed) {
         const int e[4] = {0, r % 2 == 0 ? 1 : 8 + r % 5, r == 0 ? 2 : r == 1 ? 3 : 13 + r % 7, 20 + r % 3};

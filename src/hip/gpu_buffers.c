@@ -110,8 +110,9 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     if (gptoss_weights_bf16(o)) {
         s->t_in = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 2, 1);
         s->attn_in = place(b, base, GPTOSS_GPU_SCRATCH, R, HqD, 2, 1);
-        /* the dense GEMMs' rows, or the experts' pairs */
-        const uint64_t dense = R * (((H > HqD ? H : HqD) + 31) / 32 * 32), pairs = P * (((H > I ? H : I) + 31) / 32 * 32);
+        /* the dense GEMMs' rows, or the experts' pairs, widths rounded up to 32 */
+        const uint64_t dense = gptoss_checked_mul(R, ((H > HqD ? H : HqD) + 31) / 32 * 32, &b->overflow);
+        const uint64_t pairs = gptoss_checked_mul(P, ((H > I ? H : I) + 31) / 32 * 32, &b->overflow);
         s->x_perm = place(b, base, GPTOSS_GPU_SCRATCH, dense > pairs ? dense : pairs, 2, 1, 1);
     } else { /* the GEMMs read the fp32 buffers themselves */
         s->t_in = s->t;
