@@ -46,22 +46,40 @@ __device__ __forceinline__ bool block_rows(const gptoss_gemm_args &a, int tile, 
     return t.begin < t.end;
 }
 
-/* the bias of outputs o and o + 1 (past n: none) added */
-__device__ __forceinline__ void add_bias(const gptoss_gemm_args &a, const row_tile &t, int o, float &v0, float &v1) {
-    const float *bias = a.bias ? a.bias + (size_t)t.expert * a.n : nullptr;
-    if (bias) {
-        v0 += bias[o];
-        if (o + 1 < a.n)
-            v1 += bias[o + 1];
+/* The bias of outputs o and o + 1 (past n, or without a bias: none),
+ * loaded once where a thread keeps its outputs over many rows. */
+struct pair_bias {
+    float b0 = 0.0f, b1 = 0.0f;
+    bool on0 = false, on1 = false;
+    __device__ __forceinline__ pair_bias(const gptoss_gemm_args &a, const row_tile &t, int o) {
+        const float *bias = a.bias ? a.bias + (size_t)t.expert * a.n : nullptr;
+        if (bias) {
+            on0 = true;
+            b0 = bias[o];
+            on1 = o + 1 < a.n;
+            if (on1)
+                b1 = bias[o + 1];
+        }
     }
+    __device__ __forceinline__ void add(float &v0, float &v1) const {
+        if (on0)
+            v0 += b0;
+        if (on1)
+            v1 += b1;
+    }
+};
+
+/* the bias of outputs o and o + 1 added */
+__device__ __forceinline__ void add_bias(const gptoss_gemm_args &a, const row_tile &t, int o, float &v0, float &v1) {
+    pair_bias(a, t, o).add(v0, v1);
 }
 
-/* One pair of outputs (o, o + 1) of row p; o + 1 may be past n (then v1 is
- * ignored) except for SwiGLU, whose n is even. */
+/* One pair of outputs (o, o + 1) of row p, their bias given; o + 1 may be
+ * past n (then v1 is ignored) except for SwiGLU, whose n is even. */
 template <class T>
-__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,
-                                         float v0, float v1) {
-    add_bias(a, t, o, v0, v1);
+__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, int p, int o, float v0, float v1,
+                                         const pair_bias &bias) {
+    bias.add(v0, v1);
     if (a.epilogue == GPTOSS_GEMM_SWIGLU) {
         T *act = (T *)a.act + (size_t)p * (a.n / 2) + o / 2;
         *act = from_float<T>(gptoss_swiglu(v0, v1, a.swiglu_limit));
@@ -77,6 +95,11 @@ __device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_ti
         if (o + 1 < a.n)
             y[1] = v1;
     }
+}
+template <class T>
+__device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,
+                                         float v0, float v1) {
+    epilogue<T>(a, p, o, v0, v1, pair_bias(a, t, o));
 }
 
 /* the row of x that row p reads (MoE: its pair's token) */

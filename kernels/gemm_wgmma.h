@@ -43,16 +43,29 @@ constexpr int WG_BT = 128;     /* rows per tile at most */
 constexpr int WG_GROUP = 32;   /* rows per TMA box; a tile's N is a multiple */
 constexpr int WG_BAND = 8;     /* grouped: column blocks per band (see the launcher; 4 and 16 measured no better) */
 constexpr int WG_KS = 64;      /* k per stage: an even and an odd chunk */
-constexpr int WG_STAGES = 6;   /* 192 KiB of the 227 a block may have */
-constexpr int WG_W_STAGE = WG_BO * WG_KS * 2, WG_X_STAGE = WG_BT * WG_KS * 2;
+constexpr int WG_X_STAGE = WG_BT * WG_KS * 2;
 /* the sums' row stride in the epilogue (floats): a warp's stores (rows 2t, outputs g) hit 32 banks */
 constexpr int WG_SUMS_STRIDE = WG_BO + 4;
-static_assert(WG_BT * WG_SUMS_STRIDE * 4 <= WG_STAGES * (WG_W_STAGE + WG_X_STAGE), "the sums fit in the ring");
-/* the ring, its barriers, and slack to align it to the swizzle's 1 KiB */
-constexpr int WG_SMEM = WG_STAGES * (WG_W_STAGE + WG_X_STAGE) + 2 * WG_STAGES * 8 + 1024;
 
 /* how the weights lie: [n][k] (a tensor map), bf16 tiles, MXFP4 tiles */
 enum wg_weights { WG_W_ROWS, WG_W_TILED, WG_W_MXFP4 };
+
+/* The ring of a weight format: a stage's weights (the bf16 ones 16 KiB,
+ * MXFP4 tiles 4.25), their stages 1 KiB-aligned as the rows' swizzle
+ * wants, then the rows' stages and the stages' barriers, with as many
+ * stages as fit in the 227 KiB a block may have (7 of bf16, 11 of MXFP4:
+ * the consumers waited on their data, not on the memory's throughput). */
+constexpr int WG_SMEM_MAX = 227 * 1024;
+template <int WF> struct wg_ring {
+    static constexpr int W_STAGE = WF == WG_W_MXFP4 ? WG_BO / 16 * 2 * GPTOSS_MXFP4_TILE_BYTES : WG_BO * WG_KS * 2;
+    static constexpr int x_at(int stages) { return (stages * W_STAGE + 1023) / 1024 * 1024; }
+    /* slack to align the ring to 1 KiB */
+    static constexpr int smem(int stages) { return x_at(stages) + stages * (WG_X_STAGE + 16) + 1024; }
+    static constexpr int fitting(int stages) { return smem(stages + 1) > WG_SMEM_MAX ? stages : fitting(stages + 1); }
+    static constexpr int STAGES = fitting(2);
+    static constexpr int X_AT = x_at(STAGES), BARS_AT = X_AT + STAGES * WG_X_STAGE, SMEM = smem(STAGES);
+    static_assert(WG_BT * WG_SUMS_STRIDE * 4 <= BARS_AT, "the epilogue's sums fit in the ring");
+};
 
 /* k rounded up to whole chunks: the permuted rows' width */
 __host__ __device__ __forceinline__ int wgmma_k_padded(int k) { return (k + MX_KC - 1) / MX_KC * MX_KC; }
@@ -167,13 +180,14 @@ __device__ __forceinline__ void wg_hold(uint4 (&a)[2]) {
 template <int G, int WF>
 __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w_st, const uint8_t *x_st,
                                            uint64_t *full, uint64_t *empty, int chunks, int band, int lane) {
+    typedef wg_ring<WF> ring;
     const int stages = (chunks + 1) / 2;
     uint4 lo[2][2] = {}, hi[2][2] = {}; /* [buffer][chunk] */
     auto stage = [&](int st, uint4(&l)[2], uint4(&h)[2], uint4(&l_prev)[2], uint4(&h_prev)[2]) {
-        const int slot = st % WG_STAGES;
-        mbar_wait(&full[slot], (st / WG_STAGES) & 1);
+        const int slot = st % ring::STAGES;
+        mbar_wait(&full[slot], (st / ring::STAGES) & 1);
         const uint8_t *xs = x_st + slot * WG_X_STAGE;
-        wg_load_a<WF>(l, h, w_st + slot * WG_W_STAGE, band, lane);
+        wg_load_a<WF>(l, h, w_st + slot * ring::W_STAGE, band, lane);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
         typedef wg_mma<WG_GROUP * G> mma;
@@ -188,7 +202,7 @@ __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w
         wg_hold(l_prev);
         wg_hold(h_prev);
         if (st > 0 && threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[(st - 1) % WG_STAGES]);
+            mbar_arrive(&empty[(st - 1) % ring::STAGES]);
     };
     for (int st = 0; st < stages; st += 2) {
         stage(st, lo[0], hi[0], lo[1], hi[1]);
@@ -223,15 +237,16 @@ __global__ void __launch_bounds__(384, 1)
     row_tile rt;
     if (!block_rows(a, tile, WG_BT, rt))
         return;
+    typedef wg_ring<WF> shape;
     extern __shared__ uint8_t wgmma_smem[];
     uint8_t *ring = (uint8_t *)(((uintptr_t)wgmma_smem + 1023) & ~(uintptr_t)1023);
-    uint8_t *w_st = ring, *x_st = ring + WG_STAGES * WG_W_STAGE;
-    uint64_t *full = (uint64_t *)(x_st + WG_STAGES * WG_X_STAGE), *empty = full + WG_STAGES;
+    uint8_t *w_st = ring, *x_st = ring + shape::X_AT;
+    uint64_t *full = (uint64_t *)(ring + shape::BARS_AT), *empty = full + shape::STAGES;
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
     const int groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
     const int o0 = col_block * WG_BO, tid = threadIdx.x, wg = tid / 128;
     if (tid == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
+        for (int s = 0; s < shape::STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 2);
         }
@@ -246,10 +261,10 @@ __global__ void __launch_bounds__(384, 1)
         const bf16 *w_tiles = expert_w(a, rt);
         const uint8_t *w_mx = expert_w_mxfp4(a, rt);
         for (int st = 0; st < stages; st++) {
-            const int slot = st % WG_STAGES, nc = min(2, chunks - 2 * st);
-            uint8_t *ws = w_st + slot * WG_W_STAGE;
-            if (st >= WG_STAGES)
-                mbar_wait(&empty[slot], (st / WG_STAGES - 1) & 1);
+            const int slot = st % shape::STAGES, nc = min(2, chunks - 2 * st);
+            uint8_t *ws = w_st + slot * shape::W_STAGE;
+            if (st >= shape::STAGES)
+                mbar_wait(&empty[slot], (st / shape::STAGES - 1) & 1);
             const int w_bytes = WF == WG_W_ROWS    ? WG_BO / 16 * nc * 1024 /* whole boxes, zeros past the map */
                                 : WF == WG_W_TILED ? bands * nc * 1024
                                                    : bands * nc * GPTOSS_MXFP4_TILE_BYTES;
@@ -316,12 +331,15 @@ __global__ void __launch_bounds__(384, 1)
                 acc[0][4 * j + e] + acc[1][4 * j + e];
     }
     asm volatile("bar.sync 1, 256;" ::: "memory");
-    const int pairs = WG_BO / 2, items = (rt.end - rt.begin) * pairs;
-    for (int i = tid - 128; i < items; i += 256) {
-        const int r = i / pairs, o = o0 + 2 * (i % pairs);
-        if (o < a.n) {
+    /* each thread keeps one pair of outputs, so their bias is loaded once */
+    constexpr int pairs = WG_BO / 2;
+    static_assert(256 % pairs == 0, "a consumer thread's outputs are the same in every row");
+    const int o = o0 + 2 * ((tid - 128) % pairs);
+    if (o < a.n) {
+        const pair_bias bias(a, rt, o);
+        for (int r = (tid - 128) / pairs; r < rt.end - rt.begin; r += 256 / pairs) {
             const float2 v = *(const float2 *)&sums[r * WG_SUMS_STRIDE + o - o0];
-            epilogue<bf16>(a, rt, rt.begin + r, o, v.x, v.y);
+            epilogue<bf16>(a, rt.begin + r, o, v.x, v.y, bias);
         }
     }
 #endif
@@ -406,7 +424,9 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, hipStream
     auto kernel = a->w_mxfp4  ? gemm_wgmma_kernel<WG_W_MXFP4>
                   : a->w_tiled ? gemm_wgmma_kernel<WG_W_TILED>
                                : gemm_wgmma_kernel<WG_W_ROWS>;
-    e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    const int smem = a->w_mxfp4 ? wg_ring<WG_W_MXFP4>::SMEM : a->w_tiled ? wg_ring<WG_W_TILED>::SMEM
+                                                                          : wg_ring<WG_W_ROWS>::SMEM;
+    e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != hipSuccess)
         return e;
     /* Dense: the row blocks of one weight block run side by side, so its
@@ -419,7 +439,7 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, hipStream
     if (a->tiles && (int64_t)row_blocks * col_blocks > INT32_MAX)
         return hipErrorInvalidValue;
     dim3 grid = a->tiles ? dim3(row_blocks * col_blocks) : dim3(row_blocks, col_blocks);
-    hipLaunchKernelGGL(kernel, grid, dim3(384), WG_SMEM, stream, *a, xmap_tile, xmap_group, wmap);
+    hipLaunchKernelGGL(kernel, grid, dim3(384), smem, stream, *a, xmap_tile, xmap_group, wmap);
     return hipGetLastError();
 #else
     (void)a;
