@@ -4,12 +4,15 @@
 // outputs compared bit for bit. Dense: qkv, o, the unembedding ([n][k] bf16
 // weights); grouped: mlp1 (SwiGLU) and mlp2 over top-4 routing, random or
 // skewed (empty experts, one-row experts, an expert with every row), with
-// the tile table each path asks for (gptoss_moe_tile_rows). Timings are the
+// the tile table each path asks for (gptoss_moe_tile_rows), the experts'
+// weights as [n][k] rows, bf16 tiles or MXFP4 tiles (layout.h; random codes,
+// scales of 2^-7 .. 2^3), as --weights says. Timings are the
 // mean of 10 launches, each GEMM over weights of its own that L2 cannot
 // hold between launches except qkv's and o's. Exits 1 if any output differs.
 //   nvcc -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ -isystem <hip headers>
 //        -gencode arch=compute_90a,code=sm_90a -fmad=false -o engine_gemm engine_gemm.cu
-//   ./engine_gemm [--hidden 2880] [--inter 2880] [--routing uniform|skewed] [rows ...]
+//   ./engine_gemm [--hidden 2880] [--inter 2880] [--routing uniform|skewed]
+//                 [--weights rows|tiled|mxfp4] [--experts-only] [rows ...]
 #include "../../kernels/gemm.hip"
 
 #include <algorithm>
@@ -41,6 +44,24 @@ static void *device_random_bf16(size_t n, uint32_t seed) {
     void *d;
     CK(hipMalloc(&d, n * 2));
     CK(hipMemcpy(d, h.data(), n * 2, hipMemcpyHostToDevice));
+    return d;
+}
+
+// E MXFP4-tiled [n][k] matrices: random codes, each tile's scale bytes 2^-7 .. 2^3
+static void *device_random_mxfp4(int E, int n, int k, uint32_t seed) {
+    const size_t per = gptoss_mxfp4_tiled_bytes(n, k), tiles = per / GPTOSS_MXFP4_TILE_BYTES * E;
+    std::vector<uint8_t> h(per * E);
+    std::mt19937 rng(seed);
+    for (size_t t = 0; t < tiles; t++) {
+        uint8_t *tile = h.data() + t * GPTOSS_MXFP4_TILE_BYTES;
+        for (int i = 0; i < GPTOSS_MXFP4_TILE_CODES; i++)
+            tile[i] = (uint8_t)rng();
+        for (int i = 0; i < GPTOSS_TILE_ROWS; i++) /* the bf16 exponent field of 2^(s - 1), s = -6 .. 4 */
+            tile[GPTOSS_MXFP4_TILE_CODES + i] = (uint8_t)(120 + rng() % 11);
+    }
+    void *d;
+    CK(hipMalloc(&d, h.size()));
+    CK(hipMemcpy(d, h.data(), h.size(), hipMemcpyHostToDevice));
     return d;
 }
 
@@ -110,7 +131,8 @@ static void route(int r, bool skewed, std::mt19937 &rng, int E, int K, std::vect
 int main(int argc, char **argv) {
     const int E = 32, K = 4, Q = 5120, HqD = 4096, V = 201088, reps = 10;
     int H = 2880, I = 2880;
-    bool skewed = false;
+    bool skewed = false, experts_only = false;
+    std::string weights = "rows";
     std::vector<int> row_counts;
     for (int i = 1; i < argc; i++) {
         const std::string arg = argv[i];
@@ -120,6 +142,10 @@ int main(int argc, char **argv) {
             I = atoi(argv[++i]);
         else if (arg == "--routing" && i + 1 < argc)
             skewed = std::string(argv[++i]) == "skewed";
+        else if (arg == "--weights" && i + 1 < argc)
+            weights = argv[++i];
+        else if (arg == "--experts-only")
+            experts_only = true;
         else
             row_counts.push_back(atoi(argv[i]));
     }
@@ -136,14 +162,25 @@ int main(int argc, char **argv) {
     if (!with.wgmma)
         printf("this build or device has no Hopper GEMM: both columns run the mma.sync families\n");
 
-    // weights: 2 copies of each dense matrix, 2 layers of experts (bf16 [n][k])
+    if (weights != "rows" && weights != "tiled" && weights != "mxfp4") {
+        printf("--weights: '%s' is not rows, tiled or mxfp4\n", weights.c_str());
+        return 2;
+    }
+    // weights: 2 copies of each dense matrix, 2 layers of experts
     std::vector<const void *> w_qkv, w_o, w_un, w_m1, w_m2;
+    auto experts = [&](int n, int k, uint32_t seed) {
+        return weights == "mxfp4"   ? device_random_mxfp4(E, n, k, seed)
+               : weights == "tiled" ? device_random_bf16((size_t)E * gptoss_tiled_elems(n, k), seed)
+                                    : device_random_bf16((size_t)E * n * k, seed);
+    };
     for (int c = 0; c < 2; c++) {
-        w_qkv.push_back(device_random_bf16((size_t)Q * H, 10 + c));
-        w_o.push_back(device_random_bf16((size_t)H * HqD, 20 + c));
-        w_un.push_back(device_random_bf16((size_t)V * H, 30 + c));
-        w_m1.push_back(device_random_bf16((size_t)E * 2 * I * H, 40 + c));
-        w_m2.push_back(device_random_bf16((size_t)E * H * I, 50 + c));
+        if (!experts_only) {
+            w_qkv.push_back(device_random_bf16((size_t)Q * H, 10 + c));
+            w_o.push_back(device_random_bf16((size_t)H * HqD, 20 + c));
+            w_un.push_back(device_random_bf16((size_t)V * H, 30 + c));
+        }
+        w_m1.push_back(experts(2 * I, H, 40 + c));
+        w_m2.push_back(experts(H, I, 50 + c));
     }
     int max_rows = *std::max_element(row_counts.begin(), row_counts.end()), maxP = max_rows * K;
     void *x = device_random_bf16((size_t)maxP * std::max(H, HqD), 60);
@@ -177,9 +214,11 @@ int main(int argc, char **argv) {
             printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s%s\n", R, name, h.ms, o.ms, tf, o.ms / h.ms,
                    h.out == o.out ? "same" : "DIFFER", gemm_wgmma_takes(&a, &with) ? "" : " (no hopper)");
         };
-        dense("qkv", Q, H, w_qkv);
-        dense("o", H, HqD, w_o);
-        dense("logits", V, H, w_un);
+        if (!experts_only) {
+            dense("qkv", Q, H, w_qkv);
+            dense("o", H, HqD, w_o);
+            dense("logits", V, H, w_un);
+        }
 
 #ifndef DENSE_ONLY
         // top-4 routing, pairs sorted by expert
@@ -209,6 +248,8 @@ int main(int argc, char **argv) {
         m1.act = act;
         m1.swiglu_limit = 7.0f;
         m1.x_perm = perm;
+        m1.w_tiled = weights != "rows";
+        m1.w_mxfp4 = weights == "mxfp4";
         gptoss_gemm_args m2 = m1;
         m2.x = act;
         m2.x_rows = nullptr;
