@@ -5,7 +5,9 @@
 -- the host reads those (--feed host: the host reads them, then steps).
 -- Prints a table (tok/s, mean step time, achieved GB/s against a measured
 -- device-to-device copy, device memory) and one JSON line per batch size;
--- --profile-steps adds a per-kernel table of steps run after the decode.
+-- --profile-steps adds a per-kernel table of steps run after the decode, at
+-- the first positions (--profile-at start) or the last ones (end), where the
+-- table adds attention's bandwidth on the cached keys and values it reads.
 --   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
 local argparse = require "argparse"
 local json = require "dkjson"
@@ -35,6 +37,8 @@ parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1)
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
   :convert(cli.integer("--profile-steps", 0))
+parser:option("--profile-at", "start or end: the profiled steps' positions, the first ones or the last.", "start")
+  :choices { "start", "end" }
 local a = script.parse(parser)
 
 script.run(function()
@@ -46,6 +50,16 @@ script.run(function()
   local elem = kv_mode == "bf16" and 2 or 4
   local expert_elem = a.weights == "mxfp4" and 17 / 32 or elem -- codes and a scale byte per 32
 
+  -- the cached keys and values attention reads in a step of B rows at position pos
+  local function kv_bytes(B, pos)
+    local kv = 0
+    for l = 1, c.n_layers do
+      local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
+      kv = kv + B * visible * c.n_kv_heads * c.head_dim * 2 * elem
+    end
+    return kv
+  end
+
   -- Bytes a decode step must read at least: every dense weight, the experts the
   -- batch touches (expected count for uniform routing), and the cached keys and
   -- values of every row (bf16 cache unless the weights are fp32).
@@ -56,12 +70,7 @@ script.run(function()
     local dense = c.n_layers * (qkv + H * Hq * D + E * H) + c.vocab_size * H
     local touched = E * (1 - (1 - K / E) ^ B)
     local experts = c.n_layers * touched * (2 * I * H + H * I)
-    local kv = 0
-    for l = 1, c.n_layers do
-      local visible = windowed[l] and math.min(pos + 1, c.sliding_window) or pos + 1
-      kv = kv + B * visible * Hkv * D * 2 * elem
-    end
-    return dense * elem + experts * expert_elem + kv
+    return dense * elem + experts * expert_elem + kv_bytes(B, pos)
   end
 
   local rows = {}
@@ -115,13 +124,19 @@ script.run(function()
     print(("%6d %10.1f %10.3f %10.1f %9.1f %10.2f %10d"):format(B, res.tok_per_s, res.step_ms, res.gb_per_s,
       100 * bytes / secs / copy_bw, r.memory.total / 2 ^ 30, steps))
     if a.profile_steps > 0 then
-      for s = 1, B do r:reset(s) end
+      -- start: the slots emptied, positions from 0; end: the run's last positions again
+      local first = a.profile_at == "end" and math.max(0, a.ctx - a.profile_steps) or 0
+      if first == 0 then
+        for s = 1, B do r:reset(s) end
+      end
       local slots, positions, tokens = {}, {}, {}
-      for s = 1, B do slots[s], positions[s], tokens[s] = s, 0, last[s] end
+      for s = 1, B do slots[s], tokens[s] = s, last[s] end
+      local kv = 0
       r:profile(true)
-      for pos = 0, a.profile_steps - 1 do
+      for pos = first, first + a.profile_steps - 1 do
         for s = 1, B do positions[s] = pos end
         tokens = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()
+        kv = kv + kv_bytes(B, pos)
       end
       local prof = r:profile()
       r:profile(false)
@@ -129,10 +144,19 @@ script.run(function()
       for _, p in ipairs(prof) do total = total + p.seconds end
       table.sort(prof, function(x, y) return x.seconds > y.seconds end)
       res.profile = prof
-      print(("  per kernel, %d steps at B=%d (short context):"):format(a.profile_steps, B))
+      print(("  per kernel, %d steps at B=%d, positions %d..%d:"):format(a.profile_steps, B, first,
+        first + a.profile_steps - 1))
       for _, p in ipairs(prof) do
         print(("    %-14s %9.3f ms/step %6d calls %6.1f%%"):format(p.label, 1000 * p.seconds / a.profile_steps,
           p.calls, 100 * p.seconds / total))
+        if p.label == "attention" then
+          res.attention = { kv_bytes = kv / a.profile_steps, gb_per_s = kv / p.seconds / 1e9,
+            copy_fraction = kv / p.seconds / copy_bw }
+        end
+      end
+      if res.attention then
+        print(("  attention reads %.1f MiB of keys and values a step: %.1f GB/s, %.1f%% of copy"):format(
+          res.attention.kv_bytes / 2 ^ 20, res.attention.gb_per_s, 100 * res.attention.copy_fraction))
       end
     end
     r:close()
