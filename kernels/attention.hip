@@ -285,13 +285,19 @@ attention_partial_kernel(gptoss_attention_args a) {
  *  - scores: warp w multiplies key tile w (16 keys, pieces straight from
  *    the cache) by the group's query heads (up to 16, the parts staged in
  *    shared memory) over the head's width, 32 at a time.
- *  - softmax: 8 threads per head fold the chunk's maximum and sum and keep
- *    the running ones in registers; the probabilities' parts go to shared
- *    memory as bf16 rows, keys contiguous.
+ *  - softmax: the group's heads share the 128 threads (16 a head for
+ *    gpt-oss's 8, up to a warp), each taking pairs of keys, and keep the
+ *    running maximum and sum in registers; the probabilities' parts go to
+ *    shared memory as bf16 rows, keys contiguous. The heads that only pad
+ *    the group to 16 do nothing: their columns of the products are never
+ *    stored, and their parts stay the zeros written once.
  *  - values: warp w takes output tiles of 16 dimensions by the 16 heads, the
  *    transposed values gathered from the chunk's rows (staged in shared
  *    memory through registers while the scores run; rows of an odd number
- *    of words, so a gather hits 32 banks). */
+ *    of words, so a gather hits 32 banks).
+ * The keys and values of a chunk are loaded a chunk ahead. The softmax and
+ * the parts were most of the kernel's instructions, which bound it (issue
+ * slots 66% busy at B=256, ctx 1024), not its memory. */
 constexpr int MMA_CHUNK = 64, MMA_HEADS = 16, MMA_MAX_D = 64, PARTS = 3;
 constexpr int MMA_VECS = MMA_CHUNK * (MMA_MAX_D / 8) / THREADS; /* a thread's 16-byte value loads */
 constexpr int MMA_OUT_TILES = MMA_MAX_D / 16 / (THREADS / GPTOSS_WARP_MAX); /* per warp */
@@ -318,11 +324,24 @@ struct mma_shape {
     bool fits() const { return G <= MMA_HEADS && D8 <= MMA_MAX_D && bytes() <= 48 * 1024; }
 };
 
-/* v as three bf16 parts, hi + mid + lo */
-__device__ __forceinline__ void split3(float v, uint16_t (&p)[PARTS]) {
+/* the bf16 roundings (to nearest even) of a and b, a in the low half:
+ * NVIDIA converts a pair in one instruction */
+__device__ __forceinline__ uint32_t bf16x2_bits(float a, float b) {
+#if defined(GPTOSS_MMA_NVIDIA)
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+#else
+    return gptoss_bf16_bits(a) | (uint32_t)gptoss_bf16_bits(b) << 16;
+#endif
+}
+
+/* a and b as three bf16 parts each, hi + mid + lo, part i's pair in p[i] (a low) */
+__device__ __forceinline__ void split3x2(float a, float b, uint32_t (&p)[PARTS]) {
     for (int i = 0; i < PARTS; i++) {
-        p[i] = gptoss_bf16_bits(v);
-        v -= gptoss_bf16_float(p[i]);
+        p[i] = bf16x2_bits(a, b);
+        a -= gptoss_bf16_float((uint16_t)(p[i] & 0xffffu));
+        b -= gptoss_bf16_float((uint16_t)(p[i] >> 16));
     }
 }
 
@@ -339,18 +358,75 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
     const int pos = a.positions[r], Pn = a.positions_per_slot;
     const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     const int lo = first + s * a.split_len, hi = min(pos + 1, lo + a.split_len);
-    const float *q = a.q + ((size_t)r * a.n_heads + (size_t)kvh * G) * D;
-    for (int e = tid; e < MMA_HEADS * sh.DK; e += THREADS) {
-        int g = e / sh.DK, d = e - g * sh.DK;
-        uint16_t part[PARTS];
-        split3(g < G && d < D ? q[g * D + d] : 0.0f, part);
-        for (int i = 0; i < PARTS; i++)
-            qs[(i * MMA_HEADS + g) * sh.QS + d] = part[i];
-    }
     const bf16 *K = (const bf16 *)a.k_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
     const bf16 *V = (const bf16 *)a.v_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
     const bool vec = D % 8 == 0;
-    const int kofs = tile16::piece_k(lane), octets = sh.D8 / 8, h = tid / 8, seg = tid % 8;
+    const int kofs = tile16::piece_k(lane), octets = sh.D8 / 8;
+    /* the softmax's threads: HL a head (the group rounded up to a power of
+     * two shares the 128), thread seg of head h taking keys 2 seg, + 1, + 2 HL, ... */
+    int group = 1;
+    while (group < G)
+        group *= 2;
+    const int HL = min(32, THREADS / group), h = tid / HL, seg = tid % HL;
+    const bool live = h < G;
+    /* A chunk's values (rows past n as zeros) and the pieces of the warp's
+     * key tiles over the head's width, loaded a chunk ahead: the next chunk's
+     * are in flight while this one is multiplied, and the first chunk's
+     * while q is staged. */
+    uint4 vreg[MMA_VECS];
+    uint4 kp[MMA_KEY_TILES][MMA_MAX_D / 32][P];
+    /* key c0 + key's cache row, c0 = c0 % Pn: a chunk's n keys, no more than
+     * the ring holds, wrap at most once (a modulo per key was a tenth of the
+     * kernel's instructions) */
+    auto cache_row = [&](int c0, int key) { return (size_t)(c0 + key < Pn ? c0 + key : c0 + key - Pn) * kvd; };
+    auto load_values = [&](int c0, int n) {
+        c0 %= Pn;
+#pragma unroll
+        for (int j = 0; j < MMA_VECS; j++) {
+            int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
+            vreg[j] = make_uint4(0, 0, 0, 0);
+            if (key < n && key < MMA_CHUNK)
+                vreg[j] = load_bf16x8(V + cache_row(c0, key), d, D, vec);
+        }
+    };
+    auto load_keys = [&](int c0, int n) {
+        c0 %= Pn;
+#pragma unroll
+        for (int u = 0; u < MMA_KEY_TILES; u++) {
+            const int kt = warp + u * warps;
+            if (kt >= MMA_CHUNK / 16)
+                break;
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                int key = 16 * kt + tile16::piece_row(lane, j);
+                const bf16 *krow = key < n ? K + cache_row(c0, key) : nullptr;
+#pragma unroll
+                for (int c = 0; c < MMA_MAX_D / 32; c++)
+                    if (32 * c < sh.DK)
+                        kp[u][c][j] = krow ? load_bf16x8(krow, 32 * c + kofs, D, vec) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    if (lo < hi) {
+        load_values(lo, min(MMA_CHUNK, hi - lo));
+        load_keys(lo, min(MMA_CHUNK, hi - lo));
+    }
+    /* q's parts, zeros for the padding heads and past D; the padding heads' probabilities zeros */
+    const float *q = a.q + ((size_t)r * a.n_heads + (size_t)kvh * G) * D;
+    for (int e = tid; e < MMA_HEADS * sh.DK / 2; e += THREADS) {
+        const int g = e / (sh.DK / 2), d = 2 * (e - g * (sh.DK / 2));
+        uint32_t part[PARTS] = {};
+        if (g < G)
+            split3x2(d < D ? q[g * D + d] : 0.0f, d + 1 < D ? q[g * D + d + 1] : 0.0f, part);
+        for (int i = 0; i < PARTS; i++)
+            *(uint32_t *)(qs + (i * MMA_HEADS + g) * sh.QS + d) = part[i];
+    }
+    for (int e = tid; e < PARTS * (MMA_HEADS - G) * (PS / 2); e += THREADS) {
+        const int row = e / (PS / 2), i = row / (MMA_HEADS - G), g = G + row % (MMA_HEADS - G);
+        *(uint32_t *)(ps + (i * MMA_HEADS + g) * PS + 2 * (e % (PS / 2))) = 0;
+    }
+    if (tid >= G && tid < MMA_HEADS)
+        rescale[tid] = 0.0f;
     const int out_tiles = (sh.D8 + 15) / 16;
     const float inv_scale = sqrtf((float)D);
     float m_run = -INFINITY, l_run = 0.0f; /* head h's, in its 8 threads */
@@ -363,16 +439,8 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
     __syncthreads(); /* q's parts staged */
 
     for (int c0 = lo; c0 < hi; c0 += MMA_CHUNK) {
-        const int n = min(MMA_CHUNK, hi - c0);
-        uint4 vreg[MMA_VECS]; /* the chunk's values, rows past n as zeros */
-#pragma unroll
-        for (int j = 0; j < MMA_VECS; j++) {
-            int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
-            vreg[j] = make_uint4(0, 0, 0, 0);
-            if (key < n && key < MMA_CHUNK)
-                vreg[j] = load_bf16x8(V + (size_t)((c0 + key) % Pn) * kvd, d, D, vec);
-        }
-        /* scores of key tiles w, w + warps, ..., the whole width's pieces loaded first */
+        const int n = min(MMA_CHUNK, hi - c0), next = c0 + MMA_CHUNK;
+        /* scores of key tiles w, w + warps, ... */
         tile16::acc_t st[MMA_KEY_TILES];
 #pragma unroll
         for (int u = 0; u < MMA_KEY_TILES; u++) {
@@ -382,16 +450,6 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
                 st[u][i] = 0.0f;
             if (kt >= MMA_CHUNK / 16)
                 break;
-            uint4 kp[MMA_MAX_D / 32][P];
-#pragma unroll
-            for (int j = 0; j < P; j++) {
-                int key = 16 * kt + tile16::piece_row(lane, j);
-                const bf16 *krow = key < n ? K + (size_t)((c0 + key) % Pn) * kvd : nullptr;
-#pragma unroll
-                for (int c = 0; c < MMA_MAX_D / 32; c++)
-                    if (32 * c < sh.DK)
-                        kp[c][j] = krow ? load_bf16x8(krow, 32 * c + kofs, D, vec) : make_uint4(0, 0, 0, 0);
-            }
 #pragma unroll
             for (int c = 0; c < MMA_MAX_D / 32; c++) {
                 if (32 * c >= sh.DK)
@@ -402,10 +460,12 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
 #pragma unroll
                     for (int j = 0; j < P; j++)
                         qp[j] = *(const uint4 *)(qs + (i * MMA_HEADS + tile16::piece_row(lane, j)) * sh.QS + 32 * c + kofs);
-                    tile16::mma32(st[u], kp[c], qp, lane);
+                    tile16::mma32(st[u], kp[u][c], qp, lane);
                 }
             }
         }
+        if (next < hi)
+            load_keys(next, min(MMA_CHUNK, hi - next));
         __syncthreads(); /* the previous chunk's values and probabilities are used */
 #pragma unroll
         for (int u = 0; u < MMA_KEY_TILES; u++) {
@@ -415,8 +475,8 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
 #pragma unroll
             for (int i = 0; i < tile16::N; i++) {
                 int row, col;
-                if (tile16::coords(i, lane, row, col))
-                    S[(16 * kt + row) * SS + col] = 16 * kt + row < n && col < G ? st[u][i] / inv_scale : -INFINITY;
+                if (tile16::coords(i, lane, row, col) && col < G)
+                    S[(16 * kt + row) * SS + col] = 16 * kt + row < n ? st[u][i] / inv_scale : -INFINITY;
             }
         }
 #pragma unroll
@@ -430,31 +490,37 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
                 dst[3] = vreg[j].w;
             }
         }
+        if (next < hi)
+            load_values(next, min(MMA_CHUNK, hi - next));
         __syncthreads(); /* scores and values staged */
-        {
+        { /* every thread reaches the shuffles; only the live heads' read and write */
             float m = -INFINITY;
-            for (int k = seg; k < MMA_CHUNK; k += 8)
-                m = fmaxf(m, S[k * SS + h]);
-            for (int off = 1; off < 8; off *= 2)
+            if (live)
+                for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL)
+                    m = fmaxf(m, fmaxf(S[k * SS + h], S[(k + 1) * SS + h]));
+            for (int off = 1; off < HL; off *= 2)
                 m = fmaxf(m, __shfl_xor(m, off));
             const float m_new = fmaxf(m_run, m);
-            const bool live = h < G; /* padded heads keep zeros (and no -inf - -inf) */
             float sum = 0.0f;
-            for (int k = seg; k < MMA_CHUNK; k += 8) {
-                float p = live ? expf(S[k * SS + h] - m_new) : 0.0f;
-                sum += p;
-                uint16_t part[PARTS];
-                split3(p, part);
-                for (int i = 0; i < PARTS; i++)
-                    ps[(i * MMA_HEADS + h) * PS + k] = part[i];
-            }
-            for (int off = 1; off < 8; off *= 2)
+            if (live)
+                for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL) {
+                    const float p0 = expf(S[k * SS + h] - m_new), p1 = expf(S[(k + 1) * SS + h] - m_new);
+                    sum += p0;
+                    sum += p1;
+                    uint32_t part[PARTS];
+                    split3x2(p0, p1, part);
+                    for (int i = 0; i < PARTS; i++)
+                        *(uint32_t *)(ps + (i * MMA_HEADS + h) * PS + k) = part[i];
+                }
+            for (int off = 1; off < HL; off *= 2)
                 sum += __shfl_xor(sum, off);
-            const float f = live ? expf(m_run - m_new) : 0.0f;
-            l_run = l_run * f + sum;
-            m_run = m_new;
-            if (seg == 0)
-                rescale[h] = f;
+            if (live) {
+                const float f = expf(m_run - m_new);
+                l_run = l_run * f + sum;
+                m_run = m_new;
+                if (seg == 0)
+                    rescale[h] = f;
+            }
         }
         __syncthreads(); /* probabilities and rescales staged */
 #pragma unroll
@@ -491,7 +557,7 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
     }
     if (a.splits == 1) { /* the row's only split: fold it here (split_fold), no combine */
         __syncthreads();   /* the last chunk's scores are read */
-        if (seg == 0 && h < G) {
+        if (seg == 0 && live) {
             S[2 * h] = m_run;
             S[2 * h + 1] = l_run;
         }
@@ -528,7 +594,7 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
                 a.part_o[(base + (size_t)col * a.splits) * D + 16 * dt + row] = acc[t][i];
         }
     }
-    if (seg == 0 && h < G) {
+    if (seg == 0 && live) {
         a.part_ml[2 * (base + (size_t)h * a.splits)] = m_run;
         a.part_ml[2 * (base + (size_t)h * a.splits) + 1] = l_run;
     }
