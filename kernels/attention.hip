@@ -4,7 +4,9 @@
  *
  * bf16 mode, flash-decoding style:
  *
- *  1. partials: one block per (row, KV head, split of the visible keys).
+ *  1. partials: one block per (row, KV head, split of the visible keys), or
+ *     on the matrix cores, where the grid would be large, per a few of the
+ *     row's splits taken one after another.
  *     The G = Hq / Hkv query heads sharing the KV head are done together,
  *     so each cached key and value is read once per row. Keys go by in
  *     chunks with an online softmax (running max and sum per head): on the
@@ -30,6 +32,8 @@
  * the rounded probabilities times the values. Only the double sum's order
  * differs from the golden's. */
 #include <math.h>
+
+#include <algorithm>
 
 #include "attention_score.h"
 #include "device.h"
@@ -302,6 +306,7 @@ constexpr int MMA_CHUNK = 64, MMA_HEADS = 16, MMA_MAX_D = 64, PARTS = 3;
 constexpr int MMA_VECS = MMA_CHUNK * (MMA_MAX_D / 8) / THREADS; /* a thread's 16-byte value loads */
 constexpr int MMA_OUT_TILES = MMA_MAX_D / 16 / (THREADS / GPTOSS_WARP_MAX); /* per warp */
 constexpr int MMA_KEY_TILES = MMA_CHUNK / 16 / (THREADS / GPTOSS_WARP_MAX);
+constexpr int64_t MMA_GRID_BLOCKS = 8192; /* about 12 waves of resident blocks on an H100: a short tail */
 
 struct mma_shape {
     int G, D8, DK, QS, VS, SS;
@@ -345,19 +350,30 @@ __device__ __forceinline__ void split3x2(float a, float b, uint32_t (&p)[PARTS])
     }
 }
 
-/* five blocks per multiprocessor: 96 registers, and the scores' loads in flight */
+/* Five blocks per multiprocessor: 96 registers, and the scores' loads in
+ * flight. FIXED_G, FIXED_D: the group and head width when the launch knows
+ * them at compile time (gpt-oss's 8 of 64, whose bounds and branches then
+ * fold away), else 0. A block takes splits z * spb .. + spb - 1 of its row
+ * and KV head one after another (spb = splits / gridDim.z rounded up), each
+ * computed as a block of its own would, so q is staged once for them. */
+template <int FIXED_G, int FIXED_D>
 __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attention_args a) {
     constexpr int P = tile16::PIECES, PS = MMA_CHUNK + 32;
     extern __shared__ float4 smem4[];
-    const mma_shape sh(a.n_heads, a.n_kv_heads, a.head_dim);
-    const int G = sh.G, D = a.head_dim, kvd = a.n_kv_heads * D, VS = sh.VS, SS = sh.SS;
+    const mma_shape sh = FIXED_G ? mma_shape(FIXED_G, 1, FIXED_D) : mma_shape(a.n_heads, a.n_kv_heads, a.head_dim);
+    const int G = sh.G, D = FIXED_D ? FIXED_D : a.head_dim, kvd = a.n_kv_heads * D, VS = sh.VS, SS = sh.SS;
+    const int halves = G > 8 ? 2 : 1; /* the heads' n8 products that hold a live head */
     uint16_t *qs = (uint16_t *)smem4, *ps = qs + sh.q_bytes() / 2, *vs = ps + sh.p_bytes() / 2;
     float *S = (float *)(vs + sh.v_bytes() / 2), *rescale = S + MMA_CHUNK * SS;
-    const int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    const int r = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
     const int lane = tid % warpSize, warp = tid / warpSize, warps = THREADS / warpSize;
     const int pos = a.positions[r], Pn = a.positions_per_slot;
     const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-    const int lo = first + s * a.split_len, hi = min(pos + 1, lo + a.split_len);
+    const int spb = (a.splits + gridDim.z - 1) / gridDim.z, s_begin = blockIdx.z * spb;
+    const int s_end = min(a.splits, s_begin + spb);
+    /* split s's keys: [split_lo(s), split_hi(s)), empty past the row's position */
+    auto split_lo = [&](int s) { return first + s * a.split_len; };
+    auto split_hi = [&](int s) { return min(pos + 1, split_lo(s) + a.split_len); };
     const bf16 *K = (const bf16 *)a.k_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
     const bf16 *V = (const bf16 *)a.v_cache + (size_t)a.slots[r] * Pn * kvd + kvh * D;
     const bool vec = D % 8 == 0;
@@ -407,9 +423,10 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
             }
         }
     };
-    if (lo < hi) {
-        load_values(lo, min(MMA_CHUNK, hi - lo));
-        load_keys(lo, min(MMA_CHUNK, hi - lo));
+    if (s_begin < s_end && split_lo(s_begin) < split_hi(s_begin)) {
+        const int lo = split_lo(s_begin), n = min(MMA_CHUNK, split_hi(s_begin) - lo);
+        load_values(lo, n);
+        load_keys(lo, n);
     }
     /* q's parts, zeros for the padding heads and past D; the padding heads' probabilities zeros */
     const float *q = a.q + ((size_t)r * a.n_heads + (size_t)kvh * G) * D;
@@ -429,100 +446,172 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
         rescale[tid] = 0.0f;
     const int out_tiles = (sh.D8 + 15) / 16;
     const float inv_scale = sqrtf((float)D);
-    float m_run = -INFINITY, l_run = 0.0f; /* head h's, in its 8 threads */
-    tile16::acc_t acc[MMA_OUT_TILES];
-#pragma unroll
-    for (int t = 0; t < MMA_OUT_TILES; t++)
-#pragma unroll
-        for (int i = 0; i < tile16::N; i++)
-            acc[t][i] = 0.0f;
     __syncthreads(); /* q's parts staged */
 
-    for (int c0 = lo; c0 < hi; c0 += MMA_CHUNK) {
-        const int n = min(MMA_CHUNK, hi - c0), next = c0 + MMA_CHUNK;
-        /* scores of key tiles w, w + warps, ... */
-        tile16::acc_t st[MMA_KEY_TILES];
+    for (int s = s_begin; s < s_end; s++) {
+        const int lo = split_lo(s), hi = split_hi(s);
+        float m_run = -INFINITY, l_run = 0.0f; /* head h's, in its threads */
+        tile16::acc_t acc[MMA_OUT_TILES];
 #pragma unroll
-        for (int u = 0; u < MMA_KEY_TILES; u++) {
-            const int kt = warp + u * warps;
+        for (int t = 0; t < MMA_OUT_TILES; t++)
 #pragma unroll
             for (int i = 0; i < tile16::N; i++)
-                st[u][i] = 0.0f;
-            if (kt >= MMA_CHUNK / 16)
-                break;
+                acc[t][i] = 0.0f;
+        for (int c0 = lo; c0 < hi; c0 += MMA_CHUNK) {
+            /* the chunk after this one: the split's next, or the next split's first */
+            int next = c0 + MMA_CHUNK, next_hi = hi;
+            if (next >= hi && s + 1 < s_end) {
+                next = split_lo(s + 1);
+                next_hi = split_hi(s + 1);
+            }
+            const int n = min(MMA_CHUNK, hi - c0);
+            /* scores of key tiles w, w + warps, ... */
+            tile16::acc_t st[MMA_KEY_TILES];
 #pragma unroll
-            for (int c = 0; c < MMA_MAX_D / 32; c++) {
-                if (32 * c >= sh.DK)
+            for (int u = 0; u < MMA_KEY_TILES; u++) {
+                const int kt = warp + u * warps;
+#pragma unroll
+                for (int i = 0; i < tile16::N; i++)
+                    st[u][i] = 0.0f;
+                if (kt >= MMA_CHUNK / 16)
                     break;
 #pragma unroll
-                for (int i = 0; i < PARTS; i++) {
-                    uint4 qp[P];
+                for (int c = 0; c < MMA_MAX_D / 32; c++) {
+                    if (32 * c >= sh.DK)
+                        break;
 #pragma unroll
-                    for (int j = 0; j < P; j++)
-                        qp[j] = *(const uint4 *)(qs + (i * MMA_HEADS + tile16::piece_row(lane, j)) * sh.QS + 32 * c + kofs);
-                    tile16::mma32(st[u], kp[u][c], qp, lane);
+                    for (int i = 0; i < PARTS; i++) {
+                        uint4 qp[P] = {};
+#pragma unroll
+                        for (int j = 0; j < P; j++)
+                            if (j < halves)
+                                qp[j] = *(const uint4 *)(qs + (i * MMA_HEADS + tile16::piece_row(lane, j)) * sh.QS +
+                                                         32 * c + kofs);
+                        tile16::mma32(st[u], kp[u][c], qp, lane, halves);
+                    }
+                }
+            }
+            if (next < next_hi)
+                load_keys(next, min(MMA_CHUNK, next_hi - next));
+            __syncthreads(); /* the previous chunk's values and probabilities are used */
+#pragma unroll
+            for (int u = 0; u < MMA_KEY_TILES; u++) {
+                const int kt = warp + u * warps;
+                if (kt >= MMA_CHUNK / 16)
+                    break;
+#pragma unroll
+                for (int i = 0; i < tile16::N; i++) {
+                    int row, col;
+                    if (tile16::coords(i, lane, row, col) && col < G)
+                        S[(16 * kt + row) * SS + col] = 16 * kt + row < n ? st[u][i] / inv_scale : -INFINITY;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MMA_VECS; j++) {
+                int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
+                if (key < MMA_CHUNK) {
+                    uint32_t *dst = (uint32_t *)(vs + key * VS + d);
+                    dst[0] = vreg[j].x;
+                    dst[1] = vreg[j].y;
+                    dst[2] = vreg[j].z;
+                    dst[3] = vreg[j].w;
+                }
+            }
+            if (next < next_hi)
+                load_values(next, min(MMA_CHUNK, next_hi - next));
+            __syncthreads(); /* scores and values staged */
+            { /* every thread reaches the shuffles; only the live heads' read and write */
+                float m = -INFINITY;
+                if (live)
+                    for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL)
+                        m = fmaxf(m, fmaxf(S[k * SS + h], S[(k + 1) * SS + h]));
+                for (int off = 1; off < HL; off *= 2)
+                    m = fmaxf(m, __shfl_xor(m, off));
+                const float m_new = fmaxf(m_run, m);
+                float sum = 0.0f;
+                if (live)
+                    for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL) {
+                        const float p0 = expf(S[k * SS + h] - m_new), p1 = expf(S[(k + 1) * SS + h] - m_new);
+                        sum += p0;
+                        sum += p1;
+                        uint32_t part[PARTS];
+                        split3x2(p0, p1, part);
+                        for (int i = 0; i < PARTS; i++)
+                            *(uint32_t *)(ps + (i * MMA_HEADS + h) * PS + k) = part[i];
+                    }
+                for (int off = 1; off < HL; off *= 2)
+                    sum += __shfl_xor(sum, off);
+                if (live) {
+                    const float f = expf(m_run - m_new);
+                    l_run = l_run * f + sum;
+                    m_run = m_new;
+                    if (seg == 0)
+                        rescale[h] = f;
+                }
+            }
+            __syncthreads(); /* probabilities and rescales staged */
+#pragma unroll
+            for (int t = 0; t < MMA_OUT_TILES; t++) {
+                const int dt = warp + t * warps;
+                if (dt >= out_tiles)
+                    break;
+#pragma unroll
+                for (int i = 0; i < tile16::N; i++) {
+                    int row, col;
+                    tile16::coords(i, lane, row, col);
+                    acc[t][i] *= rescale[col];
+                }
+                for (int kc = 0; kc < MMA_CHUNK; kc += 32) {
+                    uint4 vp[P], pp[P];
+#pragma unroll
+                    for (int j = 0; j < P; j++) { /* values transposed: 8 keys of one dimension */
+                        int d = 16 * dt + tile16::piece_row(lane, j), k = kc + kofs;
+                        uint32_t w[4];
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            w[e] = d < sh.D8 ? vs[(k + 2 * e) * VS + d] | (uint32_t)vs[(k + 2 * e + 1) * VS + d] << 16
+                                             : 0;
+                        vp[j] = make_uint4(w[0], w[1], w[2], w[3]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < PARTS; i++) {
+#pragma unroll
+                        for (int j = 0; j < P; j++)
+                            if (j < halves)
+                                pp[j] = *(const uint4 *)(ps + (i * MMA_HEADS + tile16::piece_row(lane, j)) * PS +
+                                                         kc + kofs);
+                        tile16::mma32(acc[t], vp, pp, lane, halves);
+                    }
                 }
             }
         }
-        if (next < hi)
-            load_keys(next, min(MMA_CHUNK, hi - next));
-        __syncthreads(); /* the previous chunk's values and probabilities are used */
-#pragma unroll
-        for (int u = 0; u < MMA_KEY_TILES; u++) {
-            const int kt = warp + u * warps;
-            if (kt >= MMA_CHUNK / 16)
-                break;
-#pragma unroll
-            for (int i = 0; i < tile16::N; i++) {
-                int row, col;
-                if (tile16::coords(i, lane, row, col) && col < G)
-                    S[(16 * kt + row) * SS + col] = 16 * kt + row < n ? st[u][i] / inv_scale : -INFINITY;
+        if (a.splits == 1) { /* the row's only split: fold it here (split_fold), no combine */
+            __syncthreads();   /* the last chunk's scores are read */
+            if (seg == 0 && live) {
+                S[2 * h] = m_run;
+                S[2 * h + 1] = l_run;
             }
-        }
+            __syncthreads();
 #pragma unroll
-        for (int j = 0; j < MMA_VECS; j++) {
-            int v = tid + j * THREADS, key = v / octets, d = 8 * (v - key * octets);
-            if (key < MMA_CHUNK) {
-                uint32_t *dst = (uint32_t *)(vs + key * VS + d);
-                dst[0] = vreg[j].x;
-                dst[1] = vreg[j].y;
-                dst[2] = vreg[j].z;
-                dst[3] = vreg[j].w;
-            }
-        }
-        if (next < hi)
-            load_values(next, min(MMA_CHUNK, hi - next));
-        __syncthreads(); /* scores and values staged */
-        { /* every thread reaches the shuffles; only the live heads' read and write */
-            float m = -INFINITY;
-            if (live)
-                for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL)
-                    m = fmaxf(m, fmaxf(S[k * SS + h], S[(k + 1) * SS + h]));
-            for (int off = 1; off < HL; off *= 2)
-                m = fmaxf(m, __shfl_xor(m, off));
-            const float m_new = fmaxf(m_run, m);
-            float sum = 0.0f;
-            if (live)
-                for (int k = 2 * seg; k < MMA_CHUNK; k += 2 * HL) {
-                    const float p0 = expf(S[k * SS + h] - m_new), p1 = expf(S[(k + 1) * SS + h] - m_new);
-                    sum += p0;
-                    sum += p1;
-                    uint32_t part[PARTS];
-                    split3x2(p0, p1, part);
-                    for (int i = 0; i < PARTS; i++)
-                        *(uint32_t *)(ps + (i * MMA_HEADS + h) * PS + k) = part[i];
+            for (int t = 0; t < MMA_OUT_TILES; t++) {
+                const int dt = warp + t * warps;
+                if (dt >= out_tiles)
+                    break;
+#pragma unroll
+                for (int i = 0; i < tile16::N; i++) {
+                    int row, col;
+                    if (tile16::coords(i, lane, row, col) && 16 * dt + row < D && col < G) {
+                        const int head = kvh * G + col;
+                        const float sink = a.sinks[head];
+                        split_fold fold(sink, fmaxf(sink, S[2 * col]));
+                        fold.add(S[2 * col], S[2 * col + 1], acc[t][i]);
+                        fold.store(a, r, head, 16 * dt + row);
+                    }
                 }
-            for (int off = 1; off < HL; off *= 2)
-                sum += __shfl_xor(sum, off);
-            if (live) {
-                const float f = expf(m_run - m_new);
-                l_run = l_run * f + sum;
-                m_run = m_new;
-                if (seg == 0)
-                    rescale[h] = f;
             }
+            return;
         }
-        __syncthreads(); /* probabilities and rescales staged */
+        const size_t base = ((size_t)r * a.n_heads + (size_t)kvh * G) * a.splits + s;
 #pragma unroll
         for (int t = 0; t < MMA_OUT_TILES; t++) {
             const int dt = warp + t * warps;
@@ -531,72 +620,14 @@ __global__ void __launch_bounds__(THREADS, 5) attention_mma_kernel(gptoss_attent
 #pragma unroll
             for (int i = 0; i < tile16::N; i++) {
                 int row, col;
-                tile16::coords(i, lane, row, col);
-                acc[t][i] *= rescale[col];
-            }
-            for (int kc = 0; kc < MMA_CHUNK; kc += 32) {
-                uint4 vp[P], pp[P];
-#pragma unroll
-                for (int j = 0; j < P; j++) { /* values transposed: 8 keys of one dimension */
-                    int d = 16 * dt + tile16::piece_row(lane, j), k = kc + kofs;
-                    uint32_t w[4];
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        w[e] = d < sh.D8 ? vs[(k + 2 * e) * VS + d] | (uint32_t)vs[(k + 2 * e + 1) * VS + d] << 16 : 0;
-                    vp[j] = make_uint4(w[0], w[1], w[2], w[3]);
-                }
-#pragma unroll
-                for (int i = 0; i < PARTS; i++) {
-#pragma unroll
-                    for (int j = 0; j < P; j++)
-                        pp[j] = *(const uint4 *)(ps + (i * MMA_HEADS + tile16::piece_row(lane, j)) * PS + kc + kofs);
-                    tile16::mma32(acc[t], vp, pp, lane);
-                }
+                if (tile16::coords(i, lane, row, col) && 16 * dt + row < D && col < G)
+                    a.part_o[(base + (size_t)col * a.splits) * D + 16 * dt + row] = acc[t][i];
             }
         }
-    }
-    if (a.splits == 1) { /* the row's only split: fold it here (split_fold), no combine */
-        __syncthreads();   /* the last chunk's scores are read */
         if (seg == 0 && live) {
-            S[2 * h] = m_run;
-            S[2 * h + 1] = l_run;
+            a.part_ml[2 * (base + (size_t)h * a.splits)] = m_run;
+            a.part_ml[2 * (base + (size_t)h * a.splits) + 1] = l_run;
         }
-        __syncthreads();
-#pragma unroll
-        for (int t = 0; t < MMA_OUT_TILES; t++) {
-            const int dt = warp + t * warps;
-            if (dt >= out_tiles)
-                break;
-#pragma unroll
-            for (int i = 0; i < tile16::N; i++) {
-                int row, col;
-                if (tile16::coords(i, lane, row, col) && 16 * dt + row < D && col < G) {
-                    const int head = kvh * G + col;
-                    const float sink = a.sinks[head];
-                    split_fold fold(sink, fmaxf(sink, S[2 * col]));
-                    fold.add(S[2 * col], S[2 * col + 1], acc[t][i]);
-                    fold.store(a, r, head, 16 * dt + row);
-                }
-            }
-        }
-        return;
-    }
-    const size_t base = ((size_t)r * a.n_heads + (size_t)kvh * G) * a.splits + s;
-#pragma unroll
-    for (int t = 0; t < MMA_OUT_TILES; t++) {
-        const int dt = warp + t * warps;
-        if (dt >= out_tiles)
-            break;
-#pragma unroll
-        for (int i = 0; i < tile16::N; i++) {
-            int row, col;
-            if (tile16::coords(i, lane, row, col) && 16 * dt + row < D && col < G)
-                a.part_o[(base + (size_t)col * a.splits) * D + 16 * dt + row] = acc[t][i];
-        }
-    }
-    if (seg == 0 && live) {
-        a.part_ml[2 * (base + (size_t)h * a.splits)] = m_run;
-        a.part_ml[2 * (base + (size_t)h * a.splits) + 1] = l_run;
     }
 }
 
@@ -691,7 +722,15 @@ hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, 
     size_t shared = partial_shape(a->n_heads, a->n_kv_heads, a->head_dim).floats() * sizeof(float);
     const mma_shape mma(a->n_heads, a->n_kv_heads, a->head_dim);
     if (kv_bf16 && mma.fits()) {
-        hipLaunchKernelGGL(attention_mma_kernel, partial_grid, dim3(THREADS), mma.bytes(), stream, *a);
+        /* a block takes several splits where the grid would hold more than
+         * MMA_GRID_BLOCKS: q is staged once for them (the bits do not change) */
+        const int64_t blocks = (int64_t)a->rows * a->n_kv_heads * a->splits;
+        const int spb = (int)std::max<int64_t>(1, std::min<int64_t>(a->splits, blocks / MMA_GRID_BLOCKS));
+        dim3 grid(a->rows, a->n_kv_heads, (a->splits + spb - 1) / spb);
+        if (mma.G == 8 && a->head_dim == 64)
+            hipLaunchKernelGGL((attention_mma_kernel<8, 64>), grid, dim3(THREADS), mma.bytes(), stream, *a);
+        else
+            hipLaunchKernelGGL((attention_mma_kernel<0, 0>), grid, dim3(THREADS), mma.bytes(), stream, *a);
         if (a->splits == 1) /* the partials were the outputs */
             return hipGetLastError();
     } else if (kv_bf16)

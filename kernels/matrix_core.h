@@ -60,13 +60,16 @@ struct tile16 {
     __device__ static __forceinline__ int piece_at(int row, int q) { return 2 * (4 * (row & 7) + q) + (row >> 3); }
 #endif
 
-    __device__ static __forceinline__ void mma32(acc_t &acc, const uint4 *x, const uint4 *w, int lane) {
+    /* halves: 1 leaves w's rows 8..15 (acc's columns 8..15) out where the
+     * platform multiplies them apart (NVIDIA's two n8 products) */
+    __device__ static __forceinline__ void mma32(acc_t &acc, const uint4 *x, const uint4 *w, int lane,
+                                                 int halves = 2) {
 #if defined(GPTOSS_MMA_NVIDIA)
         (void)lane;
         for (int s = 0; s < 2; s++) { /* elements 4s..4s+3 of each piece */
             uint32_t a0 = word(x[0], 2 * s), a1 = word(x[1], 2 * s);
             uint32_t a2 = word(x[0], 2 * s + 1), a3 = word(x[1], 2 * s + 1);
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < halves; h++) {
                 uint32_t b0 = word(w[h], 2 * s), b1 = word(w[h], 2 * s + 1);
                 float *c = acc + 4 * h;
                 asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -77,6 +80,7 @@ struct tile16 {
         }
 #elif defined(GPTOSS_MMA_MFMA)
         (void)lane;
+        (void)halves;
         typedef short short4_t __attribute__((ext_vector_type(4)));
         typedef float float4_t __attribute__((ext_vector_type(4)));
         float4_t c = {acc[0], acc[1], acc[2], acc[3]};
@@ -93,6 +97,7 @@ struct tile16 {
         /* Rows live in lane groups of 4 (g = lane / 4 covers rows g and
          * g + 8 when the warp has 32 lanes; with 64, groups 8..15 hold copies
          * of groups 0..7). Each output gathers its two rows' 4 pieces. */
+        (void)halves;
         for (int i = 0; i < N; i++) {
             int row, col;
             bool mine = coords(i, lane, row, col);
