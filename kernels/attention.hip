@@ -299,9 +299,9 @@ attention_partial_kernel(gptoss_attention_args a) {
  *    transposed values gathered from the chunk's rows (staged in shared
  *    memory through registers while the scores run; rows of an odd number
  *    of words, so a gather hits 32 banks).
- * The keys and values of a chunk are loaded a chunk ahead. The softmax and
- * the parts were most of the kernel's instructions, which bound it (issue
- * slots 66% busy at B=256, ctx 1024), not its memory. */
+ * The keys and values of a chunk are loaded a chunk ahead. The kernel is
+ * bound by its instructions more than by its memory (issue slots 66% busy
+ * at B=256, ctx 1024, before the economies here), hence their economy. */
 constexpr int MMA_CHUNK = 64, MMA_HEADS = 16, MMA_MAX_D = 64, PARTS = 3;
 constexpr int MMA_VECS = MMA_CHUNK * (MMA_MAX_D / 8) / THREADS; /* a thread's 16-byte value loads */
 constexpr int MMA_OUT_TILES = MMA_MAX_D / 16 / (THREADS / GPTOSS_WARP_MAX); /* per warp */
@@ -394,8 +394,7 @@ __global__ void __launch_bounds__(THREADS, FIXED_G ? 6 : 5) attention_mma_kernel
     uint4 vreg[MMA_VECS];
     uint4 kp[MMA_KEY_TILES][MMA_MAX_D / 32][P];
     /* key c0 + key's cache row, c0 = c0 % Pn: a chunk's n keys, no more than
-     * the ring holds, wrap at most once (a modulo per key was a tenth of the
-     * kernel's instructions) */
+     * the ring holds, wrap at most once (one modulo a chunk, not one a key) */
     auto cache_row = [&](int c0, int key) { return (size_t)(c0 + key < Pn ? c0 + key : c0 + key - Pn) * kvd; };
     auto load_values = [&](int c0, int n) {
         c0 %= Pn;
