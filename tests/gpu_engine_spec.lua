@@ -370,6 +370,42 @@ describe("GPU engine #gpu", function()
       { { "bf16", 128 }, { "bf16", 256 } })
   end)
 
+  it("batch invariance where attention's blocks take several splits of a row", function()
+    -- ctx 256: the full layers' keys past position 127 come in two splits.
+    -- Alone, a row's 8 KV heads by 2 splits are 16 blocks of one split;
+    -- among 1024 rows (16384 blocks) each block takes both of its row's.
+    local m = gptoss.synthetic("20b-2l", { seed = 11 })
+    local c, n, len = m.config, 1024, 200
+    local alone = m:replica { device = 1, slots = 1, ctx = 256, weights = "bf16", kv = "bf16" }
+    local crowd = m:replica { device = 1, slots = n, ctx = 256, weights = "bf16", kv = "bf16" }
+    local prompt = tokens_for(200, len, c.vocab_size)
+    local last
+    for pos = 0, len - 1 do
+      local b = { slots = {}, positions = {}, tokens = {} }
+      for s = 1, n do
+        b.slots[s], b.positions[s] = s, pos
+        b.tokens[s] = s == 1 and prompt[pos + 1] or (s * 7919 + pos * 104729) % c.vocab_size
+      end
+      if pos == len - 1 then b.logits = { 1 } end
+      last = crowd:step(b)
+    end
+    local ha -- alone, the prompt in steps of up to 128 rows (the replica's chunk)
+    for first = 0, len - 1, 128 do
+      local b = { slots = {}, positions = {}, tokens = {} }
+      for pos = first, math.min(first + 127, len - 1) do
+        b.slots[#b.slots + 1], b.positions[#b.positions + 1], b.tokens[#b.tokens + 1] = 1, pos, prompt[pos + 1]
+      end
+      if first + 128 >= len then b.logits = { #b.slots } end
+      ha = alone:step(b)
+    end
+    local worst = ha:logits()[1]:max_abs_diff(last:logits()[1])
+    note("batch invariance bf16 20b-2l at position %d (two attention splits): max |dlogit| alone vs %d rows %.3g",
+      len - 1, n, worst)
+    assert.are.equal(0, worst)
+    alone:close()
+    crowd:close()
+  end)
+
   describe("mxfp4 replicas give the bf16 replica's logits and tokens bit for bit", function()
     -- decode steps of n rows then one that adds a prefill chunk: n rows take
     -- the experts' streaming tiles (up to 16 a expert), the staged ones of
