@@ -12,12 +12,18 @@
 #include "tokenizer.h"
 
 /* For the targets whose reader takes a path: the input written to a file of
- * this process's own (rewritten for each input), in memory (/dev/shm) where
- * there is one: rewriting a file on a disk can wait for the device. */
+ * this process's own (rewritten for each input, removed when the run exits),
+ * in memory (/dev/shm) where there is one: rewriting a file on a disk can
+ * wait for the device. A target passes the same suffix every time. */
+static char fuzz_path[96];
+static void fuzz_file_remove(void) { unlink(fuzz_path); }
 static const char *fuzz_file(const uint8_t *data, size_t size, const char *suffix) {
-    static char path[96];
-    snprintf(path, sizeof path, "%s/gptoss-fuzz-%d%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp",
-             (int)getpid(), suffix);
+    if (!fuzz_path[0]) {
+        snprintf(fuzz_path, sizeof fuzz_path, "%s/gptoss-fuzz-%d%s",
+                 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getpid(), suffix);
+        atexit(fuzz_file_remove);
+    }
+    const char *path = fuzz_path;
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
         abort(); /* the machine's fault, not the reader's */
