@@ -5,9 +5,9 @@
 -- the host reads those (--feed host: the host reads them, then steps).
 -- Prints a table (tok/s, mean step time, achieved GB/s against a measured
 -- device-to-device copy, device memory) and one JSON line per batch size;
--- --profile-steps adds a per-kernel table of steps run after the decode, at
--- the first positions (--profile-at start) or the last ones (end), where the
--- table adds attention's bandwidth on the cached keys and values it reads.
+-- --profile-steps adds a per-kernel table of steps run after the decode and
+-- attention's bandwidth on the cached keys and values it reads, at the first
+-- positions (--profile-at start) or the last ones (end: the full context).
 --   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
 local argparse = require "argparse"
 local json = require "dkjson"
