@@ -5,9 +5,12 @@
 -- inference only (docs/course.md#control-flow-and-timing). Prints the replicas chosen, a table and
 -- one JSON line. With --chat the requests are harmony user turns, whose shared system message
 -- getp prefills once per replica and forks (docs/getp.md#shared-prefixes) unless
--- --no-share-prefix; the JSON line's prefill_saved counts the prompt rows that saved.
+-- --no-share-prefix; the JSON line's prefill_saved counts the prompt rows that saved. Per
+-- replica it prints the Lua work and the wait for the GPU per step (getp's host and waited);
+-- --replicas-per-device puts several replicas on each device, so one GPU exercises the host
+-- loop of several (docs/getp.md#one-host-thread-several-gpus).
 --   ./gptoss bench_getp [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
---                       [--chat [--no-share-prefix]]
+--                       [--replicas-per-device 1] [--chat [--no-share-prefix]]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
@@ -21,6 +24,8 @@ parser:option("--requests", "Number of requests.", "1024"):convert(cli.integer("
 parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cli.integer("--steps", 1))
 parser:option("--devices", "Comma-separated GPU numbers, or cpu (default: every GPU).")
   :convert(cli.devices)
+parser:option("--replicas-per-device", "Replicas on each device.", "1")
+  :convert(cli.integer("--replicas-per-device", 1))
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
   :convert(cli.integer("--slots", 1))
 parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).", "bf16")
@@ -49,9 +54,14 @@ script.run(function()
     prompt_tokens = prompt_tokens + #getp.prompt_ids(tok, prompts[i], a.chat, model.config.initial_context_length)
   end
 
+  local devices = {}
+  for _, d in ipairs(a.devices or gptoss.default_devices()) do
+    for _ = 1, a.replicas_per_device do devices[#devices + 1] = d end
+  end
+
   local t0 = gptoss.realtime_ms()
   local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-    devices = a.devices, replica = { weights = a.weights, slots = a.slots },
+    devices = devices, replica = { weights = a.weights, slots = a.slots },
     scheduler = a.scheduler, partition = a.partition, chat = a.chat, share_prefix = not a.no_share_prefix }
   local t1 = gptoss.realtime_ms()
   io.stderr:write(g:describe(), "\n")
@@ -60,18 +70,25 @@ script.run(function()
   local ms = math.max(1, t2 - t1)
   local tps = result.tokens / ms * 1000
 
-  local slots = {}
+  local slots, host_ms, waited_ms = {}, {}, {}
   for k, r in ipairs(g.replicas) do slots[k] = r.slots end
   print(("%8s %10s %12s %8s %10s %12s"):format("requests", "tokens", "mean prompt", "steps", "seconds", "TPS (tok/s)"))
   print(("%8d %10d %12.1f %8d %10.3f %12.1f"):format(a.requests, result.tokens, prompt_tokens / a.requests,
     result.steps, ms / 1000, tps))
+  print(("%8s %10s %8s %18s %18s"):format("replica", "device", "steps", "host ms a step", "waited ms a step"))
+  for k, pr in ipairs(result.per_replica) do
+    local per_step = math.max(1, pr.steps)
+    host_ms[k], waited_ms[k] = pr.host * 1000 / per_step, pr.waited * 1000 / per_step
+    print(("%8d %10s %8d %18.3f %18.3f"):format(k, tostring(devices[k]), pr.steps, host_ms[k], waited_ms[k]))
+  end
   -- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
-  local first = (a.devices or gptoss.default_devices())[1]
+  local first = devices[1]
   local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
   print(json.encode({
     bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
     prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
     tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
     partition = a.partition, device = device_name, chat = a.chat, prefill_saved = result.prefill_saved,
+    replicas_per_device = a.replicas_per_device, host_ms_per_step = host_ms, waited_ms_per_step = waited_ms,
   }))
 end)

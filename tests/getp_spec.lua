@@ -107,6 +107,10 @@ describe("getp", function()
     assert.are.same({}, result.outputs[8])
     assert.are.equal(1, #result.outputs[6])
     assert.are.equal(sum_lengths(expected), result.tokens)
+    local pr = result.per_replica[1]
+    -- the CPU computes a step as it is enqueued: the host time holds it, the wait is the ids' read
+    assert.is_true(pr.host > 0 and pr.waited >= 0 and pr.host + pr.waited <= result.elapsed)
+    pr.host, pr.waited = nil, nil
     assert.are.same({ { requests = #PROMPTS, tokens = result.tokens, steps = result.steps, shared_prefix = 0,
       prefill_saved = 0 } }, result.per_replica)
     assert.is_true(result.elapsed >= 0)

@@ -57,3 +57,21 @@ describe("examples/beam_search.lua and examples/best_of_n.lua", function()
       { { { "--width", "21" }, "beam_search.lua: beam.search: each beam offers its top" } })
   end)
 end)
+
+describe("examples/bench_getp.lua", function()
+  it("puts --replicas-per-device replicas on a device and reports each one's host and wait per step", function()
+    H.need_tokenizer(pending)
+    local run = H.runner("examples/bench_getp.lua", pending)
+    local code, out, err = run { "--model", "7m", "--devices", "cpu", "--weights", "fp32", "--requests", "6",
+      "--steps", "24", "--replicas-per-device", "3" }
+    assert.are.equal(0, code, err)
+    local figures = json.decode(out:match("\n({[^\n]*})\n$"))
+    assert.are.same({ 3, 3, 3 }, { #figures.slots, #figures.host_ms_per_step, #figures.waited_ms_per_step })
+    for k = 1, 3 do
+      assert.is_true(figures.host_ms_per_step[k] > 0 and figures.waited_ms_per_step[k] >= 0)
+      assert.truthy(out:find(("\n%%s+%d%%s+cpu%%s+%%d+%%s+[%%d.]+%%s+[%%d.]+\n"):format(k)), out)
+    end
+    H.expect_exits(run, 1, { { { "--replicas-per-device", "0" },
+      "bench_getp.lua: --replicas-per-device: '0' is not an integer >= 1" } })
+  end)
+end)

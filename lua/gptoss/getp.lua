@@ -41,8 +41,8 @@
 -- g:run(prompts) returns {outputs = {ids of request 1, ...}, tokens = the course's count,
 -- steps = engine steps of all replicas, prefill_saved = prompt rows not stepped thanks to
 -- shared prefixes, per_replica = {{requests = assigned, tokens =, steps =, shared_prefix =
--- the prefix length its requests shared (0: none), prefill_saved =}, ...}, elapsed =
--- seconds}.
+-- the prefix length its requests shared (0: none), prefill_saved =, host = seconds of Lua
+-- work on its steps, waited = seconds in h:tokens()}, ...}, elapsed = seconds}.
 --
 -- Per request i (docs/course.md#generation-rule-and-token-count):
 --   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text
@@ -480,7 +480,8 @@ local function run(g, prompts, level)
     end
     local rows, chunk = bounds(r)
     local prefix = g.share_prefix and shared_prefix(r, queue) or nil
-    per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0 }
+    per_replica[k] = { requests = #(assignment[k] or {}), tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0,
+      host = 0, waited = 0 }
     if prefix then
       r:sampling(prefix.slot) -- its rows' ids are never read
       on_replica(k, generate.feed, r, prefix.slot, prefix.ids, 0)
@@ -508,23 +509,32 @@ local function run(g, prompts, level)
     local r = g.replicas[k]
     plans[k], handles[k] = plan, on_replica(k, r.step, r, plan.batch)
   end
+  -- Each replica's seconds of Lua work on its steps (host) and of waiting in h:tokens()
+  -- (waited): while the host keeps waiting, the GPUs have their next steps queued.
   report()
   for k, runner in ipairs(runners) do
+    local t0 = gptoss.clock()
     if runner:busy() then enqueue(k, runner:build()) end
+    per_replica[k].host = gptoss.clock() - t0
   end
   while next(handles) ~= nil do
     for k, runner in ipairs(runners) do
       local plan, h = plans[k], handles[k]
       if h then
+        local t0 = gptoss.clock()
         plans[k], handles[k] = nil, nil
         local ahead = runner:build(plan)
         if ahead then enqueue(k, ahead, h) end
-        local generated, ended = runner:apply(plan, on_replica(k, h.tokens, h))
+        local t1 = gptoss.clock()
+        local ids = on_replica(k, h.tokens, h)
+        local t2 = gptoss.clock()
+        local generated, ended = runner:apply(plan, ids)
         local pr = per_replica[k]
         pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
         tokens, steps, done = tokens + generated, steps + 1, done + #ended
         for _, seq in ipairs(ended) do max_tokens = max_tokens - (seq.limit - #seq.output) end
         if not ahead and runner:busy() then enqueue(k, runner:build()) end
+        pr.host, pr.waited = pr.host + (t1 - t0) + (gptoss.clock() - t2), pr.waited + (t2 - t1)
       end
     end
     report()
@@ -535,7 +545,8 @@ end
 
 --- Runs the prompts (a list of strings; default: the requests given to getp.new).
 -- Returns {outputs = {ids of request i, ...}, tokens = the course's count, steps = engine
--- steps, per_replica = {{requests=, tokens=, steps=}, ...}, elapsed = seconds}.
+-- steps, per_replica = {{requests=, tokens=, steps=, host=, waited=, ...}, ...}, elapsed =
+-- seconds} (the header says each field).
 function Getp:run(prompts)
   return run(self, prompts, 3)
 end
