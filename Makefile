@@ -75,8 +75,8 @@ NV_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(subst sm_,,$(a)),c
 # fused multiply-add (the bf16 fast path) write __fmaf_rn explicitly.
 NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GENCODE) -fmad=false \
               -Xcompiler -fPIC -Xcompiler -ffp-contract=off -Werror all-warnings
-AMD_FLAGS  := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(addprefix --offload-arch=,$(GPU_ARCH)) \
-              $(HIP_INC)
+AMD_COMMON := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(HIP_INC)
+AMD_FLAGS  := $(AMD_COMMON) $(addprefix --offload-arch=,$(GPU_ARCH))
 
 .PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
         test-sanitized sanitized-suite
@@ -162,8 +162,16 @@ tokenizer:
 # TESTS picks spec files (default: all of tests/).
 TESTS ?= tests
 test: setup | $(TOKENIZER)
-	$(MAKE) all $(GEMM_PROBE)
-	$(RUN_ENV) $(if $(GEMM_PROBE),GPTOSS_GEMM_PROBE='$(GEMM_PROBE)') $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
+	$(MAKE) all $(GEMM_PROBE) $(AMD_ASM)
+	$(RUN_ENV) $(if $(GEMM_PROBE),GPTOSS_GEMM_PROBE='$(GEMM_PROBE)') $(if $(AMD_ASM),GPTOSS_AMD_ASM='$(AMD_ASM)') \
+	  $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
+
+# Where hipcc is installed: the gfx90a device assembly of the matrix-core
+# kernels, which tests/amd_build_spec.lua reads (no AMD GPU runs them here)
+AMD_ASM := $(if $(shell command -v $(HIPCC) 2>/dev/null),$(BUILD)/amd-asm/gemm.s $(BUILD)/amd-asm/attention.s)
+$(BUILD)/amd-asm/%.s: kernels/%.hip $(wildcard kernels/*.h src/hip/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(HIPCC) $(AMD_COMMON) -Wno-pass-failed -Wno-unused-command-line-argument --offload-arch=gfx90a --cuda-device-only -S $< -o $@
 
 demo: setup | $(TOKENIZER)
 	$(MAKE) all

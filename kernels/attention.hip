@@ -116,7 +116,7 @@ __device__ __forceinline__ void add_scaled4(float4 &o, float p, const float *v) 
 }
 
 /* bf16 caches need fewer registers: six blocks per multiprocessor fit without spills */
-template <class KV> __global__ void __launch_bounds__(THREADS, sizeof(KV) == 2 ? 6 : 4)
+template <class KV> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, sizeof(KV) == 2 ? 6 : 4)
 attention_partial_kernel(gptoss_attention_args a) {
     constexpr int EPV = 16 / sizeof(KV); /* values per 16-byte vector */
     constexpr int MAX_VECS = (KEY_FLOATS / EPV + THREADS - 1) / THREADS;
@@ -359,7 +359,7 @@ __device__ __forceinline__ void split3x2(float a, float b, uint32_t (&p)[PARTS])
  * splits / gridDim.z rounded up), each computed as a block of its own
  * would, so q is staged once for them. */
 template <int FIXED_G, int FIXED_D>
-__global__ void __launch_bounds__(THREADS, FIXED_G ? 6 : 5) attention_mma_kernel(gptoss_attention_args a) {
+__global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, FIXED_G ? 6 : 5) attention_mma_kernel(gptoss_attention_args a) {
     constexpr int P = tile16::PIECES, PS = MMA_CHUNK + 32;
     extern __shared__ float4 smem4[];
     const mma_shape sh = FIXED_G ? mma_shape(FIXED_G, 1, FIXED_D) : mma_shape(a.n_heads, a.n_kv_heads, a.head_dim);

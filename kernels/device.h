@@ -58,6 +58,17 @@ __device__ __forceinline__ uint4 load_bf16x8(const bf16 *row, int k, int k_end, 
 #define GPTOSS_WARP_MAX 64
 #endif
 
+/* __launch_bounds__ with CUDA's meaning on every platform: at most `threads`
+ * threads a block, registers for `blocks` resident blocks a multiprocessor.
+ * HIP on AMD reads the second number as waves per SIMD (a compute unit has 4
+ * SIMDs of 64-lane waves), so there it is converted: taken as is, 6 blocks
+ * of 128 threads capped a gfx90a kernel at 80 registers, and it spilled. */
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define GPTOSS_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#else
+#define GPTOSS_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, ((blocks) * (threads) + 255) / 256)
+#endif
+
 /* 16-byte copies from global to shared memory that complete in the
  * background (cp.async, sm_80+), in groups: copy16_async issues, then
  * copy_commit closes the group, and copy_wait<N>() waits until at most N of

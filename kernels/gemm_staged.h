@@ -42,7 +42,7 @@ __host__ __device__ constexpr size_t staged_ring_bytes(int bm, int stages, bool 
 }
 
 template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL, bool MX>
-__global__ void __launch_bounds__(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
+__global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP;
     constexpr int ST_ROWS = MX ? BM : BM + ST_BN; /* rows copied as rows */
     constexpr int ODD_LD = ST_ODD_LD, STAGE = (int)(staged_stage_bytes(BM, MX) / 16);

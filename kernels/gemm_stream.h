@@ -37,7 +37,7 @@ constexpr int STREAM_BN = 32;
  * the dense GEMMs at 64 rows issued an instruction every other cycle, and
  * the depth-3 kernel spilled; without them it does not. */
 template <int DEPTH, bool VEC, bool FULL, bool MX>
-__global__ void __launch_bounds__(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
+__global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
     typedef typename weight_pieces<MX>::type WP;
     row_tile t;

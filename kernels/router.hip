@@ -27,7 +27,7 @@ constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MIN_BLOCKS = 2, BATC
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
-template <class T> __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
+template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
     __shared__ double scratch[THREADS / 32];
