@@ -79,7 +79,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     if (!bf16_mode)
         return launch_gemm_exact(a, row_blocks, stream);
     if (gemm_wgmma_takes(a, dev))
-        return launch_gemm_wgmma(a, max_tiles, stream);
+        return launch_gemm_wgmma(a, max_tiles, dev, stream);
     if (a->tiles && bm == WG_BT) /* a tile table sized for the Hopper GEMM, which this one cannot take */
         return hipErrorInvalidValue;
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
