@@ -237,7 +237,9 @@ struct wg_items {
     __device__ __forceinline__ wg_items(const gptoss_gemm_args &a, int row_blocks)
         : tiles(a.tiles ? min(*a.tile_count, row_blocks) : row_blocks), col_blocks((a.n + WG_BO - 1) / WG_BO) {}
     __device__ __forceinline__ int count() const { return tiles * col_blocks; }
-    __device__ __forceinline__ void at(const gptoss_gemm_args &a, int i, int &tile, int &col_block) const {
+    /* item i's rows, first output and 32-row groups; false if the tile has no rows */
+    __device__ __forceinline__ bool at(const gptoss_gemm_args &a, int i, row_tile &rt, int &o0, int &groups) const {
+        int tile, col_block;
         if (a.tiles) {
             const int band = i / (tiles * WG_BAND), in_band = min(WG_BAND, col_blocks - band * WG_BAND);
             const int r = i % (tiles * WG_BAND);
@@ -247,6 +249,11 @@ struct wg_items {
             tile = i % tiles;
             col_block = i / tiles;
         }
+        o0 = col_block * WG_BO;
+        if (!block_rows(a, tile, WG_BT, rt))
+            return false;
+        groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
+        return true;
     }
 };
 
@@ -283,12 +290,10 @@ __global__ void __launch_bounds__(384, 1)
             return;
         int at = 0; /* the ring's stage count so far */
         for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-            int tile, col_block;
-            items.at(a, i, tile, col_block);
             row_tile rt;
-            if (!block_rows(a, tile, WG_BT, rt))
+            int o0, groups;
+            if (!items.at(a, i, rt, o0, groups))
                 continue;
-            const int o0 = col_block * WG_BO, groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
             const int bands = min(WG_BO / 16, (a.n - o0 + 15) / 16);
             const bf16 *w_tiles = expert_w(a, rt);
             const uint8_t *w_mx = expert_w_mxfp4(a, rt);
@@ -333,12 +338,10 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(256 % pairs == 0, "a consumer thread's outputs are the same in every row");
     int at = 0;
     for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        int tile, col_block;
-        items.at(a, i, tile, col_block);
         row_tile rt;
-        if (!block_rows(a, tile, WG_BT, rt))
+        int o0, groups;
+        if (!items.at(a, i, rt, o0, groups))
             continue;
-        const int o0 = col_block * WG_BO, groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
         float acc[2][64];
 #pragma unroll
         for (int h = 0; h < 2; h++)
