@@ -481,8 +481,8 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gpt
         return e;
     /* Items in order (wg_items), one block per multiprocessor taking every
      * gridDim.x-th, except for bf16 experts: bound by memory, they ran 13%
-     * slower so than with a block per item, which the GPU hands out as
-     * blocks finish (MXFP4 experts ran 9% faster persistent, the
+     * slower that way than with a block per item, which the GPU hands out
+     * as blocks finish (MXFP4 experts ran 9% faster persistent, the
      * unembedding 4%). Dense: the row blocks of one weight block come one
      * after another, so they run side by side and its weights come from
      * memory once and the rows (a few MiB) from L2. Grouped, all the pairs'
