@@ -95,7 +95,7 @@ $(LIB): $(OBJS)
 	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ $(LIBS)
 # the engine's GEMM dispatch with and without the Hopper GEMM, bit for bit (tests/gpu_gemm_spec.lua)
 GEMM_PROBE := $(BUILD)/engine_gemm
-$(GEMM_PROBE): examples/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
+$(GEMM_PROBE): tools/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 else ifeq ($(HIP_PLATFORM),amd)
@@ -149,7 +149,7 @@ setup:
 # Written by Node from gpt-tokenizer's o200k tables, so no Python is needed.
 # test and demo only need it to exist (order-only): the GPU machine has no
 # network and gets the file carried prebuilt, so no mtime there may rebuild it.
-TOKENIZER_EXPORT := examples/tokenizer-export
+TOKENIZER_EXPORT := tools/tokenizer-export
 $(TOKENIZER):
 	cd $(TOKENIZER_EXPORT) && npm ci --no-audit --no-fund --loglevel=error
 	@mkdir -p $(dir $@)

@@ -18,7 +18,7 @@
  * words transposed as a 4 x 4 matrix (permute_rows_kernel, which also
  * gathers the experts' pairs). An instruction's sum depends on its set of
  * products only, not on which slot holds which, and wgmma sums a set as
- * mma.sync does (measured bit for bit: examples/hopper_probes), so every
+ * mma.sync does (measured bit for bit: tools/hopper_probes), so every
  * output gets the bits of the other families, even and odd chunks in two
  * sums included.
  *

@@ -1,5 +1,5 @@
 /* sm_90a's asynchronous copies and barriers for the Hopper GEMM
- * (gemm_wgmma.h) and the probes in examples/hopper_probes: mbarriers,
+ * (gemm_wgmma.h) and the probes in tools/hopper_probes: mbarriers,
  * 1D bulk copies and 2D TMA loads that complete on them, and the shared
  * memory descriptor of a 128-byte-swizzled K-major wgmma operand. Declared
  * for the host pass and for sm_90a device code only: other targets'

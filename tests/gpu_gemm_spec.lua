@@ -1,5 +1,5 @@
 -- The Hopper GEMM gives the other GEMM families' bits (tag: gpu). `make test` on NVIDIA
--- builds examples/hopper_probes/engine_gemm.cu, which runs the engine's own GEMM dispatch
+-- builds tools/hopper_probes/engine_gemm.cu, which runs the engine's own GEMM dispatch
 -- for one step's products twice, once as a device with the Hopper GEMM and once as one
 -- without, and compares the outputs bit for bit. Here it runs on the experts' routings
 -- that uniform routing never makes (empty experts, one-row experts, one expert with every

@@ -116,7 +116,7 @@ end
 -- The Node exporter's folder, for use inside an `it` that runs node with gpt-tokenizer: the
 -- test is marked pending when either is missing (pending: busted's, passed on).
 local function node_exporter(pending)
-  local dir = "examples/tokenizer-export"
+  local dir = "tools/tokenizer-export"
   local module = io.open(dir .. "/node_modules/gpt-tokenizer/package.json", "r")
   if module then module:close() end
   if not module or not os.execute("command -v node >/dev/null 2>&1") then

@@ -7,7 +7,7 @@ Per layer: qkv (rows x 2880 by 5120), o (rows x 4096 by 2880), and with a random
 32 experts mlp1 (pairs x 2880 by 5760) and mlp2 (pairs x 2880 by 2880), each layer its own bf16
 weights (24 layers, about 40 GB, so nothing stays in L2); then the unembedding once (rows x 2880
 by 201088). Prints a table and one JSON line per row count. Runs on the GPU machine:
-    python3 examples/bench_vendor_gemm.py [--rows 1,64,256,1024,2048] [--reps 5]
+    python3 tools/bench_vendor_gemm.py [--rows 1,64,256,1024,2048] [--reps 5]
 """
 import argparse
 import json

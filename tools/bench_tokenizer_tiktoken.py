@@ -6,7 +6,7 @@ exporter wrote them from o200k_base), so nothing is downloaded. With --ids FILE 
 that tiktoken's ids of the one-call encode equal those in FILE (one id per line). Prints a
 table and one JSON line.
 
-  python3 examples/bench_tokenizer_tiktoken.py [--text README.md] [--mb 8]
+  python3 tools/bench_tokenizer_tiktoken.py [--text README.md] [--mb 8]
       [--tokenizer build/tokenizer.bin] [--ids ids.txt]
 """
 import argparse
