@@ -1,17 +1,18 @@
 /* Host-side launchers of the kernels in this folder, one group per kernel
- * file, and the argument blocks they take. src/hip calls these; only kernel
- * files contain __global__ code. Every launcher enqueues on the stream and
- * returns the launch status; none synchronises. */
+ * file. src/hip calls these; only kernel files contain __global__ code. The
+ * argument blocks they take are the contract of src/core/device_contract.h.
+ * Every launcher enqueues on the stream and returns the launch status; none
+ * synchronises. */
 #ifndef GPTOSS_KERNELS_LAUNCHERS_H
 #define GPTOSS_KERNELS_LAUNCHERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../src/core/sampler.h"
-#include "../src/core/synth.h"
-#include "../src/hip/hip_runtime_compat.h"
+#include "../src/core/device_contract.h"
+#include "../src/core/synth.h" /* gptoss_synth_param */
 #include "layout.h"
+#include "platform.h"
 
 /* weights.hip: elements first .. first + count - 1 of a tensor (its flat
  * index, as in the file), as float or rounded to nearest even bf16: the
@@ -31,8 +32,8 @@ hipError_t gptoss_launch_mxfp4_place(const uint8_t *codes, const uint8_t *scales
                                      uint64_t first, uint64_t rows, int64_t n, int64_t k, void *out,
                                      hipStream_t stream);
 
-/* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a token -1 - j
- * is fed[j], the previous step's sample for its row j (NaN row if invalid) */
+/* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a fed token
+ * (gptoss_fed_row) is fed[row], the previous step's sample (NaN row if invalid) */
 hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, const int *fed,
                                    int vocab, int rows, int hidden, float *x, hipStream_t stream);
 
@@ -49,47 +50,6 @@ typedef struct {
     int wgmma;           /* the build has sm_90a's GEMM and the device runs it (gptoss_gemm_wgmma_built) */
 } gptoss_gpu_shape;
 
-/* rope_kv.hip's arguments: RoPE on a qkv projection's rows, fused with the
- * KV cache write */
-typedef struct {
-    const float *qkv;  /* [rows][(Hq + 2 Hkv) D] */
-    const float *cos, *sin; /* [ctx][D / 2] */
-    const int *slots, *positions;
-    int rows, n_heads, n_kv_heads, head_dim;
-    int positions_per_slot; /* of this layer's cache: ctx, or the window ring */
-    float *q;               /* [rows][Hq D] */
-    void *k_cache, *v_cache; /* this layer's [slots][positions_per_slot][Hkv D] */
-    int kv_bf16;             /* the cache's type: bf16, else float */
-    float *k_trace;          /* NULL, or [rows][Hkv D] */
-} gptoss_rope_kv_args;
-
-/* gemm.hip */
-enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU, GPTOSS_GEMM_ROPE_KV };
-typedef struct {
-    const void *x;      /* [.][k] inputs, the mode's type (fp32 or bf16) */
-    const int *x_rows;  /* NULL: row p reads x[p]; else x[x_rows[p]] */
-    const void *w;      /* [n][k] weights, or tiled (grouped: expert e's n k
-                           elements, or its gptoss_tiled_elems, further on) */
-    int w_tiled;        /* bf16 mode only */
-    int w_mxfp4;        /* MXFP4 tiles (layout.h, mxfp4.h; w_tiled too): grouped only */
-    const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
-    int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
-    const int *tiles;   /* NULL: dense; else the (expert, begin, end, 0) table */
-    int tile_rows;      /* grouped: its pairs per tile at most (gptoss_moe_tile_rows) */
-    int n_experts;      /* grouped: the matrices w holds */
-    const int *tile_count;
-    int epilogue;
-    float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
-    void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
-    float swiglu_limit;
-    void *x_perm;       /* NULL, or bf16 scratch of rows x k rounded up to 32, for the
-                           Hopper GEMM's permuted copy of x (gemm_wgmma.h; grouped:
-                           the pairs' rows) */
-    /* ROPE_KV, where gptoss_gemm_takes_rope (a dense qkv projection): the
-     * outputs go through RoPE into q and the KV cache (rope_kv.hip's work),
-     * y is not written */
-    gptoss_rope_kv_args rope;
-} gptoss_gemm_args;
 /* pairs per tile of the experts' grouped GEMMs, one table serving both,
  * at rows_per_expert expected pairs per expert; the table is built with it
  * and both GEMMs' tile_rows set to it */
@@ -102,43 +62,14 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
 /* 1 if this build has the sm_90a GEMM and the stream's device runs it */
 int gptoss_gemm_wgmma_built(hipStream_t stream);
 
-/* rope_kv.hip (its arguments are declared before the GEMM's, whose qkv
- * epilogue takes them) */
+/* rope_kv.hip */
 hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, hipStream_t stream);
 
-/* attention.hip (and the tracer's scores in trace_stages.hip) */
-typedef struct {
-    const float *q;
-    const void *k_cache, *v_cache;
-    const int *slots, *positions;
-    const float *sinks; /* [Hq] of this layer */
-    int rows, n_heads, n_kv_heads, head_dim;
-    int positions_per_slot;
-    int window;          /* 0: every earlier key is visible */
-    int splits, split_len;
-    float *part_o;       /* [rows][Hq][splits][D] */
-    float *part_ml;      /* [rows][Hq][splits][2]: running max, sum */
-    float *out;          /* [rows][Hq D] */
-    void *out_bf16;      /* NULL, or the bf16 copy */
-} gptoss_attention_args;
 /* 1 if the head shape is supported (heads per KV head, their width) */
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim);
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
                                    hipStream_t stream);
 
-/* router.hip: the RMSNorm before the MoE block fused with the router */
-typedef struct {
-    const float *x;      /* [rows][hidden] the residual stream */
-    const float *norm_w; /* [hidden] */
-    float *normed;       /* [rows][hidden] the normalized rows */
-    void *normed_bf16;   /* NULL (fp32 mode), or their bf16 copy: the experts' input */
-    const void *w;       /* [n_experts][hidden], the mode's type */
-    const float *bias;
-    int rows, hidden, n_experts, k;
-    float *logits;    /* [rows][n_experts] */
-    int *topk_idx;    /* [rows][k] */
-    float *topk_w;    /* [rows][k] */
-} gptoss_router_args;
 /* 1 if the router takes the shape; the largest hidden size it takes (its
  * normalized row lives in shared memory) */
 int gptoss_router_limits(int n_experts, int k, int hidden);
@@ -146,27 +77,6 @@ int gptoss_router_max_hidden(void);
 hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
 
 /* moe_dispatch.hip */
-typedef struct {
-    const int *topk_idx;
-    int rows, k, n_experts, tile_rows;
-    int *pair_row;   /* [rows * k] */
-    int *pair_of;    /* [rows * k] */
-    int *tiles;      /* [gptoss_moe_max_tiles][4] */
-    int *tile_count;
-} gptoss_moe_dispatch_args;
-typedef struct {
-    const float *expert_out; /* [pairs][hidden], sorted pair order */
-    const int *pair_of, *topk_idx;
-    const float *topk_w;
-    int rows, k, hidden;
-    float *x;                /* += the weighted sum */
-    float *agg_trace;        /* NULL, or [rows][hidden] */
-    /* the RMSNorm that follows (the next layer's or the final one), fused:
-     * NULL norm_w, or rmsnorm's outputs (norm_out may be x) */
-    const float *norm_w;
-    float *norm_out;
-    void *norm_out_bf16;
-} gptoss_moe_combine_args;
 hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);
 hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream);
 

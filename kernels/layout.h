@@ -14,15 +14,11 @@
 
 #include <stdint.h>
 
-#include "../src/core/synth.h" /* GPTOSS_HD */
+#include "../src/core/host_device.h"
 
 #define GPTOSS_TILE_ROWS 16
 #define GPTOSS_TILE_K 32
 #define GPTOSS_TILE_ELEMS (GPTOSS_TILE_ROWS * GPTOSS_TILE_K)
-
-typedef struct {
-    int64_t n, k; /* 0, 0: not tiled */
-} gptoss_tiling;
 
 /* elements of one band of 16 rows, chunks = ceil(k / 32) */
 GPTOSS_HD static inline uint64_t gptoss_tiled_band(int64_t chunks) {
@@ -49,14 +45,6 @@ GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) 
     return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) * (uint64_t)((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K) *
            GPTOSS_MXFP4_TILE_BYTES;
 }
-
-/* One layer's KV cache as a fork walks every layer (kv_fork.hip): keys and
- * values [slots][positions][Hkv D], position p at p % positions (ctx, or
- * a windowed layer's ring). */
-typedef struct {
-    void *k, *v;
-    int32_t positions;
-} gptoss_kv_layer;
 
 /* The experts' GEMM tiles a step of rows rows can need: each expert's pairs
  * in tiles of tile_rows, the last one partial; never more than the pairs,

@@ -27,6 +27,7 @@
  * top ranks found by the same radix selection as top_k. */
 #include "device.h"
 #include "launchers.h"
+#include "../src/core/counter_rng.h"
 #include "../src/core/course_math.h"
 
 #include <limits.h>

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "synth.h" /* GPTOSS_HD */
+#include "host_device.h"
 
 /* a union, not memcpy: HIP on AMD has no device memcpy in host/device code */
 typedef union {

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#include "synth.h" /* GPTOSS_HD */
+#include "host_device.h"
 
 /* expf as the CPU computes it. On the device, not CUDA's expf (documented
  * as up to 2 ulp off) but the double exp rounded to float: that equals

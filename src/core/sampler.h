@@ -30,8 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "counter_rng.h"
+#include "device_contract.h" /* the rows' sampling, logit bias and logprobs */
 #include "status.h"
-#include "synth.h"
 
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
@@ -48,51 +49,8 @@ typedef struct {
     uint64_t seed;     /* default mode: the draw key; course mode: the initial xorshift state */
 } gptoss_sample_params;
 
-/* u in [0, 1) on a 2^-53 grid from (seed, position), for host and device */
-GPTOSS_HD static inline double gptoss_sample_uniform(uint64_t seed, uint64_t position) {
-    uint64_t key = gptoss_mix64(seed ^ 0x243F6A8885A308D3ull);
-    return (double)(gptoss_mix64(key + (position + 1) * 0x9E3779B97F4A7C15ull) >> 11) *
-           (1.0 / 9007199254740992.0);
-}
-
-/* One entry of a logit bias: the draw sees logits[id] + bias, a float sum
- * (bias -inf bans the token). A list holds each id once, in ascending order. */
-typedef struct {
-    int32_t id;
-    float bias;
-} gptoss_logit_bias;
-
-/* entries one list may hold; top entries logprobs may ask for */
-#define GPTOSS_MAX_LOGIT_BIAS 1024
-#define GPTOSS_MAX_LOGPROBS 20
-
 /* why a row cannot be drawn when its bias is to blame */
 #define GPTOSS_BIAS_BANS_ALL "logit_bias bans every token that could be chosen (every logit is -inf after the bias)"
-
-/* One row's default-mode sampling as the GPU sampler reads it (plain data,
- * uploaded with the step; all zero is a greedy row without bias or
- * logprobs). temperature 0 is greedy; the other fields are
- * gptoss_sample_params' after gptoss_sample_params_check. */
-typedef struct {
-    uint64_t seed;
-    uint64_t position; /* the draw key: the position the chosen token will take */
-    double top_p, min_p;
-    float temperature;
-    int32_t top_k;
-    int32_t slot;          /* whose logit bias list applies (an engine keeps one per slot) */
-    int32_t n_bias;        /* its entries; 0: none */
-    int32_t want_logprobs; /* 1: report the row's log-probabilities */
-    int32_t top_logprobs;  /* with that many most likely tokens (0..GPTOSS_MAX_LOGPROBS) */
-} gptoss_row_sampling;
-
-/* One row's log-probabilities, as gptoss_logprobs defines them, of the
- * logits after the row's bias (plain data, written on the device too). */
-typedef struct {
-    double logprob;                          /* the chosen token's */
-    double top_logprob[GPTOSS_MAX_LOGPROBS]; /* the n_top most likely tokens' */
-    int32_t top_id[GPTOSS_MAX_LOGPROBS];     /* (logit desc, id asc) */
-    int32_t n_top;                           /* -1: the row asked for none */
-} gptoss_row_logprobs;
 
 /* A slot's default-mode parameters (checked) as one row's sampling, keyed
  * by the position the row's token will take. */

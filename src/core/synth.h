@@ -20,11 +20,8 @@
 
 #include <stdint.h>
 
-#if defined(__HIPCC__) || defined(__CUDACC__)
-#define GPTOSS_HD __host__ __device__
-#else
-#define GPTOSS_HD
-#endif
+#include "counter_rng.h"
+#include "host_device.h"
 
 typedef enum { GPTOSS_SYNTH_UNIFORM, GPTOSS_SYNTH_NORM, GPTOSS_SYNTH_MXFP4 } gptoss_synth_kind;
 
@@ -37,12 +34,6 @@ typedef struct {
     int32_t scale_exp;
     int64_t n_in;      /* row length (the input dimension) for MXFP4 blocks */
 } gptoss_synth_param;
-
-GPTOSS_HD static inline uint64_t gptoss_mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 GPTOSS_HD static inline uint64_t gptoss_synth_key(uint64_t seed, uint64_t tensor) {
     return gptoss_mix64(seed ^ ((tensor + 1) * 0xD1B54A32D192ED03ull));

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "hip_runtime_compat.h"
+#include "../../kernels/platform.h"
 
 extern "C" const char *gptoss_hip_platform(void) {
 #if defined(__HIP_PLATFORM_NVIDIA__)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../kernels/layout.h"
+#include "../core/device_contract.h"
 #include "../core/engine.h"
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-/* Include this instead of <hip/hip_runtime.h>.
+/* The HIP runtime on every platform, for the kernels and the GPU engine
+ * alike: include this instead of <hip/hip_runtime.h>.
  *
  * On AMD it is that header. On NVIDIA, Debian's HIP 5.2 headers wrap CUDA
  * runtime calls that CUDA 12 and 13 removed or re-signed, and every wrapper
@@ -10,8 +11,8 @@
  * hipErrorNotSupported; hipGetDeviceProperties leaves the clock, compute
  * mode and timeout fields at 0 (query them as attributes); graph edge APIs
  * use default edge data. */
-#ifndef GPTOSS_HIP_RUNTIME_COMPAT_H
-#define GPTOSS_HIP_RUNTIME_COMPAT_H
+#ifndef GPTOSS_KERNELS_PLATFORM_H
+#define GPTOSS_KERNELS_PLATFORM_H
 
 #if !defined(__HIP_PLATFORM_NVIDIA__)
 #include <hip/hip_runtime.h>
