@@ -1,4 +1,4 @@
-# The products of wgmma_gemm.cu through torch (cuBLAS), one JSON line each: the vendor figures in RESULTS.md.
+# The products of wgmma_gemm.cu through torch (cuBLAS), one JSON line each: the vendor figures in docs/decisions.md (Hopper GEMM).
 #   python3 vendor_dense.py
 import json, torch
 shapes = [("qkv", 5120, 2880), ("o", 2880, 4096), ("mlp1", 5760, 2880), ("mlp2", 2880, 2880), ("logits", 201088, 2880)]
