@@ -24,12 +24,15 @@
  *    memory, [n][k] weights only) for the other dense GEMMs of many rows,
  *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
  *    sums) for the dense GEMMs whose 128 x 128 blocks fill a wave and
- *    for the experts beyond 16 rows per expert, in place of the staged. */
+ *    for the experts beyond 16 rows per expert, in place of the staged.
+ * The matrix-core families are templates over the weights' format
+ * (weight_formats.h: bf16, or MXFP4 codes decoded in registers). */
 #include "gemm_exact.h"
 #include "gemm_staged.h"
 #include "gemm_stream.h"
 #include "gemm_tiled.h"
-#include "gemm_wgmma.h"
+#include "gemm_wgmma_launch.h"
+#include "weight_formats.h"
 
 /* rows per tile of a dense GEMM in bf16 mode: the largest that still gives
  * the GPU a few hundred blocks (any choice computes the same bits) */
@@ -68,20 +71,25 @@ int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode) {
            a->n == (rope.n_heads + 2 * rope.n_kv_heads) * 64;
 }
 
-hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
-                              const gptoss_gpu_shape *dev, hipStream_t stream) {
-    int bm = a->tiles ? a->tile_rows : bf16_mode ? dense_tile_rows(a) : EX_BM;
-    if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a, bf16_mode))
-        return hipErrorInvalidValue;
-    int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
-    if (row_blocks <= 0)
-        return hipSuccess;
+/* The kernel family a GEMM runs on; any gives the same bits. */
+enum gemm_family {
+    GEMM_EXACT,  /* fp32 mode */
+    GEMM_HOPPER, /* gemm_wgmma.h */
+    GEMM_STAGED, /* gemm_staged.h */
+    GEMM_STREAM, /* gemm_stream.h */
+    GEMM_TILED,  /* gemm_tiled.h */
+    GEMM_NONE    /* a tile table sized for the Hopper GEMM, which this device cannot take */
+};
+
+/* bm: rows per tile (grouped: the table's), row_blocks: tiles */
+static gemm_family choose_family(const gptoss_gemm_args *a, int bf16_mode, int bm, int row_blocks,
+                                 const gptoss_gpu_shape *dev) {
     if (!bf16_mode)
-        return launch_gemm_exact(a, row_blocks, stream);
+        return GEMM_EXACT;
     if (gemm_wgmma_takes(a, dev))
-        return launch_gemm_wgmma(a, max_tiles, dev, stream);
-    if (a->tiles && bm == WG_BT) /* a tile table sized for the Hopper GEMM, which this one cannot take */
-        return hipErrorInvalidValue;
+        return GEMM_HOPPER;
+    if (a->tiles && bm == WG_BT)
+        return GEMM_NONE;
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
      * tiled weights (the tiled kernel reads rows of k), and dense 64-row
      * tiles when the staged grid fills a wave of two blocks per
@@ -92,10 +100,36 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_
     const int col_blocks = (a->n + ST_BN - 1) / ST_BN;
     const bool dense_wave = !a->tiles && bm == ST_BM && (long)row_blocks * col_blocks >= 2L * dev->multiprocessors;
     if (((a->tiles || a->w_tiled) && bm > 16) || dense_wave)
-        return launch_gemm_staged(a, row_blocks, bm, dev, stream);
-    if (bm == 16)
-        return launch_gemm_stream(a, row_blocks, dev, stream);
-    return launch_gemm_tiled(a, row_blocks, bm, dev, stream);
+        return GEMM_STAGED;
+    return bm == 16 ? GEMM_STREAM : GEMM_TILED;
+}
+
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
+                              const gptoss_gpu_shape *dev, hipStream_t stream) {
+    int bm = a->tiles ? a->tile_rows : bf16_mode ? dense_tile_rows(a) : EX_BM;
+    if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a, bf16_mode))
+        return hipErrorInvalidValue;
+    int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
+    if (row_blocks <= 0)
+        return hipSuccess;
+    const gemm_family family = choose_family(a, bf16_mode, bm, row_blocks, dev);
+    if (family == GEMM_EXACT)
+        return launch_gemm_exact(a, row_blocks, stream);
+    return with_weight_format(a, [&](auto format) {
+        typedef decltype(format) W;
+        switch (family) {
+        case GEMM_HOPPER:
+            return launch_gemm_wgmma<W>(a, max_tiles, dev, stream);
+        case GEMM_STAGED:
+            return launch_gemm_staged<W>(a, row_blocks, bm, dev, stream);
+        case GEMM_STREAM:
+            return launch_gemm_stream<W>(a, row_blocks, dev, stream);
+        case GEMM_TILED: /* [n][k] bf16 weights only */
+            return W::CODED ? hipErrorInvalidValue : launch_gemm_tiled(a, row_blocks, bm, dev, stream);
+        default:
+            return hipErrorInvalidValue;
+        }
+    });
 }
 
 int gptoss_gemm_wgmma_built(hipStream_t stream) {

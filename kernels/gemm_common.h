@@ -6,6 +6,7 @@
 #ifndef GPTOSS_KERNELS_GEMM_COMMON_H
 #define GPTOSS_KERNELS_GEMM_COMMON_H
 
+#include "bf16.h"
 #include "device.h"
 #include "launchers.h"
 #include "mxfp4.h"
@@ -117,33 +118,6 @@ __device__ __forceinline__ const bf16 *x_row(const gptoss_gemm_args &a, const ro
     if (p >= t.end)
         return nullptr;
     return (const bf16 *)a.x + (size_t)x_index(a, p) * a.k;
-}
-
-/* the tile's expert's weights, [n][k] or tiled (layout.h) */
-__device__ __forceinline__ const bf16 *expert_w(const gptoss_gemm_args &a, const row_tile &t) {
-    return (const bf16 *)a.w + (size_t)t.expert * (a.w_tiled ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
-}
-
-/* A lane's weight pieces of one chunk as a ring keeps them: bf16 pieces,
- * or MXFP4 codes and scales (mxfp4.h) turned into them when multiplied. */
-struct bf16_pieces {
-    uint4 v[tile16::PIECES];
-    __device__ __forceinline__ void to_bf16(uint4 (&w)[tile16::PIECES]) const {
-#pragma unroll
-        for (int j = 0; j < tile16::PIECES; j++)
-            w[j] = v[j];
-    }
-};
-template <bool MX> struct weight_pieces {
-    typedef bf16_pieces type;
-};
-template <> struct weight_pieces<true> {
-    typedef mxfp4_pieces type;
-};
-
-/* the same in MXFP4 tiles */
-__device__ __forceinline__ const uint8_t *expert_w_mxfp4(const gptoss_gemm_args &a, const row_tile &t) {
-    return (const uint8_t *)a.w + (size_t)t.expert * gptoss_mxfp4_tiled_bytes(a.n, a.k);
 }
 
 } // namespace

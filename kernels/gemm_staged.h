@@ -14,9 +14,10 @@
  * memory at the end, so both kernels compute the same bits. A stage row is
  * a row's 8 pieces of 16 bytes, swizzled in odd rows (index ^ 4): the 8
  * lanes of a quarter warp, reading 4 pieces of two adjacent rows, then hit
- * distinct banks. With MXFP4 weights (MX) a stage holds the 16 tiles of
- * the block's 8 bands at its two chunks as they lie in memory (a quarter of
- * the bytes), which each warp turns into the same bf16 pieces. */
+ * distinct banks. With a coded weight format W (MXFP4) a stage holds the
+ * 16 tiles of the block's 8 bands at its two chunks as they lie in memory
+ * (a quarter of the bytes), which each warp turns into the same bf16
+ * pieces. */
 #ifndef GPTOSS_KERNELS_GEMM_STAGED_H
 #define GPTOSS_KERNELS_GEMM_STAGED_H
 
@@ -29,23 +30,24 @@ constexpr int ST_BM = 64, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPT
 constexpr int ST_RP = 2 * MX_KC / 8; /* pieces per stage row */
 static_assert(ST_THREADS / ST_RP % GPTOSS_TILE_ROWS == 0, "a copy pass covers whole bands of weight tiles");
 constexpr int ST_ODD_LD = ST_BN + 4; /* the odd sums' row stride, in floats */
-/* MXFP4: the bytes of a stage's weights, two tiles of each band */
-constexpr int ST_MX_W_BYTES = ST_BN / GPTOSS_TILE_ROWS * 2 * GPTOSS_MXFP4_TILE_BYTES;
-/* a stage: BM rows of X, then ST_BN rows of W (or their MXFP4 tiles) */
-__host__ __device__ constexpr size_t staged_stage_bytes(int bm, bool mx) {
-    return (size_t)bm * ST_RP * 16 + (mx ? (size_t)ST_MX_W_BYTES : (size_t)ST_BN * ST_RP * 16);
+/* a coded format's bytes of a stage's weights, two tiles of each band */
+template <class W> __host__ __device__ constexpr int staged_coded_bytes() { return ST_BN / GPTOSS_TILE_ROWS * 2 * W::TILE_BYTES; }
+/* a stage: BM rows of X, then ST_BN rows of W (or a coded format's tiles) */
+template <class W> __host__ __device__ constexpr size_t staged_stage_bytes(int bm) {
+    return (size_t)bm * ST_RP * 16 + (W::CODED ? (size_t)staged_coded_bytes<W>() : (size_t)ST_BN * ST_RP * 16);
 }
 /* the ring, which also holds the odd sums at the end */
-__host__ __device__ constexpr size_t staged_ring_bytes(int bm, int stages, bool mx) {
-    return stages * staged_stage_bytes(bm, mx) > (size_t)bm * ST_ODD_LD * 4 ? stages * staged_stage_bytes(bm, mx)
-                                                                            : (size_t)bm * ST_ODD_LD * 4;
+template <class W> __host__ __device__ constexpr size_t staged_ring_bytes(int bm, int stages) {
+    return stages * staged_stage_bytes<W>(bm) > (size_t)bm * ST_ODD_LD * 4 ? stages * staged_stage_bytes<W>(bm)
+                                                                           : (size_t)bm * ST_ODD_LD * 4;
 }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL, bool MX>
+template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
 __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP;
-    constexpr int ST_ROWS = MX ? BM : BM + ST_BN; /* rows copied as rows */
-    constexpr int ODD_LD = ST_ODD_LD, STAGE = (int)(staged_stage_bytes(BM, MX) / 16);
+    constexpr bool CODED = W::CODED;
+    constexpr int ST_ROWS = CODED ? BM : BM + ST_BN; /* rows copied as rows */
+    constexpr int ODD_LD = ST_ODD_LD, STAGE = (int)(staged_stage_bytes<W>(BM) / 16);
     extern __shared__ uint4 ring[]; /* [STAGES][STAGE]: X rows [BM][RP], then W rows [ST_BN][RP] or tiles */
     /* grouped: blockIdx.x is the column block, blockIdx.y the tile (see the launcher) */
     const bool grouped = a.tiles != nullptr;
@@ -57,8 +59,12 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     const bool computes = warp < ST_WARPS; /* 32-lane warps under 64-lane launch bounds only copy */
     const int groups = (t.end - t.begin + 15) / 16;
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
-    const bf16 *W = MX ? (const bf16 *)a.w : expert_w(a, t);
-    const uint8_t *W_mx = MX ? expert_w_mxfp4(a, t) : nullptr;
+    /* bf16 rows, or the base of a coded format's tiles; either also the
+     * address an empty copy names */
+    const bf16 *w_rows = CODED ? (const bf16 *)a.w : bf16_weights::matrix(a, t.expert);
+    const uint8_t *w_coded = nullptr;
+    if constexpr (CODED)
+        w_coded = W::matrix(a, t.expert);
     const int bands = (a.n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS;
 
     /* The thread copies piece tid % RP of stage rows tid / RP + PASS i, X
@@ -107,28 +113,28 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
                 if (!(copies >> i & 1))
                     continue;
                 const bool tiled_w = TILED && !is_x(i);
-                const bf16 *base = is_x(i) ? (const bf16 *)a.x : W;
+                const bf16 *base = is_x(i) ? (const bf16 *)a.x : w_rows;
                 uint4 *dst = buf + PASS * i * RP;
                 if (FULL) {
                     copy16_async(dst, base + (from[i] + s * (tiled_w ? 2 * GPTOSS_TILE_ELEMS : 2 * MX_KC)), true);
                     continue;
                 }
                 const bool valid = from[i] != ZEROS && (tiled_w ? tile_in : k_in);
-                const bf16 *row = valid ? base + (size_t)from[i] * a.k : W;
+                const bf16 *row = valid ? base + (size_t)from[i] * a.k : w_rows;
                 if (tiled_w)
-                    copy16_async(dst, valid ? W + gptoss_tiled_at(from[i], k, chunks) : W, valid);
+                    copy16_async(dst, valid ? w_rows + gptoss_tiled_at(from[i], k, chunks) : w_rows, valid);
                 else if (VEC)
-                    copy16_async(dst, valid ? row + k : W, valid);
+                    copy16_async(dst, valid ? row + k : w_rows, valid);
                 else
                     *dst = valid ? load8<false>(row, k, a.k) : make_uint4(0, 0, 0, 0);
             }
-            if constexpr (MX) { /* band b's tiles 2s and 2s + 1, adjacent in memory */
-                constexpr int PER_BAND = 2 * GPTOSS_MXFP4_TILE_BYTES / 16;
+            if constexpr (CODED) { /* band b's tiles 2s and 2s + 1, adjacent in memory */
+                constexpr int PER_BAND = 2 * W::TILE_BYTES / 16;
                 uint4 *w_stage = ring + (size_t)(s % STAGES) * STAGE + BM * RP;
-                for (int i = tid; i < ST_MX_W_BYTES / 16; i += ST_THREADS) {
+                for (int i = tid; i < staged_coded_bytes<W>() / 16; i += ST_THREADS) {
                     const int band = n0 / GPTOSS_TILE_ROWS + i / PER_BAND, part = i % PER_BAND;
                     const bool valid = band < bands && 2 * s + part / (PER_BAND / 2) < chunks;
-                    const uint8_t *src = valid ? mxfp4_tile(W_mx, band, 2 * s, chunks) + 16 * part : W_mx;
+                    const uint8_t *src = valid ? W::tile(w_coded, band, 2 * s, chunks) + 16 * part : w_coded;
                     copy16_async(w_stage + i, src, valid);
                 }
             }
@@ -158,9 +164,9 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
         uint4 wp[2][P]; /* the weight pieces, then each group's X pieces and products */
 #pragma unroll
         for (int n = 0; n < 2; n++) {
-            if constexpr (MX) {
-                mxfp4_pieces mp;
-                mp.load((const uint8_t *)(buf + BM * RP) + ((2 * wn + n) * 2 + parity) * GPTOSS_MXFP4_TILE_BYTES, lane);
+            if constexpr (CODED) {
+                typename W::pieces mp;
+                mp.load((const uint8_t *)(buf + BM * RP) + ((2 * wn + n) * 2 + parity) * W::TILE_BYTES, lane);
                 mp.to_bf16(wp[n]);
             } else {
 #pragma unroll
@@ -216,16 +222,16 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     }
 }
 
-template <int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL = false, bool MX = false>
+template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
 hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
-    const void *kernel = (const void *)gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL, MX>;
-    size_t bytes = staged_ring_bytes(BM, STAGES, MX);
+    const void *kernel = (const void *)gemm_staged_kernel<W, BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>;
+    size_t bytes = staged_ring_bytes<W>(BM, STAGES);
     if (bytes > 48 * 1024) {
         hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL, MX>), grid, dim3(ST_THREADS), bytes,
+    hipLaunchKernelGGL((gemm_staged_kernel<W, BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes,
                        stream, *a);
     return hipGetLastError();
 }
@@ -240,29 +246,32 @@ size_t shared_limit(int shared_per_sm) {
 /* two blocks of four stages per multiprocessor where shared memory holds
  * them (six stages, or 64-row tiles where 32 suffice, were slower), else
  * one of two stages */
-template <int BM, bool TILED, bool MX>
+template <class W, int BM, bool TILED>
 hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
     /* the kernel's FULL conditions: whole stages (two chunks), 32-bit offsets */
     const uint64_t w_elems = TILED ? gptoss_tiled_elems(a->n, a->k) : (uint64_t)a->n * a->k;
     const bool full = vec && a->k % (2 * MX_KC) == 0 && (uint64_t)a->rows * a->k < UINT32_MAX && w_elems < UINT32_MAX;
-    if (2 * staged_ring_bytes(BM, 4, MX) <= limit)
-        return full  ? launch_staged<BM, 4, 2, true, TILED, true, MX>(a, grid, stream)
-               : vec ? launch_staged<BM, 4, 2, true, TILED, false, MX>(a, grid, stream)
-                     : launch_staged<BM, 4, 2, false, TILED, false, MX>(a, grid, stream);
-    return full  ? launch_staged<BM, 2, 1, true, TILED, true, MX>(a, grid, stream)
-           : vec ? launch_staged<BM, 2, 1, true, TILED, false, MX>(a, grid, stream)
-                 : launch_staged<BM, 2, 1, false, TILED, false, MX>(a, grid, stream);
+    if (2 * staged_ring_bytes<W>(BM, 4) <= limit)
+        return full  ? launch_staged<W, BM, 4, 2, true, TILED, true>(a, grid, stream)
+               : vec ? launch_staged<W, BM, 4, 2, true, TILED, false>(a, grid, stream)
+                     : launch_staged<W, BM, 4, 2, false, TILED, false>(a, grid, stream);
+    return full  ? launch_staged<W, BM, 2, 1, true, TILED, true>(a, grid, stream)
+           : vec ? launch_staged<W, BM, 2, 1, true, TILED, false>(a, grid, stream)
+                 : launch_staged<W, BM, 2, 1, false, TILED, false>(a, grid, stream);
 }
 
-template <int BM>
+/* a coded format's matrices lie in tiles only */
+template <class W, int BM>
 hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
-    if (a->w_mxfp4)
-        return launch_staged_fit<BM, true, true>(a, grid, vec, limit, stream);
-    return a->w_tiled ? launch_staged_fit<BM, true, false>(a, grid, vec, limit, stream)
-                      : launch_staged_fit<BM, false, false>(a, grid, vec, limit, stream);
+    if constexpr (W::CODED)
+        return launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream);
+    else
+        return a->w_tiled ? launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream)
+                          : launch_staged_fit<W, BM, false>(a, grid, vec, limit, stream);
 }
 
 /* row_blocks tiles of bm rows, 32 or ST_BM (grouped: entries of the tile table) */
+template <class W>
 hipError_t launch_gemm_staged(const gptoss_gemm_args *a, int row_blocks, int bm, const gptoss_gpu_shape *dev,
                               hipStream_t stream) {
     /* Grouped: the column blocks of a tile are dispatched together
@@ -274,8 +283,8 @@ hipError_t launch_gemm_staged(const gptoss_gemm_args *a, int row_blocks, int bm,
     dim3 grid = a->tiles ? dim3(col_blocks, row_blocks) : dim3(row_blocks, col_blocks);
     const bool vec = a->k % 8 == 0;
     size_t limit = shared_limit(dev->shared_per_sm);
-    return bm == 32 ? launch_staged_rows<32>(a, grid, vec, limit, stream)
-                    : launch_staged_rows<ST_BM>(a, grid, vec, limit, stream);
+    return bm == 32 ? launch_staged_rows<W, 32>(a, grid, vec, limit, stream)
+                    : launch_staged_rows<W, ST_BM>(a, grid, vec, limit, stream);
 }
 
 } // namespace

@@ -9,9 +9,9 @@
  * a multiprocessor holds (registers): six at DEPTH 3, four at 5, two at 8
  * (the launcher picks by the grid).
  *
- * With MXFP4 weights (MX: the experts' tiles, mxfp4.h) a lane's ring
- * holds its code words and scales, a quarter of the bytes, and turns them
- * into the same bf16 pieces just before they are multiplied.
+ * With a coded weight format W (MXFP4: the experts' tiles, mxfp4.h) a
+ * lane's ring holds its code words and scales, a quarter of the bytes, and
+ * turns them into the same bf16 pieces just before they are multiplied.
  *
  * With the ROPE_KV epilogue (a qkv projection, heads of 64) block y takes
  * outputs 16 (y % 2).. of head y / 2 and the 16 half a head further, so
@@ -36,10 +36,11 @@ constexpr int STREAM_BN = 32;
  * row (their sums are never stored): the loads need no checks. With them
  * the dense GEMMs at 64 rows issued an instruction every other cycle, and
  * the depth-3 kernel spilled; without them it does not. */
-template <int DEPTH, bool VEC, bool FULL, bool MX>
+template <class W, int DEPTH, bool VEC, bool FULL>
 __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
-    typedef typename weight_pieces<MX>::type WP;
+    constexpr bool CODED = W::CODED;
+    typedef typename W::pieces WP;
     row_tile t;
     if (!block_rows(a, blockIdx.x, 16, t))
         return;
@@ -49,19 +50,21 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     int n0 = rope ? (blockIdx.y >> 1) * 64 + (blockIdx.y & 1) * 16 + 32 * (warp >> 1)
                   : blockIdx.y * BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
-    const bf16 *W = MX ? nullptr : expert_w(a, t);
+    const bf16 *w_rows = CODED ? nullptr : bf16_weights::matrix(a, t.expert);
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int r = tile16::piece_row(lane, j);
         const bf16 *x = x_row(a, t, FULL ? min(t.begin + r, t.end - 1) : t.begin + r);
         src[0][j] = x ? x + kofs : nullptr;
-        src[1][j] = MX || n0 + r >= a.n ? nullptr
-                    : a.w_tiled         ? W + gptoss_tiled_at(n0 + r, kofs, chunks)
-                                        : W + (size_t)(n0 + r) * a.k + kofs;
+        src[1][j] = CODED || n0 + r >= a.n ? nullptr
+                    : a.w_tiled            ? w_rows + gptoss_tiled_at(n0 + r, kofs, chunks)
+                                           : w_rows + (size_t)(n0 + r) * a.k + kofs;
     }
-    /* MXFP4: the warp's 16 rows are one band of tiles, a chunk a tile further */
-    const uint8_t *w_tiles = MX && n0 < a.n ? mxfp4_tile(expert_w_mxfp4(a, t), n0 / 16, 0, chunks) : nullptr;
+    /* coded: the warp's 16 rows are one band of tiles, a chunk a tile further */
+    const uint8_t *w_tiles = nullptr;
+    if constexpr (CODED)
+        w_tiles = n0 < a.n ? W::tile(W::matrix(a, t.expert), n0 / 16, 0, chunks) : nullptr;
     /* tiled weights: a chunk further is a tile further, zeros past k */
     const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
     /* chunk c0 + ahead, ahead known when the ring is unrolled: FULL loads
@@ -75,8 +78,8 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
 #pragma unroll
             for (int j = 0; j < P; j++)
                 xb[j] = *(const uint4 *)(src[0][j] + (size_t)c0 * MX_KC + ahead * MX_KC);
-            if constexpr (MX)
-                wb.load(w_tiles + (size_t)c0 * GPTOSS_MXFP4_TILE_BYTES + ahead * GPTOSS_MXFP4_TILE_BYTES, lane);
+            if constexpr (CODED)
+                wb.load(w_tiles + (size_t)c0 * W::TILE_BYTES + ahead * W::TILE_BYTES, lane);
             else
 #pragma unroll
                 for (int j = 0; j < P; j++)
@@ -85,9 +88,9 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
 #pragma unroll
             for (int j = 0; j < P; j++)
                 xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
-            if constexpr (MX) {
+            if constexpr (CODED) {
                 if (w_tiles && c < chunks)
-                    wb.load(w_tiles + (size_t)c * GPTOSS_MXFP4_TILE_BYTES, lane);
+                    wb.load(w_tiles + (size_t)c * W::TILE_BYTES, lane);
                 else
                     wb.zero();
             } else {
@@ -160,12 +163,13 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     }
 }
 
-template <int DEPTH, bool MX> gemm_kernel_t stream_kernel(bool vec, bool full) {
-    return full  ? gemm_stream_kernel<DEPTH, true, true, MX>
-           : vec ? gemm_stream_kernel<DEPTH, true, false, MX> : gemm_stream_kernel<DEPTH, false, false, MX>;
+template <class W, int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
+    return full  ? gemm_stream_kernel<W, DEPTH, true, true>
+           : vec ? gemm_stream_kernel<W, DEPTH, true, false> : gemm_stream_kernel<W, DEPTH, false, false>;
 }
 
 /* row_blocks tiles of 16 rows (grouped: entries of the tile table) */
+template <class W>
 hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
                               hipStream_t stream) {
     /* The ring is as deep as the grid lets it be: a grid the
@@ -173,18 +177,21 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
      * flight per warp); a dense one of more than 4 but at most 6 blocks
      * per multiprocessor takes depth 3, which holds 6 (one wave, where a
      * deeper ring would need two); any other takes depth 5, which holds 4
-     * (the experts' grids were slower at 3). MXFP4 experts are the
-     * exception: their kernel is bound by issuing the dequantization
-     * rather than by memory, so beyond one wave of depth 8 six blocks of
-     * depth 3 hide more latency than four of depth 5. */
+     * (the experts' grids were slower at 3). Coded formats are the
+     * exception: MXFP4 experts' kernel is bound by issuing the
+     * dequantization rather than by memory, so beyond one wave of depth 8
+     * six blocks of depth 3 hide more latency than four of depth 5. */
     const bool grouped = a->tiles != nullptr, vec = a->k % 8 == 0;
     dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
     long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
     const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
-    gemm_kernel_t kernel = a->w_mxfp4   ? (blocks <= fit ? stream_kernel<8, true>(vec, full) : stream_kernel<3, true>(vec, full))
-                           : blocks <= fit ? stream_kernel<8, false>(vec, full)
-                           : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<3, false>(vec, full)
-                                                                               : stream_kernel<5, false>(vec, full);
+    gemm_kernel_t kernel;
+    if constexpr (W::CODED)
+        kernel = blocks <= fit ? stream_kernel<W, 8>(vec, full) : stream_kernel<W, 3>(vec, full);
+    else
+        kernel = blocks <= fit                                        ? stream_kernel<W, 8>(vec, full)
+                 : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<W, 3>(vec, full)
+                                                                      : stream_kernel<W, 5>(vec, full);
     hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
     return hipGetLastError();
 }

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
     int n0 = blockIdx.y * MX_BN, wm = warp / (4 / MT), wn = warp % (4 / MT);
     const bool active = t.begin + 16 * wm < t.end;
     const int chunks = (a.k + MX_KC - 1) / MX_KC;
-    const bf16 *W = expert_w(a, t);
+    const bf16 *W = bf16_weights::matrix(a, t.expert);
 
     const bf16 *src[PER]; /* piece q: row q / 4 (X rows, then W rows), k 8 (q % 4) */
 #pragma unroll

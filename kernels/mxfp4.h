@@ -24,6 +24,7 @@
 #include "device.h"
 #include "layout.h"
 #include "matrix_core.h"
+#include "../src/core/device_contract.h"
 
 namespace {
 
@@ -133,10 +134,20 @@ struct mxfp4_pieces {
     }
 };
 
-/* the tile of an MXFP4 matrix [n][k] holding rows band 16.. at chunk c */
-__device__ __forceinline__ const uint8_t *mxfp4_tile(const uint8_t *w, int band, int c, int chunks) {
-    return w + ((size_t)band * chunks + c) * GPTOSS_MXFP4_TILE_BYTES;
-}
+/* MXFP4 as a weight format of the GEMM families (bf16.h says what one gives) */
+struct mxfp4_weights {
+    static constexpr bool CODED = true;
+    static constexpr int TILE_BYTES = GPTOSS_MXFP4_TILE_BYTES;
+    typedef mxfp4_pieces pieces;
+
+    __device__ static __forceinline__ const uint8_t *matrix(const gptoss_gemm_args &a, int expert) {
+        return (const uint8_t *)a.w + (size_t)expert * gptoss_mxfp4_tiled_bytes(a.n, a.k);
+    }
+    /* the tile of an MXFP4 matrix [n][k] holding rows band 16.. at chunk c */
+    __device__ static __forceinline__ const uint8_t *tile(const uint8_t *m, int band, int c, int chunks) {
+        return m + ((size_t)band * chunks + c) * TILE_BYTES;
+    }
+};
 
 } // namespace
 

@@ -1,0 +1,122 @@
+/* The Hopper GEMM's host side (gemm_wgmma.h is the device side): whether a
+ * GEMM takes it, the tensor maps of its rows and weights, and the launch.
+ * Tensor maps are encoded per launch with the driver's
+ * cuTensorMapEncodeTiled, reached through the runtime, so nothing links
+ * libcuda. */
+#ifndef GPTOSS_KERNELS_GEMM_WGMMA_LAUNCH_H
+#define GPTOSS_KERNELS_GEMM_WGMMA_LAUNCH_H
+
+#include "gemm_wgmma.h"
+
+#include <string.h>
+
+namespace {
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill);
+
+/* a bf16 [rows][width] matrix of row stride `stride` elements in boxes of box_k x box_rows;
+ * swizzled: the 128-byte swizzle (box_k 64) */
+static hipError_t encode_map(CUtensorMap *map, const void *base, int64_t rows, int64_t width, int64_t stride,
+                             int box_k, int box_rows, bool swizzled) {
+    static tensor_map_encoder encode = nullptr;
+    if (!encode) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            return hipErrorNotSupported;
+        encode = (tensor_map_encoder)f;
+    }
+    cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)stride * 2};
+    cuuint32_t box[2] = {(cuuint32_t)box_k, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, unit,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? hipSuccess : hipErrorInvalidValue;
+}
+
+#endif
+
+/* Whether this GEMM can run on gemm_wgmma_kernel: bf16 weights or MXFP4
+ * tiles on a device that has it, with a permutation scratch, storing, adding
+ * into the residual (dense) or applying SwiGLU (grouped); [n][k] weights
+ * need rows of whole 16 bytes for their tensor map. Dense GEMMs take it
+ * where its blocks fill a wave (one block per multiprocessor: short of
+ * that the other families' smaller blocks keep more of the GPU busy);
+ * grouped ones where the caller sized the tile table for it
+ * (gptoss_moe_tile_rows). */
+bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    const bool epilogue = a->tiles ? a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_SWIGLU
+                                   : a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL;
+    return dev->wgmma && a->x_perm && epilogue && (a->w_tiled || a->k % 8 == 0);
+}
+
+bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    if (a->tiles)
+        return a->tile_rows == WG_BT && gemm_wgmma_fits(a, dev);
+    const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
+    return !a->x_rows && !a->w_mxfp4 && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
+}
+
+/* max_tiles: the grouped launch's tile table size */
+template <class W>
+hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
+                             hipStream_t stream) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const int kp = wgmma_k_padded(a->k);
+    const int64_t pieces = (int64_t)a->rows * (kp / 8);
+    hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
+                       (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
+    CUtensorMap xmap_tile, xmap_group, wmap;
+    memset(&wmap, 0, sizeof wmap);
+    hipError_t e = encode_map(&xmap_tile, a->x_perm, a->rows, kp, kp, WG_KS, WG_BT, true);
+    if (e == hipSuccess)
+        e = encode_map(&xmap_group, a->x_perm, a->rows, kp, kp, WG_KS, WG_GROUP, true);
+    const int64_t matrices = a->tiles ? a->n_experts : 1;
+    if (e == hipSuccess && !a->w_tiled) /* read by the lanes, not by wgmma: the tiles' own layout */
+        e = encode_map(&wmap, a->w, matrices * a->n, a->k, a->k, MX_KC, WG_BO, false);
+    if (e != hipSuccess)
+        return e;
+    auto kernel = gemm_wgmma_kernel<W, WG_BY_TILES>;
+    if constexpr (!W::CODED) /* a coded format's matrices lie in tiles only */
+        if (!a->w_tiled)
+            kernel = gemm_wgmma_kernel<W, WG_BY_MAP>;
+    const int smem = wg_ring<W>::SMEM;
+    e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != hipSuccess)
+        return e;
+    /* Items in order (wg_items), one block per multiprocessor taking every
+     * gridDim.x-th, except for bf16 experts: bound by memory, they ran 13%
+     * slower that way than with a block per item, which the GPU hands out
+     * as blocks finish (coded experts, MXFP4's, ran 9% faster persistent,
+     * the unembedding 4%). Dense: the row blocks of one weight block come one
+     * after another, so they run side by side and its weights come from
+     * memory once and the rows (a few MiB) from L2. Grouped, all the pairs'
+     * rows would not stay in L2 for every column block: the items go in
+     * bands of WG_BAND column blocks, tile after tile within a band, so a
+     * tile's rows serve the band from L2 and an expert's weight block serves
+     * its tiles, adjacent in the table, from L2. */
+    const int col_blocks = (a->n + WG_BO - 1) / WG_BO, row_blocks = a->tiles ? max_tiles : (a->rows + WG_BT - 1) / WG_BT;
+    if ((int64_t)row_blocks * col_blocks > INT32_MAX)
+        return hipErrorInvalidValue;
+    const int items = row_blocks * col_blocks;
+    const int blocks = a->tiles && !W::CODED ? items : min(items, dev->multiprocessors);
+    hipLaunchKernelGGL(kernel, dim3(blocks), dim3(384), smem, stream, *a, row_blocks, xmap_tile, xmap_group, wmap);
+    return hipGetLastError();
+#else
+    (void)a;
+    (void)max_tiles;
+    (void)dev;
+    (void)stream;
+    return hipErrorNotSupported;
+#endif
+}
+
+} // namespace
+
+#endif
