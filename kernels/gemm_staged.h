@@ -42,12 +42,99 @@ template <class W> __host__ __device__ constexpr size_t staged_ring_bytes(int bm
                                                                            : (size_t)bm * ST_ODD_LD * 4;
 }
 
+/* Which stage rows a thread copies, and from where. The thread copies
+ * piece tid % RP of stage rows tid / RP + PASS i, X rows then W rows (a
+ * coded format's tiles are copied apart), each from a source looked up once
+ * here: per stage a copy costs an address computation, not the row's lookup
+ * (which would be most of the loop's instructions). X rows of groups the
+ * tile leaves empty are never multiplied and not copied.
+ *
+ * FULL: every stage is two whole chunks and every offset fits 32 bits.
+ * Then rows past the tile read its last row and weight rows past n the
+ * last one (their sums are never stored), so no copy needs a check: a copy
+ * reads the row's offset plus a fixed step per stage (two chunks; tiled
+ * weights: two tiles). Otherwise the thread keeps row numbers (ZEROS past
+ * the tile or n) and checks k. */
+template <class W, int BM> struct staged_copy {
+    static constexpr int RP = ST_RP, PASS = ST_THREADS / RP;
+    static constexpr int ROWS = W::CODED ? BM : BM + ST_BN; /* rows copied as rows */
+    static constexpr int NI = (ROWS + PASS - 1) / PASS;
+    static constexpr uint32_t ZEROS = ~0u;
+
+    /* whether the thread's row i is an X row */
+    __device__ static __forceinline__ bool is_x(int row0, int i) {
+        return BM % PASS == 0 ? PASS * i < BM : row0 + PASS * i < BM;
+    }
+
+    /* from[i]: row i's source; returns the rows copied (bit i: row i) */
+    template <bool TILED, bool FULL>
+    __device__ static __forceinline__ unsigned sources(const gptoss_gemm_args &a, const row_tile &t, int n0, int groups,
+                                                       int chunks, uint32_t (&from)[NI]) {
+        const int piece = threadIdx.x % RP, row0 = threadIdx.x / RP;
+        unsigned copies = 0;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int r = row0 + PASS * i;
+            const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r;
+            const int o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
+            from[i] = ZEROS;
+            if (r >= ROWS || (is_x(row0, i) && r >= 16 * groups))
+                continue;
+            copies |= 1u << i;
+            if (is_x(row0, i) && p < t.end) {
+                const uint32_t row = x_index(a, p);
+                from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
+            } else if (!is_x(row0, i) && o < a.n) {
+                from[i] = !FULL  ? o
+                          : TILED ? (uint32_t)gptoss_tiled_at(o, 8 * piece, chunks)
+                                  : (uint32_t)o * (uint32_t)a.k + 8 * piece;
+            }
+        }
+        return copies;
+    }
+};
+
+/* The block's sums into the epilogue: the odd warps' through shared
+ * memory (odd, the ring's bytes) to the even ones, which store. */
+template <int BM>
+__device__ __forceinline__ void staged_store(const gptoss_gemm_args &a, const row_tile &t,
+                                             const tile16::acc_t (&acc)[BM / 16][2], float *odd, int groups, int n0,
+                                             int wn, int parity, int lane, bool computes) {
+    constexpr int MT = BM / 16, ODD_LD = ST_ODD_LD;
+#pragma unroll
+    for (int half = 1; half >= 0; half--) { /* odd warps store, even warps finish */
+        if (computes && parity == half)
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                if (m >= groups)
+                    break;
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+#pragma unroll
+                    for (int i = 0; i < tile16::N; i += 2) {
+                        int row, col;
+                        if (!tile16::coords(i, lane, row, col))
+                            continue;
+                        int ocol = 32 * wn + 16 * n + col, p = t.begin + 16 * m + row, o = n0 + ocol;
+                        float *e = odd + (16 * m + row) * ODD_LD + ocol;
+                        if (half == 1) {
+                            e[0] = acc[m][n][i];
+                            e[1] = acc[m][n][i + 1];
+                        } else if (p < t.end && o < a.n) {
+                            epilogue<bf16>(a, t, p, o, acc[m][n][i] + e[0], acc[m][n][i + 1] + e[1]);
+                        }
+                    }
+            }
+        if (half == 1)
+            __syncthreads();
+    }
+}
+
 template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
 __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP;
     constexpr bool CODED = W::CODED;
-    constexpr int ST_ROWS = CODED ? BM : BM + ST_BN; /* rows copied as rows */
-    constexpr int ODD_LD = ST_ODD_LD, STAGE = (int)(staged_stage_bytes<W>(BM) / 16);
+    constexpr int STAGE = (int)(staged_stage_bytes<W>(BM) / 16);
     extern __shared__ uint4 ring[]; /* [STAGES][STAGE]: X rows [BM][RP], then W rows [ST_BN][RP] or tiles */
     /* grouped: blockIdx.x is the column block, blockIdx.y the tile (see the launcher) */
     const bool grouped = a.tiles != nullptr;
@@ -66,43 +153,13 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     if constexpr (CODED)
         w_coded = W::matrix(a, t.expert);
     const int bands = (a.n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS;
-
-    /* The thread copies piece tid % RP of stage rows tid / RP + PASS i, X
-     * rows then W rows, each from a source looked up once here: per stage a
-     * copy costs an address computation, not the row's lookup (which would
-     * be most of the loop's instructions). X rows of groups the tile leaves
-     * empty are never multiplied and not copied.
-     *
-     * FULL: every stage is two whole chunks and every offset fits 32 bits.
-     * Then rows past the tile read its last row and weight rows past n the
-     * last one (their sums are never stored), so no copy needs a check: a
-     * copy reads the row's offset plus a fixed step per stage (two chunks;
-     * tiled weights: two tiles). Otherwise the thread keeps row numbers
-     * (ZEROS past the tile or n) and checks k. */
-    constexpr int NI = (ST_ROWS + PASS - 1) / PASS;
-    constexpr uint32_t ZEROS = ~0u;
+    constexpr int NI = staged_copy<W, BM>::NI;
+    constexpr uint32_t ZEROS = staged_copy<W, BM>::ZEROS;
     const int piece = tid % RP, row0 = tid / RP;
-    auto is_x = [&](int i) { return BM % PASS == 0 ? PASS * i < BM : row0 + PASS * i < BM; };
+    auto is_x = [&](int i) { return staged_copy<W, BM>::is_x(row0, i); };
     uint32_t from[NI]; /* one register each, not a pointer's two: the 64-row kernel spilled */
-    unsigned copies = 0; /* bit i: row i is copied */
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-        const int r = row0 + PASS * i;
-        const int p = FULL ? min(t.begin + r, t.end - 1) : t.begin + r;
-        const int o = FULL ? min(n0 + r - BM, a.n - 1) : n0 + r - BM;
-        from[i] = ZEROS;
-        if (r >= ST_ROWS || (is_x(i) && r >= 16 * groups))
-            continue;
-        copies |= 1u << i;
-        if (is_x(i) && p < t.end) {
-            const uint32_t row = x_index(a, p);
-            from[i] = FULL ? row * (uint32_t)a.k + 8 * piece : row;
-        } else if (!is_x(i) && o < a.n) {
-            from[i] = !FULL  ? o
-                      : TILED ? (uint32_t)gptoss_tiled_at(o, 8 * piece, chunks)
-                              : (uint32_t)o * (uint32_t)a.k + 8 * piece;
-        }
-    }
+    const unsigned copies = staged_copy<W, BM>::template sources<TILED, FULL>(a, t, n0, groups, chunks, from);
+    /* stage s's copies into its ring buffer (none past the last stage), one group */
     auto issue = [&](int s) {
         if (s < stages) {
             uint4 *buf = ring + (size_t)(s % STAGES) * STAGE + row0 * RP + (piece ^ ((row0 & 1) << 2));
@@ -164,7 +221,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
         uint4 wp[2][P]; /* the weight pieces, then each group's X pieces and products */
 #pragma unroll
         for (int n = 0; n < 2; n++) {
-            if constexpr (CODED) {
+            if constexpr (W::CODED) {
                 typename W::pieces mp;
                 mp.load((const uint8_t *)(buf + BM * RP) + ((2 * wn + n) * 2 + parity) * W::TILE_BYTES, lane);
                 mp.to_bf16(wp[n]);
@@ -192,34 +249,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     }
     copy_wait<0>();
     __syncthreads(); /* the ring is free: the odd sums go through it */
-    float *odd = (float *)ring;
-#pragma unroll
-    for (int half = 1; half >= 0; half--) { /* odd warps store, even warps finish */
-        if (computes && parity == half)
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                if (m >= groups)
-                    break;
-#pragma unroll
-                for (int n = 0; n < 2; n++)
-#pragma unroll
-                    for (int i = 0; i < tile16::N; i += 2) {
-                        int row, col;
-                        if (!tile16::coords(i, lane, row, col))
-                            continue;
-                        int ocol = 32 * wn + 16 * n + col, p = t.begin + 16 * m + row, o = n0 + ocol;
-                        float *e = odd + (16 * m + row) * ODD_LD + ocol;
-                        if (half == 1) {
-                            e[0] = acc[m][n][i];
-                            e[1] = acc[m][n][i + 1];
-                        } else if (p < t.end && o < a.n) {
-                            epilogue<bf16>(a, t, p, o, acc[m][n][i] + e[0], acc[m][n][i + 1] + e[1]);
-                        }
-                    }
-            }
-        if (half == 1)
-            __syncthreads();
-    }
+    staged_store<BM>(a, t, acc, (float *)ring, groups, n0, wn, parity, lane, computes);
 }
 
 template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>

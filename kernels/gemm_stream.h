@@ -30,6 +30,55 @@ namespace {
  * each half as long, so a shorter tail after the last full wave */
 constexpr int STREAM_BN = 32;
 
+/* The block's sums into the epilogue: the even warps' through shared
+ * memory (even) to the odd ones, which store; with ROPE_KV the outputs
+ * stay there and the block rotates and stores each pair (i, i + 32) of its
+ * head's half. n0: the warp's first output. */
+__device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const row_tile &t, const tile16::acc_t &acc,
+                                             float *even, int n0, bool rope) {
+    constexpr int BN = STREAM_BN;
+    const int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
+#pragma unroll
+    for (int half = 0; half < 2; half++) { /* even, then odd + even */
+        if (parity == half)
+#pragma unroll
+            for (int i = 0; i < tile16::N; i += 2) {
+                int row, col;
+                if (!tile16::coords(i, lane, row, col))
+                    continue;
+                float *e = even + row * BN + 16 * (warp >> 1) + col;
+                int p = t.begin + row, o = n0 + col;
+                if (half == 0) {
+                    e[0] = acc[i];
+                    e[1] = acc[i + 1];
+                } else if (rope) { /* the outputs as a STORE would write them, for the pairs below */
+                    float v0 = e[0] + acc[i], v1 = e[1] + acc[i + 1];
+                    add_bias(a, t, o, v0, v1);
+                    e[0] = v0;
+                    e[1] = v1;
+                } else if (p < t.end && o < a.n) {
+                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
+                }
+            }
+        if (half == 0)
+            __syncthreads();
+    }
+    if (rope) {
+        __syncthreads();
+        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16;
+        for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
+            const int row = item / 16, c = item % 16, p = t.begin + row;
+            if (p >= t.end)
+                continue;
+            const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
+            if (a.rope.kv_bf16)
+                rope_store_head_pair<bf16>(a.rope, p, head, i0 + c, x0, x1);
+            else
+                rope_store_head_pair<float>(a.rope, p, head, i0 + c, x0, x1);
+        }
+    }
+}
+
 /* FULL: k a multiple of the chunk and n of the block's outputs, so every
  * load of a chunk lies in bounds (the ring skips chunks past the end,
  * which are never multiplied) and rows past the tile's end read its last
@@ -122,45 +171,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
             fetch(c, 2 * (d + DEPTH), x_ring[d], w_ring[d]);
         }
     }
-#pragma unroll
-    for (int half = 0; half < 2; half++) { /* even, then odd + even */
-        if (parity == half)
-#pragma unroll
-            for (int i = 0; i < tile16::N; i += 2) {
-                int row, col;
-                if (!tile16::coords(i, lane, row, col))
-                    continue;
-                float *e = even + row * BN + 16 * (warp >> 1) + col;
-                int p = t.begin + row, o = n0 + col;
-                if (half == 0) {
-                    e[0] = acc[i];
-                    e[1] = acc[i + 1];
-                } else if (rope) { /* the outputs as a STORE would write them, for the pairs below */
-                    float v0 = e[0] + acc[i], v1 = e[1] + acc[i + 1];
-                    add_bias(a, t, o, v0, v1);
-                    e[0] = v0;
-                    e[1] = v1;
-                } else if (p < t.end && o < a.n) {
-                    epilogue<bf16>(a, t, p, o, e[0] + acc[i], e[1] + acc[i + 1]);
-                }
-            }
-        if (half == 0)
-            __syncthreads();
-    }
-    if (rope) {
-        __syncthreads();
-        const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16;
-        for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
-            const int row = item / 16, c = item % 16, p = t.begin + row;
-            if (p >= t.end)
-                continue;
-            const float x0 = even[row * BN + c], x1 = even[row * BN + 16 + c];
-            if (a.rope.kv_bf16)
-                rope_store_head_pair<bf16>(a.rope, p, head, i0 + c, x0, x1);
-            else
-                rope_store_head_pair<float>(a.rope, p, head, i0 + c, x0, x1);
-        }
-    }
+    stream_store(a, t, acc, even, n0, rope);
 }
 
 template <class W, int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
