@@ -39,7 +39,7 @@ struct bf16_weights {
 
     /* [n][k] or tiled, as the GEMM's weights lie */
     __device__ static __forceinline__ const bf16 *matrix(const gptoss_gemm_args &a, int expert) {
-        return (const bf16 *)a.w + (size_t)expert * (a.w_tiled ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
+        return (const bf16 *)a.w + (size_t)expert * (gptoss_layout_tiled(a.w_layout) ? gptoss_tiled_elems(a.n, a.k) : (uint64_t)a.n * a.k);
     }
 };
 

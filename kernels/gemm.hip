@@ -43,16 +43,16 @@ static int dense_tile_rows(const gptoss_gemm_args *a) {
     return bm;
 }
 
-int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *mlp2, int rows_per_expert, int bf16_mode,
+int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *mlp2, int rows_per_expert,
                          const gptoss_gpu_shape *dev) {
-    if (!bf16_mode)
+    if (mlp1->w_layout == GPTOSS_W_FP32_ROWS)
         return EX_BM;
     /* the Hopper GEMM's tiles of up to 128 pairs, each multiplied at its
      * own width (32-row steps), where both GEMMs take it: each expert's
-     * weights are then read once whatever its pairs. MXFP4 weights are
-     * dequantized for the block's 128 outputs whatever its rows, which the
+     * weights are then read once whatever its pairs. Coded weights (MXFP4)
+     * are decoded for the block's 128 outputs whatever its rows, which the
      * staged kernel's 32-row tiles still do faster at 32 rows an expert */
-    const int hopper_from = mlp1->w_mxfp4 ? 32 : 16;
+    const int hopper_from = weights_coded(mlp1) ? 32 : 16;
     if (rows_per_expert > hopper_from && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
         return WG_BT;
     /* 16-row streaming tiles up to 16 expected rows per expert (an expert
@@ -64,10 +64,10 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
     return rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : ST_BM;
 }
 
-int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode) {
+int gptoss_gemm_takes_rope(const gptoss_gemm_args *a) {
     /* the streaming kernel's (bf16, dense, 16-row tiles), heads of 64 */
     const gptoss_rope_kv_args &rope = a->rope;
-    return bf16_mode && !a->tiles && dense_tile_rows(a) == 16 && rope.head_dim == 64 &&
+    return a->w_layout != GPTOSS_W_FP32_ROWS && !a->tiles && dense_tile_rows(a) == 16 && rope.head_dim == 64 &&
            a->n == (rope.n_heads + 2 * rope.n_kv_heads) * 64;
 }
 
@@ -82,9 +82,8 @@ enum gemm_family {
 };
 
 /* bm: rows per tile (grouped: the table's), row_blocks: tiles */
-static gemm_family choose_family(const gptoss_gemm_args *a, int bf16_mode, int bm, int row_blocks,
-                                 const gptoss_gpu_shape *dev) {
-    if (!bf16_mode)
+static gemm_family choose_family(const gptoss_gemm_args *a, int bm, int row_blocks, const gptoss_gpu_shape *dev) {
+    if (a->w_layout == GPTOSS_W_FP32_ROWS)
         return GEMM_EXACT;
     if (gemm_wgmma_takes(a, dev))
         return GEMM_HOPPER;
@@ -99,23 +98,24 @@ static gemm_family choose_family(const gptoss_gemm_args *a, int bf16_mode, int b
      * blocks were slower. */
     const int col_blocks = (a->n + ST_BN - 1) / ST_BN;
     const bool dense_wave = !a->tiles && bm == ST_BM && (long)row_blocks * col_blocks >= 2L * dev->multiprocessors;
-    if (((a->tiles || a->w_tiled) && bm > 16) || dense_wave)
+    if (((a->tiles || gptoss_layout_tiled(a->w_layout)) && bm > 16) || dense_wave)
         return GEMM_STAGED;
     return bm == 16 ? GEMM_STREAM : GEMM_TILED;
 }
 
-hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
-                              const gptoss_gpu_shape *dev, hipStream_t stream) {
-    int bm = a->tiles ? a->tile_rows : bf16_mode ? dense_tile_rows(a) : EX_BM;
-    if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a, bf16_mode))
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
+                              hipStream_t stream) {
+    const bool exact = a->w_layout == GPTOSS_W_FP32_ROWS;
+    int bm = a->tiles ? a->tile_rows : !exact ? dense_tile_rows(a) : EX_BM;
+    if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a))
         return hipErrorInvalidValue;
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
     if (row_blocks <= 0)
         return hipSuccess;
-    const gemm_family family = choose_family(a, bf16_mode, bm, row_blocks, dev);
+    const gemm_family family = choose_family(a, bm, row_blocks, dev);
     if (family == GEMM_EXACT)
         return launch_gemm_exact(a, row_blocks, stream);
-    return with_weight_format(a, [&](auto format) {
+    return with_weight_format(a, [&](auto format) -> hipError_t {
         typedef decltype(format) W;
         switch (family) {
         case GEMM_HOPPER:

@@ -296,8 +296,8 @@ hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, si
     if constexpr (W::CODED)
         return launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream);
     else
-        return a->w_tiled ? launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream)
-                          : launch_staged_fit<W, BM, false>(a, grid, vec, limit, stream);
+        return gptoss_layout_tiled(a->w_layout) ? launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream)
+                                                : launch_staged_fit<W, BM, false>(a, grid, vec, limit, stream);
 }
 
 /* row_blocks tiles of bm rows, 32 or ST_BM (grouped: entries of the tile table) */

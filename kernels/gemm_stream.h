@@ -100,6 +100,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
                   : blockIdx.y * BN + 16 * (warp >> 1);
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *w_rows = CODED ? nullptr : bf16_weights::matrix(a, t.expert);
+    const bool w_tiled = gptoss_layout_tiled(a.w_layout);
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
@@ -107,7 +108,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
         const bf16 *x = x_row(a, t, FULL ? min(t.begin + r, t.end - 1) : t.begin + r);
         src[0][j] = x ? x + kofs : nullptr;
         src[1][j] = CODED || n0 + r >= a.n ? nullptr
-                    : a.w_tiled            ? w_rows + gptoss_tiled_at(n0 + r, kofs, chunks)
+                    : w_tiled              ? w_rows + gptoss_tiled_at(n0 + r, kofs, chunks)
                                            : w_rows + (size_t)(n0 + r) * a.k + kofs;
     }
     /* coded: the warp's 16 rows are one band of tiles, a chunk a tile further */
@@ -115,7 +116,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     if constexpr (CODED)
         w_tiles = n0 < a.n ? W::tile(W::matrix(a, t.expert), n0 / 16, 0, chunks) : nullptr;
     /* tiled weights: a chunk further is a tile further, zeros past k */
-    const int w_step = a.w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = a.w_tiled ? chunks * MX_KC : a.k - kofs;
+    const int w_step = w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = w_tiled ? chunks * MX_KC : a.k - kofs;
     /* chunk c0 + ahead, ahead known when the ring is unrolled: FULL loads
      * then address from one offset per round of the ring */
     auto fetch = [&](int c0, int ahead, uint4 (&xb)[P], WP &wb) {

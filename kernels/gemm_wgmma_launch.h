@@ -7,6 +7,7 @@
 #define GPTOSS_KERNELS_GEMM_WGMMA_LAUNCH_H
 
 #include "gemm_wgmma.h"
+#include "weight_formats.h"
 
 #include <string.h>
 
@@ -53,14 +54,14 @@ static hipError_t encode_map(CUtensorMap *map, const void *base, int64_t rows, i
 bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     const bool epilogue = a->tiles ? a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_SWIGLU
                                    : a->epilogue == GPTOSS_GEMM_STORE || a->epilogue == GPTOSS_GEMM_RESIDUAL;
-    return dev->wgmma && a->x_perm && epilogue && (a->w_tiled || a->k % 8 == 0);
+    return dev->wgmma && a->x_perm && epilogue && (gptoss_layout_tiled(a->w_layout) || a->k % 8 == 0);
 }
 
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     if (a->tiles)
         return a->tile_rows == WG_BT && gemm_wgmma_fits(a, dev);
     const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
-    return !a->x_rows && !a->w_mxfp4 && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
+    return !a->x_rows && !weights_coded(a) && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
 }
 
 /* max_tiles: the grouped launch's tile table size */
@@ -78,13 +79,13 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gpt
     if (e == hipSuccess)
         e = encode_map(&xmap_group, a->x_perm, a->rows, kp, kp, WG_KS, WG_GROUP, true);
     const int64_t matrices = a->tiles ? a->n_experts : 1;
-    if (e == hipSuccess && !a->w_tiled) /* read by the lanes, not by wgmma: the tiles' own layout */
+    if (e == hipSuccess && !gptoss_layout_tiled(a->w_layout)) /* read by the lanes, not by wgmma: the tiles' own layout */
         e = encode_map(&wmap, a->w, matrices * a->n, a->k, a->k, MX_KC, WG_BO, false);
     if (e != hipSuccess)
         return e;
     auto kernel = gemm_wgmma_kernel<W, WG_BY_TILES>;
     if constexpr (!W::CODED) /* a coded format's matrices lie in tiles only */
-        if (!a->w_tiled)
+        if (!gptoss_layout_tiled(a->w_layout))
             kernel = gemm_wgmma_kernel<W, WG_BY_MAP>;
     const int smem = wg_ring<W>::SMEM;
     e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, smem);

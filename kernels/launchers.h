@@ -54,11 +54,12 @@ typedef struct {
  * at rows_per_expert expected pairs per expert; the table is built with it
  * and both GEMMs' tile_rows set to it */
 int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *mlp2, int rows_per_expert,
-                         int bf16_mode, const gptoss_gpu_shape *dev);
+                         const gptoss_gpu_shape *dev);
 /* 1 if the launch takes the ROPE_KV epilogue (rows, n, k and rope set) */
-int gptoss_gemm_takes_rope(const gptoss_gemm_args *a, int bf16_mode);
-hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int bf16_mode, int max_tiles,
-                              const gptoss_gpu_shape *dev, hipStream_t stream);
+int gptoss_gemm_takes_rope(const gptoss_gemm_args *a);
+/* the kernel family and its weight format follow a->w_layout (gemm.hip) */
+hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
+                              hipStream_t stream);
 /* 1 if this build has the sm_90a GEMM and the stream's device runs it */
 int gptoss_gemm_wgmma_built(hipStream_t stream);
 

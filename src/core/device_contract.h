@@ -93,15 +93,29 @@ typedef struct {
     float *k_trace;          /* NULL, or [rows][Hkv D] */
 } gptoss_rope_kv_args;
 
+/* How a GEMM's weight matrices lie on the device (kernels/layout.h): the
+ * layout picks the kernel family and its weight format
+ * (kernels/weight_formats.h). All zero is bf16 [n][k]. */
+typedef enum {
+    GPTOSS_W_BF16_ROWS,   /* bf16 [n][k] */
+    GPTOSS_W_BF16_TILES,  /* bf16 in tiles of 16 rows by 32 k */
+    GPTOSS_W_MXFP4_TILES, /* MXFP4 codes and scales in such tiles (the experts only) */
+    GPTOSS_W_FP32_ROWS    /* float [n][k], the inputs float too: fp32 mode's exact GEMM */
+} gptoss_weight_layout;
+
+/* whether a layout's matrices lie in tiles */
+GPTOSS_HD static inline int gptoss_layout_tiled(int layout) {
+    return layout == GPTOSS_W_BF16_TILES || layout == GPTOSS_W_MXFP4_TILES;
+}
+
 /* gemm.hip: one linear layer, dense or grouped by expert, and its epilogue */
 enum { GPTOSS_GEMM_STORE, GPTOSS_GEMM_RESIDUAL, GPTOSS_GEMM_SWIGLU, GPTOSS_GEMM_ROPE_KV };
 typedef struct {
-    const void *x;      /* [.][k] inputs, the mode's type (fp32 or bf16) */
+    const void *x;      /* [.][k] inputs: float with GPTOSS_W_FP32_ROWS weights, else bf16 */
     const int *x_rows;  /* NULL: row p reads x[p]; else x[x_rows[p]] */
-    const void *w;      /* [n][k] weights, or tiled (grouped: expert e's n k
-                           elements, or its gptoss_tiled_elems, further on) */
-    int w_tiled;        /* bf16 mode only */
-    int w_mxfp4;        /* MXFP4 tiles (layout.h, mxfp4.h; w_tiled too): grouped only */
+    const void *w;      /* the weights as w_layout says (grouped: expert e's
+                           matrix one matrix's bytes further on) */
+    int w_layout;       /* gptoss_weight_layout */
     const float *bias;  /* [n] or NULL (grouped: expert e at bias + e * n) */
     int rows, n, k;     /* rows: the pair space (dense: rows of x and y) */
     const int *tiles;   /* NULL: dense; else the (expert, begin, end, 0) table */
@@ -110,7 +124,7 @@ typedef struct {
     const int *tile_count;
     int epilogue;
     float *y;           /* STORE: y[p][o] = v; RESIDUAL: y[p][o] += v */
-    void *act;          /* SWIGLU: act[p][o / 2], the mode's type */
+    void *act;          /* SWIGLU: act[p][o / 2], the inputs' type */
     float swiglu_limit;
     void *x_perm;       /* NULL, or bf16 scratch of rows x k rounded up to 32, for the
                            Hopper GEMM's permuted copy of x (gemm_wgmma.h; grouped:

@@ -34,6 +34,17 @@ int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int te
     }
 }
 
+gptoss_weight_layout gptoss_gpu_weight_layout(const gptoss_config *c, const gptoss_engine_opts *o, int tensor) {
+    switch (gptoss_gpu_weight_format(o, tensor)) {
+    case GPTOSS_GPU_WEIGHTS_MXFP4:
+        return GPTOSS_W_MXFP4_TILES;
+    case GPTOSS_GPU_WEIGHTS_BF16:
+        return gptoss_gpu_tiled(c, o, tensor) ? GPTOSS_W_BF16_TILES : GPTOSS_W_BF16_ROWS;
+    default:
+        return GPTOSS_W_FP32_ROWS;
+    }
+}
+
 uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts *o, int tensor) {
     const gptoss_tensor_desc *d = &m->layout.t[tensor];
     gptoss_gpu_category format = gptoss_gpu_weight_format(o, tensor);

@@ -98,6 +98,8 @@ typedef struct {
 gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor);
 /* Whether the replica holds tensor t's matrices tiled (kernels/layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
+/* How matrix tensor t lies on the device, as its GEMMs take it. */
+gptoss_weight_layout gptoss_gpu_weight_layout(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
 /* bytes tensor t takes on the device, a tiled one's padding included;
  * UINT64_MAX when they pass 2^64 (the plan then refuses the options) */
 uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts *o, int tensor);

@@ -149,7 +149,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     gptoss_gemm_args qkv = {};
     qkv.x = s->t_in;
     qkv.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_QKV, l);
-    qkv.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_QKV);
+    qkv.w_layout = gptoss_gpu_weight_layout(c, &g->o, GPTOSS_T_W_QKV);
     qkv.bias = (const float *)g->buf.w.w[GPTOSS_T_B_QKV] + (size_t)l * Q;
     qkv.rows = R;
     qkv.n = Q;
@@ -157,8 +157,8 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     qkv.y = s->qkv;
     qkv.x_perm = s->x_perm;
     qkv.rope = rk;
-    qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv, bf) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
-    RUN("gemm_qkv", gptoss_launch_gemm(&qkv, bf, 0, &g->dev, st));
+    qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
+    RUN("gemm_qkv", gptoss_launch_gemm(&qkv, 0, &g->dev, st));
     if (qkv.epilogue == GPTOSS_GEMM_STORE) {
         REC(QKV, l, 0, Q, s->qkv);
         RUN("rope_kv", gptoss_launch_rope_kv(&rk, st));
@@ -197,7 +197,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     gptoss_gemm_args o = {};
     o.x = s->attn_in;
     o.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_O, l);
-    o.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_O);
+    o.w_layout = gptoss_gpu_weight_layout(c, &g->o, GPTOSS_T_W_O);
     o.bias = (const float *)g->buf.w.w[GPTOSS_T_B_O] + (size_t)l * H;
     o.rows = R;
     o.n = H;
@@ -205,7 +205,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     o.epilogue = trace ? GPTOSS_GEMM_STORE : GPTOSS_GEMM_RESIDUAL;
     o.y = trace ? g->buf.trace.proj : s->x;
     o.x_perm = s->x_perm;
-    RUN("gemm_o", gptoss_launch_gemm(&o, bf, 0, &g->dev, st));
+    RUN("gemm_o", gptoss_launch_gemm(&o, 0, &g->dev, st));
     if (trace) {
         REC(ATTN_PROJ, l, 0, H, g->buf.trace.proj);
         RUN("trace_add", gptoss_launch_trace_add(s->x, g->buf.trace.proj, (size_t)H, st));
@@ -250,8 +250,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m1.x = s->t_in;
     m1.x_rows = s->pair_row;
     m1.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP1, l);
-    m1.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_MLP1);
-    m1.w_mxfp4 = gptoss_gpu_weight_format(&g->o, GPTOSS_T_W_MLP1) == GPTOSS_GPU_WEIGHTS_MXFP4;
+    m1.w_layout = gptoss_gpu_weight_layout(c, &g->o, GPTOSS_T_W_MLP1);
     m1.bias = (const float *)g->buf.w.w[GPTOSS_T_B_MLP1] + (size_t)l * E * 2 * I;
     m1.rows = P;
     m1.n = 2 * I;
@@ -268,14 +267,13 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m2.x = s->act;
     m2.x_rows = NULL;
     m2.w = gptoss_gpu_layer_weight(g, GPTOSS_T_W_MLP2, l);
-    m2.w_tiled = gptoss_gpu_tiled(c, &g->o, GPTOSS_T_W_MLP2);
-    m2.w_mxfp4 = gptoss_gpu_weight_format(&g->o, GPTOSS_T_W_MLP2) == GPTOSS_GPU_WEIGHTS_MXFP4;
+    m2.w_layout = gptoss_gpu_weight_layout(c, &g->o, GPTOSS_T_W_MLP2);
     m2.bias = (const float *)g->buf.w.w[GPTOSS_T_B_MLP2] + (size_t)l * E * H;
     m2.n = H;
     m2.k = I;
     m2.epilogue = GPTOSS_GEMM_STORE;
     m2.y = s->m2;
-    m1.tile_rows = m2.tile_rows = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, bf, &g->dev);
+    m1.tile_rows = m2.tile_rows = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, &g->dev);
     gptoss_moe_dispatch_args md = {};
     md.topk_idx = s->topk_i;
     md.rows = R;
@@ -288,11 +286,11 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     md.tile_count = s->tile_count;
     RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
     int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, md.tile_rows);
-    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, bf, max_tiles, &g->dev, st));
+    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, max_tiles, &g->dev, st));
     if (trace)
         RUN("trace_swiglu", gptoss_launch_trace_swiglu(g->buf.trace.m1, P, I, c->swiglu_limit, g->buf.trace.y,
                                                        s->act, bf, st));
-    RUN("gemm_mlp2", gptoss_launch_gemm(&m2, bf, max_tiles, &g->dev, st));
+    RUN("gemm_mlp2", gptoss_launch_gemm(&m2, max_tiles, &g->dev, st));
     if (trace) {
         gptoss_status rs = record_experts(g, trace, l, err);
         if (rs)
@@ -334,13 +332,14 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     gptoss_gemm_args un = {};
     un.x = bf ? s->t_in : (const void *)s->x;
     un.w = g->buf.w.w[GPTOSS_T_OUT];
+    un.w_layout = gptoss_gpu_weight_layout(c, &g->o, GPTOSS_T_OUT);
     un.rows = R;
     un.n = c->vocab_size;
     un.k = H;
     un.epilogue = GPTOSS_GEMM_STORE;
     un.y = s->logits;
     un.x_perm = s->x_perm;
-    RUN("gemm_logits", gptoss_launch_gemm(&un, bf, 0, &g->dev, g->stream));
+    RUN("gemm_logits", gptoss_launch_gemm(&un, 0, &g->dev, g->stream));
     REC(LOGITS, -1, 0, c->vocab_size, s->logits);
     return GPTOSS_OK;
 }

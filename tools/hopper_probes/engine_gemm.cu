@@ -78,7 +78,7 @@ static timed run(gptoss_gemm_args a, const std::vector<const void *> &weights, i
     CK(hipEventCreate(&e1));
     CK(hipMemset(out, 0, out_bytes));
     a.w = weights[0];
-    CK(gptoss_launch_gemm(&a, 1, max_tiles, &dev, 0));
+    CK(gptoss_launch_gemm(&a, max_tiles, &dev, 0));
     CK(hipDeviceSynchronize());
     timed t;
     t.out.resize(out_bytes);
@@ -86,7 +86,7 @@ static timed run(gptoss_gemm_args a, const std::vector<const void *> &weights, i
     CK(hipEventRecord(e0, 0));
     for (int i = 0; i < reps; i++) {
         a.w = weights[i % weights.size()];
-        CK(gptoss_launch_gemm(&a, 1, max_tiles, &dev, 0));
+        CK(gptoss_launch_gemm(&a, max_tiles, &dev, 0));
     }
     CK(hipEventRecord(e1, 0));
     CK(hipEventSynchronize(e1));
@@ -248,8 +248,9 @@ int main(int argc, char **argv) {
         m1.act = act;
         m1.swiglu_limit = 7.0f;
         m1.x_perm = perm;
-        m1.w_tiled = weights != "rows";
-        m1.w_mxfp4 = weights == "mxfp4";
+        m1.w_layout = weights == "rows"    ? GPTOSS_W_BF16_ROWS
+                      : weights == "tiled" ? GPTOSS_W_BF16_TILES
+                                           : GPTOSS_W_MXFP4_TILES;
         gptoss_gemm_args m2 = m1;
         m2.x = act;
         m2.x_rows = nullptr;
@@ -262,7 +263,7 @@ int main(int argc, char **argv) {
         int tile_rows[2];
         for (int path = 0; path < 2; path++) {
             const gptoss_gpu_shape &dev = path == 0 ? with : without;
-            m1.tile_rows = m2.tile_rows = tile_rows[path] = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, 1, &dev);
+            m1.tile_rows = m2.tile_rows = tile_rows[path] = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, &dev);
             std::vector<int> table;
             int count = tile_table(experts, E, m1.tile_rows, table);
             CK(hipMemcpy(tiles, table.data(), table.size() * 4, hipMemcpyHostToDevice));
