@@ -226,8 +226,9 @@ static gptoss_storage *logits_storage(size_t rows, int vocab, char *err) {
     return st;
 }
 
-gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
-                                 int keep_logits, const int *keep, int n_keep, gptoss_result *res, char *err) {
+gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q, gptoss_result *res, char *err) {
+    const gptoss_batch *b = q->batch;
+    gptoss_result *fed_by = q->fed_by;
     memset(res, 0, sizeof *res);
     res->rows = res->logits_rows = b->n;
     res->vocab = e->vocab;
@@ -239,7 +240,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss
     gptoss_row_sampling *sampling = NULL;
     /* an engine with host logits computes every row's; they are cut to the kept rows after */
     gptoss_storage *every = NULL;
-    gptoss_status s = keep_logits ? keep_rows(keep, n_keep, b->n, res, err) : GPTOSS_OK;
+    gptoss_status s = q->keep_logits ? keep_rows(q->keep, q->n_keep, b->n, res, err) : GPTOSS_OK;
     if (!s && fed_by && e->i->reads_fed_tokens)
         batch.fed_rows = fed_by->rows;
     else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
@@ -251,7 +252,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     if (!s && logprobs && !(res->logprobs = malloc(sizeof *res->logprobs * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    if (!s && (keep_logits || e->i->host_logits) &&
+    if (!s && (q->keep_logits || e->i->host_logits) &&
         !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;
     if (!s && e->i->host_logits && res->logit_rows && !(every = logits_storage((size_t)b->n, e->vocab, err)))

@@ -290,15 +290,16 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
     return fed_by;
 }
 
-/* The step's logits option at tbl: false/nil (keep none), true (every row) or
- * a table of 1-based rows, returned 0-based in a userdata left on the stack
- * (*n of them; NULL for true or none). */
-static const int *read_keep(lua_State *L, int tbl, int *keep_logits, int *n) {
+/* The step's logits option at tbl into q: false/nil (keep none), true
+ * (every row) or a table of 1-based rows, kept 0-based in a userdata left
+ * on the stack. */
+static void read_keep(lua_State *L, int tbl, gptoss_step_request *q) {
     lua_getfield(L, tbl, "logits");
-    *n = 0;
-    *keep_logits = lua_toboolean(L, -1);
+    q->keep = NULL;
+    q->n_keep = 0;
+    q->keep_logits = lua_toboolean(L, -1);
     if (lua_isnil(L, -1) || lua_isboolean(L, -1))
-        return NULL;
+        return;
     if (!lua_istable(L, -1))
         luaL_error(L, "step: logits must be true, false or a table of row numbers (got %s)", luaL_typename(L, -1));
     int len = list_length(L, "logits");
@@ -312,8 +313,8 @@ static const int *read_keep(lua_State *L, int tbl, int *keep_logits, int *n) {
         rows[i - 1] = (int)row - 1;
         lua_pop(L, 1);
     }
-    *n = len;
-    return rows;
+    q->keep = rows;
+    q->n_keep = len;
 }
 
 /* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]} */
@@ -322,8 +323,8 @@ static int replica_step(lua_State *L) {
     lua_replica *r = lua_touserdata(L, 1);
     gptoss_batch b;
     lua_step *fed_by = read_batch(L, 2, r, &b);
-    int keep_logits, n_keep;
-    const int *keep = read_keep(L, 2, &keep_logits, &n_keep);
+    gptoss_step_request q = {.batch = &b, .fed_by = fed_by ? &fed_by->res : NULL};
+    read_keep(L, 2, &q);
     lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
     memset(h, 0, sizeof *h);
     h->res.delivered = 1; /* nothing to forget until the engine has it */
@@ -332,8 +333,7 @@ static int replica_step(lua_State *L) {
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s =
-        gptoss_engine_step(e, &b, fed_by ? &fed_by->res : NULL, keep_logits, keep, n_keep, &h->res, err);
+    gptoss_status s = gptoss_engine_step(e, &q, &h->res, err);
     if (s)
         return raise_status(L, "step", s, err);
     return 1;

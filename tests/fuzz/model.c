@@ -24,7 +24,8 @@ enum { STEP_WEIGHT_BYTES = 1 << 20, CTX = 8 };
 static void step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by, const int *keep, int n_keep,
                  gptoss_result *res) {
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_step(e, b, fed_by, keep != NULL, keep, n_keep, res, err);
+    gptoss_step_request q = {b, fed_by, keep != NULL, keep, n_keep};
+    gptoss_status s = gptoss_engine_step(e, &q, res, err);
     if (s == GPTOSS_E_DRAW) /* a fed token whose row drew none */
         return;
     if (s)
