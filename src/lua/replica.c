@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/device_contract.h" /* gptoss_fed_token */
 #include "../core/trace.h"
 #include "../hip/backend.h"
 #include "binding.h"
@@ -243,7 +244,8 @@ static lua_step *feeding_step(lua_State *L, const lua_replica *r, const char *fi
 /* The batch of the table at tbl (buffers left on the stack) and the step
  * feeding it, or NULL. tokens = h: row i takes the token h drew for its row
  * i (h of as many rows); from = h with a table of tokens: a token -j takes
- * the one h drew for its row j (1-based; -j is the core's -1 - (j - 1)). */
+ * the one h drew for its row j (1-based), passed on as the core's fed
+ * token. */
 static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_batch *b) {
     luaL_checktype(L, tbl, LUA_TTABLE);
     static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", NULL};
@@ -263,7 +265,7 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
         lua_pop(L, 2);
         int *tokens = lua_newuserdatauv(L, sizeof(int) * (size_t)(n ? n : 1), 0);
         for (int i = 0; i < n; i++)
-            tokens[i] = -1 - i;
+            tokens[i] = gptoss_fed_token(i);
         b->tokens = tokens;
     } else {
         if (!lua_istable(L, -1))
@@ -274,10 +276,15 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
         lua_getfield(L, tbl, "from");
         if (!lua_isnil(L, -1)) {
             fed_by = feeding_step(L, r, "from");
-            for (int i = 0; i < n; i++)
-                if (tokens[i] < -fed_by->res.rows) /* not -tokens[i]: INT32_MIN has no negation */
+            for (int i = 0; i < n; i++) {
+                if (tokens[i] >= 0)
+                    continue;
+                lua_Integer row = -(lua_Integer)tokens[i]; /* not -tokens[i]: INT32_MIN has no negation */
+                if (row > fed_by->res.rows)
                     luaL_error(L, "step: tokens[%d] = %d refers to row %I of from, a step of %d rows", i + 1,
-                               tokens[i], -(lua_Integer)tokens[i], fed_by->res.rows);
+                               tokens[i], row, fed_by->res.rows);
+                tokens[i] = gptoss_fed_token((int)row - 1);
+            }
         }
         lua_pop(L, 1);
         b->tokens = tokens;

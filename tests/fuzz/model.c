@@ -54,7 +54,7 @@ static void run_replica(gptoss_model *m, int weights) {
     gptoss_batch prefill = {4, slots, positions, tokens, 0};
     gptoss_result first, second, third;
     step(e, &prefill, NULL, keep, 2, &first);
-    int fed_slots[] = {0, 1}, fed_positions[] = {3, 1}, fed_tokens[] = {-1 - 2, -1 - 3};
+    int fed_slots[] = {0, 1}, fed_positions[] = {3, 1}, fed_tokens[] = {gptoss_fed_token(2), gptoss_fed_token(3)};
     gptoss_batch decode = {2, fed_slots, fed_positions, fed_tokens, 0};
     step(e, &decode, &first, NULL, 0, &second);
     if (gptoss_engine_fork(e, 0, 1, 2, err))
