@@ -1,8 +1,8 @@
 /* The first stage of a step: each row's token embedding, widened to fp32
- * (the residual stream stays fp32 in every mode, as in the golden). A token
- * -1 - j is the one the previous step sampled for its row j (fed[j]); where
- * that sampling failed (-1) the row is NaN, so this step's own sampling
- * fails on it too. */
+ * (the residual stream stays fp32 in every mode, as in the golden). A fed
+ * token (gptoss_fed_row, device_contract.h) is the id the previous step
+ * drew for that row, read from fed; where that draw failed (-1) the row is
+ * NaN, so this step's own sampling fails on it too. */
 #include "device.h"
 #include "launchers.h"
 
@@ -10,8 +10,8 @@ template <class T>
 __global__ void embedding_kernel(const T *table, const int *tokens, const int *fed, int vocab, int hidden,
                                  float *x) {
     int token = tokens[blockIdx.x];
-    if (token < 0)
-        token = fed[-1 - token];
+    if (gptoss_token_is_fed(token))
+        token = fed[gptoss_fed_row(token)];
     float *out = x + (size_t)blockIdx.x * hidden;
     if (token < 0 || token >= vocab) {
         for (int i = threadIdx.x; i < hidden; i += blockDim.x)

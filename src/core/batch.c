@@ -21,7 +21,7 @@ gptoss_status gptoss_batch_check(const gptoss_batch *b, int n_slots, int ctx, in
                      n_slots);
             goto out;
         }
-        int fed = t < 0 && -1 - t < b->fed_rows; /* sampled by the previous step: in range */
+        int fed = gptoss_token_is_fed(t) && gptoss_fed_row(t) < b->fed_rows; /* a row the previous step drew */
         if (!fed && (t < 0 || t >= vocab)) {
             snprintf(err, GPTOSS_ERR_LEN, "tokens[%d] = %d is out of range 0..%d", r + 1, t,
                      vocab - 1);

@@ -6,6 +6,7 @@
 #ifndef GPTOSS_BATCH_H
 #define GPTOSS_BATCH_H
 
+#include "device_contract.h" /* fed tokens */
 #include "status.h"
 
 #ifdef __cplusplus
@@ -17,9 +18,9 @@ typedef struct {
     const int *slots;     /* 0-based */
     const int *positions; /* 0-based */
     const int *tokens;
-    /* > 0: the engine's previous step had fed_rows rows, and a token
-     * -1 - j (j < fed_rows) stands for the one that step drew for its row j,
-     * which the engine reads on the device; 0: every token is an id */
+    /* > 0: the engine's previous step had fed_rows rows, and a fed token
+     * naming one of them (gptoss_fed_token) stands for what that step drew
+     * there, which the engine reads on the device; 0: every token is an id */
     int fed_rows;
 } gptoss_batch;
 

@@ -157,16 +157,16 @@ static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b
 }
 
 /* Fed tokens as ids, for an engine that takes ids only: *tokens is a copy of
- * b's where each reference -1 - j (j a row of fed_by) is the id fed_by drew
- * for row j, or NULL when b holds none. Other negative tokens stay for the
- * batch check to refuse. A reference to a row fed_by could not draw fails as
+ * b's where each fed token naming a row of fed_by is the id fed_by drew
+ * there, or NULL when b holds none. Other fed tokens stay for the batch
+ * check to refuse. A reference to a row fed_by could not draw fails as
  * reading fed_by's tokens does; the other rows of fed_by do not matter. */
 static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
                                  int **tokens, char *err) {
     *tokens = NULL;
     int refs = 0;
     for (int r = 0; r < b->n; r++)
-        refs |= b->tokens[r] < 0 && -1 - b->tokens[r] < fed_by->rows;
+        refs |= gptoss_token_is_fed(b->tokens[r]) && gptoss_fed_row(b->tokens[r]) < fed_by->rows;
     if (!refs)
         return GPTOSS_OK;
     gptoss_status s = fed_by->delivered ? GPTOSS_OK : e->i->wait(e->ctx, fed_by, err);
@@ -175,9 +175,9 @@ static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss
     if (!(*tokens = malloc(sizeof(int) * (size_t)b->n)))
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     for (int r = 0; r < b->n; r++) {
-        int t = b->tokens[r], j = -1 - t;
-        (*tokens)[r] = t < 0 && j < fed_by->rows ? fed_by->tokens[j] : t;
-        if (t < 0 && j < fed_by->rows && fed_by->tokens[j] < 0) {
+        int t = b->tokens[r], j = gptoss_fed_row(t), fed = gptoss_token_is_fed(t) && j < fed_by->rows;
+        (*tokens)[r] = fed ? fed_by->tokens[j] : t;
+        if (fed && fed_by->tokens[j] < 0) {
             free(*tokens);
             *tokens = NULL;
             if (j == fed_by->bad_row)
@@ -226,8 +226,9 @@ static gptoss_storage *logits_storage(size_t rows, int vocab, char *err) {
     return st;
 }
 
-gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
-                                 int keep_logits, const int *keep, int n_keep, gptoss_result *res, char *err) {
+gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q, gptoss_result *res, char *err) {
+    const gptoss_batch *b = q->batch;
+    gptoss_result *fed_by = q->fed_by;
     memset(res, 0, sizeof *res);
     res->rows = res->logits_rows = b->n;
     res->vocab = e->vocab;
@@ -239,7 +240,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss
     gptoss_row_sampling *sampling = NULL;
     /* an engine with host logits computes every row's; they are cut to the kept rows after */
     gptoss_storage *every = NULL;
-    gptoss_status s = keep_logits ? keep_rows(keep, n_keep, b->n, res, err) : GPTOSS_OK;
+    gptoss_status s = q->keep_logits ? keep_rows(q->keep, q->n_keep, b->n, res, err) : GPTOSS_OK;
     if (!s && fed_by && e->i->reads_fed_tokens)
         batch.fed_rows = fed_by->rows;
     else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
@@ -251,7 +252,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     if (!s && logprobs && !(res->logprobs = malloc(sizeof *res->logprobs * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    if (!s && (keep_logits || e->i->host_logits) &&
+    if (!s && (q->keep_logits || e->i->host_logits) &&
         !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;
     if (!s && e->i->host_logits && res->logit_rows && !(every = logits_storage((size_t)b->n, e->vocab, err)))

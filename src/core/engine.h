@@ -175,16 +175,27 @@ typedef struct {
  * NULL. A refused setting changes nothing. */
 gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_slot_sampling *s, char *err);
 
-/* Runs or enqueues one batch (checked as a whole first: a refused batch
- * changes nothing). Rows draw as their slots' sampling says, keyed by the
- * position the token will take. fed_by: the engine's latest step when the
- * batch holds fed tokens (-1 - j: the token fed_by drew for its row j),
- * else NULL. keep_logits: the result keeps the logits of the n_keep rows
- * keep lists (0-based, distinct, in that order) on the host, or of every
- * row when keep is NULL. res is initialised here; release it with
- * gptoss_result_release. */
-gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
-                                 int keep_logits, const int *keep, int n_keep, gptoss_result *res, char *err);
+/* What one step is asked to do: its batch, the step feeding it and which
+ * logits to keep on the host. */
+typedef struct {
+    const gptoss_batch *batch;
+    /* the engine's latest step when the batch holds fed tokens (the tokens
+     * it drew, referred to as device_contract.h's gptoss_fed_token says),
+     * else NULL */
+    gptoss_result *fed_by;
+    /* 1: the result keeps the logits of the n_keep rows keep lists
+     * (0-based, distinct, in that order) on the host, or of every row when
+     * keep is NULL */
+    int keep_logits;
+    const int *keep;
+    int n_keep;
+} gptoss_step_request;
+
+/* Runs or enqueues the step q asks for (its batch checked as a whole
+ * first: a refused batch changes nothing). Rows draw as their slots'
+ * sampling says, keyed by the position the token will take. res is
+ * initialised here; release it with gptoss_result_release. */
+gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q, gptoss_result *res, char *err);
 
 /* The step's tokens (and res->logprobs), waiting for them (e may be NULL
  * once the engine is freed: its results were delivered then). GPTOSS_E_DRAW

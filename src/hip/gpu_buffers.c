@@ -110,7 +110,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     }
     b->kv.layers = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)c->n_layers, sizeof(gptoss_kv_layer), 1, 1);
     /* the step scratch from x to the upload also stages a file's weights on
-     * their way to bf16 (gpu_replica.hip): keep it one run */
+     * their way to bf16 (gpu_weights.hip): keep it one run */
     b->w.cos = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->ctx, half, 4, 1);
     b->w.sin = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->ctx, half, 4, 1);
     s->x = place(b, base, GPTOSS_GPU_SCRATCH, R, H, 4, 1);

@@ -1,6 +1,7 @@
-/* Inside a GPU replica: what gpu_replica.hip (lifecycle, weights, the step
- * ring, the engine interface), gpu_forward.hip (the forward pass, graphs)
- * and gpu_profile.hip (per-kernel timing) share. Not part of the C API
+/* Inside a GPU replica: what gpu_replica.hip (lifecycle, the engine
+ * interface), gpu_weights.hip (the weights' upload), gpu_step.hip (the step
+ * ring, forks), gpu_forward.hip (the forward pass, graphs) and
+ * gpu_profile.hip (per-kernel timing) share. Not part of the C API
  * (backend.h). */
 #ifndef GPTOSS_HIP_GPU_REPLICA_H
 #define GPTOSS_HIP_GPU_REPLICA_H
@@ -85,9 +86,26 @@ struct gptoss_gpu {
     gptoss_gpu_profiler prof;
 };
 
+/* gpu_weights.hip: every weight tensor filled on the device in its format
+ * there, generated (synthetic models) or read from the model file; the RoPE
+ * table of the replica's ctx positions */
+gptoss_status gptoss_gpu_upload_weights(gptoss_gpu *g, char *err);
+gptoss_status gptoss_gpu_upload_rope(gptoss_gpu *g, char *err);
 /* Layer l's part of a per-layer weight tensor (all its experts), as the
  * device holds it (tiled or not). */
 const void *gptoss_gpu_layer_weight(const gptoss_gpu *g, int tensor, int layer);
+
+/* gpu_step.hip: the engine interface's step, wait, forget, logits, trace
+ * and fork (gptoss_engine_i), and delivering a ring entry's results into
+ * the caller's memory (nothing when they are delivered or forgotten) */
+gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
+                              char *err);
+gptoss_status gptoss_gpu_wait(void *ctx, gptoss_result *res, char *err);
+void gptoss_gpu_forget(void *ctx, gptoss_result *res);
+gptoss_status gptoss_gpu_logits(void *ctx, const gptoss_result *res, float *out, char *err);
+gptoss_status gptoss_gpu_trace(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits, char *err);
+gptoss_status gptoss_gpu_fork(void *ctx, int from, int to, int length, char *err);
+void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r);
 
 /* Enqueues the forward pass of the rows already uploaded (buf.s.upload:
  * tokens, slots, positions); with trace != NULL (one row) it waits after

@@ -1,8 +1,9 @@
 /* The Lua binding's shared pieces: one class (metatable) per object kind,
  * each registered by its file's open function through gptoss_lua_class, and
  * every function one binding file calls in another. A class's Lua methods
- * and metamethods are named <class>_<op> (replica_step, step_tokens,
- * step_gc, ...), module functions gptoss_lua_<name>. Errors raised here
+ * and metamethods are named <class>_<op> (replica_fork, step_tokens,
+ * step_gc, ...), module functions and the methods one file registers for
+ * another gptoss_lua_<name> (gptoss_lua_replica_step). Errors raised here
  * name the Lua function the user called, then the core's message. */
 #ifndef GPTOSS_BINDING_H
 #define GPTOSS_BINDING_H
@@ -11,6 +12,7 @@
 #include <lua.h>
 #include <stdint.h>
 
+#include "../core/engine.h"
 #include "../core/model.h"
 #include "../core/sampler.h"
 #include "../core/tensor.h"
@@ -85,6 +87,21 @@ void *gptoss_tensor_data(const lua_tensor *t);
 
 gptoss_model *gptoss_check_model(lua_State *L, int idx);
 
+/* ---- replica.c: what the files of a replica's methods share ---- */
+
+typedef struct {
+    gptoss_engine *e; /* NULL once closed */
+} lua_replica;
+
+/* The engine of the replica at idx; raises once it is closed. */
+gptoss_engine *gptoss_check_engine(lua_State *L, int idx);
+/* 0-based slot from a 1-based argument, range-checked. */
+int gptoss_check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn);
+/* Raises "<fn>: <err>" for an engine's status. A row whose token could not
+ * be drawn is always the failure of a step's tokens, also when a step fed
+ * by it finds out. */
+int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const char *err);
+
 /* ---- sampler.c ---- */
 
 /* The sampler options a table may hold: gptoss.sampler's and r:sampling's. */
@@ -108,6 +125,7 @@ void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logpro
 void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
 void gptoss_open_replica(lua_State *L);
+void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
 
@@ -116,6 +134,8 @@ int gptoss_lua_synthetic(lua_State *L);
 int gptoss_lua_named_config(lua_State *L);
 int gptoss_lua_replica(lua_State *L);       /* replica.c: model:replica */
 int gptoss_lua_replica_bytes(lua_State *L); /* model:replica_bytes */
+int gptoss_lua_replica_step(lua_State *L);  /* step.c: r:step */
+int gptoss_lua_replica_trace(lua_State *L); /* trace.c: r:trace */
 int gptoss_lua_trace_stages(lua_State *L);
 int gptoss_lua_tensor_new(lua_State *L);    /* tensor.c */
 int gptoss_lua_tensor_load(lua_State *L);

@@ -6,6 +6,7 @@ int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_tensor(L);
     gptoss_open_model(L);
     gptoss_open_replica(L);
+    gptoss_open_step(L);
     gptoss_open_tokenizer(L);
     gptoss_open_sampler(L);
     static const luaL_Reg fns[] = {

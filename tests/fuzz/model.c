@@ -24,7 +24,8 @@ enum { STEP_WEIGHT_BYTES = 1 << 20, CTX = 8 };
 static void step(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by, const int *keep, int n_keep,
                  gptoss_result *res) {
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_step(e, b, fed_by, keep != NULL, keep, n_keep, res, err);
+    gptoss_step_request q = {b, fed_by, keep != NULL, keep, n_keep};
+    gptoss_status s = gptoss_engine_step(e, &q, res, err);
     if (s == GPTOSS_E_DRAW) /* a fed token whose row drew none */
         return;
     if (s)
@@ -53,7 +54,7 @@ static void run_replica(gptoss_model *m, int weights) {
     gptoss_batch prefill = {4, slots, positions, tokens, 0};
     gptoss_result first, second, third;
     step(e, &prefill, NULL, keep, 2, &first);
-    int fed_slots[] = {0, 1}, fed_positions[] = {3, 1}, fed_tokens[] = {-1 - 2, -1 - 3};
+    int fed_slots[] = {0, 1}, fed_positions[] = {3, 1}, fed_tokens[] = {gptoss_fed_token(2), gptoss_fed_token(3)};
     gptoss_batch decode = {2, fed_slots, fed_positions, fed_tokens, 0};
     step(e, &decode, &first, NULL, 0, &second);
     if (gptoss_engine_fork(e, 0, 1, 2, err))

@@ -1,0 +1,278 @@
+/* gptoss.step: the handle of one step, and r:step, which makes it: the
+ * batch and its feeding step read from Lua, the logits to keep, the engine
+ * asked; then the handle's tokens, logprobs and logits, waited for where
+ * the engine has not delivered them yet. */
+#include <string.h>
+
+#include "../core/device_contract.h" /* gptoss_fed_token */
+#include "binding.h"
+
+/* user values: 1 the replica (which keeps the model alive) */
+typedef struct {
+    gptoss_result res;
+    lua_replica *replica;
+    int collected; /* its finaliser ran (a later finaliser may still reach it) */
+} lua_step;
+
+/* ---- r:step ---- */
+
+/* #t of the list field at the top of the stack, as the engine's int count
+ * (a __len may say anything) */
+static int list_length(lua_State *L, const char *field) {
+    lua_Integer length = luaL_len(L, -1);
+    if (length < 0 || length > INT32_MAX)
+        luaL_error(L, "step: %s has length %I, outside 0..%d", field, length, INT32_MAX);
+    return (int)length;
+}
+
+/* reads t[field] as an array of n integers (n < 0: sets n), left on the stack */
+static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
+    lua_getfield(L, tbl, field);
+    if (!lua_istable(L, -1))
+        luaL_error(L, "step: %s must be a table of integers (got %s)", field, luaL_typename(L, -1));
+    int len = list_length(L, field);
+    if (*n >= 0 && len != *n)
+        luaL_error(L, "step: slots, positions and tokens must have the same length (%s has %d, "
+                      "slots has %d)", field, len, *n);
+    *n = len;
+    int *out = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
+    for (int i = 0; i < len; i++) {
+        lua_geti(L, -2, i + 1);
+        int ok;
+        lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if (!ok || v < INT32_MIN || v > INT32_MAX)
+            luaL_error(L, "step: %s[%d] must be an integer (got %s)", field, i + 1,
+                       luaL_tolstring(L, -1, NULL));
+        out[i] = (int)v;
+        lua_pop(L, 1);
+    }
+    lua_remove(L, -2); /* keep the buffer on the stack, drop the table */
+    return out;
+}
+
+/* The value at the top of the stack (field of the batch) as the step feeding
+ * this batch: a step of this replica, and its latest. */
+static lua_step *feeding_step(lua_State *L, const lua_replica *r, const char *field) {
+    lua_step *h = luaL_testudata(L, -1, GPTOSS_STEP_MT);
+    if (!h)
+        luaL_error(L, "step: %s must be a step of this replica (got %s)", field, luaL_typename(L, -1));
+    if (h->replica != r)
+        luaL_error(L, "step: %s is a step of another replica", field);
+    uint64_t latest = gptoss_engine_steps(r->e);
+    if (h->res.seq != latest)
+        luaL_error(L, "step: %s is step %I of this replica, not its latest (%I): only the latest "
+                      "feeds the next", field, (lua_Integer)h->res.seq, (lua_Integer)latest);
+    return h;
+}
+
+/* The batch of the table at tbl (buffers left on the stack) and the step
+ * feeding it, or NULL. tokens = h: row i takes the token h drew for its row
+ * i (h of as many rows); from = h with a table of tokens: a token -j takes
+ * the one h drew for its row j (1-based), passed on as the core's fed
+ * token. */
+static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_batch *b) {
+    luaL_checktype(L, tbl, LUA_TTABLE);
+    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", NULL};
+    gptoss_opt_known(L, tbl, "step", known);
+    int n = -1;
+    int *slots = int_array(L, tbl, "slots", &n);
+    b->positions = int_array(L, tbl, "positions", &n);
+    lua_step *fed_by = NULL;
+    lua_getfield(L, tbl, "tokens");
+    if (luaL_testudata(L, -1, GPTOSS_STEP_MT)) {
+        fed_by = feeding_step(L, r, "tokens");
+        if (fed_by->res.rows != n)
+            luaL_error(L, "step: tokens is a step of %d rows; this batch has %d", fed_by->res.rows, n);
+        lua_getfield(L, tbl, "from");
+        if (!lua_isnil(L, -1))
+            luaL_error(L, "step: from is for a table of tokens; tokens = h already names the feeding step");
+        lua_pop(L, 2);
+        int *tokens = lua_newuserdatauv(L, sizeof(int) * (size_t)(n ? n : 1), 0);
+        for (int i = 0; i < n; i++)
+            tokens[i] = gptoss_fed_token(i);
+        b->tokens = tokens;
+    } else {
+        if (!lua_istable(L, -1))
+            luaL_error(L, "step: tokens must be a table of integers or the replica's latest step (got %s)",
+                       luaL_typename(L, -1));
+        lua_pop(L, 1);
+        int *tokens = int_array(L, tbl, "tokens", &n);
+        lua_getfield(L, tbl, "from");
+        if (!lua_isnil(L, -1)) {
+            fed_by = feeding_step(L, r, "from");
+            for (int i = 0; i < n; i++) {
+                if (tokens[i] >= 0)
+                    continue;
+                lua_Integer row = -(lua_Integer)tokens[i]; /* not -tokens[i]: INT32_MIN has no negation */
+                if (row > fed_by->res.rows)
+                    luaL_error(L, "step: tokens[%d] = %d refers to row %I of from, a step of %d rows", i + 1,
+                               tokens[i], row, fed_by->res.rows);
+                tokens[i] = gptoss_fed_token((int)row - 1);
+            }
+        }
+        lua_pop(L, 1);
+        b->tokens = tokens;
+    }
+    for (int i = 0; i < n; i++)
+        slots[i]--; /* 1-based in Lua */
+    b->slots = slots;
+    b->n = n;
+    b->fed_rows = 0;
+    return fed_by;
+}
+
+/* The step's logits option at tbl into q: false/nil (keep none), true
+ * (every row) or a table of 1-based rows, kept 0-based in a userdata left
+ * on the stack. */
+static void read_keep(lua_State *L, int tbl, gptoss_step_request *q) {
+    lua_getfield(L, tbl, "logits");
+    q->keep = NULL;
+    q->n_keep = 0;
+    q->keep_logits = lua_toboolean(L, -1);
+    if (lua_isnil(L, -1) || lua_isboolean(L, -1))
+        return;
+    if (!lua_istable(L, -1))
+        luaL_error(L, "step: logits must be true, false or a table of row numbers (got %s)", luaL_typename(L, -1));
+    int len = list_length(L, "logits");
+    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
+    for (int i = 1; i <= len; i++) {
+        int ok;
+        lua_geti(L, -2, i);
+        lua_Integer row = lua_tointegerx(L, -1, &ok);
+        if (!ok || row < INT32_MIN + 1 || row > INT32_MAX) /* the engine checks the batch's range */
+            luaL_error(L, "step: logits[%d] must be a row number (got %s)", i, luaL_tolstring(L, -1, NULL));
+        rows[i - 1] = (int)row - 1;
+        lua_pop(L, 1);
+    }
+    q->keep = rows;
+    q->n_keep = len;
+}
+
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]} */
+int gptoss_lua_replica_step(lua_State *L) {
+    gptoss_engine *e = gptoss_check_engine(L, 1);
+    lua_replica *r = lua_touserdata(L, 1);
+    gptoss_batch b;
+    lua_step *fed_by = read_batch(L, 2, r, &b);
+    gptoss_step_request q = {.batch = &b, .fed_by = fed_by ? &fed_by->res : NULL};
+    read_keep(L, 2, &q);
+    lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
+    memset(h, 0, sizeof *h);
+    h->res.delivered = 1; /* nothing to forget until the engine has it */
+    h->replica = r;
+    luaL_setmetatable(L, GPTOSS_STEP_MT);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_step(e, &q, &h->res, err);
+    if (s)
+        return gptoss_raise_status(L, "step", s, err);
+    return 1;
+}
+
+/* ---- the step handle ---- */
+
+static lua_step *check_step(lua_State *L, int idx) {
+    lua_step *h = luaL_checkudata(L, idx, GPTOSS_STEP_MT);
+    if (h->collected)
+        luaL_error(L, "step: used after it was garbage-collected");
+    return h;
+}
+
+/* h:logits() -> host tensor {rows, vocab} */
+static int step_logits(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_logits(h->replica->e, &h->res, err);
+    if (s == GPTOSS_E_STATE) /* gone from the device: how to keep them next time */
+        return luaL_error(L, "step:logits: %s; read them before the next step, or pass logits = true "
+                             "to r:step", err);
+    if (s)
+        return gptoss_raise_status(L, "step:logits", s, err);
+    int64_t shape[2] = {h->res.logits_rows, h->res.vocab};
+    gptoss_push_tensor(L, h->res.logits, 0, 2, shape);
+    return 1;
+}
+
+/* The step at idx with its tokens in, waiting for them; raises (as fn) where
+ * a row could not be drawn. */
+static lua_step *check_delivered(lua_State *L, int idx, const char *fn) {
+    lua_step *h = check_step(L, idx);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
+    if (s)
+        gptoss_raise_status(L, fn, s, err);
+    return h;
+}
+
+/* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
+ * where the row's slot asked (r:sampling's logprobs), false elsewhere */
+static int step_logprobs(lua_State *L) {
+    if (!check_step(L, 1)->res.logprobs)
+        return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
+                             "{logprobs = n}) before the step)");
+    lua_step *h = check_delivered(L, 1, "step:logprobs");
+    lua_createtable(L, h->res.rows, 0);
+    for (int i = 0; i < h->res.rows; i++) {
+        const gptoss_row_logprobs *lp = &h->res.logprobs[i];
+        if (lp->n_top < 0) {
+            lua_pushboolean(L, 0);
+        } else {
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, h->res.tokens[i]);
+            lua_setfield(L, -2, "id");
+            lua_pushnumber(L, lp->logprob);
+            lua_setfield(L, -2, "logprob");
+            gptoss_push_top_logprobs(L, lp->top_id, lp->top_logprob, lp->n_top);
+            lua_setfield(L, -2, "top");
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* h:tokens() -> the id each row drew: greedy (the first maximum, as the
+ * course's argmax) or as its slot's sampling was when the step was taken */
+static int step_tokens(lua_State *L) {
+    lua_step *h = check_delivered(L, 1, "step:tokens");
+    lua_createtable(L, h->res.rows, 0);
+    for (int i = 0; i < h->res.rows; i++) {
+        lua_pushinteger(L, h->res.tokens[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int step_get(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (k && strcmp(k, "rows") == 0) {
+        lua_pushinteger(L, h->res.rows);
+        return 1;
+    }
+    return 0;
+}
+
+static int step_tostring(lua_State *L) {
+    lua_step *h = check_step(L, 1);
+    lua_pushfstring(L, "gptoss.step(%d rows, step %I of its replica, tokens %s%s)", h->res.rows,
+                    (lua_Integer)h->res.seq, h->res.delivered ? "ready" : "pending",
+                    h->res.logits ? ", logits on the host" : "");
+    return 1;
+}
+
+static int step_gc(lua_State *L) {
+    lua_step *h = luaL_checkudata(L, 1, GPTOSS_STEP_MT);
+    if (!h->collected)
+        gptoss_result_release(h->replica ? h->replica->e : NULL, &h->res);
+    h->collected = 1;
+    return 0;
+}
+
+void gptoss_open_step(lua_State *L) {
+    static const luaL_Reg step_methods[] = {
+        {"logits", step_logits}, {"tokens", step_tokens}, {"logprobs", step_logprobs}, {NULL, NULL}};
+    static const luaL_Reg step_meta[] = {{"__gc", step_gc}, {"__tostring", step_tostring}, {NULL, NULL}};
+    static const gptoss_lua_class_def step = {GPTOSS_STEP_MT, step_methods, step_get, step_meta};
+    gptoss_lua_class(L, &step);
+}
