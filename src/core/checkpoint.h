@@ -1,7 +1,7 @@
 /* gpt-oss checkpoints as OpenAI ships them (docs/checkpoints.md): a directory
  * of config.json and safetensors files, in the Hugging Face layout or
  * OpenAI's original/ one. Read into a model whose tensors stay in the mapped
- * files, and written from any model. */
+ * files (checkpoint_read.c), and written from any model (checkpoint_write.c). */
 #ifndef GPTOSS_CHECKPOINT_H
 #define GPTOSS_CHECKPOINT_H
 
