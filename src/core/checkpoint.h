@@ -16,8 +16,8 @@ extern "C" {
 /* The default cap of a shard's bytes: transformers' default (5 GB). */
 #define GPTOSS_SHARD_BYTES 5000000000ull
 
-/* Opens the checkpoint in directory dir (gptoss_model_open's contract);
- * the layout follows from config.json. */
+/* Opens the checkpoint in directory dir (gptoss_model_open's contract,
+ * model_load.h); the layout follows from config.json. */
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err);
 
 /* Writes m as a new checkpoint directory dir of format f (hf or original):
