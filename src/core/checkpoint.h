@@ -1,7 +1,7 @@
 /* gpt-oss checkpoints as OpenAI ships them (docs/checkpoints.md): a directory
  * of config.json and safetensors files, in the Hugging Face layout or
  * OpenAI's original/ one. Read into a model whose tensors stay in the mapped
- * files, and written from any model. */
+ * files (checkpoint_read.c), and written from any model (checkpoint_write.c). */
 #ifndef GPTOSS_CHECKPOINT_H
 #define GPTOSS_CHECKPOINT_H
 
@@ -16,8 +16,8 @@ extern "C" {
 /* The default cap of a shard's bytes: transformers' default (5 GB). */
 #define GPTOSS_SHARD_BYTES 5000000000ull
 
-/* Opens the checkpoint in directory dir (gptoss_model_open's contract);
- * the layout follows from config.json. */
+/* Opens the checkpoint in directory dir (gptoss_model_open's contract,
+ * model_load.h); the layout follows from config.json. */
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err);
 
 /* Writes m as a new checkpoint directory dir of format f (hf or original):

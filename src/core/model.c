@@ -2,16 +2,13 @@
 #include "model.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bf16.h"
-#include "checkpoint.h"
 #include "mxfp4.h"
 #include "synth_params.h"
 
@@ -51,9 +48,8 @@ gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names,
     return GPTOSS_OK;
 }
 
-/* A course .bin (docs/course.md#the-model-file). */
-static gptoss_status open_course_file(const char *path, int fd, uint64_t size, gptoss_model **out,
-                                      char *err) {
+gptoss_status gptoss_model_open_course(const char *path, int fd, uint64_t size, gptoss_model **out,
+                                       char *err) {
     if (size < GPTOSS_HEADER_BYTES)
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "model file '%s' truncated: expected at least %d bytes (the header), "
@@ -92,25 +88,6 @@ static gptoss_status open_course_file(const char *path, int fd, uint64_t size, g
         m->tensor[t] = (const float *)(m->map + m->layout.t[t].offset);
     *out = m;
     return GPTOSS_OK;
-}
-
-gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return gptoss_checkpoint_open(path, out, err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
-    gptoss_status s;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        s = gptoss_fail(err, GPTOSS_E_IO,
-                        "cannot read model file '%s': neither a regular file nor a directory", path);
-    else
-        s = open_course_file(path, fd, (uint64_t)st.st_size, out, err);
-    close(fd);
-    return s;
 }
 
 gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,

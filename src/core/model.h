@@ -72,15 +72,11 @@ typedef struct gptoss_model {
 /* Whether m's weights come from the synthetic recipe. */
 static inline int gptoss_model_is_synthetic(const gptoss_model *m) { return m->format == GPTOSS_FORMAT_SYNTHETIC; }
 
-/* Opens a course .bin (a file) or a checkpoint (a directory: Hugging Face
- * layout, or OpenAI's original/; docs/checkpoints.md), mapped read-only.
- * GPTOSS_E_IO when a file cannot be opened, read or mapped (or the path is
- * neither a regular file nor a directory); GPTOSS_E_INVALID, naming the
- * file and the field or tensor, when the header or config fails
- * validation, the file is shorter than its header implies, or a
- * checkpoint's tensors are missing, unexpected, malformed or of a dtype or
- * shape the model does not take; GPTOSS_E_HOST_MEMORY. */
-gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err);
+/* Opens the course .bin path (docs/course.md#the-model-file), whose open
+ * descriptor is fd and whose size is size bytes (gptoss_model_open's
+ * contract, model_load.h), mapped read-only; fd may be closed afterwards. */
+gptoss_status gptoss_model_open_course(const char *path, int fd, uint64_t size, gptoss_model **out,
+                                       char *err);
 /* A model of config c whose weights come from the recipe (seed):
  * GPTOSS_E_INVALID when c fails validation, GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gptoss_model **out,

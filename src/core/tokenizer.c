@@ -183,23 +183,6 @@ gptoss_status gptoss_tokenizer_load(const char *path, int vocab_size, gptoss_tok
     return s ? s : gptoss_tokenizer_from_records(file, size, vocab_size, path, out, err);
 }
 
-gptoss_status gptoss_tokenizer_open(const char *path, int vocab_size, gptoss_tokenizer **out, char *err) {
-    struct stat st;
-    size_t n = strlen(path);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        char *json = malloc(n + sizeof "/tokenizer.json");
-        if (!json)
-            return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-        snprintf(json, n + sizeof "/tokenizer.json", "%s/tokenizer.json", path);
-        gptoss_status s = gptoss_tokenizer_load_json(json, vocab_size, out, err);
-        free(json);
-        return s;
-    }
-    if (n >= 5 && strcmp(path + n - 5, ".json") == 0)
-        return gptoss_tokenizer_load_json(path, vocab_size, out, err);
-    return gptoss_tokenizer_load(path, vocab_size, out, err);
-}
-
 gptoss_status gptoss_tokenizer_from_records(uint8_t *file, size_t size, int vocab_size, const char *path,
                                             gptoss_tokenizer **out, char *err) {
     gptoss_status s = size < 4 ? gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer '%s' has %zu bytes, too few for the "

@@ -33,11 +33,6 @@ gptoss_status gptoss_tokenizer_load(const char *path, int vocab_size, gptoss_tok
  * which it takes over (freed on failure too); name is for messages. */
 gptoss_status gptoss_tokenizer_from_records(uint8_t *records, size_t size, int vocab_size, const char *name,
                                             gptoss_tokenizer **out, char *err);
-/* A Hugging Face tokenizer.json of byte-level BPE (tokenizer_json.c), read
- * into the same tokenizer as the tokenizer.bin exported from its ranks. */
-gptoss_status gptoss_tokenizer_load_json(const char *path, int vocab_size, gptoss_tokenizer **out, char *err);
-/* path: a checkpoint directory (its tokenizer.json), a .json file, or a tokenizer.bin */
-gptoss_status gptoss_tokenizer_open(const char *path, int vocab_size, gptoss_tokenizer **out, char *err);
 void gptoss_tokenizer_free(gptoss_tokenizer *t);
 
 int gptoss_tokenizer_vocab_size(const gptoss_tokenizer *t);

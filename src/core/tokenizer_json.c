@@ -5,6 +5,8 @@
  * that neither names (o200k_harmony's unnamed range) get the names
  * o200k_harmony gives them, <|reserved_N|>; and the lone 0x00 byte is
  * stored as "<0x00>", as the course's exporter stores it. */
+#include "tokenizer_json.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,7 +15,6 @@
 
 #include "grow.h"
 #include "json_kind.h"
-#include "tokenizer.h"
 
 /* The byte-level alphabet: bytes that are printable and not a space stand
  * for themselves (as code points), the other 68 for 256, 257, .. in byte

@@ -5,6 +5,7 @@
 
 #include "../core/checkpoint.h"
 #include "../core/model.h"
+#include "../core/model_load.h"
 #include "../core/synth_params.h"
 #include "../hip/backend.h"
 #include "binding.h"

@@ -4,6 +4,7 @@
 
 #include "../core/config.h"
 #include "../core/tokenizer.h"
+#include "../core/tokenizer_load.h"
 #include "binding.h"
 
 #define IDS_MT "gptoss.encode_ids"

@@ -15,6 +15,7 @@
 #include "engine.h"
 #include "fuzz.h"
 #include "golden.h"
+#include "model_load.h"
 
 enum { STEP_WEIGHT_BYTES = 1 << 20, CTX = 8 };
 

@@ -2,6 +2,7 @@
  * then what it feeds (fuzz_use_tokenizer). Input: one byte choosing
  * vocab_size (1..256), then the file's bytes (written by fuzz_file). */
 #include "fuzz.h"
+#include "tokenizer_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)

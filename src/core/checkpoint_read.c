@@ -1,0 +1,257 @@
+/* Reading a checkpoint directory (docs/checkpoints.md): its shards, checked
+ * against the index when there is one, and each course tensor's parts taken
+ * from them into the model's sources, which stay in the mapped files. */
+#include "checkpoint.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint_tensors.h"
+
+static void format_shape(char *buf, size_t len, int ndim, const int64_t *dims) {
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static gptoss_status out_of_memory(char *err) {
+    return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+}
+
+/* Adds the safetensors file dir/name to m->shards. */
+static gptoss_status add_shard(gptoss_model *m, const char *dir, const char *name, char *err) {
+    gptoss_st_file **grown = realloc(m->shards, sizeof *grown * (size_t)(m->n_shards + 1));
+    char *path = gptoss_checkpoint_path(dir, name);
+    if (!grown || !path) {
+        if (grown)
+            m->shards = grown;
+        free(path);
+        return out_of_memory(err);
+    }
+    m->shards = grown;
+    gptoss_status s = gptoss_st_open(path, &m->shards[m->n_shards], err);
+    free(path);
+    if (!s)
+        m->n_shards++;
+    return s;
+}
+
+/* The shards an index names, each checked against its weight_map. */
+static gptoss_status open_indexed(gptoss_model *m, const char *dir, const char *index, char *err) {
+    json_error_t jerr;
+    json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "checkpoint index '%s' is not JSON: %s (line %d)",
+                           index, jerr.text, jerr.line);
+    gptoss_status s = GPTOSS_OK;
+    json_t *map = json_object_get(root, "weight_map");
+    const char *name;
+    json_t *shard;
+    if (!json_is_object(map))
+        s = gptoss_fail(err, GPTOSS_E_INVALID,
+                        "checkpoint index '%s' has no weight_map object {tensor: shard file}", index);
+    json_object_foreach(map, name, shard) {
+        if (s)
+            break;
+        const char *file = json_string_value(shard);
+        if (!file || !*file || strchr(file, '/')) {
+            s = gptoss_fail(err, GPTOSS_E_INVALID,
+                            "checkpoint index '%s': weight_map['%s'] must be the name of a file in "
+                            "the checkpoint directory",
+                            index, name);
+            break;
+        }
+        int known = 0;
+        for (int i = 0; i < m->n_shards && !known; i++)
+            known = strcmp(strrchr(m->shards[i]->path, '/') + 1, file) == 0;
+        char why[GPTOSS_ERR_LEN];
+        if (!known && (s = add_shard(m, dir, file, why)))
+            gptoss_fail(err, s, "checkpoint index '%.150s' names shard '%.60s': %.280s", index, file,
+                        why);
+    }
+    for (int i = 0; i < m->n_shards && !s; i++) { /* every shard's tensors, and only they */
+        const gptoss_st_file *f = m->shards[i];
+        const char *file = strrchr(f->path, '/') + 1;
+        for (int k = 0; k < f->n_tensors && !s; k++) {
+            const char *listed = json_string_value(json_object_get(map, f->tensors[k].name));
+            if (!listed || strcmp(listed, file) != 0)
+                s = gptoss_fail(err, GPTOSS_E_INVALID,
+                                "checkpoint shard '%s' holds tensor '%s', which the index '%s' %s%s%s",
+                                f->path, f->tensors[k].name, index,
+                                listed ? "puts in '" : "does not list", listed ? listed : "",
+                                listed ? "'" : "");
+        }
+    }
+    json_object_foreach(map, name, shard) {
+        if (s)
+            break;
+        int held = 0;
+        for (int i = 0; i < m->n_shards && !held; i++)
+            held = strcmp(strrchr(m->shards[i]->path, '/') + 1, json_string_value(shard)) == 0 &&
+                   gptoss_st_find(m->shards[i], name);
+        if (!held)
+            s = gptoss_fail(err, GPTOSS_E_INVALID,
+                            "checkpoint index '%s' puts tensor '%s' in '%s', which does not hold it",
+                            index, name, json_string_value(shard));
+    }
+    json_decref(root);
+    return s;
+}
+
+/* Opens the shards: the index's, or model.safetensors. *where (malloc'd)
+ * is the file that lists the tensors, for messages. */
+static gptoss_status open_shards(gptoss_model *m, const char *dir, char **where, char *err) {
+    char *index = gptoss_checkpoint_path(dir, GPTOSS_CHECKPOINT_INDEX_FILE);
+    char *single = gptoss_checkpoint_path(dir, GPTOSS_CHECKPOINT_SINGLE_FILE);
+    struct stat st;
+    gptoss_status s;
+    *where = NULL;
+    if (!index || !single) {
+        s = out_of_memory(err);
+    } else if (stat(index, &st) == 0) {
+        s = open_indexed(m, dir, index, err);
+        *where = index, index = NULL;
+    } else if (stat(single, &st) == 0) {
+        s = add_shard(m, dir, GPTOSS_CHECKPOINT_SINGLE_FILE, err);
+        *where = single, single = NULL;
+    } else {
+        s = gptoss_fail(err, GPTOSS_E_IO, "checkpoint '%s' has neither %s nor %s", dir,
+                        GPTOSS_CHECKPOINT_SINGLE_FILE, GPTOSS_CHECKPOINT_INDEX_FILE);
+    }
+    free(index);
+    free(single);
+    return s;
+}
+
+static gptoss_st_tensor *find(const gptoss_model *m, const char *name, const char **file) {
+    for (int i = 0; i < m->n_shards; i++) {
+        gptoss_st_tensor *t = gptoss_st_find(m->shards[i], name);
+        if (t) {
+            *file = m->shards[i]->path;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* The tensor of that name, of one of the dtypes (up to 2) and this shape. */
+static gptoss_status take(const gptoss_model *m, const char *where, const char *name,
+                          const gptoss_st_dtype *dtypes, const gptoss_checkpoint_shape *want,
+                          gptoss_st_tensor **out, char *err) {
+    const char *file;
+    gptoss_st_tensor *t = find(m, name, &file);
+    if (!t)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "checkpoint '%s': tensor '%s' is missing from '%s'",
+                           m->path, name, where);
+    if (t->dtype != dtypes[0] && t->dtype != dtypes[1])
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "checkpoint file '%s': tensor '%s' has dtype %s; gpt-oss needs %s%s%s", file,
+                           name, t->dtype_name, gptoss_st_dtype_name(dtypes[0]),
+                           dtypes[1] != dtypes[0] ? " or " : "",
+                           dtypes[1] != dtypes[0] ? gptoss_st_dtype_name(dtypes[1]) : "");
+    int same = t->ndim == want->ndim;
+    for (int i = 0; i < want->ndim && same; i++)
+        same = t->shape[i] == want->dims[i];
+    if (!same) {
+        char got[128], need[128];
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        format_shape(need, sizeof need, want->ndim, want->dims);
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "checkpoint file '%s': tensor '%s' has shape %s; the config makes it %s",
+                           file, name, got, need);
+    }
+    t->used = 1;
+    *out = t;
+    return GPTOSS_OK;
+}
+
+/* Fills m->source from the shards: every part present with its dtype and
+ * shape, and no tensor left over. */
+static gptoss_status take_tensors(gptoss_model *m, const gptoss_checkpoint_names *ln, const char *where,
+                                  char *err) {
+    static const gptoss_st_dtype dense[2] = {GPTOSS_ST_BF16, GPTOSS_ST_F32};
+    static const gptoss_st_dtype u8[2] = {GPTOSS_ST_U8, GPTOSS_ST_U8};
+    int n = 0;
+    gptoss_checkpoint_part *parts = gptoss_checkpoint_parts(m, ln, &n);
+    gptoss_piece *pieces = parts ? calloc((size_t)n, sizeof *pieces) : NULL;
+    if (!parts || !pieces) {
+        free(parts);
+        free(pieces);
+        return out_of_memory(err);
+    }
+    m->source[0].piece = pieces; /* freed with the model */
+    gptoss_status s = GPTOSS_OK;
+    for (int i = 0; i < n && !s; i++) {
+        const gptoss_checkpoint_part *q = &parts[i];
+        gptoss_source *src = &m->source[q->tensor];
+        if (!src->n)
+            src->piece = &pieces[i];
+        gptoss_piece *p = &src->piece[src->n++];
+        p->first = q->first;
+        p->count = q->count;
+        gptoss_st_tensor *t, *scales;
+        if (gptoss_checkpoint_is_mxfp4(q->tensor)) {
+            char name[GPTOSS_CHECKPOINT_NAME_LEN + 16];
+            snprintf(name, sizeof name, "%s%s", q->name, ln->blocks);
+            if (!(s = take(m, where, name, u8, &q->blocks, &t, err))) {
+                snprintf(name, sizeof name, "%s%s", q->name, ln->scales);
+                s = take(m, where, name, u8, &q->scales, &scales, err);
+            }
+            if (!s) {
+                p->kind = GPTOSS_PIECE_MXFP4;
+                p->data = t->data;
+                p->scales = scales->data;
+                p->row = q->dense.dims[2];
+            }
+        } else if (!(s = take(m, where, q->name, dense, &q->dense, &t, err))) {
+            p->kind = t->dtype == GPTOSS_ST_BF16 ? GPTOSS_PIECE_BF16 : GPTOSS_PIECE_F32;
+            p->data = t->data;
+        }
+    }
+    for (int i = 0; i < m->n_shards && !s; i++)
+        for (int k = 0; k < m->shards[i]->n_tensors && !s; k++)
+            if (!m->shards[i]->tensors[k].used)
+                s = gptoss_fail(err, GPTOSS_E_INVALID,
+                                "checkpoint file '%s': unexpected tensor '%s' (not one of a %d-layer "
+                                "gpt-oss's)",
+                                m->shards[i]->path, m->shards[i]->tensors[k].name,
+                                m->config.n_layers);
+    free(parts);
+    return s;
+}
+
+gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err) {
+    char *config_path = gptoss_checkpoint_path(dir, "config.json");
+    if (!config_path)
+        return out_of_memory(err);
+    gptoss_format f;
+    gptoss_config c;
+    const char *names[GPTOSS_N_FIELDS];
+    gptoss_status s = gptoss_checkpoint_config_read(config_path, &f, &c, names, err);
+    gptoss_model *m = NULL;
+    char why[GPTOSS_ERR_LEN];
+    if (!s && (s = gptoss_model_new(&c, names, f, &m, why)))
+        gptoss_fail(err, s, "checkpoint config '%.200s': %.300s", config_path, why);
+    free(config_path);
+    if (s)
+        return s;
+    char *where = NULL;
+    if (!(m->path = strdup(dir)))
+        s = out_of_memory(err);
+    if (!s)
+        s = open_shards(m, dir, &where, err);
+    if (!s)
+        s = take_tensors(m, gptoss_checkpoint_names_of(f), where, err);
+    free(where);
+    if (s) {
+        gptoss_model_free(m);
+        return s;
+    }
+    *out = m;
+    return GPTOSS_OK;
+}
