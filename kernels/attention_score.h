@@ -1,4 +1,4 @@
-/* The golden's attention score of one cached key (src/core/golden.c): the
+/* The golden's attention score of one cached key (src/core/golden_forward.c): the
  * float products q_i * k_i summed in double in ascending i, then scaled and
  * rounded by gptoss_attn_score (src/core/course_math.h). The loop is here,
  * not there, because the device's keys may be bf16. Shared by the exact

@@ -1,6 +1,6 @@
 /* The exact GEMM (fp32 mode), a part of gemm.hip: float weights and inputs,
  * each output a double accumulator fed float products, as the golden's
- * matmul (src/core/golden.c): any summation order rounds to the same float
+ * matmul (src/core/golden_forward.c): any summation order rounds to the same float
  * except in rare double-rounding ties. Blocks of 32 rows by 64 outputs,
  * operands staged through shared memory in steps of 32 k. */
 #ifndef GPTOSS_KERNELS_GEMM_EXACT_H

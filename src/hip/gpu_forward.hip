@@ -1,6 +1,6 @@
 /* The forward pass of one ragged batch on a GPU replica, as the golden
- * computes it (src/core/golden.c) but batched: every linear layer is one
- * GEMM over all rows, the MoE runs as grouped GEMMs over the rows sorted by
+ * computes it (src/core/golden_forward.c) but batched: every linear layer
+ * is one GEMM over all rows, the MoE runs as grouped GEMMs over the rows sorted by
  * expert, and nothing waits for the device. With a trace (one row) the
  * fused stages run unfused and each stage is read back under the trace's
  * stage names. */
