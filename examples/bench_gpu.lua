@@ -31,8 +31,8 @@ parser:option("--model", "Synthetic shape name.", "20b")
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256"):convert(batch_sizes)
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
-parser:option("--weights", "fp32, bf16 or mxfp4 (the KV cache: fp32, else bf16).", "bf16")
-  :choices { "fp32", "bf16", "mxfp4" }
+parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
+  :choices(gptoss.weight_format_names())
 parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
@@ -46,9 +46,14 @@ script.run(function()
   local c = model.config
   local windowed = model.windowed
   local copy_bw = gptoss.copy_bandwidth(a.device)
-  local kv_mode = a.weights == "fp32" and "fp32" or "bf16"
+  local format
+  for _, f in ipairs(gptoss.weight_formats) do
+    if f.name == a.weights then format = f end
+  end
+  local kv_mode = format.bf16_arithmetic and "bf16" or "fp32" -- the replica's default too
   local elem = kv_mode == "bf16" and 2 or 4
-  local expert_elem = a.weights == "mxfp4" and 17 / 32 or elem -- codes and a scale byte per 32
+  -- a block format's experts: its bits a weight (codes and scales)
+  local expert_elem = format.block > 1 and format.bits / 8 or elem
 
   -- the cached keys and values attention reads in a step of B rows at position pos
   local function kv_bytes(B, pos)

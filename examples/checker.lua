@@ -52,8 +52,8 @@ dump:option("--seed", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_
 dump:option("--tokens", "Token ids, the last one's logits written."):argname("<ids>"):convert(token_list)
 dump:option("-o --output", "The logits file to write."):argname("<path>")
 dump:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(device)
-dump:option("--weights", "Weight precision (default: the replica's).")
-  :choices { "fp32", "bf16", "mxfp4" }
+dump:option("--weights", "Weight format (default: the replica's).")
+  :choices(gptoss.weight_format_names())
 dump:option("--kv", "KV cache precision (default: the replica's).")
   :choices { "fp32", "bf16" }
 dump:option("--format", "File format (default: from the extension, .f32/.bin raw fp32, else text).")

@@ -23,14 +23,16 @@ hipError_t gptoss_launch_synth_fill(const gptoss_synth_param &p, uint64_t first,
                                     void *out, int out_bf16, gptoss_tiling tiling, hipStream_t stream);
 hipError_t gptoss_launch_to_bf16(const float *in, uint64_t first, uint64_t count, void *out,
                                  gptoss_tiling tiling, hipStream_t stream);
-/* MXFP4 matrices [n][k] into their tiles (layout.h, mxfp4.h): rows
- * [first, first + rows) counted over the matrices, from rows in the
- * checkpoint's form (codes [rows][blocks][16], scales [rows][blocks]) or,
- * for a synthetic model's MXFP4 tensor, from the recipe (codes NULL). Scales
- * are clamped to the ones the kernels take: only all-zero blocks have others. */
-hipError_t gptoss_launch_mxfp4_place(const uint8_t *codes, const uint8_t *scales, const gptoss_synth_param *p,
-                                     uint64_t first, uint64_t rows, int64_t n, int64_t k, void *out,
-                                     hipStream_t stream);
+/* A block format's matrices [n][k] into their tiles (layout: the
+ * format's gptoss_weight_layout; layout.h): rows [first, first + rows)
+ * counted over the matrices, from the host codec's rows (codes
+ * [rows][blocks][block_bytes], scales [rows][blocks]: weight_format.h) or,
+ * for a synthetic model's tensor, from the recipe (codes NULL). MXFP4
+ * (mxfp4.h): scales are clamped to the ones the kernels take; only all-zero
+ * blocks have others. */
+hipError_t gptoss_launch_place_coded(int layout, const uint8_t *codes, const uint8_t *scales,
+                                     const gptoss_synth_param *p, uint64_t first, uint64_t rows, int64_t n,
+                                     int64_t k, void *out, hipStream_t stream);
 
 /* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a fed token
  * (gptoss_fed_row) is fed[row], the previous step's sample (NaN row if invalid) */

@@ -36,14 +36,20 @@ GPTOSS_HD static inline uint64_t gptoss_tiled_at(int64_t r, int64_t k, int64_t c
            k % GPTOSS_TILE_K;
 }
 
-/* MXFP4 matrices (kernels/mxfp4.h) are tiled alike: a tile is 256 bytes of
- * e2m1 codes, the pieces of one lane together (tile16::piece_at), then 16
- * scale bytes, one per tile row (in the order mxfp4.h gives). */
+/* A block format's matrices (weight_format.h) are tiled alike: a tile holds
+ * its 16 rows' codes for the 32 k, then one scale byte per row and block,
+ * tile_bytes in all. Their bytes, padding included: */
+GPTOSS_HD static inline uint64_t gptoss_coded_tiled_bytes(int64_t n, int64_t k, uint64_t tile_bytes) {
+    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) * (uint64_t)((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K) *
+           tile_bytes;
+}
+/* MXFP4's tile (kernels/mxfp4.h): 256 bytes of e2m1 codes, the pieces of one
+ * lane together (tile16::piece_at), then 16 scale bytes, one per tile row
+ * (in the order mxfp4.h gives). */
 #define GPTOSS_MXFP4_TILE_CODES 256
 #define GPTOSS_MXFP4_TILE_BYTES (GPTOSS_MXFP4_TILE_CODES + GPTOSS_TILE_ROWS)
 GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) {
-    return (uint64_t)((n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS) * (uint64_t)((k + GPTOSS_TILE_K - 1) / GPTOSS_TILE_K) *
-           GPTOSS_MXFP4_TILE_BYTES;
+    return gptoss_coded_tiled_bytes(n, k, GPTOSS_MXFP4_TILE_BYTES);
 }
 
 /* The experts' GEMM tiles a step of rows rows can need: each expert's pairs

@@ -3,8 +3,8 @@
  * model needs no host copy and holds exactly the CPU's bits, and fp32 →
  * bf16 conversion (round to nearest even, as the golden's bf16 mode) of
  * tensors uploaded from a file; either placed in the tiled layout
- * (layout.h) where asked. MXFP4 matrices go into their tiles from the
- * checkpoint's form or from the recipe. */
+ * (layout.h) where asked. A block format's matrices (MXFP4) go into their
+ * tiles from the host codec's rows or from the recipe. */
 #include "device.h"
 #include "launchers.h"
 #include "mxfp4.h"
@@ -93,9 +93,11 @@ __global__ void mxfp4_place_kernel(const uint8_t *codes, const uint8_t *scales, 
     }
 }
 
-hipError_t gptoss_launch_mxfp4_place(const uint8_t *codes, const uint8_t *scales, const gptoss_synth_param *p,
-                                     uint64_t first, uint64_t rows, int64_t n, int64_t k, void *out,
-                                     hipStream_t stream) {
+hipError_t gptoss_launch_place_coded(int layout, const uint8_t *codes, const uint8_t *scales,
+                                     const gptoss_synth_param *p, uint64_t first, uint64_t rows, int64_t n,
+                                     int64_t k, void *out, hipStream_t stream) {
+    if (layout != GPTOSS_W_MXFP4_TILES)
+        return hipErrorInvalidValue;
     if (rows == 0)
         return hipSuccess;
     gptoss_synth_param recipe = p ? *p : gptoss_synth_param{};

@@ -158,8 +158,8 @@ function cli.parser(name)
   p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
     .. "else cpu; generate uses the first).")
     :argname("<list>"):convert(cli.devices)
-  p:option("--weights", "Weight precision (default: fp32 on the CPU; on GPUs mxfp4 when the experts are "
-    .. "exactly MXFP4, else bf16)."):choices { "fp32", "bf16", "mxfp4" }
+  p:option("--weights", "Weight format (default: fp32 on the CPU; on GPUs the smallest the experts are "
+    .. "exactly in, mxfp4 for a checkpoint, else bf16)."):choices(gptoss.weight_format_names())
   p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
     :argname("<int>"):convert(cli.integer("--slots", 1))
@@ -261,8 +261,8 @@ function cli.model_options(p, default_prompt)
     if id == nil or id < 1 then return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s) end
     return id
   end)
-  p:option("--weights", "Weight precision (default: fp32 on the CPU, the replica's choice on a GPU).")
-    :choices { "fp32", "bf16", "mxfp4" }
+  p:option("--weights", "Weight format (default: fp32 on the CPU, the replica's choice on a GPU).")
+    :choices(gptoss.weight_format_names())
   p:option("--prompt", "Prompt text.", default_prompt)
   p:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 end
@@ -332,7 +332,10 @@ function cli.message(err)
   return (tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""))
 end
 
-local MEMORY_ORDER = { "weights", "weights_fp32", "weights_bf16", "kv", "scratch", "total" }
+-- r.memory's categories in report order: the weights, each format's share, the rest
+local MEMORY_ORDER = { "weights" }
+for _, name in ipairs(gptoss.weight_format_names()) do MEMORY_ORDER[#MEMORY_ORDER + 1] = "weights_" .. name end
+table.move({ "kv", "scratch", "total" }, 1, 3, #MEMORY_ORDER + 1, MEMORY_ORDER)
 
 --- "memory, NAME: weights 12.0 MiB, kv 4.0 MiB, ..." from r.memory (bytes by category).
 function cli.memory_line(name, memory)

@@ -137,6 +137,16 @@ gptoss.device_memory = core.device_memory
 gptoss.trace_stages = core.trace_stages
 --- x as a float rounded to the nearest bf16, ties to even: how the bf16 modes round.
 gptoss.bf16_round = core.bf16_round
+--- How a replica may hold its weights (the weights option), in the core's table order:
+-- { {name = "fp32", bits = 32, block = 1, exact_against_bf16 = false, bf16_arithmetic = false,
+-- summary = ...}, ... }.
+gptoss.weight_formats = core.weight_formats
+--- The weight formats' names, in the same order: what the weights option takes.
+function gptoss.weight_format_names()
+  local names = {}
+  for i, f in ipairs(core.weight_formats) do names[i] = f.name end
+  return names
+end
 
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {

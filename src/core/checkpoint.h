@@ -24,7 +24,7 @@ gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *
  * config.json, then shards of at most shard_bytes of tensor data (a tensor
  * larger than that alone in one), with an index when there are several;
  * into dir.tmp-XXXXXX, renamed to dir at the end. Experts are written as
- * MXFP4 (GPTOSS_E_UNSUPPORTED when gptoss_model_experts_mxfp4 refuses
+ * MXFP4 (GPTOSS_E_UNSUPPORTED when gptoss_model_experts_in refuses
  * them), other tensors as BF16 when every value is exactly a bf16, else
  * F32. GPTOSS_E_INVALID when dir exists (other than as an empty
  * directory) or the config cannot be written in format f; GPTOSS_E_IO,

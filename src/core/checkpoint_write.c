@@ -182,7 +182,7 @@ static int write_mxfp4(const gptoss_model *m, const written *blocks, const writt
         errno = ENOMEM;
     for (uint64_t at = 0; at < blocks->count && !bad; at += chunk) {
         uint64_t n = blocks->count - at < chunk ? blocks->count - at : chunk;
-        gptoss_model_read_mxfp4(m, blocks->tensor, blocks->first + at, n, codes, sc);
+        gptoss_model_read_blocks(m, GPTOSS_WEIGHTS_MXFP4, blocks->tensor, blocks->first + at, n, codes, sc);
         bad = write_at(fds[blocks->shard], codes, n * row_codes, blocks->offset + at * row_codes) ||
               write_at(fds[scales->shard], sc, n * (size_t)per_row,
                        scales->offset + at * (uint64_t)per_row);
@@ -306,7 +306,7 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
                                      uint64_t shard_bytes, char *err) {
     const char *format = gptoss_format_name(f);
     char why[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_model_experts_mxfp4(m, why);
+    gptoss_status s = gptoss_model_experts_in(m, GPTOSS_WEIGHTS_MXFP4, why); /* the checkpoints' expert format */
     if (s)
         return gptoss_fail(err, s, "cannot write '%.150s' as %s: the experts must be MXFP4: %.300s",
                            dir, format, why);

@@ -23,7 +23,7 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gpto
     if (s)
         return s;
     if (o->kv_bf16 < 0) /* the cache follows the weights: fp32 with fp32, else bf16 */
-        o->kv_bf16 = o->weights != GPTOSS_WEIGHTS_FP32;
+        o->kv_bf16 = gptoss_weights_bf16(o);
     memset(out, 0, sizeof *out);
     *headroom = 0;
     if ((s = i->plan(m, o, out, headroom, err)))
@@ -37,11 +37,13 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gpto
 }
 
 gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o, char *err) {
-    if (o->weights != GPTOSS_WEIGHTS_MXFP4)
+    const gptoss_weight_format *f = gptoss_weight_format_of(o->weights);
+    if (!f->experts)
         return GPTOSS_OK;
     char why[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_model_experts_mxfp4(m, why);
-    return s ? gptoss_fail(err, s, "weights = \"mxfp4\" needs experts exactly in MXFP4: %.440s", why) : GPTOSS_OK;
+    gptoss_status s = gptoss_model_experts_in(m, o->weights, why);
+    return s ? gptoss_fail(err, s, "weights = \"%s\" needs experts exactly in %s: %.420s", f->name, f->title, why)
+             : GPTOSS_OK;
 }
 
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,

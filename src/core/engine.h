@@ -16,25 +16,18 @@
 #include "status.h"
 #include "tensor.h"
 #include "trace.h"
+#include "weight_format.h"
 
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
 #endif
-
-/* How a replica holds its weights (docs/numerics.md). */
-typedef enum {
-    GPTOSS_WEIGHTS_UNSET = -1, /* not given: the engine picks */
-    GPTOSS_WEIGHTS_FP32,       /* as the model has them */
-    GPTOSS_WEIGHTS_BF16,       /* matrices in bf16, GEMM inputs rounded to bf16 */
-    GPTOSS_WEIGHTS_MXFP4       /* as bf16, the experts' matrices in MXFP4 (same values) */
-} gptoss_weights;
 
 /* A replica's options as the caller gives them; an engine fills in its own
  * defaults (gptoss_engine_i.resolve) and refuses those it does not take. */
 typedef struct {
     int device;       /* -1: the CPU; else a 0-based GPU */
     int slots, ctx;   /* independent sequences, positions each */
-    int weights;      /* gptoss_weights */
+    int weights;      /* gptoss_weights: a row of weight_format.h's table, or UNSET */
     int kv_bf16;      /* K and V stored in bf16 (else fp32); -1 not given: bf16 unless the weights are fp32 */
     int threads;      /* CPU worker threads: 0 all online CPUs; -1 not given */
     int rows, chunk;  /* GPU: most rows in one step, of one slot in one step; 0 not given */
@@ -42,11 +35,11 @@ typedef struct {
 
 /* Bytes an engine takes, by named category ("weights", "kv", ...), in the
  * order a report should list them. */
-enum { GPTOSS_MEMORY_PARTS = 8 };
+enum { GPTOSS_MEMORY_PARTS = GPTOSS_N_WEIGHT_FORMATS + 4 };
 typedef struct {
     int n;
     struct {
-        const char *name;
+        char name[32];
         uint64_t bytes;
     } part[GPTOSS_MEMORY_PARTS];
 } gptoss_memory;
@@ -132,11 +125,15 @@ typedef struct {
                          void *arg);
 } gptoss_engine_i;
 
-/* Whether weight matrices are bf16 values and GEMM inputs rounded to bf16. */
-static inline int gptoss_weights_bf16(const gptoss_engine_opts *o) { return o->weights >= GPTOSS_WEIGHTS_BF16; }
+/* Whether weight matrices are bf16 values and GEMM inputs rounded to bf16
+ * (the weights' format says; resolved options only). */
+static inline int gptoss_weights_bf16(const gptoss_engine_opts *o) {
+    return gptoss_weight_format_of(o->weights)->bf16_arithmetic;
+}
 
-/* Resolves weights = "mxfp4": refused, saying why, when m's experts are not
- * exactly MXFP4 (gptoss_model_experts_mxfp4). */
+/* Resolves a format that holds the experts in a block format: refused,
+ * saying why, when m's experts are not exactly in it
+ * (gptoss_model_experts_in). */
 gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o, char *err);
 
 typedef struct gptoss_engine gptoss_engine;

@@ -179,8 +179,7 @@ gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progr
     return GPTOSS_OK;
 }
 
-/* The piece holding element i of a checkpoint tensor: the last whose first <= i. */
-static const gptoss_piece *piece_at(const gptoss_source *src, uint64_t i) {
+const gptoss_piece *gptoss_model_piece_at(const gptoss_source *src, uint64_t i) {
     int lo = 0, hi = src->n - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -225,145 +224,11 @@ void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64
         gptoss_synth_fill(&p, first, count, out);
     } else {
         const gptoss_source *src = &m->source[tensor];
-        for (const gptoss_piece *p = piece_at(src, first); count; p++) {
+        for (const gptoss_piece *p = gptoss_model_piece_at(src, first); count; p++) {
             uint64_t at = first - p->first;
             uint64_t n = count < p->count - at ? count : p->count - at;
             read_piece(p, at, n, out);
             first += n, count -= n, out += n;
-        }
-    }
-}
-
-/* ---- the experts as MXFP4 ------------------------------------------------------ */
-
-/* Refuses an expert weight: row counts over (layer, expert, row) of tensor
- * t; numbers are 1-based, as model:tensor counts layers and experts. */
-static gptoss_status not_mxfp4(const gptoss_model *m, int t, uint64_t row, int64_t input, float value,
-                               const char *why, char *err) {
-    const gptoss_tensor_desc *d = &m->layout.t[t];
-    uint64_t rows = (uint64_t)d->dims[2], experts = (uint64_t)d->dims[1];
-    return gptoss_fail(err, GPTOSS_E_UNSUPPORTED,
-                       "%s layer %llu expert %llu row %llu input %lld = %.9g %s", d->name,
-                       (unsigned long long)(row / rows / experts + 1),
-                       (unsigned long long)(row / rows % experts + 1),
-                       (unsigned long long)(row % rows + 1), (long long)input + 1, value, why);
-}
-
-static int scale_taken(uint8_t s) {
-    return s >= GPTOSS_MXFP4_SCALE_MIN && s <= GPTOSS_MXFP4_SCALE_MAX;
-}
-
-/* One row's codes and scales: GPTOSS_E_UNSUPPORTED at the first input of
- * a block whose scale the kernels do not take and which has a nonzero value. */
-static gptoss_status check_scales(const gptoss_model *m, int t, uint64_t row, const uint8_t *codes,
-                                  const uint8_t *scales, int64_t n, char *err) {
-    for (int64_t b = 0; b < gptoss_mxfp4_blocks(n); b++) {
-        if (scale_taken(scales[b]))
-            continue;
-        for (int64_t k = b * GPTOSS_MXFP4_BLOCK; k < n && k < (b + 1) * GPTOSS_MXFP4_BLOCK; k++) {
-            if (gptoss_mxfp4_code(codes, k) & 7u) {
-                float value;
-                gptoss_mxfp4_decode(codes, scales, k, 1, &value);
-                char why[128];
-                snprintf(why, sizeof why,
-                         "needs the MXFP4 scale byte %d, outside the %d..%d the kernels take",
-                         scales[b], GPTOSS_MXFP4_SCALE_MIN, GPTOSS_MXFP4_SCALE_MAX);
-                return not_mxfp4(m, t, row, k, value, why, err);
-            }
-        }
-    }
-    return GPTOSS_OK;
-}
-
-/* A checkpoint's scale bytes, row by row (codes only where a scale is out of range). */
-static gptoss_status check_checkpoint_experts(const gptoss_model *m, int t, char *err) {
-    int64_t n = m->layout.t[t].dims[3], blocks = gptoss_mxfp4_blocks(n);
-    const gptoss_source *src = &m->source[t];
-    uint64_t row = 0;
-    for (int i = 0; i < src->n; i++) {
-        const gptoss_piece *p = &src->piece[i];
-        for (uint64_t r = 0; r < p->count / (uint64_t)n; r++, row++) {
-            const uint8_t *scales = p->scales + r * blocks;
-            for (int64_t b = 0; b < blocks; b++) {
-                if (!scale_taken(scales[b])) {
-                    gptoss_status s = check_scales(
-                        m, t, row, p->data + r * blocks * GPTOSS_MXFP4_BLOCK_BYTES, scales, n, err);
-                    if (s)
-                        return s;
-                    break;
-                }
-            }
-        }
-    }
-    return GPTOSS_OK;
-}
-
-/* Every row of a course file's expert weight encoded. */
-static gptoss_status scan_experts(const gptoss_model *m, int t, char *err) {
-    const gptoss_tensor_desc *d = &m->layout.t[t];
-    int64_t n = d->dims[3], blocks = gptoss_mxfp4_blocks(n);
-    float *w = malloc((size_t)n * sizeof *w);
-    uint8_t *codes = malloc((size_t)blocks * GPTOSS_MXFP4_BLOCK_BYTES), *scales = malloc((size_t)blocks);
-    gptoss_status s = GPTOSS_OK;
-    if (!w || !codes || !scales)
-        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    uint64_t rows = d->count / (uint64_t)n;
-    for (uint64_t row = 0; row < rows && !s; row++) {
-        gptoss_model_read(m, t, row * (uint64_t)n, (uint64_t)n, w);
-        int64_t bad = gptoss_mxfp4_encode_row(w, n, codes, scales);
-        if (bad >= 0)
-            s = not_mxfp4(m, t, row, bad, w[bad],
-                          "is not exactly MXFP4 (an e2m1 value times a power of two shared by its "
-                          "block of 32 inputs)",
-                          err);
-        else
-            s = check_scales(m, t, row, codes, scales, n, err);
-    }
-    free(w);
-    free(codes);
-    free(scales);
-    return s;
-}
-
-gptoss_status gptoss_model_experts_mxfp4(gptoss_model *m, char *err) {
-    static const int experts[] = {GPTOSS_T_W_MLP1, GPTOSS_T_W_MLP2};
-    if (gptoss_model_is_synthetic(m)) /* e2m1 codes times the recipe's block scales (synth.h) */
-        return GPTOSS_OK;
-    if (!m->experts_mxfp4.checked) {
-        gptoss_status s = GPTOSS_OK;
-        for (int i = 0; i < 2 && !s; i++)
-            s = m->source[experts[i]].n
-                    ? check_checkpoint_experts(m, experts[i], m->experts_mxfp4.message)
-                    : scan_experts(m, experts[i], m->experts_mxfp4.message);
-        if (s == GPTOSS_E_HOST_MEMORY) /* not an answer: ask again later */
-            return gptoss_fail(err, s, "%s", m->experts_mxfp4.message);
-        m->experts_mxfp4.status = s;
-        m->experts_mxfp4.checked = 1;
-    }
-    if (m->experts_mxfp4.status)
-        return gptoss_fail(err, m->experts_mxfp4.status, "%s", m->experts_mxfp4.message);
-    return GPTOSS_OK;
-}
-
-void gptoss_model_read_mxfp4(const gptoss_model *m, int tensor, uint64_t first, uint64_t rows,
-                             uint8_t *codes, uint8_t *scales) {
-    int64_t n = m->layout.t[tensor].dims[3], blocks = gptoss_mxfp4_blocks(n);
-    size_t row_codes = (size_t)blocks * GPTOSS_MXFP4_BLOCK_BYTES;
-    const gptoss_source *src = &m->source[tensor];
-    for (uint64_t row = first; row < first + rows; row++, codes += row_codes, scales += blocks) {
-        if (src->n) { /* a checkpoint: its bytes */
-            const gptoss_piece *p = piece_at(src, row * (uint64_t)n);
-            uint64_t r = (row * (uint64_t)n - p->first) / (uint64_t)n;
-            memcpy(codes, p->data + r * row_codes, row_codes);
-            memcpy(scales, p->scales + r * blocks, (size_t)blocks);
-            continue;
-        }
-        for (int64_t b = 0; b < blocks; b++) { /* a block at a time: no row buffer to allocate */
-            float w[GPTOSS_MXFP4_BLOCK];
-            int64_t k = b * GPTOSS_MXFP4_BLOCK;
-            int64_t count = n - k < GPTOSS_MXFP4_BLOCK ? n - k : GPTOSS_MXFP4_BLOCK;
-            gptoss_model_read(m, tensor, row * (uint64_t)n + (uint64_t)k, (uint64_t)count, w);
-            gptoss_mxfp4_encode_row(w, count, codes + b * GPTOSS_MXFP4_BLOCK_BYTES, scales + b);
         }
     }
 }

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "safetensors.h"
+#include "weight_format.h"
 
 #ifdef __cplusplus
 extern "C" { /* the HIP engine is C++ */
@@ -47,6 +48,13 @@ typedef struct {
     gptoss_piece *piece;
 } gptoss_source;
 
+/* an answer computed once and kept (the model is otherwise read-only) */
+typedef struct {
+    int checked;
+    gptoss_status status;
+    char message[GPTOSS_ERR_LEN];
+} gptoss_model_answer;
+
 typedef struct gptoss_model {
     gptoss_config config;
     gptoss_layout layout;
@@ -62,11 +70,8 @@ typedef struct gptoss_model {
     float *owned;              /* materialised tensors */
     const float *tensor[GPTOSS_N_TENSORS]; /* fp32 arrays: a course file's, or NULL until
                                             * gptoss_model_weights */
-    struct {
-        int checked;
-        gptoss_status status;
-        char message[GPTOSS_ERR_LEN];
-    } experts_mxfp4; /* gptoss_model_experts_mxfp4's answer, once asked */
+    gptoss_model_answer experts_exact[GPTOSS_N_WEIGHT_FORMATS]; /* per weight format:
+                                                                  gptoss_model_experts_in's */
 } gptoss_model;
 
 /* Whether m's weights come from the synthetic recipe. */
@@ -96,18 +101,24 @@ gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progr
  * without materialising the rest. The range must lie in the tensor. */
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out);
 
-/* GPTOSS_OK when every expert weight (w_mlp1, w_mlp2) is exactly MXFP4 with scales the
- * kernels take (GPTOSS_MXFP4_SCALE_MIN..MAX where a block has a nonzero value); else
- * GPTOSS_E_UNSUPPORTED with a message naming the first weight that is not
- * (tensor, layer, expert, row, input, value). Checkpoints and synthetic models answer
- * without scanning (a checkpoint only checks its scale bytes); a course file is scanned
- * once and the answer cached (the model is otherwise read-only, so cache in the struct). */
-gptoss_status gptoss_model_experts_mxfp4(gptoss_model *m, char *err);
+/* GPTOSS_OK when every expert weight (w_mlp1, w_mlp2) is exactly
+ * representable in the block format `format` (a weight format with an
+ * experts codec) with blocks the kernels take; else GPTOSS_E_UNSUPPORTED with
+ * a message naming the first weight that is not (tensor, layer, expert, row,
+ * input, value, why). A checkpoint holding the format's bytes checks them;
+ * synthetic models answer from the recipe where the codec says so; any
+ * other model is scanned once and the answer cached (the model is otherwise
+ * read-only, so cache in the struct). */
+gptoss_status gptoss_model_experts_in(gptoss_model *m, int format, char *err);
 /* Rows [first, first + rows) of w_mlp1 or w_mlp2 counted over (layer, expert, row),
- * as codes [rows][blocks * 16] and scales [rows][blocks], blocks = gptoss_mxfp4_blocks(in):
- * a checkpoint's bytes copied, other models encoded (call after the check above passed). */
-void gptoss_model_read_mxfp4(const gptoss_model *m, int tensor, uint64_t first, uint64_t rows,
-                             uint8_t *codes, uint8_t *scales);
+ * as the format's codes [rows][blocks * block_bytes] and scales [rows][blocks]: a
+ * checkpoint's bytes copied where they are the format's, other models encoded
+ * (call after gptoss_model_experts_in passed). */
+void gptoss_model_read_blocks(const gptoss_model *m, int format, int tensor, uint64_t first, uint64_t rows,
+                              uint8_t *codes, uint8_t *scales);
+
+/* The piece holding element i of a checkpoint tensor: the last whose first <= i. */
+const gptoss_piece *gptoss_model_piece_at(const gptoss_source *src, uint64_t i);
 
 /* Writes a course .bin (header, 16 tensors, then any trailing bytes of a
  * course file) atomically: to path.tmp, then renamed. GPTOSS_E_IO when

@@ -1,6 +1,7 @@
 #include "mxfp4.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t first, int64_t n,
@@ -49,6 +50,20 @@ int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8
                 return first + i;
             codes[b * GPTOSS_MXFP4_BLOCK_BYTES + i / 2] |= (uint8_t)(i % 2 ? c << 4 : c);
         }
+    }
+    return -1;
+}
+
+int64_t gptoss_mxfp4_kernels_take(const uint8_t *codes, const uint8_t *scales, int64_t n, char *why) {
+    for (int64_t b = 0; b < gptoss_mxfp4_blocks(n); b++) {
+        if (scales[b] >= GPTOSS_MXFP4_SCALE_MIN && scales[b] <= GPTOSS_MXFP4_SCALE_MAX)
+            continue;
+        for (int64_t k = b * GPTOSS_MXFP4_BLOCK; k < n && k < (b + 1) * GPTOSS_MXFP4_BLOCK; k++)
+            if (gptoss_mxfp4_code(codes, k) & 7u) {
+                snprintf(why, 128, "needs the MXFP4 scale byte %d, outside the %d..%d the kernels take", scales[b],
+                         GPTOSS_MXFP4_SCALE_MIN, GPTOSS_MXFP4_SCALE_MAX);
+                return k;
+            }
     }
     return -1;
 }

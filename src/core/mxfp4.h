@@ -46,6 +46,11 @@ void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t fi
  * is zero. Returns -1 when exact, else the first input that is not. */
 int64_t gptoss_mxfp4_encode_row(const float *w, int64_t n, uint8_t *codes, uint8_t *scales);
 
+/* -1 when the kernels take every block of an encoded row of n inputs, else
+ * the first nonzero input of a block whose scale is outside
+ * GPTOSS_MXFP4_SCALE_MIN..MAX, with why (128 bytes) saying so. */
+int64_t gptoss_mxfp4_kernels_take(const uint8_t *codes, const uint8_t *scales, int64_t n, char *why);
+
 #ifdef __cplusplus
 }
 #endif

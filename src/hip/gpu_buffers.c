@@ -1,5 +1,6 @@
 #include "gpu_buffers.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/checked.h"
@@ -7,11 +8,17 @@
 
 static int is_expert_matrix(int tensor) { return tensor == GPTOSS_T_W_MLP1 || tensor == GPTOSS_T_W_MLP2; }
 
-gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor) {
-    if (o->weights == GPTOSS_WEIGHTS_MXFP4 && is_expert_matrix(tensor))
-        return GPTOSS_GPU_WEIGHTS_MXFP4;
-    return gptoss_weights_bf16(o) && gptoss_tensor_is_matrix(tensor) ? GPTOSS_GPU_WEIGHTS_BF16
-                                                                      : GPTOSS_GPU_WEIGHTS_FP32;
+int gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor) {
+    const gptoss_weight_format *f = gptoss_weight_format_of(o->weights);
+    if (f->experts && is_expert_matrix(tensor))
+        return o->weights;
+    return f->bf16_arithmetic && gptoss_tensor_is_matrix(tensor) ? GPTOSS_WEIGHTS_BF16 : GPTOSS_WEIGHTS_FP32;
+}
+
+/* bytes of one 16 x 32 tile of a block format: each row's codes for its 32
+ * inputs, then a scale byte per row and block (layout.h) */
+static uint64_t coded_tile_bytes(const gptoss_block_codec *codec) {
+    return (uint64_t)GPTOSS_TILE_ROWS * (GPTOSS_TILE_K / codec->block) * ((uint64_t)codec->block_bytes + 1);
 }
 
 /* The experts' bf16 weights are tiled when a step that decodes every slot
@@ -20,50 +27,46 @@ gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int te
  * attention's qkv and output projections' up to 64 slots, where their
  * decode GEMMs stream 16-row tiles; with more rows each weight is re-read
  * by several row tiles, which is slower tiled. Either way a row gets the
- * same bits. MXFP4 matrices are always tiled (layout.h). */
+ * same bits. A block format's matrices are always tiled (layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor) {
-    switch (gptoss_gpu_weight_format(o, tensor)) {
-    case GPTOSS_GPU_WEIGHTS_MXFP4:
+    const int format = gptoss_gpu_weight_format(o, tensor);
+    if (gptoss_weight_format_of(format)->experts)
         return 1;
-    case GPTOSS_GPU_WEIGHTS_BF16:
-        if (is_expert_matrix(tensor))
-            return (int64_t)o->slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
-        return (tensor == GPTOSS_T_W_QKV || tensor == GPTOSS_T_W_O) && o->slots <= 64;
-    default:
+    if (format != GPTOSS_WEIGHTS_BF16)
         return 0;
-    }
+    if (is_expert_matrix(tensor))
+        return (int64_t)o->slots * c->experts_per_token <= 16 * (int64_t)c->n_experts;
+    return (tensor == GPTOSS_T_W_QKV || tensor == GPTOSS_T_W_O) && o->slots <= 64;
 }
 
 gptoss_weight_layout gptoss_gpu_weight_layout(const gptoss_config *c, const gptoss_engine_opts *o, int tensor) {
-    switch (gptoss_gpu_weight_format(o, tensor)) {
-    case GPTOSS_GPU_WEIGHTS_MXFP4:
-        return GPTOSS_W_MXFP4_TILES;
-    case GPTOSS_GPU_WEIGHTS_BF16:
-        return gptoss_gpu_tiled(c, o, tensor) ? GPTOSS_W_BF16_TILES : GPTOSS_W_BF16_ROWS;
-    default:
+    const gptoss_weight_format *f = gptoss_weight_format_of(gptoss_gpu_weight_format(o, tensor));
+    if (f->experts)
+        return (gptoss_weight_layout)f->gpu_layout;
+    if (!f->bf16_arithmetic)
         return GPTOSS_W_FP32_ROWS;
-    }
+    return gptoss_gpu_tiled(c, o, tensor) ? GPTOSS_W_BF16_TILES : GPTOSS_W_BF16_ROWS;
 }
 
 uint64_t gptoss_gpu_tensor_bytes(const gptoss_model *m, const gptoss_engine_opts *o, int tensor) {
     const gptoss_tensor_desc *d = &m->layout.t[tensor];
-    gptoss_gpu_category format = gptoss_gpu_weight_format(o, tensor);
-    if (format == GPTOSS_GPU_WEIGHTS_FP32)
+    const gptoss_weight_format *f = gptoss_weight_format_of(gptoss_gpu_weight_format(o, tensor));
+    if (!f->bf16_arithmetic)
         return d->count * 4;
     if (!gptoss_gpu_tiled(&m->config, o, tensor))
         return d->count * 2;
     int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
     uint64_t matrices = d->count / ((uint64_t)n * (uint64_t)k);
     int overflow = 0; /* the padding of many small matrices can pass 2^64 bytes */
-    return gptoss_checked_mul(matrices, format == GPTOSS_GPU_WEIGHTS_MXFP4 ? gptoss_mxfp4_tiled_bytes(n, k)
-                                                                           : 2 * gptoss_tiled_elems(n, k),
+    return gptoss_checked_mul(matrices, f->experts ? gptoss_coded_tiled_bytes(n, k, coded_tile_bytes(f->experts))
+                                                   : 2 * gptoss_tiled_elems(n, k),
                               &overflow);
 }
 
 /* The next buffer of the arena, of x * y * z * w bytes rounded up to 256,
  * counted under category; its address, or NULL when only sizing. Every size
  * is checked: a plan that leaves 64 bits says so (b->overflow). */
-static void *place(gptoss_gpu_buffers *b, char *base, gptoss_gpu_category category, uint64_t x,
+static void *place(gptoss_gpu_buffers *b, char *base, int category, uint64_t x,
                    uint64_t y, uint64_t z, uint64_t w) {
     int *o = &b->overflow;
     uint64_t bytes = gptoss_checked_mul(gptoss_checked_mul(x, y, o), gptoss_checked_mul(z, w, o), o);
@@ -162,11 +165,23 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     tr->probs = place(b, base, GPTOSS_GPU_SCRATCH, Hq, (uint64_t)o->ctx + 1, 4, 1);
 }
 
-gptoss_status gptoss_gpu_resolve(gptoss_model *m, gptoss_engine_opts *o, char *err) {
-    if (o->weights == GPTOSS_WEIGHTS_UNSET) { /* the experts in 4 bits where that loses nothing */
+/* The smallest format that loses nothing: of the block formats the
+ * experts are exactly in, the fewest bits (MXFP4's 4.25 for a checkpoint);
+ * else bf16. */
+static int default_weights(gptoss_model *m) {
+    int best = GPTOSS_WEIGHTS_BF16;
+    for (int w = 0; w < GPTOSS_N_WEIGHT_FORMATS; w++) {
+        const gptoss_weight_format *f = gptoss_weight_format_of(w);
         char why[GPTOSS_ERR_LEN];
-        o->weights = gptoss_model_experts_mxfp4(m, why) ? GPTOSS_WEIGHTS_BF16 : GPTOSS_WEIGHTS_MXFP4;
+        if (f->experts && f->bits < gptoss_weight_format_of(best)->bits && !gptoss_model_experts_in(m, w, why))
+            best = w;
     }
+    return best;
+}
+
+gptoss_status gptoss_gpu_resolve(gptoss_model *m, gptoss_engine_opts *o, char *err) {
+    if (o->weights == GPTOSS_WEIGHTS_UNSET)
+        o->weights = default_weights(m);
     gptoss_status s = gptoss_weights_check(m, o, err);
     if (s)
         return s;
@@ -190,16 +205,23 @@ gptoss_status gptoss_gpu_plan(const gptoss_model *m, const gptoss_engine_opts *o
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "%d slots of %d positions with %d rows a step need more than 2^64 bytes", o->slots,
                            o->ctx, o->rows);
-    uint64_t fp32 = b.bytes[GPTOSS_GPU_WEIGHTS_FP32], bf16 = b.bytes[GPTOSS_GPU_WEIGHTS_BF16];
-    uint64_t mxfp4 = b.bytes[GPTOSS_GPU_WEIGHTS_MXFP4];
-    *out = (gptoss_memory){7,
-                           {{"weights_fp32", fp32},
-                            {"weights_bf16", bf16},
-                            {"weights_mxfp4", mxfp4},
-                            {"weights", fp32 + bf16 + mxfp4},
-                            {"kv", b.bytes[GPTOSS_GPU_KV]},
-                            {"scratch", b.bytes[GPTOSS_GPU_SCRATCH]},
-                            {"total", b.total}}};
+    /* weights_<format> for each format, their sum, the KV cache, scratch, all */
+    uint64_t weights = 0;
+    out->n = 0;
+    for (int f = 0; f < GPTOSS_N_WEIGHT_FORMATS; f++, out->n++) {
+        snprintf(out->part[out->n].name, sizeof out->part[out->n].name, "weights_%s", gptoss_weight_format_of(f)->name);
+        out->part[out->n].bytes = b.bytes[f];
+        weights += b.bytes[f];
+    }
+    const struct {
+        const char *name;
+        uint64_t bytes;
+    } rest[] = {{"weights", weights}, {"kv", b.bytes[GPTOSS_GPU_KV]}, {"scratch", b.bytes[GPTOSS_GPU_SCRATCH]},
+                {"total", b.total}};
+    for (size_t r = 0; r < sizeof rest / sizeof rest[0]; r++, out->n++) {
+        snprintf(out->part[out->n].name, sizeof out->part[out->n].name, "%s", rest[r].name);
+        out->part[out->n].bytes = rest[r].bytes;
+    }
     *headroom = GPTOSS_GPU_HEADROOM;
     return GPTOSS_OK;
 }

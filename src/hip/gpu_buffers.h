@@ -18,15 +18,10 @@
 extern "C" {
 #endif
 
-/* what each buffer's bytes count as in a replica's memory report */
-typedef enum {
-    GPTOSS_GPU_WEIGHTS_FP32, /* a weight tensor's category is also its format on the device */
-    GPTOSS_GPU_WEIGHTS_BF16,
-    GPTOSS_GPU_WEIGHTS_MXFP4,
-    GPTOSS_GPU_KV,
-    GPTOSS_GPU_SCRATCH,
-    GPTOSS_GPU_CATEGORIES
-} gptoss_gpu_category;
+/* What each buffer's bytes count as in a replica's memory report: a weight
+ * tensor's as its format on the device (a gptoss_weights value: fp32, bf16
+ * or a block format's), the rest as the KV cache or scratch. */
+enum { GPTOSS_GPU_KV = GPTOSS_N_WEIGHT_FORMATS, GPTOSS_GPU_SCRATCH, GPTOSS_GPU_CATEGORIES };
 
 typedef struct {
     /* per tensor: matrices in the replica's type (bf16 ones perhaps tiled,
@@ -94,8 +89,10 @@ typedef struct {
 /* Device memory the runtime, the kernels' stacks and other users keep. */
 #define GPTOSS_GPU_HEADROOM ((uint64_t)256 << 20)
 
-/* How the replica holds tensor t: fp32, bf16 or MXFP4 (a weights category). */
-gptoss_gpu_category gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor);
+/* How the replica holds tensor t (a gptoss_weights value): the experts in
+ * the replica's block format where it has one, matrices in bf16 where the
+ * format computes in bf16, anything else in fp32. */
+int gptoss_gpu_weight_format(const gptoss_engine_opts *o, int tensor);
 /* Whether the replica holds tensor t's matrices tiled (kernels/layout.h). */
 int gptoss_gpu_tiled(const gptoss_config *c, const gptoss_engine_opts *o, int tensor);
 /* How matrix tensor t lies on the device, as its GEMMs take it. */

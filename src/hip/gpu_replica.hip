@@ -4,6 +4,7 @@
  * allocated, then fills the weights on the device (gpu_weights.hip); steps
  * and forks are gpu_step.hip's. Here: creation and destruction, a slot's
  * length and logit bias, and the engine's table. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,14 +102,17 @@ static gptoss_status allocate(gptoss_gpu *g, char *err) {
     hipError_t e = hipMemGetInfo(&free_b, &total_b);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot read free memory", e);
-    if (total + GPTOSS_GPU_HEADROOM > free_b)
+    if (total + GPTOSS_GPU_HEADROOM > free_b) {
+        char weights[160] = ""; /* "x GiB fp32 + y GiB bf16 + ..." */
+        for (int f = 0; f < GPTOSS_N_WEIGHT_FORMATS; f++)
+            snprintf(weights + strlen(weights), sizeof weights - strlen(weights), "%s%.2f GiB %s", f ? " + " : "",
+                     bytes[f] / GIB, gptoss_weight_format_of(f)->name);
         return gptoss_fail(err, GPTOSS_E_DEVICE_MEMORY,
-                           "device %d: need %.2f GiB for weights (%.2f GiB fp32 + %.2f GiB bf16 + %.2f GiB "
-                           "mxfp4), KV cache (%.2f GiB) and scratch (%.2f GiB) plus %.2f GiB headroom; %.2f GiB free",
-                           o->device + 1, total / GIB, bytes[GPTOSS_GPU_WEIGHTS_FP32] / GIB,
-                           bytes[GPTOSS_GPU_WEIGHTS_BF16] / GIB, bytes[GPTOSS_GPU_WEIGHTS_MXFP4] / GIB,
-                           bytes[GPTOSS_GPU_KV] / GIB,
+                           "device %d: need %.2f GiB for weights (%s), KV cache (%.2f GiB) and scratch (%.2f GiB) "
+                           "plus %.2f GiB headroom; %.2f GiB free",
+                           o->device + 1, total / GIB, weights, bytes[GPTOSS_GPU_KV] / GIB,
                            bytes[GPTOSS_GPU_SCRATCH] / GIB, GPTOSS_GPU_HEADROOM / GIB, free_b / GIB);
+    }
     if ((e = hipMalloc((void **)&g->arena, total)) != hipSuccess) {
         (void)hipGetLastError();
         return gptoss_fail(err, GPTOSS_E_DEVICE_MEMORY, "device %d: cannot allocate %.2f GiB: %s",

@@ -1,12 +1,11 @@
 /* A GPU replica's weights: filled once at creation, in each tensor's format
- * on the device (fp32, bf16, tiled, MXFP4 tiles), either generated there
+ * on the device (fp32, bf16, tiled, a block format's tiles), either generated there
  * (the synthetic recipe) or read from the model file through a staging
  * buffer; and the RoPE table, the other constant every step reads. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "../core/rope.h"
-#include "../core/mxfp4.h"
 #include "../core/synth_params.h"
 #include "gpu_replica.h"
 
@@ -33,18 +32,22 @@ typedef struct {
     size_t bytes; /* of each */
 } gptoss_staging;
 
-/* rows [first, first + rows) of MXFP4 tensor t from the host into its tiles */
-static hipError_t fill_mxfp4_rows(gptoss_gpu *g, int t, uint64_t first, uint64_t rows, const gptoss_staging *st) {
+/* rows [first, first + rows) of tensor t, held in block format `format`,
+ * from the host into its tiles */
+static hipError_t fill_coded_rows(gptoss_gpu *g, int t, int format, uint64_t first, uint64_t rows,
+                                  const gptoss_staging *st) {
     const gptoss_tensor_desc *d = &g->m->layout.t[t];
-    const int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
-    const uint64_t code_bytes = rows * (uint64_t)gptoss_mxfp4_blocks(k) * GPTOSS_MXFP4_BLOCK_BYTES;
+    const gptoss_block_codec *codec = gptoss_weight_format_of(format)->experts;
+    const int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1], blocks = (k + codec->block - 1) / codec->block;
+    const uint64_t code_bytes = rows * (uint64_t)blocks * (uint64_t)codec->block_bytes;
     uint8_t *codes = (uint8_t *)st->host, *scales = codes + code_bytes;
-    gptoss_model_read_mxfp4(g->m, t, first, rows, codes, scales);
-    hipError_t e = hipMemcpyAsync(st->device, st->host, code_bytes + rows * (uint64_t)gptoss_mxfp4_blocks(k),
-                                  hipMemcpyHostToDevice, g->stream);
+    gptoss_model_read_blocks(g->m, format, t, first, rows, codes, scales);
+    hipError_t e = hipMemcpyAsync(st->device, st->host, code_bytes + rows * (uint64_t)blocks, hipMemcpyHostToDevice,
+                                  g->stream);
     if (e == hipSuccess)
-        e = gptoss_launch_mxfp4_place((const uint8_t *)st->device, (const uint8_t *)st->device + code_bytes, NULL, first,
-                                      rows, n, k, g->buf.w.w[t], g->stream);
+        e = gptoss_launch_place_coded(gptoss_gpu_weight_layout(&g->c, &g->o, t), (const uint8_t *)st->device,
+                                      (const uint8_t *)st->device + code_bytes, NULL, first, rows, n, k,
+                                      g->buf.w.w[t], g->stream);
     return e;
 }
 
@@ -55,23 +58,25 @@ static hipError_t fill_tensor(gptoss_gpu *g, int t, const gptoss_staging *st) {
     const gptoss_model *m = g->m;
     const gptoss_tensor_desc *d = &m->layout.t[t];
     void *out = g->buf.w.w[t];
-    gptoss_gpu_category format = gptoss_gpu_weight_format(&g->o, t);
+    const int format = gptoss_gpu_weight_format(&g->o, t);
+    const gptoss_block_codec *codec = gptoss_weight_format_of(format)->experts;
     gptoss_tiling tiling = tiling_of(g, t);
     const int64_t n = d->dims[d->ndim - 2], k = d->dims[d->ndim - 1];
     if (gptoss_model_is_synthetic(m)) {
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, t);
-        if (format == GPTOSS_GPU_WEIGHTS_MXFP4)
-            return gptoss_launch_mxfp4_place(NULL, NULL, &p, 0, d->count / (uint64_t)k, n, k, out, g->stream);
-        return gptoss_launch_synth_fill(p, 0, d->count, out, format == GPTOSS_GPU_WEIGHTS_BF16, tiling, g->stream);
+        if (codec)
+            return gptoss_launch_place_coded(gptoss_gpu_weight_layout(&g->c, &g->o, t), NULL, NULL, &p, 0,
+                                             d->count / (uint64_t)k, n, k, out, g->stream);
+        return gptoss_launch_synth_fill(p, 0, d->count, out, format == GPTOSS_WEIGHTS_BF16, tiling, g->stream);
     }
     hipError_t e = hipSuccess;
-    if (format == GPTOSS_GPU_WEIGHTS_MXFP4) {
-        const uint64_t row_bytes = (uint64_t)gptoss_mxfp4_blocks(k) * (GPTOSS_MXFP4_BLOCK_BYTES + 1);
+    if (codec) {
+        const uint64_t row_bytes = (uint64_t)((k + codec->block - 1) / codec->block) * ((uint64_t)codec->block_bytes + 1);
         const uint64_t rows = d->count / (uint64_t)k, step = st->bytes / row_bytes;
         if (step == 0) /* a row wider than the step scratch: not a shape the kernels take */
             return hipErrorInvalidValue;
         for (uint64_t first = 0; first < rows && e == hipSuccess; first += step) {
-            e = fill_mxfp4_rows(g, t, first, rows - first < step ? rows - first : step, st);
+            e = fill_coded_rows(g, t, format, first, rows - first < step ? rows - first : step, st);
             if (e == hipSuccess) /* the buffers are reused by the next piece */
                 e = hipStreamSynchronize(g->stream);
         }
@@ -81,7 +86,7 @@ static hipError_t fill_tensor(gptoss_gpu *g, int t, const gptoss_staging *st) {
     for (uint64_t first = 0; first < d->count && e == hipSuccess; first += step) {
         uint64_t count = d->count - first < step ? d->count - first : step;
         gptoss_model_read(m, t, first, count, (float *)st->host);
-        if (format == GPTOSS_GPU_WEIGHTS_FP32) {
+        if (format == GPTOSS_WEIGHTS_FP32) {
             e = hipMemcpyAsync((float *)out + first, st->host, count * 4, hipMemcpyHostToDevice, g->stream);
         } else {
             e = hipMemcpyAsync(st->device, st->host, count * 4, hipMemcpyHostToDevice, g->stream);

@@ -125,6 +125,7 @@ void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logpro
 void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
 void gptoss_open_replica(lua_State *L);
+void gptoss_push_weight_formats(lua_State *L);
 void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);

@@ -239,7 +239,7 @@ static int model_save(lua_State *L) {
 static int model_experts_mxfp4(lua_State *L) {
     gptoss_model *m = gptoss_check_model(L, 1);
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_model_experts_mxfp4(m, err);
+    gptoss_status s = gptoss_model_experts_in(m, GPTOSS_WEIGHTS_MXFP4, err);
     if (s == GPTOSS_E_HOST_MEMORY)
         return luaL_error(L, "experts_mxfp4: %s", err);
     lua_pushboolean(L, s == GPTOSS_OK);

@@ -30,5 +30,7 @@ int luaopen_gptoss_core(lua_State *L) {
     luaL_newlib(L, fns);
     lua_pushstring(L, gptoss_hip_platform());
     lua_setfield(L, -2, "platform");
+    gptoss_push_weight_formats(L);
+    lua_setfield(L, -2, "weight_formats");
     return 1;
 }

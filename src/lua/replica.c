@@ -11,7 +11,8 @@
 #include "binding.h"
 
 /* in gptoss_weights order */
-static const char *const weight_modes[] = {"fp32", "bf16", "mxfp4", NULL};
+/* the weights option's choices: the format table's names, in its order */
+static const char *weight_names[GPTOSS_N_WEIGHT_FORMATS + 1];
 static const char *const kv_modes[] = {"fp32", "bf16", NULL};
 
 int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const char *err) {
@@ -99,7 +100,7 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     o.threads = threads_given ? (int)threads : -1;
     o.rows = (int)rows;
     o.chunk = (int)chunk;
-    o.weights = gptoss_opt_choice(L, idx, fn, "weights", weight_modes, GPTOSS_WEIGHTS_UNSET);
+    o.weights = gptoss_opt_choice(L, idx, fn, "weights", weight_names, GPTOSS_WEIGHTS_UNSET);
     o.kv_bf16 = gptoss_opt_choice(L, idx, fn, "kv", kv_modes, -1);
     return o;
 }
@@ -302,7 +303,7 @@ static int replica_get(lua_State *L) {
     } else if (strcmp(k, "ctx") == 0) {
         lua_pushinteger(L, o->ctx);
     } else if (strcmp(k, "weights") == 0) {
-        lua_pushstring(L, weight_modes[o->weights]);
+        lua_pushstring(L, gptoss_weight_format_of(o->weights)->name);
     } else if (strcmp(k, "kv") == 0) {
         lua_pushstring(L, kv_modes[o->kv_bf16]);
     } else if (strcmp(k, "threads") == 0 && o->threads > 0) {
@@ -338,11 +339,37 @@ static int replica_tostring(lua_State *L) {
     else
         snprintf(bound, sizeof bound, "%d rows per step", o->rows);
     lua_pushfstring(L, "gptoss.replica(%s, %d slots x %d positions, weights %s, kv %s, %s)", where, o->slots,
-                    o->ctx, weight_modes[o->weights], kv_modes[o->kv_bf16], bound);
+                    o->ctx, gptoss_weight_format_of(o->weights)->name, kv_modes[o->kv_bf16], bound);
     return 1;
 }
 
+/* gptoss.core.weight_formats: the format table (weight_format.h) as
+ * { {name=, bits=, block=, exact_against_bf16=, bf16_arithmetic=, summary=}, ... }
+ * in its order */
+void gptoss_push_weight_formats(lua_State *L) {
+    lua_createtable(L, GPTOSS_N_WEIGHT_FORMATS, 0);
+    for (int w = 0; w < GPTOSS_N_WEIGHT_FORMATS; w++) {
+        const gptoss_weight_format *f = gptoss_weight_format_of(w);
+        lua_createtable(L, 0, 6);
+        lua_pushstring(L, f->name);
+        lua_setfield(L, -2, "name");
+        lua_pushnumber(L, f->bits);
+        lua_setfield(L, -2, "bits");
+        lua_pushinteger(L, gptoss_weight_format_block(f));
+        lua_setfield(L, -2, "block");
+        lua_pushboolean(L, f->exact_against_bf16);
+        lua_setfield(L, -2, "exact_against_bf16");
+        lua_pushboolean(L, f->bf16_arithmetic);
+        lua_setfield(L, -2, "bf16_arithmetic");
+        lua_pushstring(L, f->summary);
+        lua_setfield(L, -2, "summary");
+        lua_rawseti(L, -2, w + 1);
+    }
+}
+
 void gptoss_open_replica(lua_State *L) {
+    for (int w = 0; w < GPTOSS_N_WEIGHT_FORMATS; w++)
+        weight_names[w] = gptoss_weight_format_of(w)->name;
     static const luaL_Reg replica_methods[] = {
         {"step", gptoss_lua_replica_step}, {"trace", gptoss_lua_replica_trace},
         {"reset", replica_reset},          {"length", replica_length},

@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gptoss_model_open(fuzz_file(data, size, ".bin"), &m, err))
         return 0;
     if (m->layout.total_bytes - GPTOSS_HEADER_BYTES <= STEP_WEIGHT_BYTES) {
-        int mxfp4 = gptoss_model_experts_mxfp4(m, err) == GPTOSS_OK;
+        int mxfp4 = gptoss_model_experts_in(m, GPTOSS_WEIGHTS_MXFP4, err) == GPTOSS_OK;
         run_replica(m, GPTOSS_WEIGHTS_FP32);
         run_replica(m, mxfp4 ? GPTOSS_WEIGHTS_MXFP4 : GPTOSS_WEIGHTS_BF16);
     }
