@@ -111,7 +111,20 @@ local CPU_SLOTS, CPU_ROWS = 16, 64
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
   "partition", "scheduler", "on_progress", "requests", "chat", "share_prefix" }
 local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk", "on_progress" }
-local SAMPLING_OPTIONS = { "temperature", "top_p", "top_k", "min_p", "seed" }
+-- The sampler's options (gptoss.sample_options()) but mode, logit_bias and logprobs: getp
+-- draws default-mode ids, keyed by seed and position, and returns ids only.
+local SAMPLING_OPTIONS = {}
+for _, name in ipairs(gptoss.sample_options()) do
+  if name ~= "mode" and name ~= "logit_bias" and name ~= "logprobs" then
+    SAMPLING_OPTIONS[#SAMPLING_OPTIONS + 1] = name
+  end
+end
+-- C lists top_k first; getp's messages, header and describe line have always said top_p first
+for i = 2, #SAMPLING_OPTIONS do
+  if SAMPLING_OPTIONS[i] == "top_p" and SAMPLING_OPTIONS[i - 1] == "top_k" then
+    SAMPLING_OPTIONS[i - 1], SAMPLING_OPTIONS[i] = "top_p", "top_k"
+  end
+end
 local PARTITIONS = { "round_robin", "blocks", "balanced" }
 local SCHEDULERS = { "continuous", "static" }
 

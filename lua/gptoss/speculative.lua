@@ -110,17 +110,23 @@ end
 
 local OPTIONS = { "target", "draft", "prompt", "k", "max_tokens", "sampling", "target_slot", "draft_slot",
   "stop", "on_text", "on_round" }
-local SAMPLING_OPTIONS = { "temperature", "seed" }
+-- Of the sampler's options (gptoss.sample_options()), those speculative sampling takes: it
+-- draws from softmax(logits / temperature) itself, so no filter, bias or other mode applies.
+local SAMPLING_OPTIONS = {}
+for _, name in ipairs(gptoss.sample_options()) do
+  if name == "temperature" or name == "seed" then SAMPLING_OPTIONS[#SAMPLING_OPTIONS + 1] = name end
+end
 
 local function check_sampling(fn, sampling, level)
   if sampling == nil then return 0, nil end
   if type(sampling) ~= "table" then
-    error(("%s: sampling must be a table {temperature =, seed =} (got %s)"):format(fn, type(sampling)), level + 1)
+    error(("%s: sampling must be a table {%s =} (got %s)"):format(fn, table.concat(SAMPLING_OPTIONS, " =, "),
+      type(sampling)), level + 1)
   end
   for key in pairs(sampling) do
     if not util.listed(SAMPLING_OPTIONS, key) then
-      error(("%s: sampling: unknown option '%s' (known: temperature, seed: speculative sampling draws from "
-        .. "softmax(logits / temperature))"):format(fn, tostring(key)), level + 1)
+      error(("%s: sampling: unknown option '%s' (known: %s: speculative sampling draws from "
+        .. "softmax(logits / temperature))"):format(fn, tostring(key), table.concat(SAMPLING_OPTIONS, ", ")), level + 1)
     end
   end
   local t = sampling.temperature or 1

@@ -18,6 +18,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"trace_stages", gptoss_lua_trace_stages},
         {"tokenizer", gptoss_lua_tokenizer},
         {"sampler", gptoss_lua_sampler},
+        {"sample_options", gptoss_lua_sample_options},
         {"devices", gptoss_lua_devices},
         {"device_memory", gptoss_lua_device_memory},
         {"copy_bandwidth", gptoss_lua_copy_bandwidth},
