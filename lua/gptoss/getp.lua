@@ -19,8 +19,10 @@
 --   steps        the course's -n: prompt + generated tokens (default 1024; 0 or more than the
 --                model's seq_len mean seq_len, as the course clamps it)
 --   sampling     nil (greedy) or {temperature=, top_p=, top_k=, min_p=, seed=}
---   partition    "round_robin" (default), "blocks", "balanced" or a function (gptoss.partition)
---   scheduler    "continuous" (default), "static" or a scheduler object (gptoss.scheduler)
+--   partition    a name of gptoss.partition.names (default "round_robin") or a function
+--                (gptoss.partition)
+--   scheduler    a name of gptoss.scheduler.names (default "continuous") or a scheduler
+--                object (gptoss.scheduler)
 --   on_progress  function(p) before the first step and after each round: p = {done = requests
 --                finished, total = requests, tokens = generated so far, max_tokens = the most
 --                the run can generate (tokens + what the running requests may still add:
@@ -125,8 +127,6 @@ for i = 2, #SAMPLING_OPTIONS do
     SAMPLING_OPTIONS[i - 1], SAMPLING_OPTIONS[i] = "top_p", "top_k"
   end
 end
-local PARTITIONS = { "round_robin", "blocks", "balanced" }
-local SCHEDULERS = { "continuous", "static" }
 
 -- Rows a GPU step carries beyond one per slot, for prefill: a fraction of the slots, at least
 -- PREFILL_ROWS_MIN (the header's "Slots" says why).
@@ -240,22 +240,22 @@ end
 local function resolve_partition(p, level)
   if p == nil then p = "round_robin" end
   if type(p) == "function" then return p, "custom" end
-  if type(p) == "string" and listed(PARTITIONS, p) then return partition[p], p end
+  if type(p) == "string" and listed(partition.names, p) then return partition[p], p end
   error(("getp: partition must be one of %s or a function(requests, replicas) (got %s)")
-    :format(table.concat(PARTITIONS, ", "), type(p) == "string" and "'" .. p .. "'" or type(p)), level + 1)
+    :format(table.concat(partition.names, ", "), type(p) == "string" and "'" .. p .. "'" or type(p)), level + 1)
 end
 
 local function resolve_scheduler(s, level)
   if s == nil then s = "continuous" end
   if type(s) == "string" then
-    if listed(SCHEDULERS, s) then return scheduler[s]() end
+    if listed(scheduler.names, s) then return scheduler[s]() end
     error(("getp: unknown scheduler '%s' (known: %s, or an object with an admit method)")
-      :format(s, table.concat(SCHEDULERS, ", ")), level + 1)
+      :format(s, table.concat(scheduler.names, ", ")), level + 1)
   end
   local indexable = type(s) == "table" or type(s) == "userdata"
   if not indexable or type(s.admit) ~= "function" then
     error(("getp: scheduler must be %s or an object with an admit method (got %s)")
-      :format(table.concat(SCHEDULERS, ", "), indexable and "one without admit" or type(s)), level + 1)
+      :format(table.concat(scheduler.names, ", "), indexable and "one without admit" or type(s)), level + 1)
   end
   for _, hook in ipairs { "prefill_chunk", "on_finish" } do
     if s[hook] ~= nil and type(s[hook]) ~= "function" then

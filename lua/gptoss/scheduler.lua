@@ -56,26 +56,35 @@
 -- ending sequence is offered to admit one step later, and on_finish comes one step later.
 local scheduler = {}
 
+--- The built-in policies' names, in definition order (below): what getp and the command
+-- line accept as a scheduler's name.
+scheduler.names = {}
+
+-- Defines built-in policy `name` from its hooks: scheduler[name]() makes a fresh object
+-- with them, named so for g:describe().
+local function builtin(name, hooks)
+  scheduler[name] = function()
+    local policy = { name = name }
+    for hook, f in pairs(hooks) do policy[hook] = f end
+    return policy
+  end
+  scheduler.names[#scheduler.names + 1] = name
+end
+
 --- Continuous batching: every free slot takes a waiting request at once, and its prompt
 -- is prefilled in the same steps as the others' decode rows.
-function scheduler.continuous()
-  return {
-    name = "continuous",
-    admit = function(_, state) return math.min(state.free, #state.waiting) end,
-  }
-end
+builtin("continuous", {
+  admit = function(_, state) return math.min(state.free, #state.waiting) end,
+})
 
 --- Static batching: a new batch (as many requests as there are slots) starts only when
 -- every sequence of the previous one has ended.
-function scheduler.static()
-  return {
-    name = "static",
-    admit = function(_, state)
-      if state.free < state.slots then return 0 end
-      return math.min(state.slots, #state.waiting)
-    end,
-  }
-end
+builtin("static", {
+  admit = function(_, state)
+    if state.free < state.slots then return 0 end
+    return math.min(state.slots, #state.waiting)
+  end,
+})
 
 local Runner = {}
 Runner.__index = Runner
