@@ -175,7 +175,7 @@ describe("scheduler", function()
     assert.are.same({ "continuous", "static" }, scheduler.names)
     local functions = 0
     for key, v in pairs(scheduler) do
-      if type(v) == "function" and key ~= "runner" then
+      if type(v) == "function" then
         functions = functions + 1
         assert.is_true(util.listed(scheduler.names, key), key)
       end

@@ -96,6 +96,7 @@ local gptoss = require "gptoss"
 local generate = require "gptoss.generate"
 local harmony = require "gptoss.harmony"
 local partition = require "gptoss.partition"
+local runner = require "gptoss.runner"
 local scheduler = require "gptoss.scheduler"
 local util = require "gptoss.util"
 
@@ -503,11 +504,11 @@ local function run(g, prompts, level)
           (#queue - 1) * prefix.length
       steps, prefill_saved = steps + pr.steps, prefill_saved + pr.prefill_saved
     end
-    runners[k] = scheduler.runner(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP, prefix = prefix })
+    runners[k] = runner.new(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP, prefix = prefix })
   end
 
   -- A replica's next step is enqueued before its running one is read, its decode rows fed
-  -- on the device by that step's (gptoss.scheduler: one step ahead), so a GPU runs step
+  -- on the device by that step's (gptoss.runner: one step ahead), so a GPU runs step
   -- after step while Lua reads the last one's ids and serves the other replicas (reading
   -- first, then enqueuing, left the GPU idle while Lua worked).
   local function report()
@@ -525,28 +526,28 @@ local function run(g, prompts, level)
   -- Each replica's seconds of Lua work on its steps (host) and of waiting in h:tokens()
   -- (waited): while the host keeps waiting, the GPUs have their next steps queued.
   report()
-  for k, runner in ipairs(runners) do
+  for k, replica_runner in ipairs(runners) do
     local t0 = gptoss.clock()
-    if runner:busy() then enqueue(k, runner:build()) end
+    if replica_runner:busy() then enqueue(k, replica_runner:build()) end
     per_replica[k].host = gptoss.clock() - t0
   end
   while next(handles) ~= nil do
-    for k, runner in ipairs(runners) do
+    for k, replica_runner in ipairs(runners) do
       local plan, h = plans[k], handles[k]
       if h then
         local t0 = gptoss.clock()
         plans[k], handles[k] = nil, nil
-        local ahead = runner:build(plan)
+        local ahead = replica_runner:build(plan)
         if ahead then enqueue(k, ahead, h) end
         local t1 = gptoss.clock()
         local ids = on_replica(k, h.tokens, h)
         local t2 = gptoss.clock()
-        local generated, ended = runner:apply(plan, ids)
+        local generated, ended = replica_runner:apply(plan, ids)
         local pr = per_replica[k]
         pr.tokens, pr.steps = pr.tokens + generated, pr.steps + 1
         tokens, steps, done = tokens + generated, steps + 1, done + #ended
         for _, seq in ipairs(ended) do max_tokens = max_tokens - (seq.limit - #seq.output) end
-        if not ahead and runner:busy() then enqueue(k, runner:build()) end
+        if not ahead and replica_runner:busy() then enqueue(k, replica_runner:build()) end
         pr.host, pr.waited = pr.host + (t1 - t0) + (gptoss.clock() - t2), pr.waited + (t2 - t1)
       end
     end
