@@ -16,6 +16,8 @@ local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
+local partition = require "gptoss.partition"
+local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
 
 local parser = argparse("bench_getp.lua", "getp throughput of a synthetic model.")
@@ -30,8 +32,8 @@ parser:option("--slots", "Slots per replica (default: getp's, from memory).")
   :convert(cli.integer("--slots", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
-parser:option("--scheduler", "continuous or static.", "continuous")
-parser:option("--partition", "round_robin, blocks or balanced.", "round_robin")
+parser:option("--scheduler", ("getp scheduler: %s."):format(table.concat(scheduler.names, ", ")), "continuous")
+parser:option("--partition", ("getp partition: %s."):format(table.concat(partition.names, ", ")), "round_robin")
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 parser:flag("--chat", "The requests as harmony user turns after the default system message.")
 parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefix = false).")

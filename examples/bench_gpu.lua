@@ -47,7 +47,7 @@ script.run(function()
   local windowed = model.windowed
   local copy_bw = gptoss.copy_bandwidth(a.device)
   local format
-  for _, f in ipairs(gptoss.weight_formats) do
+  for _, f in ipairs(gptoss.weight_formats()) do
     if f.name == a.weights then format = f end
   end
   local kv_mode = format.bf16_arithmetic and "bf16" or "fp32" -- the replica's default too

@@ -1148,6 +1148,18 @@ describe("sampler", function()
          usable()
       end)
 
+      it("lists its options with gptoss.sample_options, in the order its errors name them", function()
+         local names = gptoss.sample_options()
+         local err = expect_error(function() gptoss.sampler({ bogus = 0 }) end, "sampler: unknown option 'bogus'")
+         assert.are.equal(("(known: %s)"):format(table.concat(names, ", ")), err:match("%(known: .*%)$"))
+         names[1] = "changed" -- a fresh list each call
+         assert.are_not.equal("changed", gptoss.sample_options()[1])
+         for _, name in ipairs(gptoss.sample_options()) do
+            local r = expect_error(function() gptoss.sampler({ [name] = true }) end, "sampler: ")
+            assert.is_nil(r:find("unknown option", 1, true), r)
+         end
+      end)
+
       it("rejects bad logits, naming the token, and leaves the sampler as it was", function()
          for _, mode in ipairs({ "default", "course" }) do
             local s = gptoss.sampler({ mode = mode, seed = 5, temperature = 1 })

@@ -6,6 +6,7 @@ local gptoss = require "gptoss"
 local getp = require "gptoss.getp"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
+local util = require "gptoss.util"
 local H = require "helpers"
 local expect_error = H.expect_error
 
@@ -45,6 +46,18 @@ describe("partition", function()
     partition.check({ { 2 }, {}, { 1 } }, 2, 3)
     partition.check({ nil, { 1 } }, 1, 2)
     partition.check({}, 0, 2)
+  end)
+
+  it("names its built-ins in partition.names, in the order documented", function()
+    assert.are.same({ "round_robin", "blocks", "balanced" }, partition.names)
+    local functions = 0
+    for key, v in pairs(partition) do
+      if type(v) == "function" and key ~= "check" then
+        functions = functions + 1
+        assert.is_true(util.listed(partition.names, key), key)
+      end
+    end
+    assert.are.equal(#partition.names, functions)
   end)
 
   it("rejects misuse of the built-ins", function()
@@ -156,6 +169,24 @@ describe("scheduler", function()
     assert.are.same({ 1, 2, 3, 4 }, indices(finished))
     for _, seq in ipairs(finished) do assert.are.equal(result.outputs[seq.index], seq.output) end
     assert.are.equal(result.tokens, #result.outputs[1] + #result.outputs[2] + #result.outputs[3] + #result.outputs[4])
+  end)
+
+  it("names its built-in policies in scheduler.names, each a maker of a policy so named", function()
+    assert.are.same({ "continuous", "static" }, scheduler.names)
+    local functions = 0
+    for key, v in pairs(scheduler) do
+      if type(v) == "function" then
+        functions = functions + 1
+        assert.is_true(util.listed(scheduler.names, key), key)
+      end
+    end
+    assert.are.equal(#scheduler.names, functions)
+    for _, name in ipairs(scheduler.names) do
+      local policy = scheduler[name]()
+      assert.are.equal(name, policy.name)
+      assert.are.equal("function", type(policy.admit))
+      assert.are_not.equal(policy, scheduler[name]()) -- a fresh object each time
+    end
   end)
 
   it("batches statically: a new batch when every slot is free", function()

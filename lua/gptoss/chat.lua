@@ -15,8 +15,11 @@ local TOOL_FIELDS = { "description", "parameters", "fn" }
 local ASK_OPTIONS = { "on_text", "on_tool", "max_tokens" }
 -- OpenAI's recommendation for gpt-oss
 local DEFAULT_SAMPLING = { temperature = 1.0, top_p = 1.0 }
--- stop id -> how the reply ended (harmony.stop_ids)
-local STOPS = { [200002] = "return", [200012] = "call", [199999] = "endoftext" }
+-- stop id -> how the reply ended: harmony.stop_ids, by their names in harmony.special
+local STOPS = {}
+for name, id in pairs(harmony.special) do
+  if util.listed(harmony.stop_ids, id) then STOPS[id] = name end
+end
 
 local Session = {}
 Session.__index = Session

@@ -27,6 +27,8 @@
 -- --threads (CPU replicas); cli.parse refuses what does not apply to the mode given.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
+local partition = require "gptoss.partition"
+local scheduler = require "gptoss.scheduler"
 
 local cli = {}
 
@@ -163,9 +165,9 @@ function cli.parser(name)
   p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
     :argname("<int>"):convert(cli.integer("--slots", 1))
-  p:option("--scheduler", "getp scheduler.", "continuous"):choices { "continuous", "static" }
+  p:option("--scheduler", "getp scheduler.", "continuous"):choices(scheduler.names)
   p:option("--partition", "How getp spreads the requests over the replicas.", "round_robin")
-    :choices { "round_robin", "blocks", "balanced" }
+    :choices(partition.names)
   p:flag("--chat", "getp: each request as a harmony user turn after the default system message, ending "
     .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")
   p:flag("--no-share-prefix", "getp: prefill every prompt whole (default: where a replica's prompts begin alike, "

@@ -122,6 +122,10 @@ function gptoss.sampler(opts)
   return (from_core(core.sampler, util.options("sampler", opts, nil, 2)))
 end
 
+--- The option names a sampler table may hold (gptoss.sampler's, r:sampling's), in order:
+-- a fresh list of the C binding's one list, which getp and speculative derive theirs from.
+gptoss.sample_options = core.sample_options
+
 --- Seconds on a monotonic wall clock (for timing steps).
 gptoss.clock = core.clock
 --- Whole milliseconds since the epoch, truncated as the course's now_ms
@@ -144,7 +148,7 @@ gptoss.weight_formats = core.weight_formats
 --- The weight formats' names, in the same order: what the weights option takes.
 function gptoss.weight_format_names()
   local names = {}
-  for i, f in ipairs(core.weight_formats) do names[i] = f.name end
+  for i, f in ipairs(core.weight_formats()) do names[i] = f.name end
   return names
 end
 

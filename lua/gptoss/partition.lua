@@ -24,21 +24,33 @@ local function empty_lists(n)
   return assignment
 end
 
+--- The built-in partitions' names, in definition order (below): what getp and the command
+-- line accept as a partition's name.
+partition.names = {}
+
+-- Defines built-in partition `name`: partition[name](requests, replicas), its arguments
+-- checked, returns assign's assignment.
+local function builtin(name, assign)
+  partition[name] = function(requests, replicas)
+    check_args(name, requests, replicas)
+    return assign(requests, replicas)
+  end
+  partition.names[#partition.names + 1] = name
+end
+
 --- Request i goes to replica (i - 1) % #replicas + 1.
-function partition.round_robin(requests, replicas)
-  check_args("round_robin", requests, replicas)
+builtin("round_robin", function(requests, replicas)
   local assignment = empty_lists(#replicas)
   for i = 1, #requests do
     local list = assignment[(i - 1) % #replicas + 1]
     list[#list + 1] = i
   end
   return assignment
-end
+end)
 
 --- Contiguous runs of requests, of sizes that differ by one at most (the first
 -- #requests % #replicas replicas take one more).
-function partition.blocks(requests, replicas)
-  check_args("blocks", requests, replicas)
+builtin("blocks", function(requests, replicas)
   local n, k = #requests, #replicas
   local assignment, first = {}, 1
   for r = 1, k do
@@ -48,14 +60,13 @@ function partition.blocks(requests, replicas)
     assignment[r], first = list, first + size
   end
   return assignment
-end
+end)
 
 --- Length-balanced: requests by expected work (request.limit, the decode steps it may
 -- take), heaviest first (ties: lower index first), each to the replica with the least
 -- work so far (ties: fewer requests, then the lower replica number); each replica then
 -- runs its requests in index order.
-function partition.balanced(requests, replicas)
-  check_args("balanced", requests, replicas)
+builtin("balanced", function(requests, replicas)
   local order = {}
   for i = 1, #requests do order[i] = i end
   table.sort(order, function(a, b)
@@ -78,7 +89,7 @@ function partition.balanced(requests, replicas)
   end
   for _, list in ipairs(assignment) do table.sort(list) end
   return assignment
-end
+end)
 
 --- Raises a "partition:" error unless assignment gives each of n_requests requests to
 -- exactly one of n_replicas replicas (missing lists count as empty).

@@ -110,17 +110,23 @@ end
 
 local OPTIONS = { "target", "draft", "prompt", "k", "max_tokens", "sampling", "target_slot", "draft_slot",
   "stop", "on_text", "on_round" }
-local SAMPLING_OPTIONS = { "temperature", "seed" }
+-- Of the sampler's options (gptoss.sample_options()), those speculative sampling takes: it
+-- draws from softmax(logits / temperature) itself, so no filter, bias or other mode applies.
+local SAMPLING_OPTIONS = {}
+for _, name in ipairs(gptoss.sample_options()) do
+  if name == "temperature" or name == "seed" then SAMPLING_OPTIONS[#SAMPLING_OPTIONS + 1] = name end
+end
 
 local function check_sampling(fn, sampling, level)
   if sampling == nil then return 0, nil end
   if type(sampling) ~= "table" then
-    error(("%s: sampling must be a table {temperature =, seed =} (got %s)"):format(fn, type(sampling)), level + 1)
+    error(("%s: sampling must be a table {%s =} (got %s)"):format(fn, table.concat(SAMPLING_OPTIONS, " =, "),
+      type(sampling)), level + 1)
   end
   for key in pairs(sampling) do
     if not util.listed(SAMPLING_OPTIONS, key) then
-      error(("%s: sampling: unknown option '%s' (known: temperature, seed: speculative sampling draws from "
-        .. "softmax(logits / temperature))"):format(fn, tostring(key)), level + 1)
+      error(("%s: sampling: unknown option '%s' (known: %s: speculative sampling draws from "
+        .. "softmax(logits / temperature))"):format(fn, tostring(key), table.concat(SAMPLING_OPTIONS, ", ")), level + 1)
     end
   end
   local t = sampling.temperature or 1
@@ -133,6 +139,42 @@ local function check_sampling(fn, sampling, level)
   end
   if t == 0 then return 0, nil end
   return t, seed or gptoss.sampler({}).seed -- the sampler picks a random seed
+end
+
+-- speculative.generate's options checked, with their defaults: {target, draft, ts, ds (the
+-- slots), prompt, k, max_tokens, temperature, seed, stopper, on_text, on_round}. level:
+-- generate's caller, seen from here.
+local function check_options(fn, opts, level)
+  opts = util.options(fn, opts, OPTIONS, level)
+  generate.check_replica(fn, opts.target, "target", level)
+  generate.check_replica(fn, opts.draft, "draft", level)
+  local target, draft = opts.target, opts.draft
+  local vocab_size = target.model.config.vocab_size
+  if draft.model.config.vocab_size ~= vocab_size then
+    error(("%s: the draft's vocabulary has %d tokens, the target's %d: they must be the same")
+      :format(fn, draft.model.config.vocab_size, vocab_size), level)
+  end
+  local ts = generate.check_slot(fn, target, opts.target_slot, "target_slot", level)
+  local ds = generate.check_slot(fn, draft, opts.draft_slot, "draft_slot", level)
+  if rawequal(target, draft) and ts == ds then
+    error(("%s: the target and the draft are one replica and both use slot %d"):format(fn, ts), level)
+  end
+  generate.check_prompt(fn, opts.prompt, vocab_size, target.ctx, level)
+  local k = generate.check_count(fn, opts.k, "k", 1, level) or 4
+  if k + 1 > generate.chunk(target) then
+    error(("%s: a round steps k + 1 = %d rows of the target's slot; it takes at most %d (its chunk)")
+      :format(fn, k + 1, generate.chunk(target)), level)
+  end
+  local max_tokens = generate.check_count(fn, opts.max_tokens, "max_tokens", 1, level)
+  local temperature, seed = check_sampling(fn, opts.sampling, level)
+  local stopper = generate.stopper(fn, opts.stop, level)
+  for _, f in ipairs { "on_text", "on_round" } do
+    if opts[f] ~= nil and type(opts[f]) ~= "function" then
+      error(("%s: %s must be a function (got %s)"):format(fn, f, type(opts[f])), level)
+    end
+  end
+  return { target = target, draft = draft, ts = ts, ds = ds, prompt = opts.prompt, k = k, max_tokens = max_tokens,
+    temperature = temperature, seed = seed, stopper = stopper, on_text = opts.on_text, on_round = opts.on_round }
 end
 
 --- Speculative decoding of one sequence: speculative.generate{target = r, draft = rd,
@@ -149,36 +191,9 @@ end
 -- accepted ids, tokens_per_round = #ids / rounds, target_steps =, draft_steps = (prefill
 -- included), seed = (sampling)}.
 function speculative.generate(opts)
-  local fn = "speculative.generate"
-  opts = util.options(fn, opts, OPTIONS, 2)
-  generate.check_replica(fn, opts.target, "target", 2)
-  generate.check_replica(fn, opts.draft, "draft", 2)
-  local target, draft = opts.target, opts.draft
-  local vocab_size = target.model.config.vocab_size
-  if draft.model.config.vocab_size ~= vocab_size then
-    error(("%s: the draft's vocabulary has %d tokens, the target's %d: they must be the same")
-      :format(fn, draft.model.config.vocab_size, vocab_size), 2)
-  end
-  local ts = generate.check_slot(fn, target, opts.target_slot, "target_slot", 2)
-  local ds = generate.check_slot(fn, draft, opts.draft_slot, "draft_slot", 2)
-  if rawequal(target, draft) and ts == ds then
-    error(("%s: the target and the draft are one replica and both use slot %d"):format(fn, ts), 2)
-  end
-  local prompt = opts.prompt
-  generate.check_prompt(fn, prompt, vocab_size, target.ctx, 2)
-  local k = generate.check_count(fn, opts.k, "k", 1, 2) or 4
-  if k + 1 > generate.chunk(target) then
-    error(("%s: a round steps k + 1 = %d rows of the target's slot; it takes at most %d (its chunk)")
-      :format(fn, k + 1, generate.chunk(target)), 2)
-  end
-  local max_tokens = generate.check_count(fn, opts.max_tokens, "max_tokens", 1, 2)
-  local temperature, seed = check_sampling(fn, opts.sampling, 2)
-  local stopper = generate.stopper(fn, opts.stop, 2)
-  for _, f in ipairs { "on_text", "on_round" } do
-    if opts[f] ~= nil and type(opts[f]) ~= "function" then
-      error(("%s: %s must be a function (got %s)"):format(fn, f, type(opts[f])), 2)
-    end
-  end
+  local o = check_options("speculative.generate", opts, 3)
+  local target, draft, ts, ds, prompt, k = o.target, o.draft, o.ts, o.ds, o.prompt, o.k
+  local temperature, seed, stopper = o.temperature, o.seed, o.stopper
   local sampled = temperature > 0
   local uniform = sampled and speculative.uniforms(seed)
   target:sampling(ts, { temperature = 0 })
@@ -186,7 +201,7 @@ function speculative.generate(opts)
 
   local seq = table.move(prompt, 1, #prompt, 1, {}) -- prompt and ids so far
   local ids, text = {}, {}
-  local limit, limit_reason = #prompt + (max_tokens or math.huge), "length"
+  local limit, limit_reason = #prompt + (o.max_tokens or math.huge), "length"
   if limit > target.ctx then limit, limit_reason = target.ctx, "context" end
   local stats = { rounds = 0, proposed = 0, accepted = 0, target_steps = 0, draft_steps = 0 }
   local chunk = generate.chunk(draft)
@@ -253,8 +268,8 @@ function speculative.generate(opts)
     end
     stats.rounds, stats.target_steps = stats.rounds + 1, stats.target_steps + 1
     stats.proposed, stats.accepted = stats.proposed + k_round, stats.accepted + accepted
-    if opts.on_round then
-      opts.on_round { position = n - 1, drafted = drafted, accepted = accepted, next = next_id }
+    if o.on_round then
+      o.on_round { position = n - 1, drafted = drafted, accepted = accepted, next = next_id }
     end
     -- the round's ids, up to a stop or the limit
     local out = table.move(drafted, 1, accepted, 1, {})
@@ -265,7 +280,7 @@ function speculative.generate(opts)
         local shown, stopped = stopper:add(id)
         if shown then
           text[#text + 1] = shown
-          if opts.on_text and shown ~= "" then opts.on_text(shown) end
+          if o.on_text and shown ~= "" then o.on_text(shown) end
         end
         if stopped then finish = "stop" end
       end
@@ -280,7 +295,7 @@ function speculative.generate(opts)
     if finish ~= "stop" then
       local rest = stopper:flush()
       text[#text + 1] = rest
-      if opts.on_text and rest ~= "" then opts.on_text(rest) end
+      if o.on_text and rest ~= "" then o.on_text(rest) end
     end
     result.text = table.concat(text)
   end

@@ -31,6 +31,11 @@ function util.check_known(fn, t, known, what, level)
   end
 end
 
+--- v as messages show it: a string in single quotes ('hi'), anything else by tostring.
+function util.quoted(v)
+  return type(v) == "string" and ("'%s'"):format(v) or tostring(v)
+end
+
 --- An error message without the "file:line: " position Lua put in front of it.
 function util.bare(msg)
   return (tostring(msg):gsub("^[^:\n]+:%d+: ", ""))

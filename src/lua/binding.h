@@ -104,7 +104,8 @@ int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const cha
 
 /* ---- sampler.c ---- */
 
-/* The sampler options a table may hold: gptoss.sampler's and r:sampling's. */
+/* The sampler options a table may hold: gptoss.sampler's and r:sampling's; Lua reads
+ * them as gptoss.sample_options(). */
 #define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed", "logit_bias", "logprobs"
 /* Reads the parameters from the table at idx with their defaults; a
  * default-mode seed left out is a fresh random one. Raises on wrong types;
@@ -125,7 +126,7 @@ void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logpro
 void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
 void gptoss_open_replica(lua_State *L);
-void gptoss_push_weight_formats(lua_State *L);
+int gptoss_lua_weight_formats(lua_State *L);
 void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
@@ -143,6 +144,7 @@ int gptoss_lua_tensor_load(lua_State *L);
 int gptoss_lua_bf16_round(lua_State *L);
 int gptoss_lua_tokenizer(lua_State *L);     /* tokenizer.c */
 int gptoss_lua_sampler(lua_State *L);       /* sampler.c */
+int gptoss_lua_sample_options(lua_State *L);
 int gptoss_lua_devices(lua_State *L);       /* device.c */
 int gptoss_lua_device_memory(lua_State *L);
 int gptoss_lua_copy_bandwidth(lua_State *L);

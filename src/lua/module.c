@@ -19,6 +19,8 @@ int luaopen_gptoss_core(lua_State *L) {
         {"trace_stages", gptoss_lua_trace_stages},
         {"tokenizer", gptoss_lua_tokenizer},
         {"sampler", gptoss_lua_sampler},
+        {"sample_options", gptoss_lua_sample_options},
+        {"weight_formats", gptoss_lua_weight_formats},
         {"devices", gptoss_lua_devices},
         {"device_memory", gptoss_lua_device_memory},
         {"copy_bandwidth", gptoss_lua_copy_bandwidth},
@@ -30,7 +32,5 @@ int luaopen_gptoss_core(lua_State *L) {
     luaL_newlib(L, fns);
     lua_pushstring(L, gptoss_hip_platform());
     lua_setfield(L, -2, "platform");
-    gptoss_push_weight_formats(L);
-    lua_setfield(L, -2, "weight_formats");
     return 1;
 }

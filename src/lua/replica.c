@@ -343,10 +343,10 @@ static int replica_tostring(lua_State *L) {
     return 1;
 }
 
-/* gptoss.core.weight_formats: the format table (weight_format.h) as
+/* gptoss.core.weight_formats() -> the format table (weight_format.h) as
  * { {name=, bits=, block=, exact_against_bf16=, bf16_arithmetic=, summary=}, ... }
  * in its order */
-void gptoss_push_weight_formats(lua_State *L) {
+int gptoss_lua_weight_formats(lua_State *L) {
     lua_createtable(L, GPTOSS_N_WEIGHT_FORMATS, 0);
     for (int w = 0; w < GPTOSS_N_WEIGHT_FORMATS; w++) {
         const gptoss_weight_format *f = gptoss_weight_format_of(w);
@@ -365,6 +365,7 @@ void gptoss_push_weight_formats(lua_State *L) {
         lua_setfield(L, -2, "summary");
         lua_rawseti(L, -2, w + 1);
     }
+    return 1;
 }
 
 void gptoss_open_replica(lua_State *L) {

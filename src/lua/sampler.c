@@ -109,6 +109,19 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
         p->seed = fresh_seed();
 }
 
+/* gptoss.core.sample_options() -> {"mode", "temperature", ...}: GPTOSS_SAMPLE_OPTIONS in
+ * order, a fresh list, so the Lua modules that pass sampling options on read the names here. */
+int gptoss_lua_sample_options(lua_State *L) {
+    static const char *const names[] = {GPTOSS_SAMPLE_OPTIONS};
+    int n = (int)(sizeof names / sizeof names[0]);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 /* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logit_bias=, logprobs=} */
 int gptoss_lua_sampler(lua_State *L) {
     if (lua_isnoneornil(L, 1)) {

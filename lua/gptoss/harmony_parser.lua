@@ -1,0 +1,245 @@
+--- gptoss.harmony_parser (internal, gptoss.harmony's): the streaming parser of sampled ids,
+-- harmony.parser (docs/harmony.md#parsing): each id moves it through a message's header
+-- and content, and returns the events it completes; strict by default, else lenient with
+-- what a model gets wrong (a missing <|message|> or <|end|>, text outside a message).
+local harmony = require "gptoss.harmony"
+local util = require "gptoss.util"
+
+local harmony_parser = {}
+
+local quoted = util.quoted
+local special = harmony.special
+
+-- ids that end a message, and what the end event reports as its stop
+local ENDINGS = {
+  [special["end"]] = "end", [special["return"]] = "return", [special.call] = "call", [special.endoftext] = "endoftext",
+}
+-- specials that a header spells as text, for parse_header to find
+local IN_HEADER = { [special.channel] = "<|channel|>", [special.constrain] = "<|constrain|>" }
+local FIRST_SPECIAL = special.startoftext -- the lowest special id: every id from it up is one
+local HEADER_ROLES = { "system", "developer", "user", "assistant" }
+local REPLACEMENT = "\u{FFFD}"
+
+-- buf cut into text to emit now (invalid bytes each replaced by U+FFFD) and the trailing
+-- bytes of a character that the next token may complete.
+local function utf8_split(buf)
+  local out = {}
+  while true do
+    local n, bad = utf8.len(buf)
+    if n then
+      out[#out + 1] = buf
+      return table.concat(out), ""
+    end
+    out[#out + 1] = buf:sub(1, bad - 1)
+    local lead, rest = buf:byte(bad), buf:sub(bad)
+    local need = (lead >= 0xF0 and lead <= 0xF4) and 4 or (lead >= 0xE0 and lead <= 0xEF) and 3
+      or (lead >= 0xC2 and lead <= 0xDF) and 2 or 0
+    if #rest < need and not rest:find("[^\x80-\xBF]", 2) then return table.concat(out), rest end
+    out[#out + 1] = REPLACEMENT
+    buf = buf:sub(bad + 1)
+  end
+end
+
+-- A header's text (specials spelled) as {role=, name=, channel=, recipient=, content_type=},
+-- and the words it could not place (nil when none), or nil and why.
+local function parse_header(text, role)
+  local h = {}
+  local s, e, channel = text:find("<|channel|>([^%s<]*)")
+  if s then
+    if channel == "" then return nil, "<|channel|> is not followed by a channel name" end
+    h.channel, text = channel, text:sub(1, s - 1) .. " " .. text:sub(e + 1)
+  end
+  local words = {}
+  for w in text:gsub("<|constrain|>", " <|constrain|>"):gmatch("%S+") do words[#words + 1] = w end
+  local first = 1
+  if role then
+    h.role = role
+    if words[1] == role then first = 2 end
+  elseif not words[1] or words[1]:find("^to=") then
+    return nil, "no role"
+  else
+    first = 2
+    if util.listed(HEADER_ROLES, words[1]) then h.role = words[1] else h.role, h.name = "tool", words[1] end
+  end
+  local rest = {}
+  for i = first, #words do
+    local w = words[i]
+    if w:find("^to=.") and not h.recipient then
+      h.recipient = w:sub(4)
+    elseif not w:find("^to=") and not h.content_type then
+      h.content_type = w
+    else
+      rest[#rest + 1] = w
+    end
+  end
+  return h, #rest > 0 and table.concat(rest, " ") or nil
+end
+
+local Parser = {}
+Parser.__index = Parser
+
+--- harmony.parser(tokenizer [, {role=, strict=}]): a streaming parser of sampled ids;
+-- tokenizer: a gptoss tokenizer or a function(id) -> bytes. p:push(id) and p:finish()
+-- return the events that id completes; p.messages holds the finished messages
+-- (docs/harmony.md#parsing).
+function harmony_parser.new(tokenizer, opts)
+  local decode
+  if type(tokenizer) == "function" then
+    decode = tokenizer
+  elseif util.is_a(tokenizer, "gptoss.tokenizer") then
+    decode = function(id) return tokenizer:decode({ id }) end
+  else
+    error(("harmony.parser: expected a gptoss tokenizer or a decode function (got %s)"):format(util.kind(tokenizer)), 2)
+  end
+  opts = util.options("harmony.parser", opts, { "role", "strict" }, 2)
+  if opts.role ~= nil and not util.listed(HEADER_ROLES, opts.role) then
+    error(("harmony.parser: role must be one of %s (got %s)"):format(table.concat(HEADER_ROLES, ", "),
+      quoted(opts.role)), 2)
+  end
+  local p = setmetatable({ decode = decode, strict = opts.strict ~= false, messages = {}, events = {} }, Parser)
+  if opts.role then p:open_header(opts.role) else p.state = "start" end
+  return p
+end
+
+function Parser:fail(fmt, ...)
+  error("harmony.parser: " .. fmt:format(...), 0)
+end
+
+-- "<|end|> (200007)" or "'hello' (24912)"
+function Parser:describe(id)
+  return ("%s (%d)"):format(quoted(self.decode(id)), id)
+end
+
+function Parser:emit(event) self.events[#self.events + 1] = event end
+
+function Parser:open_header(role)
+  self.state, self.role, self.header = "header", role, {}
+end
+
+function Parser:open_message(h)
+  local m = { role = h.role, name = h.name, channel = h.channel, recipient = h.recipient,
+    content_type = h.content_type }
+  self:emit({ type = "start", role = m.role, name = m.name, channel = m.channel, recipient = m.recipient,
+    content_type = m.content_type })
+  self.state, self.message, self.text, self.pending = "content", m, {}, ""
+end
+
+function Parser:add_text(text)
+  if text ~= "" then
+    self.text[#self.text + 1] = text
+    self:emit({ type = "text", text = text })
+  end
+end
+
+-- Ends the open message; stop: "end", "return", "call", "endoftext", or nil when cut short.
+function Parser:close_message(stop)
+  if self.pending ~= "" then self:add_text(REPLACEMENT:rep(#self.pending)) end
+  local m = self.message
+  m.content = table.concat(self.text)
+  self.messages[#self.messages + 1] = m
+  self:emit({ type = "end", stop = stop, message = m })
+  self.state, self.message = "start", nil
+end
+
+-- Lenient: a header that ended without <|message|> was the message itself, as the model
+-- forgot the separator: its channel is kept and its other words are the content.
+function Parser:salvage_header(stop)
+  local text = table.concat(self.header)
+  if text:find("%S") then
+    local s, e, channel = text:find("<|channel|>([^%s<]*)")
+    if s then text = text:sub(1, s - 1) .. " " .. text:sub(e + 1) end
+    local words = {}
+    for w in text:gmatch("%S+") do words[#words + 1] = w end
+    if words[1] == (self.role or "assistant") then table.remove(words, 1) end
+    self:open_message({ role = self.role or "assistant", channel = channel ~= "" and channel or nil })
+    self:add_text(table.concat(words, " "))
+    self:close_message(stop)
+  end
+  self.state = "start"
+end
+
+function Parser:header_token(id)
+  if id == special.message then
+    local h, rest = parse_header(table.concat(self.header), self.role)
+    if self.strict and (not h or rest) then
+      self:fail("bad message header %s: %s", quoted(table.concat(self.header)),
+        h and ("unexpected text " .. quoted(rest)) or rest)
+    end
+    -- lenient: words that fit no field are dropped, a header without a role is the assistant's
+    self:open_message(h or { role = self.role or "assistant" })
+  elseif IN_HEADER[id] then
+    self.header[#self.header + 1] = IN_HEADER[id]
+  elseif ENDINGS[id] or id == special.start then
+    if self.strict then
+      self:fail("%s inside the message header %s (no <|message|>)", self:describe(id),
+        quoted(table.concat(self.header)))
+    end
+    self:salvage_header(ENDINGS[id])
+    if id == special.start then self:open_header(nil) end
+  elseif id >= FIRST_SPECIAL then
+    if self.strict then self:fail("unexpected %s in a message header", self:describe(id)) end
+  else
+    self.header[#self.header + 1] = self.decode(id)
+  end
+end
+
+function Parser:content_token(id)
+  if ENDINGS[id] then
+    self:close_message(ENDINGS[id])
+  elseif id >= FIRST_SPECIAL then
+    if self.strict then self:fail("unexpected %s in message content", self:describe(id)) end
+    if id == special.start then -- lenient: the <|end|> was left out
+      self:close_message(nil)
+      self:open_header(nil)
+    end
+  else
+    local text
+    text, self.pending = utf8_split(self.pending .. self.decode(id))
+    self:add_text(text)
+  end
+end
+
+function Parser:start_token(id)
+  if id == special.start then
+    self:open_header(nil)
+  elseif id == special.endoftext then
+    return -- nothing open: the stream is simply over
+  elseif self.strict then
+    self:fail("expected <|start|>, got %s", self:describe(id))
+  elseif id == special.message then -- lenient: a headerless assistant message
+    self:open_message({ role = "assistant" })
+  elseif id < FIRST_SPECIAL then -- lenient: text outside any message opens an assistant header
+    self:open_header("assistant")
+    self:header_token(id)
+  end
+end
+
+local HANDLERS = { start = Parser.start_token, header = Parser.header_token, content = Parser.content_token }
+
+--- Feeds one id; returns the events it completes ({} when none).
+function Parser:push(id)
+  if math.type(id) ~= "integer" or id < 0 then
+    error(("harmony.parser: push expects a token id, a non-negative integer (got %s)"):format(quoted(id)), 2)
+  end
+  self.events = {}
+  HANDLERS[self.state](self, id)
+  return self.events
+end
+
+--- Ends the stream: a message still open ends with stop = nil (cut short), its unfinished
+-- character as U+FFFD. Returns the events.
+function Parser:finish()
+  self.events = {}
+  if self.state == "content" then
+    self:close_message(nil)
+  elseif self.state == "header" and #self.header > 0 then
+    if self.strict then
+      self:fail("the stream ended inside the message header %s", quoted(table.concat(self.header)))
+    end
+    self:salvage_header(nil)
+  end
+  self.state = "start"
+  return self.events
+end
+
+return harmony_parser

@@ -1,0 +1,194 @@
+--- gptoss.runner (internal, gptoss.getp's): drives one replica through a queue of
+-- sequences with a scheduler object, whose hooks it calls as gptoss.scheduler's header
+-- (their contract) says: it admits requests, builds each step's rows and takes the ids
+-- sampled for them.
+--
+-- runner.new(sched, replica, index, queue, opts): index is the replica's number in the run.
+-- The queue's sequences have position 0, an empty output and limit >= 1 (getp finishes the
+-- others itself). opts: rows and chunk (the state's bounds), stop (a set of ids that end a
+-- sequence), prefix (nil, or {slot =, length =}: that slot holds the first length ids of
+-- every queued prompt, which admission forks into the sequence's slot; the slot is not
+-- offered to requests).
+--
+-- r:busy() says whether requests wait or run. r:build(pending) admits, asks the hooks and
+-- returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or nil when
+-- every running sequence ends with the pending plan's step (nothing to feed); pending is
+-- the plan of the step still running (nil: none), whose decode rows feed the new step's
+-- (tokens -j: its row j; the caller sets batch.from to that step). r:apply(plan, ids)
+-- takes a step's sampled ids and returns how many ids were generated and the list of the
+-- sequences that ended.
+local runner = {}
+
+local Runner = {}
+Runner.__index = Runner
+
+--- A runner of replica number `index` over queue (see the header).
+function runner.new(sched, replica, index, queue, opts)
+  local free_slots = {}
+  for s = 1, replica.slots do
+    if not (opts.prefix and opts.prefix.slot == s) then free_slots[#free_slots + 1] = s end
+  end
+  return setmetatable({
+    scheduler = sched,
+    stop = opts.stop,
+    prefix = opts.prefix,
+    free_slots = free_slots, -- ascending: admission takes the lowest
+    state = {
+      replica = replica, index = index, waiting = queue, running = {},
+      free = #free_slots, slots = #free_slots, rows = opts.rows, chunk = opts.chunk, step = 0,
+    },
+  }, Runner)
+end
+
+function Runner:busy()
+  return #self.state.waiting > 0 or #self.state.running > 0
+end
+
+local function admit(self)
+  local st, sched = self.state, self.scheduler
+  local most = math.min(st.free, #st.waiting)
+  local n = sched.admit(sched, st)
+  if math.type(n) ~= "integer" or n < 0 or n > most then
+    error(("scheduler: admit returned %s on replica %d; expected an integer in 0..%d "
+      .. "(%d %s free, %d waiting)"):format(tostring(n), st.index, most, st.free,
+        st.free == 1 and "slot" or "slots", #st.waiting), 0)
+  end
+  local waiting, r = st.waiting, st.replica
+  for i = 1, n do
+    local seq = waiting[i]
+    seq.slot = table.remove(self.free_slots, 1)
+    seq.position = 0
+    if self.prefix then
+      r:fork(self.prefix.slot, seq.slot, self.prefix.length)
+      seq.position = self.prefix.length
+    end
+    if seq.sampling then r:sampling(seq.slot, seq.sampling) else r:sampling(seq.slot) end
+    st.running[#st.running + 1] = seq
+  end
+  table.move(waiting, n + 1, #waiting + n, 1)
+  st.free = st.free - n
+end
+
+-- A step being built: its batch's rows (slots, positions, tokens), and the rows that yield
+-- a sequence's next id with those sequences (rows[i] yields seqs[i]'s).
+local function new_step()
+  return { slots = {}, positions = {}, tokens = {}, rows = {}, seqs = {} }
+end
+
+-- Adds a row feeding token to seq's slot at its position, which moves on.
+local function add_row(step, seq, token)
+  local n = #step.slots + 1
+  step.slots[n], step.positions[n], step.tokens[n] = seq.slot, seq.position, token
+  seq.position = seq.position + 1
+end
+
+-- The step's last row yields seq's next id.
+local function yields(step, seq)
+  step.rows[#step.rows + 1], step.seqs[#step.seqs + 1] = #step.slots, seq
+end
+
+-- One decode row per running sequence whose prompt is fed, while the step has room: its
+-- last id, or the id the pending step's row yields for it (fed on the device), unless that
+-- id is its last.
+local function add_decode_rows(st, step, pending)
+  local fed_by = {} -- the pending step's row that yields each sequence's next id
+  if pending then
+    for i, r in ipairs(pending.rows) do fed_by[pending.seqs[i]] = r end
+  end
+  for _, seq in ipairs(st.running) do
+    if #step.slots == st.rows then break end
+    local from = fed_by[seq]
+    if from then
+      if #seq.output + 1 < seq.limit then -- else its pending id is its last
+        add_row(step, seq, -from)
+        yields(step, seq)
+      end
+    elseif seq.position >= #seq.prompt then
+      add_row(step, seq, seq.output[#seq.output])
+      yields(step, seq)
+    end
+  end
+end
+
+-- Prefill chunks in the rows left: for each running sequence with prompt left, as many
+-- tokens as the scheduler's prefill_chunk says (default: as many as fit).
+local function add_prefill_rows(st, sched, step)
+  for _, seq in ipairs(st.running) do
+    local left, room = #seq.prompt - seq.position, st.rows - #step.slots
+    if room == 0 then break end
+    if left > 0 then
+      local most = math.min(left, room, st.chunk)
+      local n = most
+      if sched.prefill_chunk then
+        st.rows_left = room
+        n = sched.prefill_chunk(sched, seq, st)
+        st.rows_left = nil
+        if math.type(n) ~= "integer" or n < 0 or n > most then
+          error(("scheduler: prefill_chunk returned %s for request %d on replica %d; expected an "
+            .. "integer in 0..%d (%d prompt tokens left, %d rows left in the step, at most %d rows "
+            .. "of one slot per step)"):format(tostring(n), seq.index, st.index, most, left, room,
+              st.chunk), 0)
+        end
+      end
+      for _ = 1, n do add_row(step, seq, seq.prompt[seq.position + 1]) end
+      if n > 0 and seq.position == #seq.prompt then yields(step, seq) end
+    end
+  end
+end
+
+function Runner:build(pending)
+  local st = self.state
+  if #st.waiting > 0 and st.free > 0 then admit(self) end
+  if #st.running == 0 then
+    if pending then return nil end
+    error(("scheduler: admit returned 0 on replica %d while nothing runs there (%d waiting, "
+      .. "%d slots free): it would wait forever"):format(st.index, #st.waiting, st.free), 0)
+  end
+  local step = new_step()
+  add_decode_rows(st, step, pending)
+  add_prefill_rows(st, self.scheduler, step)
+  if #step.slots == 0 then
+    if pending then return nil end
+    error(("scheduler: prefill_chunk returned 0 for every sequence on replica %d and none "
+      .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
+  end
+  return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens }, rows = step.rows,
+    seqs = step.seqs }
+end
+
+function Runner:apply(plan, ids)
+  local st, sched = self.state, self.scheduler
+  local ended, generated = {}, 0
+  for i, r in ipairs(plan.rows) do
+    local seq, id = plan.seqs[i], ids[r]
+    if not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
+      generated = generated + 1
+      seq.output[#seq.output + 1] = id
+      if self.stop[id] then
+        seq.finish = "stop"
+      elseif #seq.output >= seq.limit then
+        seq.finish = "length"
+      end
+      if seq.finish then ended[#ended + 1] = seq end
+    end
+  end
+  st.step = st.step + 1
+  if #ended > 0 then
+    local running = {}
+    for _, seq in ipairs(st.running) do
+      if seq.finish then
+        table.insert(self.free_slots, seq.slot)
+      else
+        running[#running + 1] = seq
+      end
+    end
+    table.sort(self.free_slots)
+    st.running, st.free = running, #self.free_slots
+    if sched.on_finish then
+      for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end
+    end
+  end
+  return generated, ended
+end
+
+return runner
