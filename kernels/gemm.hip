@@ -115,7 +115,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
     const gemm_family family = choose_family(a, bm, row_blocks, dev);
     if (family == GEMM_EXACT)
         return launch_gemm_exact(a, row_blocks, stream);
-    return with_weight_format(a, [&](auto format) -> hipError_t {
+    return with_weight_format(a->w_layout, [&](auto format) -> hipError_t {
         typedef decltype(format) W;
         switch (family) {
         case GEMM_HOPPER:

@@ -10,17 +10,17 @@
 
 namespace {
 
-/* f(format) with the matrix-core format of a's weights (a value of its
- * type); fp32 rows are the exact GEMM's, no such format */
-template <class F> auto with_weight_format(const gptoss_gemm_args *a, F &&f) {
-    if (a->w_layout == GPTOSS_W_MXFP4_TILES)
+/* f(format) with the matrix-core format of weights that lie as `layout`
+ * says (a value of its type); fp32 rows are the exact GEMM's, no such format */
+template <class F> auto with_weight_format(int layout, F &&f) {
+    if (layout == GPTOSS_W_MXFP4_TILES)
         return f(mxfp4_weights());
     return f(bf16_weights());
 }
 
-/* whether a's weights are codes decoded in registers */
+/* whether a GEMM's weights are codes decoded in registers */
 static bool weights_coded(const gptoss_gemm_args *a) {
-    return with_weight_format(a, [](auto format) { return decltype(format)::CODED; });
+    return with_weight_format(a->w_layout, [](auto format) { return decltype(format)::CODED; });
 }
 
 } // namespace
