@@ -46,12 +46,8 @@ end)
 
 describe("the GPU memory plan by weight format", function()
   local m = gptoss.synthetic(tiny, { seed = 3 })
-  local opts = { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
-
   local function plan(weights)
-    local o = { weights = weights }
-    for k, v in pairs(opts) do o[k] = v end
-    return m:replica_bytes(o)
+    return m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = weights }
   end
 
   it("reports every format's share, summed as the weights", function()
