@@ -388,7 +388,9 @@ describe("host tensors", function()
          local before = open_fds()
          for _ = 1, 20 do pcall(T.load, p, "f32", { 0 }) end
          collectgarbage()
-         assert.are.equal(before, open_fds(), "file descriptors leaked by tensor.load")
+         -- not more than before: a leak keeps 20; one fewer is a handle of an earlier spec collected
+         local after = open_fds()
+         assert.is_true(after <= before, ("file descriptors leaked by tensor.load: %d, then %d"):format(before, after))
       end)
    end)
 end)

@@ -1,10 +1,11 @@
 #include "config.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "checked.h"
-#include "rope.h"
 
 _Static_assert(sizeof(gptoss_config) == GPTOSS_HEADER_BYTES, "the header is 60 bytes");
 
@@ -113,9 +114,42 @@ gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *c
                            "config: %s*(%s+2*%s) = %d*(%d+2*%d) or 2*%s = 2*%d exceeds 2^31-1", NAME(head_dim),
                            NAME(n_attn_heads), NAME(n_kv_heads), c->head_dim, c->n_attn_heads, c->n_kv_heads,
                            NAME(intermediate_dim), c->intermediate_dim);
-    return gptoss_rope_check(c, names, err);
+    return gptoss_config_check_rope(c, names, err);
 #undef NAME
 }
+
+/* ntk_beta and ntk_alpha are hard-coded in run.cpp's forward, not in the
+ * header. The float/double mix below is deliberate: (beta * 2.0f) is float,
+ * times M_PI promotes to double, and logf takes the quotient back to float. */
+static const float NTK_BETA = 32.0f;
+static const float NTK_ALPHA = 1.0f;
+static const double PI = 3.14159265358979323846; /* M_PI, which strict C11 lacks */
+
+void gptoss_config_rope_bounds(const gptoss_config *c, float *low, float *high) {
+    int half = c->head_dim / 2;
+    float ctx = (float)c->initial_context_length;
+    float base = c->rope_theta;
+    *low = half * logf((float)(ctx / (NTK_BETA * 2.0f * PI))) / logf(base);
+    *high = half * logf((float)(ctx / (NTK_ALPHA * 2.0f * PI))) / logf(base);
+}
+
+#define NAME(field) gptoss_field_name(names, offsetof(gptoss_config, field))
+gptoss_status gptoss_config_check_rope(const gptoss_config *c, const char *const *names, char *err) {
+    if (!(c->rope_scaling_factor > 1.0f))
+        return GPTOSS_OK;
+    float low, high;
+    gptoss_config_rope_bounds(c, &low, &high);
+    int half = c->head_dim / 2;
+    if (!(0 < low && low < high && high < half - 1))
+        return gptoss_fail(err, GPTOSS_E_INVALID,
+                           "rope: YaRN bounds low=%g high=%g must satisfy 0 < low < high < "
+                           "%s/2-1 = %d (%s=%d, %s=%d, %s=%g)",
+                           low, high, NAME(head_dim), half - 1, NAME(head_dim), c->head_dim,
+                           NAME(initial_context_length), c->initial_context_length, NAME(rope_theta),
+                           c->rope_theta);
+    return GPTOSS_OK;
+}
+#undef NAME
 
 /* dims multiplied with overflow detection; then *4 bytes */
 static gptoss_status tensor_count(gptoss_tensor_desc *d, char *err) {

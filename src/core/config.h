@@ -82,7 +82,7 @@ typedef struct {
     uint64_t total_bytes; /* header + all 16 tensors */
 } gptoss_layout;
 
-/* Checks every field (and the YaRN bounds, gptoss_rope_check);
+/* Checks every field (and the YaRN bounds, gptoss_config_check_rope);
  * GPTOSS_E_INVALID with a message naming the field and the values. */
 gptoss_status gptoss_config_validate(const gptoss_config *c, char *err);
 /* The same, the fields called in messages by names[i] (gptoss_fields order)
@@ -90,6 +90,13 @@ gptoss_status gptoss_config_validate(const gptoss_config *c, char *err);
  * the course names. */
 gptoss_status gptoss_config_validate_named(const gptoss_config *c, const char *const *names,
                                            char *err);
+
+/* The NTK-by-parts bounds (low, high) run.cpp's YaRN RoPE derives from the
+ * config; only meaningful when rope_scaling_factor > 1. */
+void gptoss_config_rope_bounds(const gptoss_config *c, float *low, float *high);
+/* Validates the bounds run.cpp asserts (0 < low < high < half - 1); the
+ * message calls the fields by names (gptoss_config_validate_named). */
+gptoss_status gptoss_config_check_rope(const gptoss_config *c, const char *const *names, char *err);
 /* Field i's name in names, or its course name when names is NULL. */
 const char *gptoss_field_name(const char *const *names, size_t offset);
 

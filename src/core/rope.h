@@ -17,14 +17,6 @@ typedef struct {
     float *inv_freq;     /* half entries */
 } gptoss_rope;
 
-/* The NTK-by-parts bounds (low, high); only meaningful when
- * rope_scaling_factor > 1. */
-void gptoss_rope_bounds(const gptoss_config *c, float *low, float *high);
-
-/* Validates the bounds run.cpp asserts (0 < low < high < half - 1); the
- * message calls the fields by names (gptoss_config_validate_named). */
-gptoss_status gptoss_rope_check(const gptoss_config *c, const char *const *names, char *err);
-
 gptoss_status gptoss_rope_init(gptoss_rope *r, const gptoss_config *c, char *err);
 void gptoss_rope_free(gptoss_rope *r);
 
