@@ -39,6 +39,10 @@
 #include "attention_mma.h"
 #include "attention_partial.h"
 
+/* the matrix-core grid's most blocks before a block takes several splits:
+ * about 12 waves of resident blocks on an H100, a short tail */
+constexpr int64_t MMA_GRID_BLOCKS = 8192;
+
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim) {
     int G = n_heads / n_kv_heads;
     return G <= MAX_G && G * head_dim <= MAX_GD && head_dim <= MAX_HEAD_DIM &&
