@@ -228,28 +228,21 @@ __device__ void write_logprobs(Shared &sh, const Row &r, int k, int token, gptos
     out->logprob = (double)r.x[token] - lse;
 }
 
-} // namespace
-
-__global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, const gptoss_row_sampling *params,
-                                                         const gptoss_logit_bias *bias, int *tokens,
-                                                         gptoss_row_logprobs *logprobs) {
-    __shared__ Shared sh;
-    const int tid = threadIdx.x;
-    float *x = logits + (size_t)blockIdx.x * n;
-    const gptoss_row_sampling p = params[blockIdx.x];
-    const gptoss_logit_bias *b = bias + (size_t)p.slot * GPTOSS_MAX_LOGIT_BIAS;
-    for (int j = tid; j < p.n_bias; j += blockDim.x) { /* ids are distinct: no two threads meet */
+/* The row's logit bias added in place, the logits it replaces kept in
+ * sh.replaced (ids are distinct: no two threads meet) */
+__device__ __forceinline__ void apply_bias(Shared &sh, float *x, const gptoss_logit_bias *b, int n_bias) {
+    for (int j = threadIdx.x; j < n_bias; j += blockDim.x) {
         sh.replaced[j] = x[b[j].id];
         x[b[j].id] = sh.replaced[j] + b[j].bias;
     }
-    __syncthreads();
+}
 
-    float top = -INFINITY;
-    int top_i = INT_MAX, flags = 0; /* 1: a NaN or +inf, 2: a logit above -inf */
-    /* the thread's sum of exp((v - its max) / T), online: only a bound for Q */
-    const float t = p.temperature;
-    float own_max = -INFINITY, own_sum = 0.0f;
-    sweep(x, 0, n, tid, blockDim.x, [&](int i, float v) {
+/* The thread's share of the first pass over the row: its first maximum,
+ * its flags (1: a NaN or +inf, 2: a logit above -inf) and its sum of
+ * exp((v - own_max) / t), taken online: only a bound for Q */
+__device__ __forceinline__ void scan_row(const float *x, int n, float t, float &top, int &top_i, int &flags,
+                                         float &own_max, float &own_sum) {
+    sweep(x, 0, n, threadIdx.x, blockDim.x, [&](int i, float v) {
         take_better(top, top_i, v, i);
         flags |= (v != v || v == INFINITY) | (v != -INFINITY) << 1;
         if (t > 0 && v > -INFINITY) {
@@ -261,7 +254,152 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
             }
         }
     });
-    warp_best(top, top_i);
+}
+
+/* The filters' bound, filtered rows keeping key >= it (0 where no filter
+ * applies): top_k, then top_p among what top_k kept, then min_p. The CPU
+ * trims the prefix from its end while w < min_p: the new last rank is the
+ * lowest kept one with w >= min_p (the first rank has w = 1). */
+__device__ __forceinline__ uint64_t filter_cut(Shared &sh, const Row &r, const gptoss_row_sampling &p, bool have_k,
+                                               bool have_p) {
+    uint64_t cut = 0;
+    if (have_k)
+        cut = radix_cut<false>(sh, r, 0, (uint64_t)p.top_k, 0);
+    if (have_p) {
+        uint64_t by_p = radix_cut<true>(sh, r, cut, 0, p.top_p);
+        cut = by_p > cut ? by_p : cut;
+    }
+    if ((have_k || have_p) && p.min_p > 0) {
+        uint64_t least = UINT64_MAX;
+        sweep(r.x, 0, r.n, threadIdx.x, blockDim.x, [&](int i, float v) {
+            uint64_t key = r.key(i, v);
+            if (key >= cut && key < least && (double)r.weight(v) >= p.min_p)
+                least = key;
+        });
+        cut = block_all(least, op_min(), sh.slot64);
+    }
+    return cut;
+}
+
+/* A kept token's weight, 0 for the others: filtered rows keep the ranks
+ * from cut on, the others every token with w >= min_p. */
+struct kept_weight {
+    const Row &r;
+    bool filtered;
+    uint64_t cut;
+    double min_p;
+    __device__ float operator()(int i, float v) const {
+        if (filtered)
+            return r.key(i, v) >= cut ? r.weight(v) : 0.0f;
+        float w = r.weight(v);
+        return (double)w >= min_p ? w : 0.0f;
+    }
+};
+
+/* Each range of len ids, warp w taking ranges 8 w .. 8 w + 7: its kept
+ * weight's sum and its last kept id with w > 0, into sh */
+__device__ __forceinline__ void sum_ranges(Shared &sh, const Row &r, const kept_weight &kept_w, int len) {
+    const int tid = threadIdx.x, warp = tid / warpSize, lane = tid % warpSize, n = r.n;
+    for (int q = warp * RANGES_PER_WARP; q < (warp + 1) * RANGES_PER_WARP; q++) {
+        int begin = q * len < n ? q * len : n, end = n - begin < len ? n : begin + len;
+        int last = -1;
+        uint64_t sum = 0;
+        sweep(r.x, begin, end, lane, warpSize, [&](int i, float v) {
+            float w = kept_w(i, v);
+            if (w > 0) {
+                sum += r.fixed(w);
+                last = i;
+            }
+        });
+        sum = warp_all(sum, add);
+        last = warp_all(last, op_max());
+        if (lane == 0) {
+            sh.range_sum[q] = sum;
+            sh.range_last[q] = last;
+        }
+    }
+}
+
+/* The token of range sh.range (of len ids), whose kept weights before it
+ * sum to sh.range_before: the range's ids in contiguous pieces, one per
+ * thread, and the first id where the running sum passes target. The
+ * range's sum passes target exactly, so some thread hits. */
+__device__ __forceinline__ int walk_range(Shared &sh, const Row &r, const kept_weight &kept_w, int len,
+                                          double target) {
+    const int tid = threadIdx.x, n = r.n;
+    const float *x = r.x;
+    int begin = sh.range * len, end = n - begin < len ? n : begin + len;
+    int piece = (end - begin + (int)blockDim.x - 1) / (int)blockDim.x;
+    int a = end - begin < tid * piece ? end : begin + tid * piece;
+    int b = end - a < piece ? end : a + piece;
+    uint64_t own = 0, unused;
+    for (int i = a; i < b; i++)
+        own += r.fixed(kept_w(i, x[i]));
+    uint64_t run = sh.range_before + block_scan(own, &unused, sh.slot64);
+    int hit = INT_MAX;
+    for (int i = a; i < b; i++) {
+        run += r.fixed(kept_w(i, x[i]));
+        if ((double)run > target) {
+            hit = i;
+            break;
+        }
+    }
+    return block_all(hit, op_min(), sh.slot32);
+}
+
+/* The draw of a row that is neither greedy nor invalid: the filters'
+ * bound, the kept weights summed over ranges of ids, the range where the
+ * running sum passes u * total, and the id within it */
+__device__ __forceinline__ int draw_token(Shared &sh, Row &r, const gptoss_row_sampling &p, float own_max,
+                                          float own_sum) {
+    const int tid = threadIdx.x, n = r.n;
+    /* 2^Q: twice the estimate exceeds the weight sum whatever __expf's and
+     * the float sums' errors, and 2^Q * bound < 2^63 leaves room for the
+     * rounding of each weight. The top weight is 1, so Q <= 61. */
+    double bound = 2 * block_all((double)own_sum * __expf((own_max - r.m) / r.t), op_add(), sh.slotd);
+    int bits;
+    frexp(bound, &bits);
+    r.scale = (double)(1ull << (63 - bits));
+    const bool have_k = p.top_k > 0 && p.top_k < n, have_p = p.top_p > 0 && p.top_p < 1;
+    const bool filtered = have_k || have_p;
+    const kept_weight kept_w{r, filtered, filter_cut(sh, r, p, have_k, have_p), p.min_p};
+    const int warps = blockDim.x / warpSize, ranges = warps * RANGES_PER_WARP, len = (n + ranges - 1) / ranges;
+    sum_ranges(sh, r, kept_w, len);
+    if (tid == 0)
+        sh.range = -1;
+    __syncthreads();
+    uint64_t mine = tid < ranges ? sh.range_sum[tid] : 0, total;
+    uint64_t before = block_scan(mine, &total, sh.slot64);
+    int last = block_all(tid < ranges ? sh.range_last[tid] : -1, op_max(), sh.slot32);
+    double target = gptoss_sample_uniform(p.seed, p.position) * (double)total;
+    if (tid < ranges && (double)before <= target && (double)(before + mine) > target) {
+        sh.range = tid;
+        sh.range_before = before;
+    }
+    __syncthreads();
+    if (sh.range < 0)
+        return last; /* rounding left no crossing: the last kept id with w > 0 */
+    return walk_range(sh, r, kept_w, len, target);
+}
+
+} // namespace
+
+__global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, const gptoss_row_sampling *params,
+                                                         const gptoss_logit_bias *bias, int *tokens,
+                                                         gptoss_row_logprobs *logprobs) {
+    __shared__ Shared sh;
+    const int tid = threadIdx.x;
+    float *x = logits + (size_t)blockIdx.x * n;
+    const gptoss_row_sampling p = params[blockIdx.x];
+    const gptoss_logit_bias *b = bias + (size_t)p.slot * GPTOSS_MAX_LOGIT_BIAS;
+    apply_bias(sh, x, b, p.n_bias);
+    __syncthreads();
+
+    float top = -INFINITY;
+    int top_i = INT_MAX, flags = 0;
+    float own_max = -INFINITY, own_sum = 0.0f;
+    scan_row(x, n, p.temperature, top, top_i, flags, own_max, own_sum);
+    warp_best(top, top_i); /* the block's first maximum, in every thread */
     if (tid % warpSize == 0) {
         sh.slotf[tid / warpSize] = top;
         sh.slot32[tid / warpSize] = top_i;
@@ -271,113 +409,19 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
         take_better(top, top_i, sh.slotf[w], sh.slot32[w]);
     __syncthreads();
     flags = block_all(flags, op_or(), sh.slot32);
-
     Row r;
     r.x = x;
     r.n = n;
     r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
     r.m = top;
-    r.t = t;
+    r.t = p.temperature;
     int token;
-    if (flags != 2) { /* a NaN or +inf (-1), or nothing above -inf (-2): no token, greedy or not (as the CPU) */
+    if (flags != 2) /* a NaN or +inf (-1), or nothing above -inf (-2): no token, greedy or not (as the CPU) */
         token = flags & 1 ? -1 : -2;
-    } else if (t == 0) {
+    else if (r.t == 0)
         token = top_i;
-    } else {
-        /* Twice the estimate exceeds the weight sum whatever __expf's and
-         * the float sums' errors, and 2^Q * bound < 2^63 leaves room for
-         * the rounding of each weight. The top weight is 1, so Q <= 61. */
-        double bound = 2 * block_all((double)own_sum * __expf((own_max - top) / t), op_add(), sh.slotd);
-        int bits;
-        frexp(bound, &bits);
-        r.scale = (double)(1ull << (63 - bits));
-
-        const bool have_k = p.top_k > 0 && p.top_k < n, have_p = p.top_p > 0 && p.top_p < 1;
-        const bool filtered = have_k || have_p;
-        uint64_t cut = 0; /* filtered: kept = key >= cut */
-        if (have_k)
-            cut = radix_cut<false>(sh, r, 0, (uint64_t)p.top_k, 0);
-        if (have_p) {
-            uint64_t by_p = radix_cut<true>(sh, r, cut, 0, p.top_p);
-            cut = by_p > cut ? by_p : cut;
-        }
-        if (filtered && p.min_p > 0) {
-            /* the CPU trims the prefix from its end while w < min_p: the
-             * new last rank is the lowest kept one with w >= min_p (the
-             * first rank has w = 1) */
-            uint64_t least = UINT64_MAX;
-            sweep(x, 0, n, tid, blockDim.x, [&](int i, float v) {
-                uint64_t key = r.key(i, v);
-                if (key >= cut && key < least && (double)r.weight(v) >= p.min_p)
-                    least = key;
-            });
-            cut = block_all(least, op_min(), sh.slot64);
-        }
-        /* a kept token's weight, 0 for the others */
-        auto kept_w = [&](int i, float v) -> float {
-            if (filtered)
-                return r.key(i, v) >= cut ? r.weight(v) : 0.0f;
-            float w = r.weight(v);
-            return (double)w >= p.min_p ? w : 0.0f;
-        };
-
-        /* kept weight and last kept id with w > 0 of each range of ids */
-        const int warps = blockDim.x / warpSize, warp = tid / warpSize, lane = tid % warpSize;
-        const int ranges = warps * RANGES_PER_WARP, len = (n + ranges - 1) / ranges;
-        for (int q = warp * RANGES_PER_WARP; q < (warp + 1) * RANGES_PER_WARP; q++) {
-            int begin = q * len < n ? q * len : n, end = n - begin < len ? n : begin + len;
-            uint64_t sum = 0;
-            int last = -1;
-            sweep(x, begin, end, lane, warpSize, [&](int i, float v) {
-                float w = kept_w(i, v);
-                if (w > 0) {
-                    sum += r.fixed(w);
-                    last = i;
-                }
-            });
-            sum = warp_all(sum, add);
-            last = warp_all(last, op_max());
-            if (lane == 0) {
-                sh.range_sum[q] = sum;
-                sh.range_last[q] = last;
-            }
-        }
-        if (tid == 0)
-            sh.range = -1;
-        __syncthreads();
-        uint64_t mine = tid < ranges ? sh.range_sum[tid] : 0, total;
-        uint64_t before = block_scan(mine, &total, sh.slot64);
-        int last = block_all(tid < ranges ? sh.range_last[tid] : -1, op_max(), sh.slot32);
-        double target = gptoss_sample_uniform(p.seed, p.position) * (double)total;
-        if (tid < ranges && (double)before <= target && (double)(before + mine) > target) {
-            sh.range = tid;
-            sh.range_before = before;
-        }
-        __syncthreads();
-        if (sh.range < 0) {
-            token = last; /* rounding left no crossing: the last kept id with w > 0 */
-        } else {
-            /* the range's ids in contiguous pieces, one per thread */
-            int begin = sh.range * len, end = n - begin < len ? n : begin + len;
-            int piece = (end - begin + (int)blockDim.x - 1) / (int)blockDim.x;
-            int a = end - begin < tid * piece ? end : begin + tid * piece;
-            int b = end - a < piece ? end : a + piece;
-            uint64_t own = 0, unused;
-            for (int i = a; i < b; i++)
-                own += r.fixed(kept_w(i, x[i]));
-            uint64_t run = sh.range_before + block_scan(own, &unused, sh.slot64);
-            int hit = INT_MAX;
-            for (int i = a; i < b; i++) {
-                run += r.fixed(kept_w(i, x[i]));
-                if ((double)run > target) {
-                    hit = i;
-                    break;
-                }
-            }
-            /* the range's sum passes target exactly, so some thread hits */
-            token = block_all(hit, op_min(), sh.slot32);
-        }
-    }
+    else
+        token = draw_token(sh, r, p, own_max, own_sum);
     if (logprobs && p.want_logprobs && token >= 0) /* token is the same in every thread */
         write_logprobs(sh, r, p.top_logprobs, token, &logprobs[blockIdx.x]);
     else if (logprobs && tid == 0)
