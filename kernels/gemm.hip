@@ -106,7 +106,7 @@ static gemm_family choose_family(const gptoss_gemm_args *a, int bm, int row_bloc
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
                               hipStream_t stream) {
     const bool exact = a->w_layout == GPTOSS_W_FP32_ROWS;
-    int bm = a->tiles ? a->tile_rows : !exact ? dense_tile_rows(a) : EX_BM;
+    int bm = a->tiles ? a->tile_rows : exact ? EX_BM : dense_tile_rows(a);
     if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a))
         return hipErrorInvalidValue;
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;

@@ -38,7 +38,7 @@ gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gpto
 
 gptoss_status gptoss_weights_check(gptoss_model *m, const gptoss_engine_opts *o, char *err) {
     const gptoss_weight_format *f = gptoss_weight_format_of(o->weights);
-    if (!f->experts)
+    if (!f || !f->experts)
         return GPTOSS_OK;
     char why[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_model_experts_in(m, o->weights, why);

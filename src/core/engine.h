@@ -128,7 +128,8 @@ typedef struct {
 /* Whether weight matrices are bf16 values and GEMM inputs rounded to bf16
  * (the weights' format says; resolved options only). */
 static inline int gptoss_weights_bf16(const gptoss_engine_opts *o) {
-    return gptoss_weight_format_of(o->weights)->bf16_arithmetic;
+    const gptoss_weight_format *f = gptoss_weight_format_of(o->weights);
+    return f && f->bf16_arithmetic;
 }
 
 /* Resolves a format that holds the experts in a block format: refused,

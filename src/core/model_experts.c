@@ -76,7 +76,10 @@ static gptoss_status check_tensor(const gptoss_model *m, const gptoss_block_code
 }
 
 gptoss_status gptoss_model_experts_in(gptoss_model *m, int format, char *err) {
-    const gptoss_block_codec *codec = gptoss_weight_format_of(format)->experts;
+    const gptoss_weight_format *f = gptoss_weight_format_of(format);
+    if (!f || !f->experts)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "weight format %d holds no experts in a block format", format);
+    const gptoss_block_codec *codec = f->experts;
     if (gptoss_model_is_synthetic(m) && codec->synthetic_exact)
         return GPTOSS_OK;
     gptoss_model_answer *a = &m->experts_exact[format];
