@@ -121,8 +121,10 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # Debian 12 machine needs nothing else). Node only builds $(TOKENIZER), so
 # a machine that already has the file (the GPU machine, offline) needs no npm.
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
-# name: test and demo, which run setup first, do not use it.
-SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev
+# name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
+# pictures (--plot, examples/plot.lua), whose spec is pending without it.
+SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
+                  gnuplot-nox
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h

@@ -8,15 +8,17 @@
 -- --no-share-prefix; the JSON line's prefill_saved counts the prompt rows that saved. Per
 -- replica it prints the Lua work and the wait for the GPU per step (getp's host and waited);
 -- --replicas-per-device puts several replicas on each device, so one GPU exercises the host
--- loop of several (docs/getp.md#one-host-thread-several-gpus).
+-- loop of several (docs/getp.md#one-host-thread-several-gpus). --plot draws the throughput and
+-- each replica's host and waited time a step (gptoss.plot).
 --   ./gptoss bench_getp [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
---                       [--replicas-per-device 1] [--chat [--no-share-prefix]]
+--                       [--replicas-per-device 1] [--chat [--no-share-prefix]] [--plot FILE.png]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
 local partition = require "gptoss.partition"
+local plot = require "gptoss.plot"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
 
@@ -37,9 +39,11 @@ parser:option("--partition", ("getp partition: %s."):format(table.concat(partiti
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 parser:flag("--chat", "The requests as harmony user turns after the default system message.")
 parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefix = false).")
+parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
 local a = script.parse(parser)
 
 script.run(function()
+  if a.plot then plot.check(a.plot, "--plot") end
   local SUBJECTS = { "sleep", "the ocean", "black holes", "ancient Rome", "machine learning", "coffee",
     "volcanoes", "friendship", "the stock market", "honey bees", "jazz", "the moon" }
   local ASKS = { "In a few sentences, what is the biggest misconception people have about %s?",
@@ -86,11 +90,13 @@ script.run(function()
   -- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
   local first = devices[1]
   local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
-  print(json.encode({
+  local res = {
     bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
     prompt_tokens = prompt_tokens, tokens = result.tokens, engine_steps = result.steps, seconds = ms / 1000,
     tok_per_s = tps, warm_up = (t1 - t0) / 1000, slots = slots, scheduler = a.scheduler,
     partition = a.partition, device = device_name, chat = a.chat, prefill_saved = result.prefill_saved,
     replicas_per_device = a.replicas_per_device, host_ms_per_step = host_ms, waited_ms_per_step = waited_ms,
-  }))
+  }
+  print(json.encode(res))
+  if a.plot then plot.write({ res }, a.plot) end
 end)

@@ -7,12 +7,14 @@
 -- device-to-device copy, device memory) and one JSON line per batch size;
 -- --profile-steps adds a per-kernel table of steps run after the decode and
 -- attention's bandwidth on the cached keys and values it reads, at the first
--- positions (--profile-at start) or the last ones (end: the full context).
---   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024]
+-- positions (--profile-at start) or the last ones (end: the full context). --plot draws
+-- throughput against batch size and the profiled step time by kernel (gptoss.plot).
+--   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024] [--plot FILE.png]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local plot = require "gptoss.plot"
 local script = require "gptoss.script"
 
 -- "1,8,32" -> {1, 8, 32}, or nil and a message
@@ -39,9 +41,11 @@ parser:option("--profile-steps", "Steps timed per kernel after the run (0: none)
   :convert(cli.integer("--profile-steps", 0))
 parser:option("--profile-at", "start or end: the profiled steps' positions, the first ones or the last.", "start")
   :choices { "start", "end" }
+parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
 local a = script.parse(parser)
 
 script.run(function()
+  if a.plot then plot.check(a.plot, "--plot") end
   local model = gptoss.synthetic(a.model, { seed = 1 })
   local c = model.config
   local windowed = model.windowed
@@ -168,4 +172,5 @@ script.run(function()
     ::next_batch::
   end
   for _, res in ipairs(rows) do print(json.encode(res)) end
+  if a.plot then plot.write(rows, a.plot) end
 end)
