@@ -150,6 +150,24 @@ describe("harmony.render", function()
     }
     for _, case in ipairs(cases) do H.expect_error(case[1], case[2]) end
   end)
+
+  it("refuses a schema inside itself, where it would recurse until memory ran out, not one used twice", function()
+    local function render(parameters)
+      return harmony.render({ harmony.developer{ tools = { { name = "f", parameters = parameters } } } })
+    end
+    local object = { type = "object", properties = {} }
+    object.properties.x = object
+    local list = { type = "array" }
+    list.items = list
+    local either = { type = "object" }
+    either.oneOf = { { type = "string" }, either }
+    for _, case in ipairs { { object, "parameters: property 'x': the schema contains itself" },
+      { list, "tool 'f': parameters: the schema contains itself" }, { either, "parameters: the schema contains itself" } } do
+      H.expect_error(function() render(case[1]) end, "harmony.render: message 1: namespace 'functions': ", case[2])
+    end
+    local point = { type = "number" }
+    assert.truthy(render({ type = "object", properties = { x = point, y = point } }):find("x?: number,\ny?: number,", 1, true))
+  end)
 end)
 
 describe("harmony message builders", function()
