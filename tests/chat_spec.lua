@@ -20,7 +20,7 @@ end
 -- A model that answers with the given harmony completions (specials spelled), one id per
 -- step. m.slot is what the slot holds; m.calls lists each step's {ids =, pos =}.
 local function scripted(...)
-  local m, queue = { slot = {}, calls = {} }, {}
+  local m, queue, played = { slot = {}, calls = {} }, {}, 0
   for _, text in ipairs { ... } do
     local ids = tok:encode(text, { special = true, mode = "o200k" })
     table.move(ids, 1, #ids, #queue + 1, queue)
@@ -30,7 +30,8 @@ local function scripted(...)
     for i = #m.slot, pos + 1, -1 do m.slot[i] = nil end
     table.move(ids, 1, #ids, pos + 1, m.slot)
     m.calls[#m.calls + 1] = { ids = ids, pos = pos }
-    return assert(table.remove(queue, 1), "the script is over")
+    played = played + 1 -- not table.remove: a script may be a hundred thousand ids
+    return assert(queue[played], "the script is over")
   end
   return m
 end
@@ -166,6 +167,52 @@ describe("gptoss.chat with a scripted model", function()
     assert.are.equal("length", stats.finish)
     assert.are.equal("2", s.messages[#s.messages].content)
   end)
+end)
+
+describe("gptoss.chat against scripts that misbehave", function()
+  -- a tool call to functions.NAME with these arguments, as the model writes it
+  local function call(name, arguments)
+    return ("<|channel|>commentary to=functions.%s<|message|>%s<|call|>"):format(name, arguments)
+  end
+  local function nested(n) return ('{"a": '):rep(n) .. "1" .. ("}"):rep(n) end
+
+  it("turns arguments too deep, malformed or not an object into the tool's message, and goes on", function()
+    tokenizer(pending)
+    local cases = {
+      { ("["):rep(200000), "error: the arguments nest deeper than 100 levels" }, -- a stack overflow in dkjson
+      { nested(101), "error: the arguments nest deeper than 100 levels" },
+      { nested(100), "100" },
+      -- brackets in strings, after an escaped quote too, are no nesting
+      { '{"a": "\\" ' .. ("["):rep(150) .. '"}', "1" },
+      { "[1, 2]", "error: the arguments are not a JSON object (got array)" },
+      { '"2"', "error: the arguments are not a JSON object (got string)" },
+      { "null", "error: the arguments are not a JSON object (got null)" },
+      { '{"a": 1} }', "error: the arguments are not a JSON object (text after it at character 10)" },
+      -- an error that tostring cannot print
+      { "{}", "error: (a table error object that cannot be shown)", "unprintable" },
+    }
+    local script = {}
+    for i, case in ipairs(cases) do script[i] = call(case[3] or "depth", case[1]) end
+    script[#script + 1] = "<|channel|>final<|message|>Done.<|return|>"
+    local m = scripted(table.unpack(script))
+    -- how deep {"a": ...} objects nest
+    local function depth(args)
+      local n = 0
+      while type(args) == "table" do args, n = args.a, n + 1 end
+      return n
+    end
+    local unprintable = setmetatable({}, { __tostring = function() error("no") end })
+    local s = chat.new { tokenizer = tok, step = m.step, tools = { depth = { fn = depth },
+      unprintable = { fn = function() error(unprintable) end } } }
+    local results = {}
+    local answer = s:ask("Try.", { on_tool = function(_, _, result) results[#results + 1] = result end })
+    assert.are.equal("Done.", answer)
+    for i, case in ipairs(cases) do assert.are.equal(case[2], results[i]) end
+    -- the model read each answer: the slot holds them in order
+    assert.are.equal(cases[#cases][2], s.messages[#s.messages - 1].content)
+    assert.are.same(history(s), m.slot)
+  end)
+
 end)
 
 describe("gptoss.chat on a synthetic model", function()

@@ -15,6 +15,9 @@ local TOOL_FIELDS = { "description", "parameters", "fn" }
 local ASK_OPTIONS = { "on_text", "on_tool", "max_tokens" }
 -- OpenAI's recommendation for gpt-oss
 local DEFAULT_SAMPLING = { temperature = 1.0, top_p = 1.0 }
+-- How deep a tool call's arguments may nest: dkjson recurses once a level (Lua's stack
+-- overflows some 66000 levels down), and a model writes "[[[[" as easily as anything.
+local MAX_DEPTH = 100
 -- stop id -> how the reply ended: harmony.stop_ids, by their names in harmony.special
 local STOPS = {}
 for name, id in pairs(harmony.special) do
@@ -208,9 +211,40 @@ function Session:reply(budget, on_text, stats)
   return finish, parser.messages
 end
 
+-- True when arrays and objects nest deeper than MAX_DEPTH in JSON text. Escapes go first,
+-- so that no string holds a quote: strings then go whole, their brackets being no nesting.
+local function too_deep(text)
+  local depth = 0
+  for c in text:gsub("\\.", ""):gsub('"[^"]*"', ""):gmatch("[%[{%]}]") do
+    depth = depth + ((c == "[" or c == "{") and 1 or -1)
+    if depth > MAX_DEPTH then return true end
+  end
+  return false
+end
+
+-- JSON's name for what dkjson decoded (it marks objects and arrays by their metatable).
+local function json_type(v)
+  if v == nil then return "null" end
+  local mt = type(v) == "table" and getmetatable(v)
+  return mt and mt.__jsontype or type(v)
+end
+
+-- A call's arguments: its content decoded as a JSON object ({} when empty); raises why not.
+local function arguments(content)
+  if not content:find("%S") then return {} end
+  if too_deep(content) then error(("the arguments nest deeper than %d levels"):format(MAX_DEPTH), 0) end
+  local args, pos, err = json.decode(content)
+  local after = not err and content:find("%S", pos)
+  local why = err or (json_type(args) ~= "object" and "got " .. json_type(args))
+    or (after and ("text after it at character %d"):format(after))
+  if why then error(("the arguments are not a JSON object (%s)"):format(why), 0) end
+  return args
+end
+
 -- The tool message answering a call: the tool's result (a string as it is, anything else
 -- as JSON) or "error: ..." for an unknown tool, arguments that are not a JSON object or a
--- tool that raised, so that the model reads what went wrong.
+-- tool that raised, so that the model reads what went wrong. The arguments are decoded
+-- inside the same boundary as the tool runs: whatever the model wrote, the ask goes on.
 function Session:call(m, on_tool)
   local name = m.recipient:match("^functions%.(.+)$")
   local fn = name and self.tools[name]
@@ -218,14 +252,9 @@ function Session:call(m, on_tool)
   if not fn then
     result = ("error: unknown tool '%s'"):format(m.recipient)
   else
-    local args, _, err = json.decode(m.content:find("%S") and m.content or "{}")
-    if type(args) ~= "table" then
-      result = ("error: the arguments are not a JSON object (%s)"):format(err or "got " .. type(args))
-    else
-      local ok, value = pcall(fn, args)
-      if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
-      result = ok and value or "error: " .. util.bare(value)
-    end
+    local ok, value = pcall(function() return fn(arguments(m.content)) end)
+    if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
+    result = ok and value or "error: " .. util.bare(value)
   end
   if on_tool then on_tool(m.recipient, m.content, result) end
   return harmony.tool(m.recipient, result, { channel = "commentary", recipient = "assistant" })
