@@ -213,6 +213,53 @@ describe("gptoss.chat against scripts that misbehave", function()
     assert.are.same(history(s), m.slot)
   end)
 
+  it("refuses an ask from a tool, a callback or the step while answering, changing nothing", function()
+    tokenizer(pending)
+    local m = scripted(call("again", "{}"), "<|channel|>final<|message|>Done.<|return|>")
+    local s, refused
+    -- what an ask could change: the history and what the slot holds
+    local function state() return { harmony.render(s.messages, { completion = false }), table.concat(s.held, " ") } end
+    local function again(from)
+      local before = state()
+      local ok, err = pcall(s.ask, s, "And again?")
+      assert.are.same({ false, before }, { ok, state() })
+      refused[from] = err
+    end
+    local function step(ids, pos)
+      if not refused.step then again("step") end
+      return m.step(ids, pos)
+    end
+    s = chat.new { tokenizer = tok, step = step, tools = { again = { fn = function() return s:ask("Nested?") end } } }
+    refused = {}
+    local answer = s:ask("Go.", { on_text = function() again("on_text") end, on_tool = function() again("on_tool") end })
+    assert.are.equal("Done.", answer)
+    local refusal = "session:ask: this session is already answering (called from a tool or callback?)"
+    assert.are.same({ step = refusal, on_text = refusal, on_tool = refusal }, refused)
+    local roles = {}
+    for i, msg in ipairs(s.messages) do roles[i] = msg.name or msg.recipient or msg.channel or msg.role end
+    assert.are.same({ "system", "developer", "user", "functions.again", "functions.again", "final" }, roles)
+    assert.are.equal("error: " .. refusal, s.messages[5].content)
+    assert.are.same(history(s), m.slot)
+    -- ask is a session's only method: a tool has nothing else to call into mid-answer
+    for _, k in ipairs { "feed", "reply", "call" } do assert.is_nil(s[k], k) end
+  end)
+
+  it("leaves the history as it was when an ask raises, and answers again after", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final<|message|>Hi!<|return|>", "<|channel|>final<|message|>Again",
+      "<|channel|>final<|message|>Bye.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    s:ask("Hello")
+    local before = harmony.render(s.messages, { completion = false })
+    H.expect_error(function() s:ask("Again", { on_text = function() error("stop here", 0) end }) end, "stop here")
+    assert.are.equal(before, harmony.render(s.messages, { completion = false }))
+    assert.are.same(s.held, m.slot) -- what the slot holds, the cut reply included
+    assert.are.equal("Bye.", s:ask("Goodbye"))
+    assert.are.equal(before .. "<|start|>user<|message|>Goodbye<|end|><|start|>assistant<|channel|>final<|message|>Bye.<|end|>",
+      harmony.render(s.messages, { completion = false }))
+    assert.are.same(history(s), m.slot)
+  end)
+
 end)
 
 describe("gptoss.chat on a synthetic model", function()

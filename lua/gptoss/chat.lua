@@ -27,6 +27,10 @@ end
 local Session = {}
 Session.__index = Session
 
+-- The sessions answering now: ask refuses to start again on one of them. Kept here, not in
+-- a field of the session, so that nothing a tool does to the session clears it.
+local answering = setmetatable({}, { __mode = "k" })
+
 local function check_limit(fn, v, level)
   if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
     error(("%s: max_tokens must be an integer >= 1 (got %s)"):format(fn, tostring(v)), level + 1)
@@ -161,7 +165,7 @@ end
 
 -- Feeds ids at position pos (truncating the slot there), keeps self.held in step with the
 -- slot and returns the id the step chose.
-function Session:feed(ids, pos)
+local function feed(self, ids, pos)
   local id = self.step(ids, pos)
   if math.type(id) ~= "integer" or id < 0 then
     error(("session:ask: step returned %s, not a token id"):format(tostring(id)), 0)
@@ -175,7 +179,7 @@ end
 -- One reply: the conversation rendered, only what the slot does not hold fed, then ids
 -- decoded until a stop id, `budget` ids or a full context. Returns how it ended ("return",
 -- "call", "endoftext", "length", "context") and the parsed messages.
-function Session:reply(budget, on_text, stats)
+local function reply(self, budget, on_text, stats)
   local ids = harmony.render_ids(self.messages, self.tokenizer)
   if #ids >= self.ctx then
     error(("session:ask: the conversation is %d tokens, the replica's context %d"):format(#ids, self.ctx), 0)
@@ -183,7 +187,7 @@ function Session:reply(budget, on_text, stats)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
-  local next_id = self:feed(table.move(ids, keep + 1, #ids, 1, {}), keep)
+  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep)
   stats.prefilled = stats.prefilled + #ids - keep
 
   -- lenient: a reply that slips out of the format is still shown and kept
@@ -204,7 +208,7 @@ function Session:reply(budget, on_text, stats)
     handle(parser:push(next_id))
     finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context") or nil
     if finish then break end
-    next_id = self:feed({ next_id }, #self.held)
+    next_id = feed(self, { next_id }, #self.held)
   end
   stats.tokens = stats.tokens + n
   handle(parser:finish())
@@ -245,7 +249,7 @@ end
 -- as JSON) or "error: ..." for an unknown tool, arguments that are not a JSON object or a
 -- tool that raised, so that the model reads what went wrong. The arguments are decoded
 -- inside the same boundary as the tool runs: whatever the model wrote, the ask goes on.
-function Session:call(m, on_tool)
+local function call(self, m, on_tool)
   local name = m.recipient:match("^functions%.(.+)$")
   local fn = name and self.tools[name]
   local result
@@ -260,13 +264,47 @@ function Session:call(m, on_tool)
   return harmony.tool(m.recipient, result, { channel = "commentary", recipient = "assistant" })
 end
 
+-- The turn itself, for ask: the user's text appended, then replies decoded and tools
+-- called until the model answers; returns the answer and stats as ask does.
+local function converse(self, text, opts, limit)
+  local messages = self.messages
+  messages[#messages + 1] = harmony.user(text)
+  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
+  local finish, replied, calling
+  repeat
+    finish, replied = reply(self, limit - stats.tokens, opts.on_text, stats)
+    table.move(replied, 1, #replied, #messages + 1, messages)
+    -- a <|call|> ending a message without a recipient ends the ask: nothing to call
+    calling = finish == "call" and #replied > 0 and replied[#replied].recipient ~= nil
+    if calling then
+      messages[#messages + 1] = call(self, replied[#replied], opts.on_tool)
+      if stats.tokens == limit then finish, calling = "length", false end
+    end
+  until not calling
+  stats.finish, stats.seconds = finish, gptoss.clock() - started
+  stats.tok_per_s = stats.seconds > 0 and stats.tokens / stats.seconds or 0
+  local answer
+  for _, m in ipairs(replied) do
+    if m.channel == "final" then answer = m.content end
+  end
+  return answer, stats
+end
+
 --- Appends a user turn and decodes the reply, calling function tools until the model
 -- answers. opts: on_text(delta, channel) for each text delta of the assistant's messages
 -- (not tool calls; channel "final", "analysis", "commentary" or nil), on_tool(recipient,
 -- arguments, result) after each tool call, max_tokens (ids decoded in this ask, default the
 -- session's, else until the context is full). Returns the final answer (nil when the reply
 -- has no final message) and {tokens =, prefilled =, seconds =, tok_per_s =, finish =}.
+-- Refused while the session answers (from a tool, a callback or the step); an ask that
+-- raises leaves session.messages as it found them.
 function Session:ask(text, opts)
+  if getmetatable(self) ~= Session then
+    error(("session:ask: expected a chat session, session:ask(text) (got %s)"):format(util.kind(self)), 2)
+  end
+  if answering[self] then
+    error("session:ask: this session is already answering (called from a tool or callback?)", 2)
+  end
   if type(text) ~= "string" then
     error(("session:ask: text must be a string (got %s)"):format(type(text)), 2)
   end
@@ -277,26 +315,14 @@ function Session:ask(text, opts)
     end
   end
   check_limit("session:ask", opts.max_tokens, 2)
-  local limit = opts.max_tokens or self.max_tokens or math.huge
-  local messages = self.messages
-  messages[#messages + 1] = harmony.user(text)
-  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
-  local finish, reply, calling
-  repeat
-    finish, reply = self:reply(limit - stats.tokens, opts.on_text, stats)
-    table.move(reply, 1, #reply, #messages + 1, messages)
-    -- a <|call|> ending a message without a recipient ends the ask: nothing to call
-    calling = finish == "call" and #reply > 0 and reply[#reply].recipient ~= nil
-    if calling then
-      messages[#messages + 1] = self:call(reply[#reply], opts.on_tool)
-      if stats.tokens == limit then finish, calling = "length", false end
-    end
-  until not calling
-  stats.finish, stats.seconds = finish, gptoss.clock() - started
-  stats.tok_per_s = stats.seconds > 0 and stats.tokens / stats.seconds or 0
-  local answer
-  for _, m in ipairs(reply) do
-    if m.channel == "final" then answer = m.content end
+  local messages, count = self.messages, #self.messages
+  answering[self] = true
+  local ok, answer, stats = pcall(converse, self, text, opts, opts.max_tokens or self.max_tokens or math.huge)
+  answering[self] = nil
+  if not ok then
+    -- the history as it was; held stays what the slot holds, the cut reply included
+    for i = #messages, count + 1, -1 do messages[i] = nil end
+    error(answer, 0)
   end
   return answer, stats
 end
