@@ -260,6 +260,17 @@ describe("gptoss.chat against scripts that misbehave", function()
     assert.are.same(history(s), m.slot)
   end)
 
+  it("streams invalid bytes as U+FFFD and refuses a step's id past the vocabulary", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final \xFF\xF0\x9F<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    local streamed = {}
+    local answer = s:ask("Bytes?", { on_text = function(delta) streamed[#streamed + 1] = delta end })
+    assert.are.equal("\u{FFFD}\u{FFFD}\u{FFFD}", answer)
+    assert.are.same({ answer }, streamed)
+    local far = chat.new { tokenizer = tok, step = function() return tok.vocab_size end, max_tokens = 5 }
+    H.expect_error(function() far:ask("hi") end, ("session:ask: step returned %d, not a token id"):format(tok.vocab_size))
+  end)
 end)
 
 describe("gptoss.chat on a synthetic model", function()
@@ -277,6 +288,34 @@ describe("gptoss.chat on a synthetic model", function()
     assert.are.equal("context", stats.finish)
     assert.are.equal(96, r:length(2))
     H.expect_error(function() s:ask("more") end, "session:ask: the conversation is", "the replica's context 96")
+  end)
+
+  it("feeds the conversation again where its slot was reset or another session used it", function()
+    tokenizer(pending)
+    local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 2, ctx = 256 }
+    local function session(slot, sampling)
+      return chat.new { replica = r, tokenizer = tok, slot = slot, sampling = sampling, max_tokens = 3 }
+    end
+    -- a, on slot 1, is disturbed before each turn after the first; b, on slot 2, is not
+    local a, b = session(1, { temperature = 0 }), session(2, { temperature = 0 })
+    local disturb = {
+      function() r:reset(1) end,
+      function() session(1, { temperature = 1, seed = 3 }):ask("Other") end,
+      function() -- another session, then the slot filled with zeros to the length a fed it
+        session(1, { temperature = 0 })
+        local batch = { slots = {}, positions = {}, tokens = {} }
+        for i = 1, #a.held do batch.slots[i], batch.positions[i], batch.tokens[i] = 1, i - 1, 0 end
+        r:step(batch)
+      end,
+    }
+    for turn, text in ipairs { "One", "Two", "Three", "Four" } do
+      if disturb[turn - 1] then disturb[turn - 1]() end
+      a:ask(text)
+      b:ask(text)
+      -- the same replies: the same ids in the slot, greedy again after the other session's sampling
+      assert.are.equal(harmony.render(b.messages), harmony.render(a.messages))
+      assert.are.equal(r:length(1), #a.held)
+    end
   end)
 end)
 

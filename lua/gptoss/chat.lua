@@ -30,6 +30,9 @@ Session.__index = Session
 -- The sessions answering now: ask refuses to start again on one of them. Kept here, not in
 -- a field of the session, so that nothing a tool does to the session clears it.
 local answering = setmetatable({}, { __mode = "k" })
+-- replica -> {[slot] = the session whose conversation the slot holds}: a session made on
+-- a slot takes it over from the one before, which feeds its conversation again (feed).
+local holders = setmetatable({}, { __mode = "k" })
 
 local function check_limit(fn, v, level)
   if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
@@ -145,7 +148,9 @@ function chat.new(opts)
     if not ok then error("chat.new: sampling: " .. util.bare(err), 2) end
     -- the slot starts empty: what it held before is not this conversation
     r:reset(slot)
-    self.replica, self.slot, self.ctx, self.step = r, slot, r.ctx, replica_step(r, slot)
+    self.replica, self.slot, self.sampling, self.ctx, self.step = r, slot, sampling, r.ctx, replica_step(r, slot)
+    holders[r] = holders[r] or {}
+    holders[r][slot] = self
   else
     if type(opts.step) ~= "function" then
       error(("chat.new: step must be a function (got %s)"):format(type(opts.step)), 2)
@@ -164,11 +169,24 @@ function chat.new(opts)
 end
 
 -- Feeds ids at position pos (truncating the slot there), keeps self.held in step with the
--- slot and returns the id the step chose.
-local function feed(self, ids, pos)
-  local id = self.step(ids, pos)
-  if math.type(id) ~= "integer" or id < 0 then
-    error(("session:ask: step returned %s, not a token id"):format(tostring(id)), 0)
+-- slot and returns the id the step chose. A replica's slot may no longer hold what the
+-- session fed it: r:reset or r:step by a tool, a callback or between asks, or another
+-- session made on the slot. A length other than #held or another holder tells; the
+-- session's ids up to pos are then fed again from position 0, with its own sampling where
+-- another session set its own (r:reset keeps a slot's).
+local function feed(self, ids, pos, stats)
+  local r, slot = self.replica, self.slot
+  if r and (holders[r][slot] ~= self or r:length(slot) ~= #self.held) then
+    if holders[r][slot] ~= self then
+      r:sampling(slot, self.sampling)
+      holders[r][slot] = self
+    end
+    ids = table.move(ids, 1, #ids, pos + 1, table.move(self.held, 1, pos, 1, {}))
+    stats.prefilled, pos = stats.prefilled + pos, 0
+  end
+  local id, vocab = self.step(ids, pos), self.tokenizer.vocab_size
+  if math.type(id) ~= "integer" or id < 0 or id >= vocab then
+    error(("session:ask: step returned %s, not a token id (0..%d)"):format(tostring(id), vocab - 1), 0)
   end
   local held = self.held
   for i = #held, pos + 1, -1 do held[i] = nil end
@@ -187,7 +205,7 @@ local function reply(self, budget, on_text, stats)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
-  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep)
+  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep, stats)
   stats.prefilled = stats.prefilled + #ids - keep
 
   -- lenient: a reply that slips out of the format is still shown and kept
@@ -208,7 +226,7 @@ local function reply(self, budget, on_text, stats)
     handle(parser:push(next_id))
     finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context") or nil
     if finish then break end
-    next_id = feed(self, { next_id }, #self.held)
+    next_id = feed(self, { next_id }, #self.held, stats)
   end
   stats.tokens = stats.tokens + n
   handle(parser:finish())
