@@ -2,9 +2,10 @@
 -- harmony completions and keeps the slot a replica would: what was fed, truncated where
 -- a position below its length is written), so the loop's streaming, stop ids,
 -- max_tokens, tool calls and the KV reuse across turns (fed past the common prefix,
--- rewound where harmony drops analysis from history) are checked id by id; then a
--- synthetic model on a CPU replica, examples/chat.lua as a child process, and every
--- refused option.
+-- rewound where harmony drops analysis from history) are checked id by id, and so are
+-- scripts that misbehave (arguments no tool should get, asks from inside an ask, an ask
+-- that raises); then a synthetic model on a CPU replica (its slot disturbed between turns
+-- too), examples/chat.lua as a child process, and every refused option.
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local harmony = require "gptoss.harmony"
