@@ -2,9 +2,10 @@
 -- harmony completions and keeps the slot a replica would: what was fed, truncated where
 -- a position below its length is written), so the loop's streaming, stop ids,
 -- max_tokens, tool calls and the KV reuse across turns (fed past the common prefix,
--- rewound where harmony drops analysis from history) are checked id by id; then a
--- synthetic model on a CPU replica, examples/chat.lua as a child process, and every
--- refused option.
+-- rewound where harmony drops analysis from history) are checked id by id, and so are
+-- scripts that misbehave (arguments no tool should get, asks from inside an ask, an ask
+-- that raises); then a synthetic model on a CPU replica (its slot disturbed between turns
+-- too), examples/chat.lua as a child process, and every refused option.
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local harmony = require "gptoss.harmony"
@@ -20,7 +21,7 @@ end
 -- A model that answers with the given harmony completions (specials spelled), one id per
 -- step. m.slot is what the slot holds; m.calls lists each step's {ids =, pos =}.
 local function scripted(...)
-  local m, queue = { slot = {}, calls = {} }, {}
+  local m, queue, played = { slot = {}, calls = {} }, {}, 0
   for _, text in ipairs { ... } do
     local ids = tok:encode(text, { special = true, mode = "o200k" })
     table.move(ids, 1, #ids, #queue + 1, queue)
@@ -30,7 +31,8 @@ local function scripted(...)
     for i = #m.slot, pos + 1, -1 do m.slot[i] = nil end
     table.move(ids, 1, #ids, pos + 1, m.slot)
     m.calls[#m.calls + 1] = { ids = ids, pos = pos }
-    return assert(table.remove(queue, 1), "the script is over")
+    played = played + 1 -- not table.remove: a script may be a hundred thousand ids
+    return assert(queue[played], "the script is over")
   end
   return m
 end
@@ -168,6 +170,110 @@ describe("gptoss.chat with a scripted model", function()
   end)
 end)
 
+describe("gptoss.chat against scripts that misbehave", function()
+  -- a tool call to functions.NAME with these arguments, as the model writes it
+  local function call(name, arguments)
+    return ("<|channel|>commentary to=functions.%s<|message|>%s<|call|>"):format(name, arguments)
+  end
+  local function nested(n) return ('{"a": '):rep(n) .. "1" .. ("}"):rep(n) end
+
+  it("turns arguments too deep, malformed or not an object into the tool's message, and goes on", function()
+    tokenizer(pending)
+    local cases = {
+      { ("["):rep(200000), "error: the arguments nest deeper than 100 levels" }, -- a stack overflow in dkjson
+      { nested(101), "error: the arguments nest deeper than 100 levels" },
+      { nested(100), "100" },
+      -- brackets in strings, after an escaped quote too, are no nesting
+      { '{"a": "\\" ' .. ("["):rep(150) .. '"}', "1" },
+      { "[1, 2]", "error: the arguments are not a JSON object (got array)" },
+      { '"2"', "error: the arguments are not a JSON object (got string)" },
+      { "null", "error: the arguments are not a JSON object (got null)" },
+      { '{"a": 1} }', "error: the arguments are not a JSON object (text after it at character 10)" },
+      -- an error that tostring cannot print
+      { "{}", "error: (a table error object that cannot be shown)", "unprintable" },
+    }
+    local script = {}
+    for i, case in ipairs(cases) do script[i] = call(case[3] or "depth", case[1]) end
+    script[#script + 1] = "<|channel|>final<|message|>Done.<|return|>"
+    local m = scripted(table.unpack(script))
+    -- how deep {"a": ...} objects nest
+    local function depth(args)
+      local n = 0
+      while type(args) == "table" do args, n = args.a, n + 1 end
+      return n
+    end
+    local unprintable = setmetatable({}, { __tostring = function() error("no") end })
+    local s = chat.new { tokenizer = tok, step = m.step, tools = { depth = { fn = depth },
+      unprintable = { fn = function() error(unprintable) end } } }
+    local results = {}
+    local answer = s:ask("Try.", { on_tool = function(_, _, result) results[#results + 1] = result end })
+    assert.are.equal("Done.", answer)
+    for i, case in ipairs(cases) do assert.are.equal(case[2], results[i]) end
+    -- the model read each answer: the slot holds them in order
+    assert.are.equal(cases[#cases][2], s.messages[#s.messages - 1].content)
+    assert.are.same(history(s), m.slot)
+  end)
+
+  it("refuses an ask from a tool, a callback or the step while answering, changing nothing", function()
+    tokenizer(pending)
+    local m = scripted(call("again", "{}"), "<|channel|>final<|message|>Done.<|return|>")
+    local s, refused
+    -- what an ask could change: the history and what the slot holds
+    local function state() return { harmony.render(s.messages, { completion = false }), table.concat(s.held, " ") } end
+    local function again(from)
+      local before = state()
+      local ok, err = pcall(s.ask, s, "And again?")
+      assert.are.same({ false, before }, { ok, state() })
+      refused[from] = err
+    end
+    local function step(ids, pos)
+      if not refused.step then again("step") end
+      return m.step(ids, pos)
+    end
+    s = chat.new { tokenizer = tok, step = step, tools = { again = { fn = function() return s:ask("Nested?") end } } }
+    refused = {}
+    local answer = s:ask("Go.", { on_text = function() again("on_text") end, on_tool = function() again("on_tool") end })
+    assert.are.equal("Done.", answer)
+    local refusal = "session:ask: this session is already answering (called from a tool or callback?)"
+    assert.are.same({ step = refusal, on_text = refusal, on_tool = refusal }, refused)
+    local roles = {}
+    for i, msg in ipairs(s.messages) do roles[i] = msg.name or msg.recipient or msg.channel or msg.role end
+    assert.are.same({ "system", "developer", "user", "functions.again", "functions.again", "final" }, roles)
+    assert.are.equal("error: " .. refusal, s.messages[5].content)
+    assert.are.same(history(s), m.slot)
+    -- ask is a session's only method: a tool has nothing else to call into mid-answer
+    for _, k in ipairs { "feed", "reply", "call" } do assert.is_nil(s[k], k) end
+  end)
+
+  it("leaves the history as it was when an ask raises, and answers again after", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final<|message|>Hi!<|return|>", "<|channel|>final<|message|>Again",
+      "<|channel|>final<|message|>Bye.<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    s:ask("Hello")
+    local before = harmony.render(s.messages, { completion = false })
+    H.expect_error(function() s:ask("Again", { on_text = function() error("stop here", 0) end }) end, "stop here")
+    assert.are.equal(before, harmony.render(s.messages, { completion = false }))
+    assert.are.same(s.held, m.slot) -- what the slot holds, the cut reply included
+    assert.are.equal("Bye.", s:ask("Goodbye"))
+    assert.are.equal(before .. "<|start|>user<|message|>Goodbye<|end|><|start|>assistant<|channel|>final<|message|>Bye.<|end|>",
+      harmony.render(s.messages, { completion = false }))
+    assert.are.same(history(s), m.slot)
+  end)
+
+  it("streams invalid bytes as U+FFFD and refuses a step's id past the vocabulary", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final \xFF\xF0\x9F<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    local streamed = {}
+    local answer = s:ask("Bytes?", { on_text = function(delta) streamed[#streamed + 1] = delta end })
+    assert.are.equal("\u{FFFD}\u{FFFD}\u{FFFD}", answer)
+    assert.are.same({ answer }, streamed)
+    local far = chat.new { tokenizer = tok, step = function() return tok.vocab_size end, max_tokens = 5 }
+    H.expect_error(function() far:ask("hi") end, ("session:ask: step returned %d, not a token id"):format(tok.vocab_size))
+  end)
+end)
+
 describe("gptoss.chat on a synthetic model", function()
   it("runs the loop on a CPU replica, reusing the slot, up to max_tokens and the context", function()
     tokenizer(pending)
@@ -183,6 +289,34 @@ describe("gptoss.chat on a synthetic model", function()
     assert.are.equal("context", stats.finish)
     assert.are.equal(96, r:length(2))
     H.expect_error(function() s:ask("more") end, "session:ask: the conversation is", "the replica's context 96")
+  end)
+
+  it("feeds the conversation again where its slot was reset or another session used it", function()
+    tokenizer(pending)
+    local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 2, ctx = 256 }
+    local function session(slot, sampling)
+      return chat.new { replica = r, tokenizer = tok, slot = slot, sampling = sampling, max_tokens = 3 }
+    end
+    -- a, on slot 1, is disturbed before each turn after the first; b, on slot 2, is not
+    local a, b = session(1, { temperature = 0 }), session(2, { temperature = 0 })
+    local disturb = {
+      function() r:reset(1) end,
+      function() session(1, { temperature = 1, seed = 3 }):ask("Other") end,
+      function() -- another session, then the slot filled with zeros to the length a fed it
+        session(1, { temperature = 0 })
+        local batch = { slots = {}, positions = {}, tokens = {} }
+        for i = 1, #a.held do batch.slots[i], batch.positions[i], batch.tokens[i] = 1, i - 1, 0 end
+        r:step(batch)
+      end,
+    }
+    for turn, text in ipairs { "One", "Two", "Three", "Four" } do
+      if disturb[turn - 1] then disturb[turn - 1]() end
+      a:ask(text)
+      b:ask(text)
+      -- the same replies: the same ids in the slot, greedy again after the other session's sampling
+      assert.are.equal(harmony.render(b.messages), harmony.render(a.messages))
+      assert.are.equal(r:length(1), #a.held)
+    end
   end)
 end)
 

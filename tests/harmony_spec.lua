@@ -150,6 +150,24 @@ describe("harmony.render", function()
     }
     for _, case in ipairs(cases) do H.expect_error(case[1], case[2]) end
   end)
+
+  it("refuses a schema inside itself, where it would recurse until memory ran out, not one used twice", function()
+    local function render(parameters)
+      return harmony.render({ harmony.developer{ tools = { { name = "f", parameters = parameters } } } })
+    end
+    local object = { type = "object", properties = {} }
+    object.properties.x = object
+    local list = { type = "array" }
+    list.items = list
+    local either = { type = "object" }
+    either.oneOf = { { type = "string" }, either }
+    for _, case in ipairs { { object, "parameters: property 'x': the schema contains itself" },
+      { list, "tool 'f': parameters: the schema contains itself" }, { either, "parameters: the schema contains itself" } } do
+      H.expect_error(function() render(case[1]) end, "harmony.render: message 1: namespace 'functions': ", case[2])
+    end
+    local point = { type = "number" }
+    assert.truthy(render({ type = "object", properties = { x = point, y = point } }):find("x?: number,\ny?: number,", 1, true))
+  end)
 end)
 
 describe("harmony message builders", function()
@@ -282,6 +300,48 @@ describe("harmony.parser", function()
     local p = harmony.parser(function(id) return bytes[id] end, { role = "user" })
     feed(p, { 200008, 1, 2, 200007 })
     assert.are.equal("a\u{FFFD}b\u{FFFD}(", p.messages[1].content)
+  end)
+
+  it("replaces invalid bytes in headers, salvaged or read, keeping characters split across ids", function()
+    local bytes = { "fin\xFF a\xF0", "\x9F\x92\x96\xFF", "caf\xC3", "\xA9 to=x\xC3", " json\xFF", "ok" }
+    local decode = function(id) return bytes[id] end
+    -- lenient: a header ended by <|end|> is the message
+    local p = harmony.parser(decode, { role = "assistant", strict = false })
+    local events = feed(p, { 200005, 1, 2, 200007 })
+    assert.are.same({ { role = "assistant", channel = "fin\u{FFFD}", content = "a\u{1F496}\u{FFFD}" } }, p.messages)
+    assert.are.same({ type = "start", role = "assistant", channel = "fin\u{FFFD}" }, events[1])
+    assert.are.same({ type = "text", text = "a\u{1F496}\u{FFFD}" }, events[2])
+    -- strict: the header's fields
+    p = harmony.parser(decode)
+    feed(p, { 200006, 3, 4, 5, 200008, 6, 200007 })
+    assert.are.same({ { role = "tool", name = "caf\u{E9}", recipient = "x\u{FFFD}", content_type = "json\u{FFFD}",
+      content = "ok" } }, p.messages)
+  end)
+
+  it("refuses ids past the vocabulary, strict or not, and a decode function's failures, naming the id", function()
+    tokenizer(pending)
+    local past = ("harmony.parser: push expects an id of the tokenizer's vocabulary, 0..%d (got %d)")
+      :format(tok.vocab_size - 1, tok.vocab_size)
+    for _, strict in ipairs { true, false } do
+      -- before a message, in a header, in content
+      for _, before in ipairs { "", "<|start|>assistant", "<|start|>assistant<|message|>hi" } do
+        local p = harmony.parser(tok, { strict = strict })
+        for _, id in ipairs(specials_text(before)) do p:push(id) end
+        H.expect_error(function() p:push(tok.vocab_size) end, past)
+        H.expect_error(function() p:push(1000000000) end, "(got 1000000000)")
+      end
+    end
+    local decode = function(id)
+      if id == 2 then error("no id 2") end
+      return id == 1 and "a" or nil
+    end
+    local p = harmony.parser(decode, { role = "assistant" })
+    p:push(200008)
+    p:push(1)
+    H.expect_error(function() p:push(2) end, "harmony.parser: cannot decode id 2: no id 2")
+    H.expect_error(function() p:push(3) end, "harmony.parser: cannot decode id 3: the decode function returned nil")
+    -- an error naming a special the function cannot decode names it by its id
+    H.expect_error(function() feed(harmony.parser(decode), { 200014 }) end, "harmony.parser: expected <|start|>, got id 200014")
   end)
 
   local malformed = {

@@ -15,6 +15,9 @@ local TOOL_FIELDS = { "description", "parameters", "fn" }
 local ASK_OPTIONS = { "on_text", "on_tool", "max_tokens" }
 -- OpenAI's recommendation for gpt-oss
 local DEFAULT_SAMPLING = { temperature = 1.0, top_p = 1.0 }
+-- How deep a tool call's arguments may nest: dkjson recurses once a level (Lua's stack
+-- overflows some 66000 levels down), and a model writes "[[[[" as easily as anything.
+local MAX_DEPTH = 100
 -- stop id -> how the reply ended: harmony.stop_ids, by their names in harmony.special
 local STOPS = {}
 for name, id in pairs(harmony.special) do
@@ -23,6 +26,13 @@ end
 
 local Session = {}
 Session.__index = Session
+
+-- The sessions answering now: ask refuses to start again on one of them. Kept here, not in
+-- a field of the session, so that nothing a tool does to the session clears it.
+local answering = setmetatable({}, { __mode = "k" })
+-- replica -> {[slot] = the session whose conversation the slot holds}: a session made on
+-- a slot takes it over from the one before, which feeds its conversation again (feed).
+local holders = setmetatable({}, { __mode = "k" })
 
 local function check_limit(fn, v, level)
   if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
@@ -138,7 +148,9 @@ function chat.new(opts)
     if not ok then error("chat.new: sampling: " .. util.bare(err), 2) end
     -- the slot starts empty: what it held before is not this conversation
     r:reset(slot)
-    self.replica, self.slot, self.ctx, self.step = r, slot, r.ctx, replica_step(r, slot)
+    self.replica, self.slot, self.sampling, self.ctx, self.step = r, slot, sampling, r.ctx, replica_step(r, slot)
+    holders[r] = holders[r] or {}
+    holders[r][slot] = self
   else
     if type(opts.step) ~= "function" then
       error(("chat.new: step must be a function (got %s)"):format(type(opts.step)), 2)
@@ -157,11 +169,24 @@ function chat.new(opts)
 end
 
 -- Feeds ids at position pos (truncating the slot there), keeps self.held in step with the
--- slot and returns the id the step chose.
-function Session:feed(ids, pos)
-  local id = self.step(ids, pos)
-  if math.type(id) ~= "integer" or id < 0 then
-    error(("session:ask: step returned %s, not a token id"):format(tostring(id)), 0)
+-- slot and returns the id the step chose. A replica's slot may no longer hold what the
+-- session fed it: r:reset or r:step by a tool, a callback or between asks, or another
+-- session made on the slot. A length other than #held or another holder tells; the
+-- session's ids up to pos are then fed again from position 0, with its own sampling where
+-- another session set its own (r:reset keeps a slot's).
+local function feed(self, ids, pos, stats)
+  local r, slot = self.replica, self.slot
+  if r and (holders[r][slot] ~= self or r:length(slot) ~= #self.held) then
+    if holders[r][slot] ~= self then
+      r:sampling(slot, self.sampling)
+      holders[r][slot] = self
+    end
+    ids = table.move(ids, 1, #ids, pos + 1, table.move(self.held, 1, pos, 1, {}))
+    stats.prefilled, pos = stats.prefilled + pos, 0
+  end
+  local id, vocab = self.step(ids, pos), self.tokenizer.vocab_size
+  if math.type(id) ~= "integer" or id < 0 or id >= vocab then
+    error(("session:ask: step returned %s, not a token id (0..%d)"):format(tostring(id), vocab - 1), 0)
   end
   local held = self.held
   for i = #held, pos + 1, -1 do held[i] = nil end
@@ -172,7 +197,7 @@ end
 -- One reply: the conversation rendered, only what the slot does not hold fed, then ids
 -- decoded until a stop id, `budget` ids or a full context. Returns how it ended ("return",
 -- "call", "endoftext", "length", "context") and the parsed messages.
-function Session:reply(budget, on_text, stats)
+local function reply(self, budget, on_text, stats)
   local ids = harmony.render_ids(self.messages, self.tokenizer)
   if #ids >= self.ctx then
     error(("session:ask: the conversation is %d tokens, the replica's context %d"):format(#ids, self.ctx), 0)
@@ -180,7 +205,7 @@ function Session:reply(budget, on_text, stats)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
-  local next_id = self:feed(table.move(ids, keep + 1, #ids, 1, {}), keep)
+  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep, stats)
   stats.prefilled = stats.prefilled + #ids - keep
 
   -- lenient: a reply that slips out of the format is still shown and kept
@@ -201,34 +226,86 @@ function Session:reply(budget, on_text, stats)
     handle(parser:push(next_id))
     finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context") or nil
     if finish then break end
-    next_id = self:feed({ next_id }, #self.held)
+    next_id = feed(self, { next_id }, #self.held, stats)
   end
   stats.tokens = stats.tokens + n
   handle(parser:finish())
   return finish, parser.messages
 end
 
+-- True when arrays and objects nest deeper than MAX_DEPTH in JSON text. Escapes go first,
+-- so that no string holds a quote: strings then go whole, their brackets being no nesting.
+local function too_deep(text)
+  local depth = 0
+  for c in text:gsub("\\.", ""):gsub('"[^"]*"', ""):gmatch("[%[{%]}]") do
+    depth = depth + ((c == "[" or c == "{") and 1 or -1)
+    if depth > MAX_DEPTH then return true end
+  end
+  return false
+end
+
+-- JSON's name for what dkjson decoded (it marks objects and arrays by their metatable).
+local function json_type(v)
+  if v == nil then return "null" end
+  local mt = type(v) == "table" and getmetatable(v)
+  return mt and mt.__jsontype or type(v)
+end
+
+-- A call's arguments: its content decoded as a JSON object ({} when empty); raises why not.
+local function arguments(content)
+  if not content:find("%S") then return {} end
+  if too_deep(content) then error(("the arguments nest deeper than %d levels"):format(MAX_DEPTH), 0) end
+  local args, pos, err = json.decode(content)
+  local after = not err and content:find("%S", pos)
+  local why = err or (json_type(args) ~= "object" and "got " .. json_type(args))
+    or (after and ("text after it at character %d"):format(after))
+  if why then error(("the arguments are not a JSON object (%s)"):format(why), 0) end
+  return args
+end
+
 -- The tool message answering a call: the tool's result (a string as it is, anything else
 -- as JSON) or "error: ..." for an unknown tool, arguments that are not a JSON object or a
--- tool that raised, so that the model reads what went wrong.
-function Session:call(m, on_tool)
+-- tool that raised, so that the model reads what went wrong. The arguments are decoded
+-- inside the same boundary as the tool runs: whatever the model wrote, the ask goes on.
+local function call(self, m, on_tool)
   local name = m.recipient:match("^functions%.(.+)$")
   local fn = name and self.tools[name]
   local result
   if not fn then
     result = ("error: unknown tool '%s'"):format(m.recipient)
   else
-    local args, _, err = json.decode(m.content:find("%S") and m.content or "{}")
-    if type(args) ~= "table" then
-      result = ("error: the arguments are not a JSON object (%s)"):format(err or "got " .. type(args))
-    else
-      local ok, value = pcall(fn, args)
-      if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
-      result = ok and value or "error: " .. util.bare(value)
-    end
+    local ok, value = pcall(function() return fn(arguments(m.content)) end)
+    if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
+    result = ok and value or "error: " .. util.bare(value)
   end
   if on_tool then on_tool(m.recipient, m.content, result) end
   return harmony.tool(m.recipient, result, { channel = "commentary", recipient = "assistant" })
+end
+
+-- The turn itself, for ask: the user's text appended, then replies decoded and tools
+-- called until the model answers; returns the answer and stats as ask does.
+local function converse(self, text, opts, limit)
+  local messages = self.messages
+  messages[#messages + 1] = harmony.user(text)
+  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
+  local finish, replied, calling
+  repeat
+    finish, replied = reply(self, limit - stats.tokens, opts.on_text, stats)
+    table.move(replied, 1, #replied, #messages + 1, messages)
+    -- a <|call|> ending a message without a recipient ends the ask: nothing to call
+    calling = finish == "call" and #replied > 0 and replied[#replied].recipient ~= nil
+    if calling then
+      messages[#messages + 1] = call(self, replied[#replied], opts.on_tool)
+      if stats.tokens == limit then finish, calling = "length", false end
+    end
+  until not calling
+  stats.finish, stats.seconds = finish, gptoss.clock() - started
+  stats.tok_per_s = stats.seconds > 0 and stats.tokens / stats.seconds or 0
+  local answer
+  for _, m in ipairs(replied) do
+    if m.channel == "final" then answer = m.content end
+  end
+  return answer, stats
 end
 
 --- Appends a user turn and decodes the reply, calling function tools until the model
@@ -237,7 +314,15 @@ end
 -- arguments, result) after each tool call, max_tokens (ids decoded in this ask, default the
 -- session's, else until the context is full). Returns the final answer (nil when the reply
 -- has no final message) and {tokens =, prefilled =, seconds =, tok_per_s =, finish =}.
+-- Refused while the session answers (from a tool, a callback or the step); an ask that
+-- raises leaves session.messages as it found them.
 function Session:ask(text, opts)
+  if getmetatable(self) ~= Session then
+    error(("session:ask: expected a chat session, session:ask(text) (got %s)"):format(util.kind(self)), 2)
+  end
+  if answering[self] then
+    error("session:ask: this session is already answering (called from a tool or callback?)", 2)
+  end
   if type(text) ~= "string" then
     error(("session:ask: text must be a string (got %s)"):format(type(text)), 2)
   end
@@ -248,26 +333,14 @@ function Session:ask(text, opts)
     end
   end
   check_limit("session:ask", opts.max_tokens, 2)
-  local limit = opts.max_tokens or self.max_tokens or math.huge
-  local messages = self.messages
-  messages[#messages + 1] = harmony.user(text)
-  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
-  local finish, reply, calling
-  repeat
-    finish, reply = self:reply(limit - stats.tokens, opts.on_text, stats)
-    table.move(reply, 1, #reply, #messages + 1, messages)
-    -- a <|call|> ending a message without a recipient ends the ask: nothing to call
-    calling = finish == "call" and #reply > 0 and reply[#reply].recipient ~= nil
-    if calling then
-      messages[#messages + 1] = self:call(reply[#reply], opts.on_tool)
-      if stats.tokens == limit then finish, calling = "length", false end
-    end
-  until not calling
-  stats.finish, stats.seconds = finish, gptoss.clock() - started
-  stats.tok_per_s = stats.seconds > 0 and stats.tokens / stats.seconds or 0
-  local answer
-  for _, m in ipairs(reply) do
-    if m.channel == "final" then answer = m.content end
+  local messages, count = self.messages, #self.messages
+  answering[self] = true
+  local ok, answer, stats = pcall(converse, self, text, opts, opts.max_tokens or self.max_tokens or math.huge)
+  answering[self] = nil
+  if not ok then
+    -- the history as it was; held stays what the slot holds, the cut reply included
+    for i = #messages, count + 1, -1 do messages[i] = nil end
+    error(answer, 0)
   end
   return answer, stats
 end

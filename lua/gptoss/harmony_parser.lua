@@ -40,6 +40,13 @@ local function utf8_split(buf)
   end
 end
 
+-- s with every invalid byte, an unfinished character's at its end included, as U+FFFD: what
+-- a header (its words split across ids as content is) becomes before anything reads it.
+local function valid_utf8(s)
+  local text, rest = utf8_split(s)
+  return text .. REPLACEMENT:rep(#rest)
+end
+
 -- A header's text (specials spelled) as {role=, name=, channel=, recipient=, content_type=},
 -- and the words it could not place (nil when none), or nil and why.
 local function parse_header(text, role)
@@ -83,11 +90,11 @@ Parser.__index = Parser
 -- return the events that id completes; p.messages holds the finished messages
 -- (docs/harmony.md#parsing).
 function harmony_parser.new(tokenizer, opts)
-  local decode
+  local decode, vocab
   if type(tokenizer) == "function" then
     decode = tokenizer
   elseif util.is_a(tokenizer, "gptoss.tokenizer") then
-    decode = function(id) return tokenizer:decode({ id }) end
+    decode, vocab = function(id) return tokenizer:decode({ id }) end, tokenizer.vocab_size
   else
     error(("harmony.parser: expected a gptoss tokenizer or a decode function (got %s)"):format(util.kind(tokenizer)), 2)
   end
@@ -96,7 +103,8 @@ function harmony_parser.new(tokenizer, opts)
     error(("harmony.parser: role must be one of %s (got %s)"):format(table.concat(HEADER_ROLES, ", "),
       quoted(opts.role)), 2)
   end
-  local p = setmetatable({ decode = decode, strict = opts.strict ~= false, messages = {}, events = {} }, Parser)
+  local p = setmetatable({ decode = decode, vocab = vocab, strict = opts.strict ~= false, messages = {}, events = {} },
+    Parser)
   if opts.role then p:open_header(opts.role) else p.state = "start" end
   return p
 end
@@ -105,9 +113,31 @@ function Parser:fail(fmt, ...)
   error("harmony.parser: " .. fmt:format(...), 0)
 end
 
--- "<|end|> (200007)" or "'hello' (24912)"
+-- The bytes of id, or nil and why not: a decode function may raise or return no string.
+function Parser:decoded(id)
+  local ok, bytes = pcall(self.decode, id)
+  if not ok then return nil, util.bare(bytes) end
+  if type(bytes) ~= "string" then return nil, "the decode function returned " .. type(bytes) end
+  return bytes
+end
+
+-- The bytes of a text id; what decoding it raised is the parser's error, naming the id.
+function Parser:bytes(id)
+  local bytes, why = self:decoded(id)
+  if not bytes then self:fail("cannot decode id %d: %s", id, why) end
+  return bytes
+end
+
+-- "<|end|> (200007)", "'hello' (24912)", or "id 200014" when it cannot be decoded: an
+-- error naming a token is the parser's own error.
 function Parser:describe(id)
-  return ("%s (%d)"):format(quoted(self.decode(id)), id)
+  local bytes = self:decoded(id)
+  return bytes and ("%s (%d)"):format(quoted(bytes), id) or ("id %d"):format(id)
+end
+
+-- The header's text so far, invalid bytes replaced.
+function Parser:header_text()
+  return valid_utf8(table.concat(self.header))
 end
 
 function Parser:emit(event) self.events[#self.events + 1] = event end
@@ -144,7 +174,7 @@ end
 -- Lenient: a header that ended without <|message|> was the message itself, as the model
 -- forgot the separator: its channel is kept and its other words are the content.
 function Parser:salvage_header(stop)
-  local text = table.concat(self.header)
+  local text = self:header_text()
   if text:find("%S") then
     local s, e, channel = text:find("<|channel|>([^%s<]*)")
     if s then text = text:sub(1, s - 1) .. " " .. text:sub(e + 1) end
@@ -160,9 +190,10 @@ end
 
 function Parser:header_token(id)
   if id == special.message then
-    local h, rest = parse_header(table.concat(self.header), self.role)
+    local text = self:header_text()
+    local h, rest = parse_header(text, self.role)
     if self.strict and (not h or rest) then
-      self:fail("bad message header %s: %s", quoted(table.concat(self.header)),
+      self:fail("bad message header %s: %s", quoted(text),
         h and ("unexpected text " .. quoted(rest)) or rest)
     end
     -- lenient: words that fit no field are dropped, a header without a role is the assistant's
@@ -171,15 +202,14 @@ function Parser:header_token(id)
     self.header[#self.header + 1] = IN_HEADER[id]
   elseif ENDINGS[id] or id == special.start then
     if self.strict then
-      self:fail("%s inside the message header %s (no <|message|>)", self:describe(id),
-        quoted(table.concat(self.header)))
+      self:fail("%s inside the message header %s (no <|message|>)", self:describe(id), quoted(self:header_text()))
     end
     self:salvage_header(ENDINGS[id])
     if id == special.start then self:open_header(nil) end
   elseif id >= FIRST_SPECIAL then
     if self.strict then self:fail("unexpected %s in a message header", self:describe(id)) end
   else
-    self.header[#self.header + 1] = self.decode(id)
+    self.header[#self.header + 1] = self:bytes(id)
   end
 end
 
@@ -194,7 +224,7 @@ function Parser:content_token(id)
     end
   else
     local text
-    text, self.pending = utf8_split(self.pending .. self.decode(id))
+    text, self.pending = utf8_split(self.pending .. self:bytes(id))
     self:add_text(text)
   end
 end
@@ -216,10 +246,15 @@ end
 
 local HANDLERS = { start = Parser.start_token, header = Parser.header_token, content = Parser.content_token }
 
---- Feeds one id; returns the events it completes ({} when none).
+--- Feeds one id; returns the events it completes ({} when none). An id past a gptoss
+-- tokenizer's vocabulary is refused here, strict or not, before the tokenizer sees it.
 function Parser:push(id)
   if math.type(id) ~= "integer" or id < 0 then
     error(("harmony.parser: push expects a token id, a non-negative integer (got %s)"):format(quoted(id)), 2)
+  end
+  if self.vocab and id >= self.vocab then
+    error(("harmony.parser: push expects an id of the tokenizer's vocabulary, 0..%d (got %d)")
+      :format(self.vocab - 1, id), 2)
   end
   self.events = {}
   HANDLERS[self.state](self, id)
@@ -234,7 +269,7 @@ function Parser:finish()
     self:close_message(nil)
   elseif self.state == "header" and #self.header > 0 then
     if self.strict then
-      self:fail("the stream ended inside the message header %s", quoted(table.concat(self.header)))
+      self:fail("the stream ended inside the message header %s", quoted(self:header_text()))
     end
     self:salvage_header(nil)
   end

@@ -68,8 +68,9 @@ end
 local typescript
 
 -- One oneOf alternative: its type, then its description and default as a trailing comment.
-local function variant(v, indent, skip_description, where)
-  local text = with_null(typescript(v, indent .. "   ", where), v)
+-- `path` (here and below) holds the schemas being declared, from the parameters down.
+local function variant(v, indent, skip_description, where, path)
+  local text = with_null(typescript(v, indent .. "   ", where, path), v)
   local comments = {}
   if type(v.description) == "string" and not skip_description then comments[#comments + 1] = v.description end
   if v.default ~= nil then comments[#comments + 1] = "default: " .. default_text(v, where) end
@@ -77,7 +78,7 @@ local function variant(v, indent, skip_description, where)
   return text
 end
 
-local function object_type(schema, indent, where)
+local function object_type(schema, indent, where, path)
   local out = {}
   if type(schema.description) == "string" then out[#out + 1] = indent .. "// " .. schema.description .. "\n" end
   out[#out + 1] = "{\n"
@@ -106,11 +107,12 @@ local function object_type(schema, indent, where)
       if p.default ~= nil then out[#out + 1] = indent .. "// default: " .. default_text(p, at) .. "\n" end
       out[#out + 1] = indent .. name .. mark .. ":\n"
       for i, v in ipairs(p.oneOf) do
-        out[#out + 1] = indent .. " | " .. variant(v, indent, i == 1 and above, at) .. "\n"
+        out[#out + 1] = indent .. " | " .. variant(v, indent, i == 1 and above, at, path) .. "\n"
       end
       out[#out + 1] = indent .. ",\n"
     else
-      out[#out + 1] = ("%s%s%s: %s,"):format(indent, name, mark, with_null(typescript(p, indent .. "    ", at), p))
+      local declared = with_null(typescript(p, indent .. "    ", at, path), p)
+      out[#out + 1] = ("%s%s%s: %s,"):format(indent, name, mark, declared)
       if p.default ~= nil then out[#out + 1] = " // default: " .. default_text(p, at) end
       out[#out + 1] = "\n"
     end
@@ -121,14 +123,13 @@ end
 
 local SCALARS = { integer = "number", number = "number", boolean = "boolean", null = "null" }
 
--- The declaration of a schema, as harmony's renderer writes it (docs/harmony.md#function-tools).
-function typescript(schema, indent, where)
-  if type(schema) ~= "table" then
-    error(("%s: schema must be a table (got %s)"):format(where, type(schema)), 0)
-  end
+-- The declaration of a schema that is not inside itself (see typescript).
+local function declaration(schema, indent, where, path)
   if type(schema.oneOf) == "table" then
     local out = {}
-    for _, v in ipairs(schema.oneOf) do out[#out + 1] = "\n" .. indent .. " | " .. variant(v, indent, false, where) end
+    for _, v in ipairs(schema.oneOf) do
+      out[#out + 1] = "\n" .. indent .. " | " .. variant(v, indent, false, where, path)
+    end
     return table.concat(out)
   end
   local t = schema.type
@@ -137,16 +138,30 @@ function typescript(schema, indent, where)
     for i, name in ipairs(t) do names[i] = SCALARS[name] or name end
     return table.concat(names, " | ")
   elseif t == "object" then
-    return object_type(schema, indent, where)
+    return object_type(schema, indent, where, path)
   elseif t == "string" then
     if not is_enum(schema) then return "string" end
     local members = {}
     for _, m in ipairs(schema.enum) do members[#members + 1] = ('"%s"'):format(m) end
     return table.concat(members, " | ")
   elseif t == "array" then
-    return schema.items and typescript(schema.items, indent, where) .. "[]" or "Array<any>"
+    return schema.items and typescript(schema.items, indent, where, path) .. "[]" or "Array<any>"
   end
   return SCALARS[t] or "any"
+end
+
+-- The declaration of a schema, as harmony's renderer writes it (docs/harmony.md#function-tools).
+-- A schema inside itself (Lua tables can cycle, JSON cannot) is an error: declaring it
+-- would recurse, its indentation growing, until memory runs out.
+function typescript(schema, indent, where, path)
+  if type(schema) ~= "table" then
+    error(("%s: schema must be a table (got %s)"):format(where, type(schema)), 0)
+  end
+  if path[schema] then error(("%s: the schema contains itself"):format(where), 0) end
+  path[schema] = true
+  local text = declaration(schema, indent, where, path)
+  path[schema] = nil
+  return text
 end
 
 --- "# Tools" and one "## name" section per namespace {name=, description=, tools={...}};
@@ -168,7 +183,7 @@ function harmony_tools.section(namespaces, where)
         end
         for _, line in ipairs(lines(tool.description or "")) do out[#out + 1] = "// " .. line end
         if tool.parameters then
-          local params = typescript(tool.parameters, "", ("%s: tool '%s': parameters"):format(at, tool.name))
+          local params = typescript(tool.parameters, "", ("%s: tool '%s': parameters"):format(at, tool.name), {})
           out[#out + 1] = ("type %s = (_: %s) => any;\n"):format(tool.name, params)
         else
           out[#out + 1] = ("type %s = () => any;\n"):format(tool.name)

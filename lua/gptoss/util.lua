@@ -36,9 +36,13 @@ function util.quoted(v)
   return type(v) == "string" and ("'%s'"):format(v) or tostring(v)
 end
 
---- An error message without the "file:line: " position Lua put in front of it.
+--- An error message without the "file:line: " position Lua put in front of it. Never
+-- raises: an error object whose __tostring fails is named by its type, so that code
+-- turning errors into messages (chat's tools) cannot be made to raise by one.
 function util.bare(msg)
-  return (tostring(msg):gsub("^[^:\n]+:%d+: ", ""))
+  local ok, text = pcall(tostring, msg)
+  if not ok then text = ("(a %s error object that cannot be shown)"):format(type(msg)) end
+  return (text:gsub("^[^:\n]+:%d+: ", ""))
 end
 
 --- An optional options table: nil gives {}, anything but a table is an error
