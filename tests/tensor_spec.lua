@@ -388,9 +388,11 @@ describe("host tensors", function()
          local before = open_fds()
          for _ = 1, 20 do pcall(T.load, p, "f32", { 0 }) end
          collectgarbage()
-         -- not more than before: a leak keeps 20; one fewer is a handle of an earlier spec collected
+         -- a leak in the loads keeps 20 open; one either way is the process opening or collecting
+         -- something of its own between the counts (seen both ways)
          local after = open_fds()
-         assert.is_true(after <= before, ("file descriptors leaked by tensor.load: %d, then %d"):format(before, after))
+         assert.is_true(math.abs(after - before) <= 1,
+            ("file descriptors leaked by tensor.load: %d, then %d"):format(before, after))
       end)
    end)
 end)
