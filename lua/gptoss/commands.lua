@@ -29,6 +29,7 @@ commands.LIST = {
   { "bench_getp", "benchmark: getp throughput, the course's way" },
   { "bench_sampler", "benchmark: the CPU sampler's cost a draw" },
   { "bench_tokenizer", "benchmark: tokenizer encode and decode throughput" },
+  { "plot", "draw bench_gpu's and bench_getp's JSON lines as a PNG (through gnuplot)" },
   { "lua", "lua5.4 with this gptoss on its module paths: a prompt, or lua5.4's arguments" },
   { "help", "this list; gptoss help COMMAND: that command's options" },
 }
