@@ -79,8 +79,11 @@ describe("gptoss.tokenizer_path", function()
     -- modules, found from where gptoss's init.lua was loaded ("?.lua" made "?.bin" in
     -- package.path once turned .luarocks into .binrocks)
     local share = dir .. "/.luarocks/share/lua/5.4"
-    assert(os.execute(("mkdir -p %s/gptoss && cp %s %s/gptoss/"):format(shell_quote(share),
-      shell_quote(ROOT .. "lua/gptoss/") .. "*.lua", shell_quote(share))))
+    assert(os.execute(("mkdir -p %s/gptoss"):format(shell_quote(share))))
+    -- copied in Lua: cp, run with make test-sanitized's preloaded ASan, reports leaks of its own
+    for _, name in ipairs(H.list_dir(ROOT .. "lua/gptoss")) do
+      H.write_file(share .. "/gptoss/" .. name, H.read_file(ROOT .. "lua/gptoss/" .. name))
+    end
     H.write_file(share .. "/gptoss/tokenizer.bin", "")
     local installed = share .. "/?.lua;" .. share .. "/?/init.lua;"
     assert.are.equal(share .. "/gptoss/tokenizer.bin", (lookup(dir, {}, installed)))
