@@ -131,7 +131,7 @@ end
 --- Runs the program on argv (the global arg of bin/gptoss.lua) and returns its exit status.
 function commands.main(argv)
   local first = argv[1]
-  local args = table.move(argv, 2, math.max(#argv, 1), 1, {})
+  local args = table.move(argv, 2, #argv, 1, {})
   if first == nil or first == "--help" or first == "-h" or (first == "help" and args[1] == nil) then
     io.write(commands.help())
     return 0
