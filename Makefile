@@ -270,14 +270,16 @@ gpu-machine-run:
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
 	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
 
-# luarocks (build.type = "make") installs through these; tokenizer.bin goes
-# beside the Lua modules, where gptoss.tokenizer_path() finds it on package.path
+# luarocks (build.type = "make") installs through these. tokenizer.bin, README.md
+# (bench_tokenizer's default text) and the examples (the gptoss program's commands) go
+# beside the Lua modules, where gptoss.project_file() finds them from gptoss's own folder
 INST_LIBDIR ?= $(BUILD)/install/lib
 INST_LUADIR ?= $(BUILD)/install/lua
 install: $(LIB) | $(TOKENIZER)
-	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss
+	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss/examples
 	cp $(LIB) $(INST_LIBDIR)/gptoss/core.so
-	cp lua/gptoss/*.lua $(TOKENIZER) $(INST_LUADIR)/gptoss/
+	cp lua/gptoss/*.lua $(TOKENIZER) README.md $(INST_LUADIR)/gptoss/
+	cp examples/*.lua $(INST_LUADIR)/gptoss/examples/
 
 clean:
 	rm -rf $(BUILD)

@@ -11,17 +11,20 @@ A Lua 5.4 extension module written in C with HIP kernels. The Makefile builds
 gptoss/core.so for HIP_PLATFORM=nvidia|amd|cpu (environment variables reach
 make) together with the pure-Lua package gptoss and tokenizer.bin (built with
 npm when build/ lacks it; gptoss.tokenizer() finds the installed copy), and
-installs examples/run.lua, the course's command line, as the command gptoss-run.
+installs the examples beside the modules. The commands: gptoss (gptoss help
+lists what it runs) and gptoss-run, the course's command line.
+Needs the Lua modules argparse and dkjson (Debian: lua-argparse, lua-dkjson;
+elsewhere: luarocks install argparse dkjson).
 ]],
   license = "MIT",
 }
--- argparse: the command lines of gptoss-run and the examples; dkjson: gptoss.chat's tool
--- arguments and the --json outputs
--- (Debian: lua-argparse, lua-dkjson; luarocks --deps-mode=none uses those)
+-- Also argparse (the command lines) and dkjson (gptoss.chat's tool arguments, the --json
+-- outputs), not listed: the project takes them from Debian (lua-argparse, lua-dkjson; make
+-- setup installs them), which luarocks cannot see, so that listing them made every install
+-- fetch them again or, with --deps-mode=none, end in "Missing dependencies". The gptoss
+-- command names the one missing, and how to install it, in one line.
 dependencies = {
   "lua >= 5.4",
-  "argparse",
-  "dkjson",
 }
 -- checkpoints' JSON (Debian: libjansson-dev); o200k tokenization's regular expression (libpcre2-dev)
 external_dependencies = {
@@ -46,6 +49,6 @@ build = {
   -- luarocks copies these itself after the make install pass, whatever the build type,
   -- and puts a wrapper in the tree's bin/ that sets the tree's module paths
   install = {
-    bin = { ["gptoss-run"] = "examples/run.lua" },
+    bin = { gptoss = "bin/gptoss.lua", ["gptoss-run"] = "examples/run.lua" },
   },
 }

@@ -3,17 +3,19 @@
 -- children are forked, candidates come from the device's top logprobs. Prints every
 -- finished hypothesis, best first, with its summed logprob and its score (the sum over
 -- length^alpha), and greedy decoding's text for comparison (beam search with width 1).
---   ./gptoss beam_search [--model 7m] [--width 4] [--max-tokens 16] [--alpha 1]
---                                   [--device cpu|N] [--prompt "text"]
+--   gptoss beam_search [MODEL] [--width 4] [--max-tokens 16] [--alpha 1]
+--                      [--device cpu|N] [--prompt "text"]
+-- MODEL (default 7m) and --device as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local beam = require "gptoss.beam"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local harmony = require "gptoss.harmony"
 
-local parser = argparse("beam_search.lua", "Beam search with forks.")
-cli.model_options(parser, "The capital of France is")
+local parser = argparse(script.name, "Beam search with forks.")
+naming.add_generation(parser, { prompt = "The capital of France is" })
 parser:option("--width", "Beams kept a step (at most 20).", "4"):convert(cli.integer("--width", 1))
 parser:option("--max-tokens", "Ids a hypothesis may have.", "16"):convert(cli.integer("--max-tokens", 1))
 parser:option("--alpha", "Length normalisation: score = sum of logprobs / length^alpha.", "1")
@@ -21,7 +23,7 @@ parser:option("--alpha", "Length normalisation: score = sum of logprobs / length
 local a = script.parse(parser)
 
 script.run(function()
-  local model, tok, ropts, prompt = cli.open_model(a)
+  local model, tok, ropts, prompt = naming.open_generation(a)
   local r <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, slots = a.width,
     ctx = #prompt + a.max_tokens }
   io.stderr:write(tostring(r), "\n")

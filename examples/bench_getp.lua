@@ -10,24 +10,25 @@
 -- --replicas-per-device puts several replicas on each device, so one GPU exercises the host
 -- loop of several (docs/getp.md#one-host-thread-several-gpus). --plot draws the throughput and
 -- each replica's host and waited time a step (gptoss.plot).
---   ./gptoss bench_getp [--model 20b] [--requests 1024] [--steps 1024] [--devices 1,2]
---                       [--replicas-per-device 1] [--chat [--no-share-prefix]] [--plot FILE.png]
+--   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--devices 1,2]
+--                     [--replicas-per-device 1] [--chat [--no-share-prefix]] [--plot FILE.png]
+-- MODEL (default 20b, weights of seed 1) and --devices as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
+local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local plot = require "gptoss.plot"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
 
-local parser = argparse("bench_getp.lua", "getp throughput of a synthetic model.")
-parser:option("--model", "Synthetic shape name.", "20b")
+local parser = argparse(script.name, "getp throughput of a synthetic model.")
+naming.add_model(parser, { default = "20b", seed = 1 })
 parser:option("--requests", "Number of requests.", "1024"):convert(cli.integer("--requests", 1))
 parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cli.integer("--steps", 1))
-parser:option("--devices", "Comma-separated GPU numbers, or cpu (default: every GPU).")
-  :convert(cli.devices)
+naming.add_devices(parser)
 parser:option("--replicas-per-device", "Replicas on each device.", "1")
   :convert(cli.integer("--replicas-per-device", 1))
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
@@ -52,7 +53,7 @@ script.run(function()
     "Give me three surprising facts about %s that most people do not know." }
 
   local tok = gptoss.tokenizer(a.tokenizer)
-  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local model = naming.open(a.model, a.seed_weights)
   local prompts, prompt_tokens = {}, 0
   for i = 1, a.requests do
     local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]

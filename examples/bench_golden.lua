@@ -1,15 +1,17 @@
 #!/usr/bin/env lua5.4
 -- CPU golden engine throughput: S slots prefill P tokens each in one step,
 -- then D decode steps of S rows. Prints a table and one JSON line.
---   ./gptoss bench_golden [--model 7m] [--slots 4] [--prompt 16] [--decode 8] [--threads 0]
+--   gptoss bench_golden [MODEL] [--slots 4] [--prompt 16] [--decode 8] [--threads 0]
+-- MODEL (default 7m, weights of seed 1) as every command names it (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
-local parser = argparse("bench_golden.lua", "CPU golden engine throughput.")
-parser:option("--model", "Synthetic shape name.", "7m")
+local parser = argparse(script.name, "CPU golden engine throughput.")
+naming.add_model(parser, { default = "7m", seed = 1 })
 parser:option("--slots", "Sequences.", "4"):convert(cli.integer("--slots", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--decode", "Decode steps.", "8"):convert(cli.integer("--decode", 0))
@@ -19,7 +21,7 @@ local a = script.parse(parser)
 
 script.run(function()
   local t0 = gptoss.clock()
-  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local model = naming.open(a.model, a.seed_weights)
   local r = model:replica { slots = a.slots, ctx = a.prompt + a.decode, threads = a.threads, weights = a.weights }
   local setup = gptoss.clock() - t0
 

@@ -9,11 +9,14 @@
 -- attention's bandwidth on the cached keys and values it reads, at the first
 -- positions (--profile-at start) or the last ones (end: the full context). --plot draws
 -- throughput against batch size and the profiled step time by kernel (gptoss.plot).
---   ./gptoss bench_gpu [--model 20b] [--batches 1,8,32,64,128,256] [--ctx 1024] [--plot FILE.png]
+--   gptoss bench_gpu [MODEL] [--batches 1,8,32,64,128,256] [--ctx 1024] [--device N] [--plot FILE.png]
+-- MODEL (default 20b, weights of seed 1) and --device as every command names them
+-- (gptoss.naming); the device must be a GPU.
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local plot = require "gptoss.plot"
 local script = require "gptoss.script"
 
@@ -28,14 +31,14 @@ local function batch_sizes(s)
   return list
 end
 
-local parser = argparse("bench_gpu.lua", "GPU decode throughput of a synthetic model.")
-parser:option("--model", "Synthetic shape name.", "20b")
+local parser = argparse(script.name, "GPU decode throughput of a synthetic model.")
+naming.add_model(parser, { default = "20b", seed = 1 })
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256"):convert(batch_sizes)
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
-parser:option("--device", "GPU number.", "1"):convert(cli.integer("--device", 1))
+naming.add_device(parser, 1)
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
   :convert(cli.integer("--profile-steps", 0))
@@ -43,10 +46,11 @@ parser:option("--profile-at", "start or end: the profiled steps' positions, the 
   :choices { "start", "end" }
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
 local a = script.parse(parser)
+if a.device == "cpu" then script.usage_error(parser, "--device: this benchmark measures a GPU (a number from 1)") end
 
 script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
-  local model = gptoss.synthetic(a.model, { seed = 1 })
+  local model = naming.open(a.model, a.seed_weights)
   local c = model.config
   local windowed = model.windowed
   local copy_bw = gptoss.copy_bandwidth(a.device)

@@ -11,7 +11,7 @@ local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local script = require "gptoss.script"
 
-local parser = argparse("bench_sampler.lua", "CPU sampler cost per draw.")
+local parser = argparse(script.name, "CPU sampler cost per draw.")
 parser:option("--draws", "Draws per configuration.", "200"):convert(cli.integer("--draws", 1))
 parser:option("--sharpen", "Factor applied to the logits for the peaked row.", "40")
   :convert(script.named("--sharpen", cli.non_negative))

@@ -3,10 +3,12 @@
 -- megabytes in one call, the same text line by line (one call per line, as
 -- a prompt file is read), and decode of the ids. Prints a table and one
 -- JSON line.
---   ./gptoss bench_tokenizer [--text README.md] [--mb 8] [--mode course|o200k]
+--   gptoss bench_tokenizer [--text FILE] [--mb 8] [--mode course|o200k]
 --     [--tokenizer PATH] [--ids FILE]
--- --ids writes the one-call encode's ids, one a line, for bench_tokenizer_tiktoken.py to
--- compare with tiktoken's.
+-- The text is by default the project's README.md (the source tree's, or the copy the rock
+-- installs: gptoss.project_file), wherever the command runs. --ids writes the one-call
+-- encode's ids, one a line, for bench_tokenizer_tiktoken.py to compare with tiktoken's; it is
+-- checked before the benchmark runs.
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
@@ -14,8 +16,8 @@ local cli = require "gptoss.cli"
 local files = require "gptoss.files"
 local script = require "gptoss.script"
 
-local parser = argparse("bench_tokenizer.lua", "Tokenizer encode/decode throughput.")
-parser:option("--text", "UTF-8 text file to repeat.", "README.md")
+local parser = argparse(script.name, "Tokenizer encode/decode throughput.")
+parser:option("--text", "UTF-8 text file to repeat (default: the project's README.md).")
 parser:option("--mb", "Megabytes of text.", "8"):convert(script.named("--mb", cli.non_negative))
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 parser:option("--mode", "How encode cuts the text: the course's way or tiktoken's o200k.", "course")
@@ -24,6 +26,9 @@ parser:option("--ids", "Write the one-call encode's ids here, one a line.")
 local a = script.parse(parser)
 
 script.run(function()
+  if a.ids then cli.check_writable("--ids", a.ids) end
+  a.text = a.text or gptoss.project_file("README.md")
+  if not a.text then error("--text: this install has no README.md to default to: give a text file", 0) end
   local sample = files.read("--text", a.text)
   if #sample == 0 then error(("--text: '%s' is empty"):format(a.text), 0) end
   local text = sample:rep(math.ceil(a.mb * 1e6 / #sample))

@@ -4,17 +4,19 @@
 -- sample of the highest score (summed logprob over length^alpha) is the answer. Prints
 -- every sample with its score, the best marked, and the prompt rows stepped against n
 -- separate prefills.
---   ./gptoss best_of_n [--model 7m] [--n 4] [--temperature 0.8] [--seed 1]
---                                 [--max-tokens 24] [--stop TEXT] [--device cpu|N]
+--   gptoss best_of_n [MODEL] [--n 4] [--temperature 0.8] [--seed 1]
+--                    [--max-tokens 24] [--stop TEXT] [--device cpu|N]
+-- MODEL (default 7m) and --device as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
 local harmony = require "gptoss.harmony"
 
-local parser = argparse("best_of_n.lua", "Best-of-n sampling from one prefill.")
-cli.model_options(parser, "Write one sentence about the sea:")
+local parser = argparse(script.name, "Best-of-n sampling from one prefill.")
+naming.add_generation(parser, { prompt = "Write one sentence about the sea:" })
 parser:option("--n", "Samples.", "4"):convert(cli.integer("--n", 1))
 parser:option("--temperature", "Sampling temperature.", "0.8"):convert(cli.non_negative)
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(cli.non_negative)
@@ -25,7 +27,7 @@ parser:option("--stop", "Stop a sample where its text contains TEXT (repeatable)
 local a = script.parse(parser)
 
 script.run(function()
-  local model, tok, ropts, prompt = cli.open_model(a)
+  local model, tok, ropts, prompt = naming.open_generation(a)
   local r <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, slots = a.n,
     ctx = #prompt + a.max_tokens }
   io.stderr:write(tostring(r), "\n")

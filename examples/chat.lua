@@ -2,11 +2,11 @@
 -- A chat in the terminal with gptoss.chat (docs/chat.md): one line from stdin is one
 -- question, the answer's final channel streams to stdout, then "N tokens, X s, Y tok/s" on
 -- stderr; Ctrl-D (end of input) leaves.
---   ./gptoss chat MODEL [--reasoning low|medium|high] [--system TEXT] [--show-analysis]
---                [--temperature 1 --top-p 1 --seed S] [--device N] [--ctx N]
---                [--max-tokens N] [--demo-tools]
--- MODEL is anything gptoss.load takes (a course .bin or a checkpoint directory) or
--- synthetic:NAME (7m, 20b, 20b-2l, 120b; a random model, which does not speak harmony).
+--   gptoss chat MODEL [--reasoning low|medium|high] [--system TEXT] [--show-analysis]
+--              [--temperature 1 --top-p 1 --seed S] [--device cpu|N] [--ctx N]
+--              [--max-tokens N] [--demo-tools]
+-- MODEL and --device as every command names them (gptoss.naming): a course .bin, a
+-- checkpoint directory or a synthetic shape (a random model, which does not speak harmony).
 -- The tokenizer is gptoss.tokenizer_path()'s: $GPTOSS_TOKENIZER, else build/tokenizer.bin,
 -- else the one installed with the rock.
 -- Exit status: 0 at the end of input, 1 anything wrong, with one message on stderr.
@@ -14,10 +14,11 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
-local parser = argparse("chat.lua", "Chat with a gpt-oss model in the harmony format.")
-parser:argument("model", "A course .bin, a checkpoint directory, or synthetic:NAME.")
+local parser = argparse(script.name, "Chat with a gpt-oss model in the harmony format.")
+naming.add_model(parser)
 parser:option("--reasoning", "Reasoning effort.", "medium"):choices { "low", "medium", "high" }
 parser:option("--system", "Instructions (the developer message).")
 parser:flag("--show-analysis", "Show the model's reasoning (the analysis channel) too.")
@@ -25,7 +26,7 @@ parser:option("--temperature", "Sampling temperature (0: greedy).", "1")
   :convert(script.named("--temperature", cli.non_negative))
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cli.non_negative))
 parser:option("--seed", "Seed of the sampler's draws (default: random)."):convert(cli.integer("--seed"))
-parser:option("--device", "GPU number (default: the first GPU, else the CPU)."):convert(cli.integer("--device", 1))
+naming.add_device(parser, nil, "the first GPU, else cpu")
 parser:option("--ctx", "Context length of the conversation (default: the model's, at most 8192).")
   :convert(cli.integer("--ctx", 2))
 parser:option("--max-tokens", "Tokens generated per answer at most (default: until the context is full).")
@@ -54,8 +55,7 @@ end
 local dim_out, dim_err = styled(1), styled(2)
 
 script.run(function()
-  local shape = args.model:match("^synthetic:(.+)$")
-  local model = shape and gptoss.synthetic(shape) or gptoss.load(args.model)
+  local model = naming.open(args.model, args.seed_weights)
   local tok = gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
   local device = args.device or gptoss.default_devices()[1]
   local r <close> = model:replica { device = device, slots = 1, ctx = args.ctx or math.min(model.config.seq_len, 8192) }

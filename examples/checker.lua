@@ -1,10 +1,11 @@
 #!/usr/bin/env lua5.4
 -- The logits checker's command line (docs/parity.md#examplescheckerlua): two subcommands.
---   checker.lua dump (MODEL | --synthetic NAME [--seed N]) --tokens 1,2,3 -o out.f32
+--   checker.lua dump MODEL [--seed-weights N] --tokens 1,2,3 -o out.f32
 --                    [--device cpu|N] [--weights fp32|bf16|mxfp4] [--kv fp32|bf16] [--format text|f32]
 --     feeds the tokens at positions 0, 1, ... of one slot of a new replica and writes the
 --     logits of the last one (gptoss.checker.dump; the format from the extension unless
---     --format says).
+--     --format says). MODEL and --device as every command names them (gptoss.naming); -o
+--     is checked before the model is opened.
 --   checker.lua compare got.txt expected.txt [--atol 1e-6] [--rtol 1e-5] [--format text|f32]
 --     compares a logits file with a reference one, element by element, numpy allclose style
 --     (|got - expected| <= atol + rtol * |expected|; lua/gptoss/checker.lua has the file
@@ -16,15 +17,10 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local checker = require "gptoss.checker"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
+local script = require "gptoss.script"
 
 local COMMANDS = { dump = true, compare = true }
-
--- "cpu" or one GPU number (from 1)
-local function device(s)
-  local list = cli.devices(s)
-  if list and #list == 1 then return list[1] end
-  return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s)
-end
 
 -- "1,2,3": token ids, at least one
 local function token_list(s)
@@ -39,19 +35,15 @@ local function token_list(s)
   return ids
 end
 
-local parser = argparse("checker.lua", "Dumps logits files and compares them, numpy allclose style.")
+local parser = argparse(script.name, "Dumps logits files and compares them, numpy allclose style.")
   :command_target("command")
   :epilog("Without a subcommand, the arguments are compare's: checker.lua got.txt expected.txt.")
 local dump = parser:command("dump", "Writes the logits of the last of --tokens, fed at positions 0, 1, ... "
   .. "of a new replica's slot.")
-dump:argument("model", "A course .bin model file or a checkpoint directory (or --synthetic NAME)."):args("?")
-dump:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
-  :argname("<name>")
-dump:option("--seed", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED)):argname("<int>")
-  :convert(cli.integer("--seed"))
+naming.add_model(dump, { old_seed = true })
 dump:option("--tokens", "Token ids, the last one's logits written."):argname("<ids>"):convert(token_list)
 dump:option("-o --output", "The logits file to write."):argname("<path>")
-dump:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(device)
+naming.add_device(dump, "cpu")
 dump:option("--weights", "Weight format (default: the replica's).")
   :choices(gptoss.weight_format_names())
 dump:option("--kv", "KV cache precision (default: the replica's).")
@@ -68,19 +60,19 @@ compare:option("--format", "File format of both files (default: from each extens
 
 local argv = table.move(arg, 1, #arg, 1, {})
 if not COMMANDS[argv[1]] and argv[1] ~= "-h" and argv[1] ~= "--help" then table.insert(argv, 1, "compare") end
-local name = "checker.lua" .. (COMMANDS[argv[1]] and " " .. argv[1] or "")
+local name = script.name .. (COMMANDS[argv[1]] and " " .. argv[1] or "")
 
 local ok, a = parser:pparse(argv)
 if not ok then cli.usage_exit(name, a, 2) end
 if a.dump then
-  if (a.model == nil) == (a.synthetic == nil) then cli.usage_exit(name, "give a model file or --synthetic NAME (one of them)", 2) end
   if a.tokens == nil then cli.usage_exit(name, "--tokens is required", 2) end
   if a.output == nil then cli.usage_exit(name, "-o is required: the logits file to write", 2) end
 end
 
 -- Feeds every token but the last as one prefill step, then dumps the last one's logits.
 local function run_dump()
-  local model = a.synthetic and gptoss.synthetic(a.synthetic, { seed = a.seed }) or gptoss.load(a.model)
+  cli.check_writable("-o", a.output)
+  local model = naming.open(a.model, a.seed_weights)
   local tokens = a.tokens
   local r <close> = model:replica { device = a.device, slots = 1, ctx = #tokens, weights = a.weights, kv = a.kv }
   local n = #tokens - 1

@@ -4,16 +4,18 @@
 -- while fewer than two prompts are being fed and feeds each at most 8 tokens a step, so
 -- that the running sequences' decode steps stay small. Greedy outputs do not depend on
 -- the schedule, so all three runs must agree; they differ in steps and speed.
---   ./gptoss custom_scheduler [--model 7m] [--steps 64] [--slots 4] [--replicas 1]
+--   gptoss custom_scheduler [MODEL] [--steps 64] [--slots 4] [--replicas 1]
+-- MODEL (default 7m) as every command names it (gptoss.naming).
 -- Exit status: 0 done, 1 anything wrong (usage, tokenizer, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
-local parser = argparse("custom_scheduler.lua", "getp with a custom scheduler on the CPU.")
-parser:option("--model", "Synthetic shape name.", "7m")
+local parser = argparse(script.name, "getp with a custom scheduler on the CPU.")
+naming.add_model(parser, { default = "7m" })
 parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cli.integer("--steps", 1))
 parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cli.integer("--slots", 1))
 parser:option("--replicas", "CPU replicas.", "1"):convert(cli.integer("--replicas", 1))
@@ -43,7 +45,7 @@ local prompts = {
   "1 2 3 4 5 6 7 8 9 10", "ฉันรักทะเล 🌊", "Explain continuous batching to a five-year-old.", "Hi",
 }
 script.run(function()
-  local model = gptoss.synthetic(args.model)
+  local model = naming.open(args.model, args.seed_weights)
   local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
   local devices = {}
   for k = 1, args.replicas do devices[k] = "cpu" end

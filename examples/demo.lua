@@ -1,43 +1,40 @@
 #!/usr/bin/env lua5.4
--- Text generation on the CPU golden engine: a synthetic model (or a course
--- .bin file), a prompt encoded with the course tokenizer and prefilled in one
--- step, then one decode step per generated token, sampled from the logits
--- (greedy unless --temperature is set) and printed as it streams out. Stops
--- at <|endoftext|> or <|return|>, as the course's generate does.
---   ./gptoss demo [--model 7m|20b-2l|path.bin] [--prompt "text"] [--steps N]
---                 [--temperature T --top-p P --top-k K --sample-seed S]
+-- Text generation on the CPU golden engine (or a GPU, --device N): a synthetic model (or a
+-- course .bin file, a checkpoint directory), a prompt encoded with the course tokenizer and
+-- prefilled in one step, then one decode step per generated token, sampled from the logits
+-- (greedy unless --temperature is set) and printed as it streams out. Stops at
+-- <|endoftext|> or <|return|>, as the course's generate does.
+--   gptoss demo [MODEL] [--prompt "text"] [--steps N] [--device cpu|N]
+--               [--temperature T --top-p P --top-k K --sample-seed S]
+-- MODEL (default 7m) and --device as every command names them (gptoss.naming).
 -- Exit status: 0 done, 1 anything wrong (usage, files, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
-local parser = argparse("demo.lua", "Text generation with the CPU golden engine.")
-parser:option("--model", "Synthetic shape name, a course .bin file or a checkpoint directory.", "7m")
-parser:option("--seed", "Seed of the synthetic weights (default: gptoss.synthetic's).")
-  :convert(cli.integer("--seed"))
+local parser = argparse(script.name, "Text generation with the CPU golden engine (or a GPU).")
+naming.add_generation(parser, { prompt = "Hello world", old_seed = true })
 parser:option("--steps", "Tokens to generate at most.", "16"):convert(cli.integer("--steps", 1))
-parser:option("--prompt", "Prompt text.", "Hello world")
-parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 parser:option("--temperature", "Sampling temperature (0: greedy).", "0")
   :convert(script.named("--temperature", cli.non_negative))
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cli.non_negative))
 parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cli.integer("--top-k", 0))
 parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(cli.integer("--sample-seed"))
-parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--threads", 0))
+parser:option("--threads", "CPU threads (0: all; the CPU only).", "0"):convert(cli.integer("--threads", 0))
 local args = script.parse(parser)
 
 script.run(function()
-  local model, tok, _, prompt = cli.open_model { model = args.model, seed_weights = args.seed,
-    tokenizer = args.tokenizer, prompt = args.prompt }
+  local model, tok, ropts, prompt = naming.open_generation(args)
   print(model)
 
   local sampler = gptoss.sampler { temperature = args.temperature, top_p = args.top_p, top_k = args.top_k,
     seed = args.sample_seed }
   local stop = { [tok.special.endoftext] = true, [tok.special["return"]] = true }
 
-  local replica <close> = model:replica { device = "cpu", slots = 1, ctx = #prompt + args.steps,
-    threads = args.threads }
+  local replica <close> = model:replica { device = ropts.device, weights = ropts.weights, slots = 1,
+    ctx = #prompt + args.steps, threads = ropts.device == "cpu" and args.threads or nil }
   print(replica)
   print(("prompt:    %q -> %s"):format(args.prompt, table.concat(prompt, " ")))
 

@@ -2,8 +2,10 @@
 -- Runs the same tokens through two replicas of one model, stage by stage (gptoss.parity),
 -- and prints each stage's largest error, the first stage over tolerance and the routing
 -- and bf16 rounding flips (docs/parity.md#examplesparitylua).
---   ./gptoss parity (MODEL.bin | --synthetic NAME [--seed N]) [--a SPEC] [--b SPEC]
+--   gptoss parity MODEL [--seed-weights N] [--a SPEC] [--b SPEC]
 --          (--tokens "1,2,3" | --prompt TEXT [--tokenizer PATH]) [--atol X] [--rtol X] [--layers] [--json]
+-- MODEL as every command names it (gptoss.naming): a course .bin, a checkpoint directory or
+-- a synthetic shape.
 -- SPEC is DEVICE:WEIGHTS[/KV]: DEVICE "cpu" or a GPU number (1-based), WEIGHTS and KV
 -- "fp32" or "bf16", KV the same as WEIGHTS when left out: cpu:fp32, cpu:bf16/fp32,
 -- 1:bf16/bf16. a is the replica checked (default cpu:bf16/fp32), b the reference (default
@@ -14,6 +16,7 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local parity = require "gptoss.parity"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
 local BAD_INPUT = 2 -- the exit status of usage errors and bad input
@@ -40,11 +43,8 @@ local function token_list(s)
   return ids
 end
 
-local parser = argparse("parity.lua", "Compares two replicas of a model stage by stage on the same tokens.")
-parser:argument("model", "A course .bin file or a checkpoint directory (or use --synthetic)."):args("?")
-parser:option("--synthetic", "A synthetic model of a named shape (7m, 20b, 20b-2l, 120b).")
-parser:option("--seed", "Seed of the synthetic weights (default: gptoss.synthetic's).")
-  :convert(cli.integer("--seed"))
+local parser = argparse(script.name, "Compares two replicas of a model stage by stage on the same tokens.")
+naming.add_model(parser, { old_seed = true })
 parser:option("--a", "The replica checked, DEVICE:WEIGHTS[/KV].", "cpu:bf16/fp32")
   :convert(script.named("--a", replica_spec))
 parser:option("--b", "The reference replica, DEVICE:WEIGHTS[/KV].", "cpu:fp32")
@@ -60,9 +60,6 @@ parser:flag("--layers", "Print one line per layer and stage as well.")
 parser:flag("--json", "Print the report as one JSON line instead of the table.")
 
 local args = script.parse(parser, BAD_INPUT)
-if (args.model == nil) == (args.synthetic == nil) then
-  script.usage_error(parser, "give a model file or --synthetic NAME, one of them", BAD_INPUT)
-end
 if (args.tokens == nil) == (args.prompt == nil) then
   script.usage_error(parser, "give --tokens or --prompt, one of them", BAD_INPUT)
 end
@@ -70,7 +67,7 @@ local tokens = args.tokens
 
 local result
 script.run(function()
-  local model = args.model and gptoss.load(args.model) or gptoss.synthetic(args.synthetic, { seed = args.seed })
+  local model = naming.open(args.model, args.seed_weights)
   if args.prompt then
     local tok = gptoss.tokenizer(args.tokenizer, { vocab_size = model.config.vocab_size })
     tokens = tok:encode(args.prompt)

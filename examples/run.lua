@@ -3,8 +3,8 @@
 -- the rockspec:
 --   run.lua <model.bin> -m getp -i requests.txt -o output.txt [-n 1024] [-t 0 -p 0.9 -s 0] [-z tokenizer.bin]
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
---   run.lua --synthetic 7m ...   (a synthetic model instead of the file)
---   <model.bin> may also be a checkpoint directory (docs/checkpoints.md)
+--   <model.bin> may also be a checkpoint directory (docs/checkpoints.md) or a synthetic
+--   shape: run.lua 7m ... (gptoss.naming)
 -- plus our long options (--devices, --weights, --kv, --slots, --threads, --scheduler,
 -- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-new, --stop, --profile,
 -- --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
@@ -30,7 +30,8 @@
 -- gptoss.getp's seeded per-request sampler (seed -s + request - 1), since the course's
 -- single stream depends on the order in which requests are sampled, which batching changes.
 -- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on
--- stderr (a usage error adds where the usage is).
+-- stderr (a usage error adds where the usage is). The files named (-o, -z, -i) are all
+-- checked before the header is printed, so that a mistyped one costs no inference.
 local NAME = (arg and arg[0] or "run.lua"):match("[^/]*$")
 
 local function fail(msg)
@@ -50,6 +51,7 @@ local function need(module)
 end
 local gptoss = need "gptoss"
 local cli = need "gptoss.cli"
+local naming = need "gptoss.naming"
 local getp = need "gptoss.getp"
 local requests = need "gptoss.requests"
 local progress = need "gptoss.progress"
@@ -135,9 +137,7 @@ local function start_profiling(replicas)
   end
 end
 
-local function run_getp(model, tok, steps, devices, weights, kv, figures)
-  local prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
-  for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
+local function run_getp(model, tok, steps, prompts, devices, weights, kv, figures)
   -- docs/course.md#request-buffers: its two request buffers, as it prints their size
   io.write(("requests size = %d B\n"):format(#prompts * tok.max_token_length * (steps + 1) * 2))
   io.write(("Num requests: %d\n"):format(#prompts))
@@ -187,9 +187,7 @@ end
 -- the prompt forced until its last token, then sampled ids until a stop id or `steps`
 -- positions; and ours: until --max-new ids or a --stop string. Text is printed through the
 -- tokenizer's decoder, whole UTF-8 characters only.
-local function run_generate(model, tok, steps, device, weights, kv, figures)
-  local prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
-  if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
+local function run_generate(model, tok, steps, prompt, device, weights, kv, figures)
   local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv,
     threads = a.threads, on_progress = weights_progress(device) }
   note(tostring(r))
@@ -250,32 +248,39 @@ local function main()
   if a.threads and devices[1] ~= "cpu" then
     usage_error("--threads is for CPU replicas (--devices cpu)")
   end
-  local model
-  if a.synthetic then
-    model = gptoss.synthetic(a.synthetic, { seed = a.seed_weights })
-  else
-    model = gptoss.load(a.checkpoint)
-  end
-  io.write(cli.header(model.config))
-  io.flush()
+  if a.mode == "getp" then cli.check_writable("-o", a.output) end
+  local model = naming.open(a.model, a.seed_weights)
   local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   local path, why = cli.tokenizer_path(a.tokenizer, exists)
   if not path then error(why, 0) end
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
+  -- the inputs, read before the header: the course prints it first, but an error after it
+  -- reads as a run that started
+  local prompts, prompt
+  if a.mode == "getp" then
+    local warnings
+    prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
+    for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
+  else
+    prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
+    if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
+  end
+  io.write(cli.header(model.config))
+  io.flush()
 
   -- without --weights / --kv each replica picks (the CPU fp32; GPUs mxfp4 where the experts
   -- are exactly MXFP4, else bf16; the KV cache fp32 with fp32 weights, else bf16)
   local weights, kv = a.weights, a.kv
 
   local figures = {
-    mode = a.mode, model = a.synthetic and ("synthetic " .. a.synthetic) or a.checkpoint,
+    mode = a.mode, model = naming.describe(a.model),
     devices = devices, weights = weights, kv = kv, steps_limit = steps,
   }
   if a.mode == "getp" then
-    run_getp(model, tok, steps, devices, weights, kv, figures)
+    run_getp(model, tok, steps, prompts, devices, weights, kv, figures)
   else
-    run_generate(model, tok, steps, devices[1], weights, kv, figures)
+    run_generate(model, tok, steps, prompt, devices[1], weights, kv, figures)
   end
   if json then print(json.encode(figures, { keyorder = JSON_ORDER })) end
 end

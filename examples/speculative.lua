@@ -7,18 +7,20 @@
 -- second slot. Greedy by default, where both outputs must be the same ids; prints the
 -- text, then one JSON line: rounds, accepted ids, tokens per target step, and both wall
 -- times.
---   ./gptoss speculative [--model 7m] [--draft-layers 1] [--k 4] [--max-tokens 64]
---                                   [--device cpu|N] [--temperature T --seed S]
+--   gptoss speculative [MODEL] [--draft-layers 1] [--k 4] [--max-tokens 64]
+--                      [--device cpu|N] [--temperature T --seed S]
+-- MODEL (default 7m) and --device as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
 local speculative = require "gptoss.speculative"
 
-local parser = argparse("speculative.lua", "Speculative decoding against plain decoding.")
-cli.model_options(parser, "Once upon a time, in a land far away,")
+local parser = argparse(script.name, "Speculative decoding against plain decoding.")
+naming.add_generation(parser, { prompt = "Once upon a time, in a land far away," })
 parser:option("--draft-layers", "Layers of the draft model (0: the target itself).", "1")
   :convert(cli.integer("--draft-layers", 0))
 parser:option("--k", "Ids the draft proposes a round.", "4"):convert(cli.integer("--k", 1))
@@ -30,13 +32,13 @@ parser:option("--runs", "Runs of each loop; the fastest is reported (the first w
 local a = script.parse(parser)
 
 script.run(function()
-  local model, tok, ropts, prompt = cli.open_model(a)
+  local model, tok, ropts, prompt = naming.open_generation(a)
   local ctx = #prompt + a.max_tokens
   local target <close> = model:replica { device = ropts.device, weights = ropts.weights, kv = ropts.kv, ctx = ctx,
     slots = a.draft_layers == 0 and 2 or 1 }
   local draft, draft_model = target, "the target (slot 2)"
   if a.draft_layers > 0 then
-    if model.format ~= "synthetic" then error("--draft-layers needs a synthetic --model; 0 drafts with the target", 0) end
+    if model.format ~= "synthetic" then error("--draft-layers needs a synthetic MODEL; 0 drafts with the target", 0) end
     if a.draft_layers >= model.config.n_layers then
       error(("--draft-layers: %d is not fewer than the target's %d"):format(a.draft_layers, model.config.n_layers), 0)
     end

@@ -324,7 +324,7 @@ describe("examples/chat.lua", function()
   it("answers each line of stdin on a synthetic model and prints tok/s", function()
     tokenizer(pending)
     local run = H.runner("examples/chat.lua", pending)
-    local code, _, err = run({ "synthetic:7m", "--max-tokens", "4", "--ctx", "256", "--demo-tools",
+    local code, _, err = run({ "7m", "--max-tokens", "4", "--ctx", "256", "--demo-tools",
       "--temperature", "0", "--system", "Be brief." }, nil, "Hello\n\nWhat is 2 + 3?\n")
     assert.are.equal(0, code, err)
     local _, lines = err:gsub("4 tokens, [%d.]+ s, [%d.]+ tok/s %(length%)\n", "")
@@ -334,13 +334,13 @@ describe("examples/chat.lua", function()
   it("exits 1 with a message on bad arguments", function()
     local run = H.runner("examples/chat.lua", pending)
     H.expect_exits(run, 1, {
-      { { "synthetic:7m", "--reasoning", "extreme" }, "'--reasoning' must be one of 'low', 'medium', 'high'" },
-      { { "synthetic:7m", "--max-tokens", "0" }, "--max-tokens: '0' is not an integer >= 1" },
+      { { "7m", "--reasoning", "extreme" }, "'--reasoning' must be one of 'low', 'medium', 'high'" },
+      { { "7m", "--max-tokens", "0" }, "--max-tokens: '0' is not an integer >= 1" },
       { {}, "missing argument 'model'" },
     }, "Usage: chat.lua")
-    local code, out, err = run({ "synthetic:9x" }, nil, "")
+    local code, out, err = run({ "9x" }, nil, "")
     assert.are.same({ 1, "" }, { code, out })
-    assert.truthy(err:find("chat.lua: synthetic: unknown model shape '9x'", 1, true), err)
+    assert.truthy(err:find("chat.lua: '9x' is neither a file, a directory nor a synthetic shape", 1, true), err)
   end)
 end)
 

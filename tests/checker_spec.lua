@@ -408,7 +408,7 @@ describe("examples/checker.lua dump", function()
   it("writes on the CPU the logits a step gives, in the format of the extension", function()
     local run = runner()
     local raw, text = tmp_ext(".f32"), tmp_ext(".txt")
-    local code, out, err = run { "dump", "--synthetic", "7m", "--seed", "3", "--tokens", "5,17,9", "-o", raw }
+    local code, out, err = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5,17,9", "-o", raw }
     assert.are.same({ 0, "" }, { code, err })
     assert.truthy(out:find(("^wrote 201088 logits of token 9 at position 2 to %s, from gptoss%%.replica%%(cpu, ")
       :format(raw:gsub("%p", "%%%0"))), out)
@@ -416,12 +416,12 @@ describe("examples/checker.lua dump", function()
     local exact = { atol = 0, rtol = 0 }
     local r = checker.compare(checker.read(raw), direct(3), exact)
     assert.is_true(r.ok, r.message)
-    code = run { "dump", "--synthetic", "7m", "--seed", "3", "--tokens", "5, 17, 9", "--output", text }
+    code = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5, 17, 9", "--output", text }
     assert.are.equal(0, code)
     r = checker.compare(checker.read(text), direct(3), exact)
     assert.is_true(r.ok, r.message)
     -- one token: position 0
-    code = run { "dump", "--synthetic", "7m", "--tokens", "9", "-o", raw, "--format", "text" }
+    code = run { "dump", "7m", "--tokens", "9", "-o", raw, "--format", "text" }
     assert.are.equal(0, code)
     local single = gptoss.synthetic("7m"):replica { slots = 1, ctx = 1 }
     r = checker.compare(checker.read(raw, "text"),
@@ -433,7 +433,7 @@ describe("examples/checker.lua dump", function()
     local run = runner()
     local a, b, c = tmp_ext(".f32"), tmp_ext(".txt"), tmp_ext(".f32")
     for _, case in ipairs { { a, "3" }, { b, "3" }, { c, "4" } } do
-      assert.are.equal(0, (run { "dump", "--synthetic", "7m", "--seed", case[2], "--tokens", "5,17,9", "-o", case[1] }))
+      assert.are.equal(0, (run { "dump", "7m", "--seed-weights", case[2], "--tokens", "5,17,9", "-o", case[1] }))
     end
     local code, out = run { "compare", b, a }
     assert.are.equal(0, code)
@@ -460,29 +460,33 @@ describe("examples/checker.lua dump", function()
     local out_path, missing = tmp_ext(".f32"), tmp_ext(".bin")
     local usage = "\nTry 'checker.lua dump --help' for usage.\n"
     local cases = {
-      { { "dump", "--tokens", "1", "-o", out_path }, "checker.lua dump: give a model file or --synthetic NAME (one of them)"
-        .. usage },
-      { { "dump", "m.bin", "--synthetic", "7m", "--tokens", "1", "-o", out_path }, "give a model file or --synthetic" },
-      { { "dump", "--synthetic", "7m", "-o", out_path }, "checker.lua dump: --tokens is required" .. usage },
-      { { "dump", "--synthetic", "7m", "--tokens", "1" }, "checker.lua dump: -o is required: the logits file to write" },
-      { { "dump", "--synthetic", "7m", "--tokens", "1,,2", "-o", out_path },
+      { { "dump", "--tokens", "1", "-o", out_path }, "checker.lua dump: missing argument 'model'" .. usage },
+      { { "dump", "m.bin", "7m", "--tokens", "1", "-o", out_path }, "checker.lua dump: too many arguments" },
+      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path },
+        "checker.lua dump: --synthetic 7m is now written 7m: a synthetic shape is named as the model" .. usage },
+      { { "dump", "7m", "--seed", "3", "--tokens", "1", "-o", out_path },
+        "checker.lua dump: --seed 3 is now written --seed-weights 3" .. usage },
+      { { "dump", "7m", "-o", out_path }, "checker.lua dump: --tokens is required" .. usage },
+      { { "dump", "7m", "--tokens", "1" }, "checker.lua dump: -o is required: the logits file to write" },
+      { { "dump", "7m", "--tokens", "1,,2", "-o", out_path },
         "checker.lua dump: --tokens: '1,,2' is not a list of token ids (\"1,2,3\")" .. usage },
-      { { "dump", "--synthetic", "7m", "--tokens=-1", "-o", out_path }, "--tokens: '-1' is not a list of token ids" },
-      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--device", "0" },
+      { { "dump", "7m", "--tokens=-1", "-o", out_path }, "--tokens: '-1' is not a list of token ids" },
+      { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device", "0" },
         "--device: '0' is not \"cpu\" or a GPU number from 1" },
-      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--weights", "fp16" },
+      { { "dump", "7m", "--tokens", "1", "-o", out_path, "--weights", "fp16" },
         "argument for option '--weights' must be one of" },
-      { { "dump", "--synthetic", "9m", "--tokens", "1", "-o", out_path },
-        "checker.lua dump: synthetic: unknown model shape '9m'" },
+      { { "dump", "9m", "--tokens", "1", "-o", out_path },
+        "checker.lua dump: '9m' is neither a file, a directory nor a synthetic shape (7m, 20b, 20b-2l, 120b)\n" },
       { { "dump", missing, "--tokens", "1", "-o", out_path },
         ("checker.lua dump: load: cannot open model file '%s': No such file or directory\n"):format(missing) },
-      { { "dump", "--synthetic", "7m", "--tokens", "1,201088", "-o", out_path },
+      { { "dump", "7m", "--tokens", "1,201088", "-o", out_path },
         "checker.lua dump: checker.dump: step: tokens[1] = 201088 is out of range 0..201087\n" },
-      { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", "/nonexistent-gptoss-dir/l.f32" },
-        "checker.lua dump: checker.write: cannot open '/nonexistent-gptoss-dir/l.f32' for writing" },
+      -- checked before the model is opened: a missing shape would say so otherwise
+      { { "dump", "9m", "--tokens", "1", "-o", "/nonexistent-gptoss-dir/l.f32" },
+        "checker.lua dump: -o: cannot write '/nonexistent-gptoss-dir/l.f32': No such file or directory\n" },
     }
     if #gptoss.devices() == 0 then
-      cases[#cases + 1] = { { "dump", "--synthetic", "7m", "--tokens", "1", "-o", out_path, "--device", "1" },
+      cases[#cases + 1] = { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device", "1" },
         "checker.lua dump: replica: device 1: no GPU is available" }
     end
     for _, case in ipairs(cases) do
@@ -500,11 +504,11 @@ describe("examples/checker.lua dump", function()
     if #gptoss.devices() == 0 then pending("no GPU visible to this build (gptoss.devices() is empty)") end
     local run = runner()
     local gpu, cpu = tmp_ext(".f32"), tmp_ext(".f32")
-    local code, out, err = run { "dump", "--synthetic", "7m", "--tokens", "5,17,9", "-o", gpu, "--device", "1",
+    local code, out, err = run { "dump", "7m", "--tokens", "5,17,9", "-o", gpu, "--device", "1",
       "--weights", "fp32" }
     assert.are.equal(0, code, err)
     assert.truthy(out:find("weights fp32, kv fp32", 1, true), out)
-    assert.are.equal(0, (run { "dump", "--synthetic", "7m", "--tokens", "5,17,9", "-o", cpu }))
+    assert.are.equal(0, (run { "dump", "7m", "--tokens", "5,17,9", "-o", cpu }))
     code, out = run { "compare", gpu, cpu }
     assert.are.equal(0, code, out)
   end)

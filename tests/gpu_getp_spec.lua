@@ -80,7 +80,7 @@ describe("getp on GPUs #gpu", function()
     local outputs = {}
     for _, env in ipairs { { GPTOSS_SYNC_LAUNCHES = "1" }, {} } do
       local output = helpers.tmp()
-      local code, _, err = run_cli({ "--synthetic", "7m", "--seed-weights", "1", "-m", "getp", "-i", input,
+      local code, _, err = run_cli({ "7m", "--seed-weights", "1", "-m", "getp", "-i", input,
         "-o", output, "-n", tostring(STEPS), "-z", TOKENIZER, "--devices", "1", "--weights", "fp32", "--quiet" }, env)
       assert.are.equal(0, code, err)
       outputs[#outputs + 1] = helpers.read_file(output)

@@ -146,9 +146,11 @@ function helpers.absent_device()
   return n + 1, n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
 end
 
+--- s as one word of a shell command line.
 local function shell_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
 end
+helpers.shell_quote = shell_quote
 
 local tmpfiles, tmpdirs = {}, {}
 
@@ -221,16 +223,83 @@ function helpers.write_safetensors(path, tensors, data, metadata, header_text)
   helpers.write_file(path, string.pack("<I8", #text) .. text .. data)
 end
 
+local function absolute(path)
+  if path:sub(1, 1) == "/" then return path end
+  local p = assert(io.popen("pwd"))
+  local cwd = p:read("l")
+  p:close()
+  return cwd .. "/" .. path
+end
+
+-- the interpreter running the specs: the lowest negative index of arg
+local function interpreter()
+  if type(arg) ~= "table" or arg[-1] == nil then return nil end
+  local i = -1
+  while arg[i - 1] ~= nil do i = i - 1 end
+  return arg[i]
+end
+
+--- The source tree and build folder the specs load gptoss from, as absolute paths, and
+-- their interpreter: {root = ".../" (with its "/"), build = ".../build", lua = "lua5.4"};
+-- a field is nil where the specs did not load gptoss from a tree.
+helpers.TREE = (function()
+  local module = package.searchpath("gptoss.getp", package.path)
+  local core = package.searchpath("gptoss.core", package.cpath)
+  return { root = module and absolute(module:match("^(.-)lua/gptoss/getp%.lua$")),
+    build = core and absolute(core:match("^(.*)/gptoss/core%.so$")), lua = interpreter() }
+end)()
+
+-- Runs the shell command line `before ENV words...` (ENV: env's NAME=value assignments, for
+-- the command alone), stdin (a string) its standard input when given: exit code, stdout,
+-- stderr. what names the command in a failed assertion.
+local function execute(before, env, words, stdin, what)
+  local out, err = helpers.tmp(), helpers.tmp()
+  local cmd = { before }
+  for name, value in pairs(env or {}) do cmd[#cmd + 1] = name .. "=" .. shell_quote(value) end
+  table.move(words, 1, #words, #cmd + 1, cmd)
+  if stdin then
+    local input = helpers.tmp()
+    helpers.write_file(input, stdin)
+    cmd[#cmd + 1] = "<" .. shell_quote(input)
+  end
+  local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), shell_quote(out), shell_quote(err)))
+  assert(how == "exit", ("%s ended by %s %s"):format(what, tostring(how), tostring(code)))
+  return code, helpers.read_file(out), helpers.read_file(err)
+end
+
+local function quoted(words)
+  local q = {}
+  for i, w in ipairs(words) do q[i] = shell_quote(w) end
+  return q
+end
+
+--- Runs command (a list of words) in dir with env ({NAME = value}) set, GPTOSS_TOKENIZER
+-- unset unless env sets it, and stdin (a string) as its input when given: exit code,
+-- stdout, stderr.
+function helpers.run_in(dir, env, command, stdin)
+  return execute(("cd %s && env -u GPTOSS_TOKENIZER"):format(shell_quote(dir)), env, quoted(command), stdin,
+    table.concat(command, " "))
+end
+
+--- For use inside an `it`: runs the tree's ./gptoss with args in dir, with the specs'
+-- interpreter and build folder unless env names others (GPTOSS_LUA, GPTOSS_BUILD), as
+-- helpers.run_in; the test is marked pending (pending: busted's) without a tree.
+function helpers.gptoss(pending, dir, args, env, stdin)
+  local tree = helpers.TREE
+  if not (tree.root and tree.build) then pending("gptoss was not loaded from a source tree and a build folder") end
+  env = env or {}
+  env.GPTOSS_LUA, env.GPTOSS_BUILD = env.GPTOSS_LUA or tree.lua, env.GPTOSS_BUILD or tree.build
+  return helpers.run_in(dir, env, { tree.root .. "gptoss", table.unpack(args) }, stdin)
+end
+
 --- A runner of a script of the repository as a child process, with the interpreter
 -- running the specs (the lowest negative index of arg) and their LUA_PATH/LUA_CPATH:
 -- run(args [, env [, stdin]]) -> exit code, stdout, stderr, env ({NAME = value}) set for the
 -- child alone, stdin a string it reads as its standard input. Returns nil and why when it cannot be run
 -- (`SCRIPT --help` must exit 0), for the caller to mark its test pending.
 function helpers.script_runner(script)
-  if type(arg) ~= "table" or arg[-1] == nil then return nil, "arg[-1] (the interpreter) is not set" end
-  local i = -1
-  while arg[i - 1] ~= nil do i = i - 1 end
-  local lua = arg[i]
+  local lua = interpreter()
+  if not lua then return nil, "arg[-1] (the interpreter) is not set" end
   local module = package.searchpath("gptoss.getp", package.path)
   local root = module and module:match("^(.-)lua/gptoss/getp%.lua$")
   if not root then return nil, "gptoss.getp was not found as <root>/lua/gptoss/getp.lua" end
@@ -240,19 +309,9 @@ function helpers.script_runner(script)
     return nil, ("'%s %s --help' does not run"):format(lua, script)
   end
   return function(args, env, stdin)
-    local out, err = helpers.tmp(), helpers.tmp()
-    local cmd = {}
-    for name, value in pairs(env or {}) do cmd[#cmd + 1] = ("%s=%s"):format(name, shell_quote(value)) end
-    cmd[#cmd + 1] = prefix
-    for _, a in ipairs(args) do cmd[#cmd + 1] = shell_quote(a) end
-    if stdin then
-      local input = helpers.tmp()
-      helpers.write_file(input, stdin)
-      cmd[#cmd + 1] = "<" .. shell_quote(input)
-    end
-    local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(cmd, " "), shell_quote(out), shell_quote(err)))
-    assert(how == "exit", ("%s ended by %s %s"):format(script, tostring(how), tostring(code)))
-    return code, helpers.read_file(out), helpers.read_file(err)
+    local words = quoted(args)
+    table.insert(words, 1, prefix)
+    return execute("", env, words, stdin, script)
   end
 end
 

@@ -32,8 +32,8 @@ describe("examples/speculative.lua", function()
       { { "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
       { { "--k", "0" }, "--k: '0' is not an integer >= 1" },
       -- a path-like name that is not there is a missing file, not an unknown shape
-      { { "--model", "nope.bin" }, "speculative.lua: load: cannot open model file 'nope.bin'" },
-      { { "--model", "9m" }, "speculative.lua: synthetic: unknown model shape '9m'" },
+      { { "nope.bin" }, "speculative.lua: load: cannot open model file 'nope.bin'" },
+      { { "9m" }, "speculative.lua: '9m' is neither a file, a directory nor a synthetic shape" },
     })
   end)
 end)
@@ -62,7 +62,7 @@ describe("examples/bench_getp.lua", function()
   it("puts --replicas-per-device replicas on a device and reports each one's host and wait per step", function()
     H.need_tokenizer(pending)
     local run = H.runner("examples/bench_getp.lua", pending)
-    local code, out, err = run { "--model", "7m", "--devices", "cpu", "--weights", "fp32", "--requests", "6",
+    local code, out, err = run { "7m", "--devices", "cpu", "--weights", "fp32", "--requests", "6",
       "--steps", "24", "--replicas-per-device", "3" }
     assert.are.equal(0, code, err)
     local figures = json.decode(out:match("\n({[^\n]*})\n$"))

@@ -525,7 +525,7 @@ describe("examples/parity.lua", function()
   after_each(cleanup)
 
   local function runner() return H.runner("examples/parity.lua", pending) end
-  local base = { "--synthetic", "7m", "--seed", "3", "--tokens", "200006,17, 13225" }
+  local base = { "7m", "--seed-weights", "3", "--tokens", "200006,17, 13225" }
   local function with(...)
     local t = { table.unpack(base) }
     for _, v in ipairs { ... } do t[#t + 1] = v end
@@ -578,14 +578,14 @@ describe("examples/parity.lua", function()
   it("gives the documented verdicts: bf16 weights pass, a routing flip fails diagnosed", function()
     local run = runner()
     local tokenizer = H.need_tokenizer(pending)
-    local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer }
+    local code, out, err = run { "7m", "--prompt", "Hello world", "--tokenizer", tokenizer }
     assert.are.equal(0, code, err)
     assert.truthy(out:find("^parity: a = cpu weights bf16 kv fp32, b = cpu weights fp32 kv fp32 %(reference%)"), out)
     assert.truthy(out:find("\ntolerance %(bf16 mode%)"), out)
-    code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer, "--json" }
+    code, out, err = run { "7m", "--prompt", "Hello world", "--tokenizer", tokenizer, "--json" }
     assert.are.equal(0, code, err)
     assert.is_true(require("dkjson").decode(out).ok)
-    code, out, err = run { "--synthetic", "7m", "--tokens", "1,2,3", "--a", "cpu:bf16", "--b", "cpu:fp32" }
+    code, out, err = run { "7m", "--tokens", "1,2,3", "--a", "cpu:bf16", "--b", "cpu:fp32" }
     assert.are.same({ 1, "" }, { code, err })
     assert.truthy(out:find("\nfirst stage over tolerance: position %d, layer 2 topk_idx %(routing flip at rank %d"), out)
     assert.truthy(out:find("\nflips: 1 routing, 0 bf16 rounding\n"), out)
@@ -594,7 +594,7 @@ describe("examples/parity.lua", function()
   it("encodes --prompt with the tokenizer", function()
     local run = runner()
     local tokenizer = H.need_tokenizer(pending)
-    local code, out, err = run { "--synthetic", "7m", "--prompt", "Hello world", "--tokenizer", tokenizer,
+    local code, out, err = run { "7m", "--prompt", "Hello world", "--tokenizer", tokenizer,
       "--a", "cpu:fp32" }
     assert.are.equal(0, code, err)
     assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
@@ -604,16 +604,18 @@ describe("examples/parity.lua", function()
     local run = runner()
     local missing = tmp() .. ".bin"
     H.expect_exits(run, 2, {
-      { {}, "give a model file or --synthetic NAME" },
-      { { missing, "--synthetic", "7m", "--tokens", "1" }, "parity.lua: give a model file or --synthetic NAME, one of them" },
-      { { "--synthetic", "7m" }, "give --tokens or --prompt" },
-      { { "--synthetic", "7m", "--tokens", "1", "--prompt", "x" }, "give --tokens or --prompt" },
-      { { "--synthetic", "7m", "--tokens", "1,,2" }, "'1,,2' is not a comma-separated list of token ids" },
-      { { "--synthetic", "7m", "--tokens", "1", "--a", "gpu:fp32" }, "'gpu:fp32' is not a replica DEVICE:WEIGHTS[/KV]" },
-      { { "--synthetic", "7m", "--tokens", "1", "--b", "cpu:fp16" }, "'cpu:fp16' is not a replica" },
-      { { "--synthetic", "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
-      { { "--synthetic", "7m", "--tokens", "1", "--rtol=-1" }, "parity.lua: --rtol: '-1' is not a non-negative number" },
-      { { "--synthetic", "7m", "--tokens", "1", "--seed", "x" }, "'x' is not an integer" },
+      { {}, "parity.lua: missing argument 'model'" },
+      { { missing, "7m", "--tokens", "1" }, "parity.lua: too many arguments" },
+      { { "--synthetic", "7m", "--tokens", "1" }, "parity.lua: --synthetic 7m is now written 7m" },
+      { { "7m", "--tokens", "1", "--seed", "3" }, "parity.lua: --seed 3 is now written --seed-weights 3" },
+      { { "7m" }, "give --tokens or --prompt" },
+      { { "7m", "--tokens", "1", "--prompt", "x" }, "give --tokens or --prompt" },
+      { { "7m", "--tokens", "1,,2" }, "'1,,2' is not a comma-separated list of token ids" },
+      { { "7m", "--tokens", "1", "--a", "gpu:fp32" }, "'gpu:fp32' is not a replica DEVICE:WEIGHTS[/KV]" },
+      { { "7m", "--tokens", "1", "--b", "cpu:fp16" }, "'cpu:fp16' is not a replica" },
+      { { "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
+      { { "7m", "--tokens", "1", "--rtol=-1" }, "parity.lua: --rtol: '-1' is not a non-negative number" },
+      { { "7m", "--tokens", "1", "--seed-weights", "x" }, "--seed-weights: 'x' is not an integer" },
     }, "Usage: parity.lua")
   end)
 
@@ -621,11 +623,11 @@ describe("examples/parity.lua", function()
     local run = runner()
     local missing = tmp() .. ".bin"
     H.expect_exits(run, 2, {
-      { { "--synthetic", "7m", "--tokens", "1,201088" },
+      { { "7m", "--tokens", "1,201088" },
         "parity.lua: parity.compare: replica a at tokens[2] (position 1): trace: tokens[1] = 201088 is out of range" },
-      { { "--synthetic", "9m", "--tokens", "1" }, "parity.lua: synthetic: unknown model shape '9m'" },
+      { { "9m", "--tokens", "1" }, "parity.lua: '9m' is neither a file, a directory nor a synthetic shape" },
       { { missing, "--tokens", "1" }, "parity.lua: " },
-      { { "--synthetic", "7m", "--prompt", "x", "--tokenizer", missing }, "parity.lua: " },
+      { { "7m", "--prompt", "x", "--tokenizer", missing }, "parity.lua: " },
     })
   end)
 end)

@@ -5,49 +5,14 @@
 -- the tree, with the interpreter and the build folder of these specs.
 local H = require "helpers"
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function absolute(path)
-  if path:sub(1, 1) == "/" then return path end
-  local p = assert(io.popen("pwd"))
-  local cwd = p:read("l")
-  p:close()
-  return cwd .. "/" .. path
-end
-
--- the tree's root and build folder as these specs load them, and their interpreter
-local module = package.searchpath("gptoss.getp", package.path)
-local ROOT = module and absolute(module:match("^(.-)lua/gptoss/getp%.lua$"))
-local core = package.searchpath("gptoss.core", package.cpath)
-local BUILD = core and absolute(core:match("^(.*)/gptoss/core%.so$"))
-local LUA = (function()
-  local i = -1
-  while arg[i - 1] ~= nil do i = i - 1 end
-  return arg[i]
-end)()
-
--- Runs command (a list of words) in dir, GPTOSS_TOKENIZER unset unless env sets it:
--- exit code, stdout, stderr.
-local function run_in(dir, env, command)
-  local out, err = H.tmp(), H.tmp()
-  local words = { "cd", shell_quote(dir), "&&", "env", "-u", "GPTOSS_TOKENIZER" }
-  for name, value in pairs(env) do words[#words + 1] = name .. "=" .. shell_quote(value) end
-  for _, w in ipairs(command) do words[#words + 1] = shell_quote(w) end
-  local _, how, code = os.execute(("%s >%s 2>%s"):format(table.concat(words, " "), out, err))
-  assert(how == "exit", table.concat(command, " "))
-  return code, H.read_file(out), H.read_file(err)
-end
+local shell_quote, run_in = H.shell_quote, H.run_in
+local ROOT, BUILD, LUA = H.TREE.root, H.TREE.build, H.TREE.lua
 
 describe("./gptoss", function()
   after_each(H.cleanup)
 
   local function wrapper(dir, args, env)
-    if not (ROOT and BUILD) then pending("gptoss was not loaded from a source tree and a build folder") end
-    env = env or {}
-    env.GPTOSS_LUA, env.GPTOSS_BUILD = LUA, env.GPTOSS_BUILD or BUILD
-    return run_in(dir, env, { ROOT .. "gptoss", table.unpack(args) })
+    return H.gptoss(pending, dir, args, env)
   end
 
   it("runs a script from another directory with the tree's modules and tokenizer", function()
@@ -66,24 +31,24 @@ describe("./gptoss", function()
     assert.are.equal(ROOT .. "lua/gptoss/init.lua\n13225 2375\tand\targs\n", out)
   end)
 
-  it("runs an example by its name, and through a symlink", function()
+  it("runs a command by its name, and lua5.4 through a symlink", function()
     local dir = H.tmpdir()
-    local code, out, err = wrapper(dir, { "parity", "--synthetic", "7m", "--tokens", "1,2", "--a", "cpu:fp32" })
+    local code, out, err = wrapper(dir, { "parity", "7m", "--tokens", "1,2", "--a", "cpu:fp32" })
     assert.are.equal(0, code, err)
     assert.truthy(out:find("\nall stages within tolerance\n$"), out)
     assert(os.execute(("ln -s %s %s/g"):format(shell_quote(ROOT .. "gptoss"), shell_quote(dir))))
     code, out, err = run_in(dir, { GPTOSS_LUA = LUA, GPTOSS_BUILD = BUILD },
-      { "./g", "-e", "print(require('gptoss').platform)" })
+      { "./g", "lua", "-e", "print(require('gptoss').platform)" })
     assert.are.same({ 0, require("gptoss").platform .. "\n" }, { code, out }, err)
   end)
 
-  it("says in one line that the module is not built, and what is neither a file nor an example", function()
+  it("says in one line that the module is not built, and what is neither a command nor a file", function()
     local dir = H.tmpdir()
     local code, out, err = wrapper(dir, { "demo" }, { GPTOSS_BUILD = dir .. "/build" })
     assert.are.same({ 1, "", dir .. "/build/gptoss/core.so missing: run make\n" }, { code, out, err })
     code, out, err = wrapper(dir, { "demos" })
     assert.are.same({ 1, "" }, { code, out })
-    assert.truthy(err:find("^gptoss: 'demos' is neither a file nor an example: [%w_ ]*demo [%w_ ]*parity"), err)
+    assert.truthy(err:find("^gptoss: 'demos' is neither a command nor a file %(commands: run, chat, demo, "), err)
   end)
 end)
 
@@ -110,13 +75,21 @@ describe("gptoss.tokenizer_path", function()
     assert.are.equal("nil\tno tokenizer.bin found: $GPTOSS_TOKENIZER is not set, build/tokenizer.bin is not in "
       .. "the current directory (make tokenizer writes it) and none is installed beside the gptoss modules", path)
     assert.are.equal("tokenizer: no tokenizer.bin found: ", err:sub(1, 35))
-    -- an installed tree: share/lua/5.4/gptoss/tokenizer.bin beside the modules
-    assert(os.execute(("mkdir -p %s/tree/gptoss"):format(dir)))
-    H.write_file(dir .. "/tree/gptoss/tokenizer.bin", "")
-    assert.are.equal(dir .. "/tree/gptoss/tokenizer.bin", (lookup(dir, {}, dir .. "/tree/?.lua;")))
+    -- a tree luarocks --local installed (~/.luarocks/share/lua/5.4): tokenizer.bin beside the
+    -- modules, found from where gptoss's init.lua was loaded ("?.lua" made "?.bin" in
+    -- package.path once turned .luarocks into .binrocks)
+    local share = dir .. "/.luarocks/share/lua/5.4"
+    assert(os.execute(("mkdir -p %s/gptoss"):format(shell_quote(share))))
+    -- copied in Lua: cp, run with make test-sanitized's preloaded ASan, reports leaks of its own
+    for _, name in ipairs(H.list_dir(ROOT .. "lua/gptoss")) do
+      H.write_file(share .. "/gptoss/" .. name, H.read_file(ROOT .. "lua/gptoss/" .. name))
+    end
+    H.write_file(share .. "/gptoss/tokenizer.bin", "")
+    local installed = share .. "/?.lua;" .. share .. "/?/init.lua;"
+    assert.are.equal(share .. "/gptoss/tokenizer.bin", (lookup(dir, {}, installed)))
     assert(os.execute(("mkdir %s/build"):format(dir)))
     H.write_file(dir .. "/build/tokenizer.bin", "")
-    assert.are.equal("build/tokenizer.bin", (lookup(dir, {}, dir .. "/tree/?.lua;")))
+    assert.are.equal("build/tokenizer.bin", (lookup(dir, {}, installed)))
     assert.are.equal("/elsewhere/t.bin", (lookup(dir, { GPTOSS_TOKENIZER = "/elsewhere/t.bin" })))
   end)
 end)

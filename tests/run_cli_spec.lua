@@ -29,7 +29,7 @@ describe("gptoss.cli", function()
     assert.are.same({ "m.bin", "--temperature=-1", "--input=-hello", "--input=", "--quiet", "-n" },
       cli.rewrite { "m.bin", "-t", "-1", "-i", "-hello", "-i", "", "--quiet", "-n" })
     local a = assert(parse("m.bin", "-t", "-1", "-i", "--x", "-n", "-5", "-m", "getp", "-o", "-t"))
-    assert.are.equal("m.bin", a.checkpoint)
+    assert.are.equal("m.bin", a.model)
     assert.are.equal(0.0, a.temperature)
     assert.are.equal("--x", a.input)
     assert.are.equal(0, a.steps)
@@ -38,10 +38,10 @@ describe("gptoss.cli", function()
     -- the checkpoint anywhere, the last of a repeated flag, an empty prompt
     a = assert(parse("-n", "5", "-n", "7", "m.bin", "-i", ""))
     assert.are.equal(7, a.steps)
-    assert.are.equal("m.bin", a.checkpoint)
+    assert.are.equal("m.bin", a.model)
     assert.are.equal("", a.input)
     -- the course's defaults, and ours
-    a = assert(parse("--synthetic", "7m"))
+    a = assert(parse("7m"))
     assert.are.same({ 0.0, f32(0.9), 1234, 1024, "generate", gptoss.DEFAULT_SEED, {} },
       { a.temperature, a.top_p, a.seed, a.steps, a.mode, a.seed_weights, a.stop })
     for _, unset in ipairs { "tokenizer", "devices", "top_k", "min_p", "max_new", "threads" } do
@@ -63,15 +63,17 @@ describe("gptoss.cli", function()
   end)
 
   it("parses our long options and refuses bad values, naming the flag", function()
-    local a = assert(parse("--synthetic", "20b-2l", "--devices", "2, 1", "--weights", "fp32", "--slots", "8",
+    local a = assert(parse("20b-2l", "--devices", "2, 1", "--weights", "fp32", "--slots", "8",
       "--scheduler", "static", "--partition", "blocks", "--profile", "--quiet", "--json", "--seed-weights", "3"))
     assert.are.same({ "20b-2l", { 2, 1 }, "fp32", 8, "static", "blocks", true, true, true, 3 },
-      { a.synthetic, a.devices, a.weights, a.slots, a.scheduler, a.partition, a.profile, a.quiet, a.json,
+      { a.model, a.devices, a.weights, a.slots, a.scheduler, a.partition, a.profile, a.quiet, a.json,
         a.seed_weights })
-    assert.are.same({ "cpu" }, assert(parse("--synthetic", "7m", "--devices", "cpu")).devices)
+    assert.are.same({ "cpu" }, assert(parse("7m", "--devices", "cpu")).devices)
     for _, case in ipairs {
-      { { "m.bin", "--synthetic", "7m" }, "give a model file or --synthetic NAME (one of them)" },
-      { {}, "give a model file or --synthetic NAME" },
+      { { "m.bin", "7m" }, "too many arguments" },
+      { {}, "missing argument 'model'" },
+      { { "--synthetic", "7m" }, "--synthetic 7m is now written 7m: a synthetic shape is named as the model" },
+      { { "synthetic:7m" }, "'synthetic:7m' is now written 7m: a synthetic shape is named as the model" },
       { { "m.bin", "-m", "chats" }, "-m: unknown mode 'chats' (known: generate, getp; the course's chat is not supported)" },
       { { "m.bin", "-t", "hot" }, "-t: 'hot' is not a number" },
       { { "m.bin", "-p", "nan" }, "-p: 'nan' is not a number" },
@@ -303,7 +305,7 @@ describe("examples/run.lua", function()
     local run = runner()
     if not getp_run then
       local input, output = request_file { "4", PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], "an extra line" }, tmp()
-      local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
+      local code, out, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
         "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", "--profile" }
       getp_run = { code = code, out = out, err = err, input = input, outputs = requests.read_output(output),
         output = read_file(output),
@@ -346,7 +348,7 @@ describe("examples/run.lua", function()
   it("prompts getp with harmony user turns under --chat, as gptoss.getp.run with chat", function()
     local run = runner()
     local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
-    local code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "80",
+    local code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "80",
       "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--chat" }
     assert.are.equal(0, code, err)
     local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 80, chat = true,
@@ -402,7 +404,7 @@ describe("examples/run.lua", function()
     assert.is_true(expected.prefill_saved > 0)
     for _, case in ipairs { { {}, expected.prefill_saved }, { { "--no-share-prefix" }, 0 } } do
       local output = tmp()
-      local args = { "--synthetic", "7m", "-m", "getp", "--chat", "-i", input, "-o", output, "-n", tostring(steps),
+      local args = { "7m", "-m", "getp", "--chat", "-i", input, "-o", output, "-n", tostring(steps),
         "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", table.unpack(case[1]) }
       local code, out, err = run(args)
       assert.are.equal(0, code, err)
@@ -415,7 +417,7 @@ describe("examples/run.lua", function()
     local run = runner()
     local input = request_file { "0" }
     for _, case in ipairs { { "-5", 2048 }, { "0", 2048 }, { "5000", 2048 }, { "100", 100 } } do
-      local code, out, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-n", case[1],
+      local code, out, err = run { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-n", case[1],
         "--devices", "cpu", "--weights", "bf16", "--slots", "3", "--scheduler", "static", "--json" }
       assert.are.equal(0, code, err)
       assert.truthy(out:find(("\nrequests size = 0 B\nNum requests: 0\n"), 1, true), out)
@@ -465,7 +467,7 @@ describe("examples/run.lua", function()
     local run = runner()
     local ids, pos = course_generate("Hello world", 12)
     for _, t in ipairs { "0", "-1" } do
-      local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "12", "-t", t, "-z", TOKENIZER,
+      local code, out, err = run { "7m", "-i", "Hello world", "-n", "12", "-t", t, "-z", TOKENIZER,
         "--devices", "cpu", "--quiet", "--json" }
       assert.are.equal(0, code, err)
       assert.truthy(err:match("^achieved tok/s: %d+%.%d%d%d%d%d%d\n$"), err)
@@ -479,7 +481,7 @@ describe("examples/run.lua", function()
 
     local sampler = gptoss.sampler { mode = "course", temperature = f32(0.8), top_p = f32(0.9), seed = 5 }
     local sampled = course_generate("Hello world", 10, sampler)
-    local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "10", "-t", "0.8", "-p", "5",
+    local code, out, err = run { "7m", "-i", "Hello world", "-n", "10", "-t", "0.8", "-p", "5",
       "-s", "5", "-z", TOKENIZER, "--devices", "cpu" }
     assert.are.equal(0, code, err)
     assert.are.equal(HEADER .. tok:decode(sampled) .. "\n", out)
@@ -498,7 +500,7 @@ describe("examples/run.lua", function()
     local ids = course_generate("Hello world", 12)
     local L = #tok:encode("Hello world")
     for _, case in ipairs { { "3", 3 }, { "0", 0 }, { "100", #ids - L } } do
-      local code, out, err = run { "--synthetic", "7m", "-i", "Hello world", "-n", "12", "--max-new", case[1],
+      local code, out, err = run { "7m", "-i", "Hello world", "-n", "12", "--max-new", case[1],
         "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json" }
       assert.are.equal(0, code, err)
       local text, line = out:match("^(.*\n)({[^\n]*})\n$")
@@ -520,7 +522,7 @@ describe("examples/run.lua", function()
     local stop = first:sub(utf8.offset(first, -2)) .. second:sub(1, utf8.offset(second, 3) - 1)
     local at = text:find(stop, 1, true)
     for _, stops in ipairs { { stop }, { "never seen \1", stop } } do
-      local args = { "--synthetic", "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      local args = { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
       for _, st in ipairs(stops) do
         args[#args + 1], args[#args + 2] = "--stop", st
       end
@@ -529,7 +531,7 @@ describe("examples/run.lua", function()
       assert.are.equal(text:sub(1, at - 1) .. "\n", generated_text(out, prompt_text))
     end
     -- a stop string never reached: everything is printed, held-back text included
-    local code, out = run { "--synthetic", "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu",
+    local code, out = run { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu",
       "--quiet", "--stop", text:sub(-1) .. "\1" }
     assert.are.equal(0, code)
     assert.are.equal(text .. "\n", generated_text(out, prompt_text))
@@ -539,7 +541,7 @@ describe("examples/run.lua", function()
     local run = runner()
     local prompt_text = "sea 🌊 and 🌊🌊"
     local ids = course_generate(prompt_text, #tok:encode(prompt_text) + 2)
-    local code, out, err = run { "--synthetic", "7m", "-i", prompt_text, "-n", tostring(#tok:encode(prompt_text) + 2),
+    local code, out, err = run { "7m", "-i", prompt_text, "-n", tostring(#tok:encode(prompt_text) + 2),
       "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     assert.are.equal(HEADER .. tok:decode(ids) .. "\n", out)
@@ -558,7 +560,7 @@ describe("examples/run.lua", function()
       local sampling = { temperature = f32(1.5), top_p = f32(case.top_p or 0.9), seed = 3,
         top_k = case.sampling.top_k, min_p = case.sampling.min_p }
       local ids = course_generate(prompt_text, steps, nil, sampling)
-      local args = { "--synthetic", "7m", "-i", prompt_text, "-n", tostring(steps), "-t", "1.5", "-s", "3",
+      local args = { "7m", "-i", prompt_text, "-n", tostring(steps), "-t", "1.5", "-s", "3",
         "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
       table.move(case.args, 1, #case.args, #args + 1, args)
       local code, out, err = run(args)
@@ -577,7 +579,7 @@ describe("examples/run.lua", function()
   it("samples getp with --top-k and --min-p, as gptoss.getp.run with them", function()
     local run = runner()
     local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
-    local code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "16",
+    local code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "16",
       "-t", "1.5", "-s", "11", "--top-k", "7", "--min-p", "0.01", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16,
@@ -591,14 +593,14 @@ describe("examples/run.lua", function()
 
   it("runs CPU replicas on --threads threads", function()
     local run = runner()
-    local code, out, err = run { "--synthetic", "7m", "-i", "Hello", "-n", "4", "--threads", "1", "-z", TOKENIZER,
+    local code, out, err = run { "7m", "-i", "Hello", "-n", "4", "--threads", "1", "-z", TOKENIZER,
       "--devices", "cpu" }
     assert.are.equal(0, code, err)
     assert.truthy(err:find("run.lua: gptoss.replica(cpu, 1 slots x 4 positions, weights fp32, kv fp32, 1 threads)\n",
       1, true), err)
     assert.are.equal(HEADER .. tok:decode(course_generate("Hello", 4)) .. "\n", out)
     local input, output = request_file { "1", "Hello" }, tmp()
-    code, _, err = run { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", output, "-n", "6", "--threads", "1",
+    code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "6", "--threads", "1",
       "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     assert.are.same(getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 6,
@@ -607,8 +609,8 @@ describe("examples/run.lua", function()
 
   -- Runs each case {args, pattern [, plain text]}: status 1, the pattern (and the text) on
   -- stderr without a traceback or a Lua position, nothing on stdout but the header of a
-  -- model that loaded.
-  local function exits_1(run, cases)
+  -- run that started (none with before_header: what the files named hold is checked first).
+  local function exits_1(run, cases, before_header)
     for _, case in ipairs(cases) do
       local code, out, err = run(case[1])
       local what = table.concat(case[1], " ")
@@ -616,7 +618,7 @@ describe("examples/run.lua", function()
       assert.truthy(err:find(case[2]), what .. "\n" .. err)
       if case[3] then assert.truthy(err:find(case[3], 1, true), what .. "\n" .. err) end
       clean(err)
-      assert.truthy(out == "" or out:sub(1, #HEADER) == HEADER, what .. "\n" .. out)
+      assert.truthy(out == "" or (not before_header and out:sub(1, #HEADER) == HEADER), what .. "\n" .. out)
     end
   end
 
@@ -625,20 +627,20 @@ describe("examples/run.lua", function()
     local input = request_file { "2", "Hello", "world" }
     local hint = "\nTry 'run%.lua %-%-help' for usage%.\n$"
     exits_1(run, {
-      { { "--synthetic", "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>"
+      { { "7m", "-m", "getp", "-i", input }, "^run%.lua: %-m getp needs %-i <request file> and %-o <output file>"
         .. hint },
-      { { "--synthetic", "7m", "-m", "getp", "-o", tmp() }, "^run%.lua: %-m getp needs %-i" },
-      { { "--synthetic", "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"" .. hint },
-      { { "--synthetic", "7m", "-m", "chat", "-i", "hi" }, "^run%.lua: %-m chat is not supported: the course's chat mode" },
-      { { "--synthetic", "7m", "-m", "bogus" }, "^run%.lua: %-m: unknown mode 'bogus' %(known: generate, getp;.*" .. hint },
-      { { "--synthetic", "7m", "-t", "abc" }, "^run%.lua: %-t: 'abc' is not a number" .. hint },
-      { { "--synthetic", "7m", "-t" }, "^run%.lua: option '%-t' requires an argument" .. hint },
-      { { "--synthetic", "7m", "-q", "1" }, "^run%.lua: unknown option '%-q'\n.*" .. hint },
-      { { "--synthetic", "7m", "--top-k", "many" }, "^run%.lua: %-%-top%-k: 'many' is not an integer >= 0" .. hint },
-      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "--stop", "." },
+      { { "7m", "-m", "getp", "-o", tmp() }, "^run%.lua: %-m getp needs %-i" },
+      { { "7m" }, "^run%.lua: %-m generate needs a prompt: %-i \"text\"" .. hint },
+      { { "7m", "-m", "chat", "-i", "hi" }, "^run%.lua: %-m chat is not supported: the course's chat mode" },
+      { { "7m", "-m", "bogus" }, "^run%.lua: %-m: unknown mode 'bogus' %(known: generate, getp;.*" .. hint },
+      { { "7m", "-t", "abc" }, "^run%.lua: %-t: 'abc' is not a number" .. hint },
+      { { "7m", "-t" }, "^run%.lua: option '%-t' requires an argument" .. hint },
+      { { "7m", "-q", "1" }, "^run%.lua: unknown option '%-q'\n.*" .. hint },
+      { { "7m", "--top-k", "many" }, "^run%.lua: %-%-top%-k: 'many' is not an integer >= 0" .. hint },
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "--stop", "." },
         "^run%.lua: %-%-stop is for %-m generate: getp's requests end at %-n positions or a stop id, as the course's"
           .. hint },
-      { { "--synthetic", "7m", "-i", "hi", "--devices", "1", "--threads", "2" },
+      { { "7m", "-i", "hi", "--devices", "1", "--threads", "2" },
         "^run%.lua: %-%-threads is for CPU replicas %(%-%-devices cpu%)" .. hint },
     })
   end)
@@ -649,16 +651,17 @@ describe("examples/run.lua", function()
     local cases = {
       { { missing, "-i", "hi" }, ("^run%%.lua: load: cannot open model file '%s': No such file or directory\n$")
         :format(missing:gsub("%p", "%%%0")) },
-      { { "--synthetic", "9m", "-i", "hi" }, "^run%.lua: synthetic: unknown model shape '9m'" },
-      { { "--synthetic", "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
-      { { "--synthetic", "7m", "-i", "hi", "-z", "README.md" },
+      { { "9m", "-i", "hi" },
+        "^run%.lua: '9m' is neither a file, a directory nor a synthetic shape %(7m, 20b, 20b%-2l, 120b%)\n$" },
+      { { "7m", "-i", "hi", "-z", missing }, "^run%.lua: cannot open tokenizer file '" },
+      { { "7m", "-i", "hi", "-z", "README.md" },
         "^run%.lua: tokenizer file 'README%.md' is truncated: entry 0 at byte 4 has length %d+, %d+ bytes remain\n$" },
     }
+    exits_1(run, cases, true)
     if #gptoss.devices() == 0 then
-      cases[#cases + 1] = { { "--synthetic", "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
-        "^run%.lua: replica: device 1: no GPU is available" }
+      exits_1(run, { { { "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
+        "^run%.lua: replica: device 1: no GPU is available" } })
     end
-    exits_1(run, cases)
   end)
 
   it("exits 1 when the request file cannot be read or the output written", function()
@@ -666,15 +669,20 @@ describe("examples/run.lua", function()
     local input = request_file { "2", "Hello", "world" }
     local bad = request_file { "two", "Hello" }
     exits_1(run, {
-      { { "--synthetic", "7m", "-m", "getp", "-i", bad, "-o", tmp(), "-z", TOKENIZER },
+      { { "7m", "-m", "getp", "-i", bad, "-o", tmp(), "-z", TOKENIZER },
         ("^run%%.lua: requests%%.read: %s: line 1: request count must be a non%%-negative integer %%(got \"two\"%%)\n$")
           :format(bad:gsub("%p", "%%%0")) },
-      { { "--synthetic", "7m", "-m", "getp", "-i", tmp() .. ".none", "-o", tmp(), "-z", TOKENIZER },
+      { { "7m", "-m", "getp", "-i", tmp() .. ".none", "-o", tmp(), "-z", TOKENIZER },
         "^run%.lua: requests%.read: cannot open '" },
-      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", "/nonexistent-gptoss-dir/out.txt", "-z", TOKENIZER,
+      -- before the model: the shape named is not one
+      { { "9m", "-m", "getp", "-i", input, "-o", "/nonexistent-gptoss-dir/out.txt", "-z", TOKENIZER,
         "-n", "3", "--devices", "cpu", "--quiet" },
-        "^run%.lua: requests%.write: cannot open '/nonexistent%-gptoss%-dir/out%.txt' for writing: No such file" },
-    })
+        "^run%.lua: %-o: cannot write '/nonexistent%-gptoss%-dir/out%.txt': No such file or directory\n$" },
+      { { "7m", "-m", "getp", "-i", input, "-o", H.tmpdir(), "-z", TOKENIZER },
+        "^run%.lua: %-o: cannot write '.*': Is a directory\n$" },
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", tmp() .. ".none" },
+        "^run%.lua: cannot open tokenizer file '" },
+    }, true)
   end)
 
   it("exits 1 when the replicas asked for cannot be made, or a step fails", function()
@@ -683,11 +691,11 @@ describe("examples/run.lua", function()
     local broken = tmp()
     H.nan_row_model(model, 5):save(broken)
     exits_1(run, {
-      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
         "--slots", "2000000" },
         "^run%.lua: getp: building the replica on cpu: replica: slots = 2000000 must be in 1%.%.1048576\n$" },
       -- 1 TiB of KV cache: more than the host has
-      { { "--synthetic", "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
         "--slots", "1048576", "-n", "2048" },
         "^run%.lua: getp: building the replica on cpu: replica: the KV cache for 1048576 slots of 2048 positions "
           .. "needs 1024%.00 GiB, [%d.]+ GiB available\n$" },
@@ -703,7 +711,7 @@ describe("examples/run.lua", function()
     local code, out, err = run { "-h" }
     assert.are.equal(0, code)
     assert.truthy(out:find("^Usage: run%.lua "), out)
-    for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "--synthetic <name>", "--devices <list>",
+    for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "<model>", "--seed-weights <int>", "--devices <list>",
       "--profile", "--quiet", "--json", "--top-k <int>", "--min-p <float>", "--max-new <int>", "--stop <text>",
       "--threads <int>" } do
       assert.truthy(out:find(flag, 1, true), flag)

@@ -2,8 +2,8 @@
 -- examples/run.lua (installed as gptoss-run): argument parsing, the course's post-processing of the values, and the
 -- text the command prints besides the course's timing lines.
 --
--- Syntax: `run <checkpoint.bin> [-x value]...` as the course's (the model may also be a
--- checkpoint directory), or `--synthetic NAME` instead of the file. Course flags are "-" and
+-- Syntax: `run <checkpoint.bin> [-x value]...` as the course's; the model may also be a
+-- checkpoint directory or a synthetic shape (gptoss.naming's MODEL). Course flags are "-" and
 -- one letter and always take the next argument as their value, whatever it looks like
 -- (`-t -1`, `-i "-a prompt"`, `-i ""`):
 -- cli.parse rewrites each such pair as `--long=value` before argparse sees it, since
@@ -27,6 +27,7 @@
 -- --threads (CPU replicas); cli.parse refuses what does not apply to the mode given.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
+local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
 
@@ -92,21 +93,6 @@ function cli.usage_exit(name, msg, status)
   os.exit(status)
 end
 
---- "cpu" -> {"cpu"}; "1,2" -> {1, 2} (GPU numbers from 1, each once); else nil, message.
-function cli.devices(s)
-  if s == "cpu" then return { "cpu" } end
-  local list, seen = {}, {}
-  for item in (s .. ","):gmatch("([^,]*),") do
-    local id = math.tointeger(tonumber(item:match("^%s*(.-)%s*$")))
-    if id == nil or id < 1 or seen[id] then
-      return nil, ("--devices: '%s' is not \"cpu\" or a list of distinct GPU numbers from 1 (\"1,2\")"):format(s)
-    end
-    seen[id] = true
-    list[#list + 1] = id
-  end
-  return list
-end
-
 -- A course flag with its hidden long alias (what cli.rewrite turns "-t value" into); the
 -- option's field is the alias without dashes (a.temperature, a.top_p, ...).
 local function course(p, flag, ...)
@@ -123,9 +109,9 @@ function cli.parser(name)
       "ours are long names. Examples:",
       "  " .. name .. " model.bin -m getp -i in.txt -o out.txt",
       "  " .. name .. " model.bin -n 256 -i \"Once upon a time\"",
-      "  " .. name .. " --synthetic 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
+      "  " .. name .. " 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
     }, "\n"))
-  p:argument("checkpoint", "A course .bin model file or a checkpoint directory (or --synthetic NAME)."):args("?")
+  naming.add_model(p)
   course(p, "-t", "Temperature; 0 is greedy (below 0 means 0). generate samples with the course's sampler, "
     .. "or with the default-mode one when --top-k or --min-p is given.", "0"):argname("<float>")
     :convert(number("-t"))
@@ -141,10 +127,6 @@ function cli.parser(name)
     :format(COURSE_TOKENIZER)):argname("<path>")
   course(p, "-m", "generate | getp | chat (chat is not supported).", "generate"):argname("<string>")
   course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
-  p:option("--synthetic", "A synthetic model of this shape (7m, 20b, 20b-2l, 120b) instead of a file.")
-    :argname("<name>")
-  p:option("--seed-weights", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED)):argname("<int>")
-    :convert(cli.integer("--seed-weights"))
   p:option("--top-k", "Sample among the K most likely tokens only (with -t > 0; 0: all). generate then uses "
     .. "the default-mode sampler (docs/api.md#default-mode) instead of the course's, seeded with -s.")
     :argname("<int>"):convert(cli.integer("--top-k", 0))
@@ -157,9 +139,7 @@ function cli.parser(name)
     :argname("<text>"):count("*")
   p:option("--threads", "Threads of a CPU replica (0: all CPUs).")
     :argname("<int>"):convert(cli.integer("--threads", 0))
-  p:option("--devices", "\"cpu\" or GPU numbers \"1,2\", one replica each (default: every GPU, "
-    .. "else cpu; generate uses the first).")
-    :argname("<list>"):convert(cli.devices)
+  naming.add_devices(p, "every GPU, else cpu; generate uses the first")
   p:option("--weights", "Weight format (default: fp32 on the CPU; on GPUs the smallest the experts are "
     .. "exactly in, mxfp4 for a checkpoint, else bf16)."):choices(gptoss.weight_format_names())
   p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
@@ -220,9 +200,6 @@ function cli.parse(argv, name, now)
   local parser = cli.parser(name)
   local ok, a = parser:pparse(cli.rewrite(argv))
   if not ok then return nil, a end
-  if (a.checkpoint == nil) == (a.synthetic == nil) then
-    return nil, "give a model file or --synthetic NAME (one of them)"
-  end
   local known = false
   for _, m in ipairs(MODES) do known = known or m == a.mode end
   if not known then
@@ -249,45 +226,6 @@ function cli.sampling(a)
     a.top_k ~= nil or a.min_p ~= nil
 end
 
---- The options the loop examples (examples/speculative.lua, beam_search.lua, best_of_n.lua)
--- share, added to an argparse parser: --model, --seed-weights, --device, --weights,
--- --prompt, --tokenizer.
-function cli.model_options(p, default_prompt)
-  p:option("--model", "A synthetic shape (7m, 20b, 20b-2l, 120b), a course .bin file or a checkpoint directory.",
-    "7m")
-  p:option("--seed-weights", "Seed of the synthetic weights.", tostring(gptoss.DEFAULT_SEED))
-    :convert(cli.integer("--seed-weights"))
-  p:option("--device", "\"cpu\" or a GPU number.", "cpu"):convert(function(s)
-    if s == "cpu" then return s end
-    local id = math.tointeger(tonumber(s))
-    if id == nil or id < 1 then return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s) end
-    return id
-  end)
-  p:option("--weights", "Weight format (default: fp32 on the CPU, the replica's choice on a GPU).")
-    :choices(gptoss.weight_format_names())
-  p:option("--prompt", "Prompt text.", default_prompt)
-  p:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
-end
-
---- The model, the tokenizer, the base of replica options ({device =, weights =}) and
--- the prompt's ids that cli.model_options' values name: --model is a file or directory when
--- one exists there or the name has a "/" or a "." (so a mistyped path says it cannot be
--- opened), else a synthetic shape. A prompt of no ids is an error.
-function cli.open_model(a)
-  local f = io.open(a.model, "rb")
-  if f then f:close() end
-  local model
-  if f or a.model:find("[/.]") then
-    model = gptoss.load(a.model)
-  else
-    model = gptoss.synthetic(a.model, { seed = a.seed_weights })
-  end
-  local tok = gptoss.tokenizer(a.tokenizer, { vocab_size = model.config.vocab_size })
-  local prompt = tok:encode(a.prompt)
-  if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
-  return model, tok, { device = a.device, weights = a.weights }, prompt
-end
-
 --- The course's default tokenizer path unless -z is given or the file is missing, then
 -- gptoss.tokenizer_path()'s. Returns the path and, when it is not the course's default nor
 -- given, a note saying why; or nil and why none was found. exists(path) -> boolean.
@@ -299,6 +237,26 @@ function cli.tokenizer_path(given, exists)
     :format(COURSE_TOKENIZER, missing:gsub("^no tokenizer.bin found: ", "")) end
   return fallback, ("%s is not in the current directory: using %s (-z PATH to choose)")
     :format(COURSE_TOKENIZER, fallback)
+end
+
+local ENOENT = 2 -- Linux's errno for a path that is not there, the third result of a failed io.open
+
+--- Raises "FLAG: cannot write 'PATH': reason" unless the command will be able to write path, so
+-- that a mistyped output path fails before any work rather than after it. An existing file must
+-- open for update, which leaves its bytes as they are until the command writes it; else the
+-- file is created and removed again (its folder must exist and take it).
+function cli.check_writable(flag, path)
+  local f, _, code = io.open(path, "rb")
+  local exists = f ~= nil or code ~= ENOENT
+  if f then f:close() end
+  local msg
+  f, msg = io.open(path, exists and "r+b" or "wb")
+  if not f then
+    local reason = tostring(msg):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "")
+    error(("%s: cannot write '%s': %s"):format(flag, path, reason), 0)
+  end
+  f:close()
+  if not exists then os.remove(path) end
 end
 
 --- The 15 lines run.cpp prints when it opens a model (docs/course.md#header), "\n" ended.

@@ -10,7 +10,15 @@ local gptoss = {
   -- the seed of synthetic weights when none is given: gptoss.synthetic's default, and
   -- the examples' (README, demo, run.lua, parity, checker)
   DEFAULT_SEED = 7,
+  -- the named shapes of gptoss.config and gptoss.synthetic (src/core/config.c's table), in
+  -- the order messages list them
+  SHAPES = { "7m", "20b", "20b-2l", "120b" },
 }
+
+-- The folder this file was loaded from, "/"-terminated: in a rock tree (luarocks --local,
+-- --tree or system-wide) its share/lua/5.4/gptoss/, which holds what the rock installs
+-- beside the modules (tokenizer.bin, the examples); in a source tree lua/gptoss/.
+local MODULE_DIR = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 
 -- f(...)'s one result; its error raised at the caller of the function that called this
 -- (a core error then carries the user's position, never this file's). Call it as
@@ -34,12 +42,12 @@ end
 local function named_config(name, fn)
   local config = core.named_config(name)
   if not config then
-    error(("%s: unknown model shape '%s' (known: 7m, 20b, 20b-2l, 120b)"):format(fn, name), 3)
+    error(("%s: unknown model shape '%s' (known: %s)"):format(fn, name, table.concat(gptoss.SHAPES, ", ")), 3)
   end
   return config
 end
 
---- Returns the config table of a named shape ("7m", "20b", "20b-2l", "120b").
+--- Returns the config table of a named shape (gptoss.SHAPES: "7m", "20b", "20b-2l", "120b").
 function gptoss.config(name)
   if type(name) ~= "string" then
     error(("config: expected a shape name (got %s)"):format(type(name)), 2)
@@ -83,19 +91,33 @@ end
 
 local TREE_TOKENIZER = "build/tokenizer.bin"
 
+local function readable(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+--- Where this copy of gptoss keeps a file of the project ("tokenizer.bin", "README.md",
+-- "examples/demo.lua"), or nil when it has none. In a rock tree (luarocks --local, --tree or
+-- system-wide) the Makefile's install puts them beside the modules (share/lua/5.4/gptoss/NAME);
+-- in a source tree NAME is under its root (lua/gptoss/../../NAME), where tokenizer.bin is not
+-- (make writes build/tokenizer.bin).
+function gptoss.project_file(name)
+  for _, path in ipairs { MODULE_DIR .. name, MODULE_DIR .. "../../" .. name } do
+    if readable(path) then return path end
+  end
+  return nil
+end
+
 --- Where tokenizer.bin is when no path is given: $GPTOSS_TOKENIZER when set, else
 -- build/tokenizer.bin under the current directory (a source tree's, written by make), else
--- the copy installed with the rock beside the Lua modules (gptoss/tokenizer.bin on
--- package.path). Returns the path, or nil and a message naming the places looked at.
+-- the copy installed with the rock beside the modules (gptoss.project_file).
+-- Returns the path, or nil and a message naming the places looked at.
 function gptoss.tokenizer_path()
   local env = os.getenv("GPTOSS_TOKENIZER")
   if env and env ~= "" then return env end
-  local f = io.open(TREE_TOKENIZER, "rb")
-  if f then
-    f:close()
-    return TREE_TOKENIZER
-  end
-  local installed = package.searchpath("gptoss.tokenizer", (package.path:gsub("%.lua", ".bin")))
+  if readable(TREE_TOKENIZER) then return TREE_TOKENIZER end
+  local installed = gptoss.project_file("tokenizer.bin")
   if installed then return installed end
   return nil, ("no tokenizer.bin found: $GPTOSS_TOKENIZER is not set, %s is not in the current directory "
     .. "(make tokenizer writes it) and none is installed beside the gptoss modules"):format(TREE_TOKENIZER)

@@ -1,16 +1,17 @@
 --- gptoss.script: how the example scripts (examples/demo.lua, parity.lua, chat.lua,
 -- custom_scheduler.lua, bench_*.lua) answer bad input. A usage error is one line, the
 -- script's name and the message naming the option (`demo.lua: --steps: 'x' is not an
--- integer >= 1`), then the usage; --help prints the whole help. An error raised while the
--- script runs (a missing file, an unknown model shape, a device that is not there) is one
--- line too, the script's name and the message without the "file.lua:12: " position Lua
--- puts in front of it; never a traceback. Each ends with the exit status the script
--- documents.
+-- integer >= 1`, or `gptoss demo: ...` run as a command), then the usage; --help prints
+-- the whole help. An error raised while the script runs (a missing file, an unknown model
+-- shape, a device that is not there) is one line too, the script's name and the message
+-- without the "file.lua:12: " position Lua puts in front of it; never a traceback. Each
+-- ends with the exit status the script documents.
 local cli = require "gptoss.cli"
 
 local script = {}
 
---- The running script's file name (the last part of arg[0]), which its messages start with.
+--- The running script's file name (the last part of arg[0]), or "gptoss NAME" when the gptoss
+-- program runs it (lua/gptoss/commands.lua sets arg[0] so): what its messages and usage start with.
 script.name = (type(arg) == "table" and arg[0] or "script"):match("[^/]*$")
 
 -- "NAME: msg", unless msg already starts with the name

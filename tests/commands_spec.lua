@@ -1,0 +1,118 @@
+-- The gptoss program (lua/gptoss/commands.lua, bin/gptoss.lua) through the tree's ./gptoss,
+-- from a fresh directory outside the tree: the list of commands (one per example, each with
+-- its line), --version, a command's --help under its own name, lua5.4 under `gptoss lua`,
+-- scripts run as lua5.4 runs them, and one line for a name that is neither a command nor a
+-- file, an option that is lua5.4's, and a Lua module the examples need that is missing.
+local gptoss = require "gptoss"
+local commands = require "gptoss.commands"
+local H = require "helpers"
+
+describe("the gptoss program", function()
+  after_each(H.cleanup)
+
+  local function gptoss_in(dir, args, env, stdin)
+    return H.gptoss(pending, dir, args, env, stdin)
+  end
+
+  it("has a command for every example and an example for every command but lua and help", function()
+    local examples = {}
+    for _, name in ipairs(H.list_dir((H.TREE.root or "") .. "examples")) do
+      local command = name:match("^(.*)%.lua$")
+      if command then examples[#examples + 1] = command end
+    end
+    local listed = {}
+    for _, name in ipairs(commands.names()) do
+      if name ~= "lua" and name ~= "help" then listed[#listed + 1] = name end
+    end
+    table.sort(listed)
+    assert.are.same(examples, listed)
+  end)
+
+  it("lists the commands with their lines on help, --help and alone, and prints its version", function()
+    local dir = H.tmpdir()
+    for _, args in ipairs { {}, { "help" }, { "--help" }, { "-h" } } do
+      local code, out, err = gptoss_in(dir, args)
+      assert.are.same({ 0, commands.help(), "" }, { code, out, err }, table.concat(args, " "))
+    end
+    local help = commands.help()
+    for _, c in ipairs(commands.LIST) do
+      assert.truthy(help:find(("\n  %-18s%s\n"):format(c[1], c[2]), 1, true), c[1])
+    end
+    assert.truthy(help:find("synthetic shape (7m, 20b, 20b-2l, 120b)", 1, true), help)
+    local code, out = gptoss_in(dir, { "--version" })
+    assert.are.same({ 0, ("gptoss %s (%s)\n"):format(gptoss.VERSION, gptoss.platform) }, { code, out })
+  end)
+
+  it("gives each command's help under its own name, also as help COMMAND", function()
+    local dir = H.tmpdir()
+    for _, name in ipairs(commands.names()) do
+      if name ~= "lua" and name ~= "help" then
+        local code, out, err = gptoss_in(dir, { name, "--help" })
+        assert.are.same({ 0, "" }, { code, err }, name)
+        assert.truthy(out:find("^Usage: gptoss " .. name .. " "), out)
+      end
+    end
+    local code, out = gptoss_in(dir, { "help", "demo" })
+    assert.are.equal(0, code)
+    assert.are.equal(select(2, gptoss_in(dir, { "demo", "--help" })), out)
+    code, out = gptoss_in(dir, { "demo", "--steps", "x" })
+    assert.are.same({ 1, "" }, { code, out })
+  end)
+
+  it("names itself in a command's messages", function()
+    local code, out, err = gptoss_in(H.tmpdir(), { "demo", "--steps", "x" })
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("^gptoss demo: %-%-steps: 'x' is not an integer >= 1\nUsage: gptoss demo "), err)
+    code, out, err = gptoss_in(H.tmpdir(), { "run", "7m", "-t", "hot" })
+    assert.are.same({ 1, "", "gptoss run: -t: 'hot' is not a number\nTry 'gptoss run --help' for usage.\n" },
+      { code, out, err })
+  end)
+
+  it("runs lua5.4 itself under lua, with this gptoss on the module paths", function()
+    local dir = H.tmpdir()
+    local code, out, err = gptoss_in(dir, { "lua", "-e", "print(package.searchpath('gptoss', package.path))" })
+    assert.are.same({ 0, H.TREE.root .. "lua/gptoss/init.lua\n" }, { code, out }, err)
+    H.write_file(dir .. "/exit3.lua", "os.exit(tonumber(...))")
+    assert.are.equal(3, (gptoss_in(dir, { "lua", "exit3.lua", "3" })))
+    -- no arguments and no terminal: lua5.4 reads its program from stdin
+    code, out = gptoss_in(dir, { "lua" }, nil, "print(require('gptoss').VERSION)")
+    assert.are.same({ 0, gptoss.VERSION .. "\n" }, { code, out })
+  end)
+
+  it("runs a script as lua5.4 does: arg, ..., os.exit, and an error with its traceback", function()
+    local dir = H.tmpdir()
+    H.write_file(dir .. "/args.lua", "print(arg[0], #arg, ...)")
+    local code, out = gptoss_in(dir, { "args.lua", "a", "" })
+    assert.are.same({ 0, "args.lua\t2\ta\t\n" }, { code, out })
+    H.write_file(dir .. "/noext", "os.exit(4)")
+    assert.are.equal(4, (gptoss_in(dir, { "noext" })))
+    H.write_file(dir .. "/boom.lua", "local function f() error('boom') end f()")
+    local err
+    code, out, err = gptoss_in(dir, { "boom.lua" })
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("^gptoss: boom%.lua:1: boom\nstack traceback:\n"), err)
+    code, _, err = gptoss_in(dir, { "missing.lua" })
+    assert.are.same({ 1, "gptoss: cannot open missing.lua: No such file or directory\n" }, { code, err })
+  end)
+
+  it("answers a name that is neither a command nor a file, or lua5.4's option, in one line", function()
+    local dir = H.tmpdir()
+    local list = table.concat(commands.names(), ", ")
+    local code, out, err = gptoss_in(dir, { "chatt", "7m" })
+    assert.are.same({ 1, "", ("gptoss: 'chatt' is neither a command nor a file (commands: %s)\n"):format(list) },
+      { code, out, err })
+    code, out, err = gptoss_in(dir, { "-e", "print(1)" })
+    assert.are.same({ 1, "", "gptoss: unknown option '-e': gptoss --help lists the commands; gptoss lua -e ... "
+      .. "passes it to lua5.4\n" }, { code, out, err })
+    code, out, err = gptoss_in(dir, { "help", "chatt" })
+    assert.are.same({ 1, "", ("gptoss: help: 'chatt' is not a command with options (commands: %s)\n"):format(list) },
+      { code, out, err })
+  end)
+
+  it("names the Lua module a command needs when it is missing, and its packages", function()
+    -- a LUA_PATH without ";;" leaves out Lua's default paths, where Debian puts argparse
+    local code, out, err = gptoss_in(H.tmpdir(), { "demo" }, { LUA_PATH = "/nonexistent/?.lua" })
+    assert.are.same({ 1, "", "gptoss: the Lua module 'argparse' is missing: apt install lua-argparse (Debian), "
+      .. "or luarocks install argparse\n" }, { code, out, err })
+  end)
+end)

@@ -1,0 +1,161 @@
+-- How every command names a model and a device (gptoss.naming): MODEL a path or a shape of
+-- gptoss.SHAPES, --device cpu|N, --devices cpu|1,2, and the spellings before them refused by
+-- every command that took them, naming the new one; the loader naming a checkpoint's file or
+-- a tokenizer.bin given as the model (src/core/model_load.c); and output paths checked
+-- before any work (cli.check_writable), without truncating a file that is there.
+local argparse = require "argparse"
+local gptoss = require "gptoss"
+local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
+local H = require "helpers"
+
+local NEITHER = "is neither a file, a directory nor a synthetic shape (7m, 20b, 20b-2l, 120b)"
+
+describe("gptoss.naming", function()
+  after_each(H.cleanup)
+
+  local function parse(opts, ...)
+    local p = argparse("cmd")
+    naming.add_model(p, opts)
+    naming.add_device(p, "cpu")
+    naming.add_devices(p)
+    return p:pparse { ... }
+  end
+
+  it("takes MODEL as an argument, its default when given one, and the devices", function()
+    local ok, a = parse({ default = "7m" }, "--device", "2", "--devices", "1, 3")
+    assert.is_true(ok, a)
+    assert.are.same({ "7m", gptoss.DEFAULT_SEED, 2, { 1, 3 } }, { a.model, a.seed_weights, a.device, a.devices })
+    ok, a = parse({ seed = 1 }, "x.bin", "--seed-weights", "5", "--device", "cpu", "--devices", "cpu")
+    assert.are.same({ true, "x.bin", 5, "cpu", { "cpu" } }, { ok, a.model, a.seed_weights, a.device, a.devices })
+    assert.are.equal(1, select(2, parse({ seed = 1 }, "x")).seed_weights)
+    assert.are.same({ false, "missing argument 'model'" }, { parse({}) })
+  end)
+
+  it("refuses the spellings it replaces, and bad devices, naming the right one", function()
+    for _, case in ipairs {
+      { { "--model", "20b" }, "--model 20b is now written 20b: the model is the command's argument" },
+      { { "--synthetic", "7m" }, "--synthetic 7m is now written 7m: a synthetic shape is named as the model" },
+      { { "synthetic:20b-2l" }, "'synthetic:20b-2l' is now written 20b-2l: a synthetic shape is named as the model" },
+      { { "7m", "--seed", "3" }, "--seed 3 is now written --seed-weights 3" },
+      { { "7m", "--seed-weights", "x" }, "--seed-weights: 'x' is not an integer" },
+      { { "7m", "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
+      { { "7m", "--device", "gpu" }, "--device: 'gpu' is not \"cpu\" or a GPU number from 1" },
+      { { "7m", "--devices", "1,1" }, "--devices: '1,1' is not \"cpu\" or a list of distinct GPU numbers from 1" },
+      { { "7m", "--devices", "cpu,1" }, "--devices: 'cpu,1' is not" },
+    } do
+      local ok, err = parse({ old_seed = true }, table.unpack(case[1]))
+      assert.is_false(ok, table.concat(case[1], " "))
+      assert.are.equal(case[2], err:sub(1, #case[2]))
+    end
+    -- --seed is another option's where it never seeded the weights
+    assert.are.same({ false, "unknown option '--seed'" }, { parse({}, "7m", "--seed", "3") })
+  end)
+
+  it("opens a shape as a synthetic model wherever it runs, any other name as a path", function()
+    local m = naming.open("20b-2l", 3)
+    assert.are.same({ "synthetic", 2, 3 }, { m.format, m.config.n_layers, m.seed })
+    assert.are.same({ "synthetic 7m", "models/7m.bin" }, { naming.describe("7m"), naming.describe("models/7m.bin") })
+    local dir = H.tmpdir()
+    gptoss.synthetic("7m", { seed = 2 }):save(dir .. "/7m")
+    local tree = H.TREE
+    if not (tree.root and tree.build) then pending("gptoss was not loaded from a source tree and a build folder") end
+    local paths = { LUA_PATH = tree.root .. "lua/?.lua;" .. tree.root .. "lua/?/init.lua;;",
+      LUA_CPATH = tree.build .. "/?.so;;" }
+    local code, out, err = H.run_in(dir, paths, { tree.lua, "-e", [[
+      local naming = require "gptoss.naming"
+      print(naming.open("7m").format, naming.open("./7m").format)
+      for _, name in ipairs { "9m", "gpt-oss-20b", "gpt-oss-20b.bin", "models/7m" } do
+        print((select(2, pcall(naming.open, name)):gsub("^[^\n]-%.lua:%d+: ", "")))
+      end]] })
+    assert.are.equal(0, code, err)
+    assert.are.equal(table.concat({ "synthetic\tcourse", "'9m' " .. NEITHER, "'gpt-oss-20b' " .. NEITHER,
+      "load: cannot open model file 'gpt-oss-20b.bin': No such file or directory",
+      "load: cannot open model file 'models/7m': No such file or directory", "" }, "\n"), out)
+  end)
+end)
+
+-- every command that names a model: the script, the arguments before MODEL, the exit status
+-- of a usage error, and whether it had --seed for the weights
+local COMMANDS = {
+  { "run.lua", {}, 1 }, { "chat.lua", {}, 1 }, { "demo.lua", {}, 1, true }, { "parity.lua", {}, 2, true },
+  { "checker.lua", { "dump" }, 2, true }, { "speculative.lua", {}, 1 }, { "beam_search.lua", {}, 1 },
+  { "best_of_n.lua", {}, 1 }, { "custom_scheduler.lua", {}, 1 }, { "bench_golden.lua", {}, 1 },
+  { "bench_gpu.lua", {}, 1 }, { "bench_getp.lua", {}, 1 },
+}
+
+describe("every command that names a model", function()
+  after_each(H.cleanup)
+
+  it("refuses --model, --synthetic and synthetic:NAME with the new spelling, before any work", function()
+    for _, c in ipairs(COMMANDS) do
+      local script, before, status, old_seed = table.unpack(c)
+      local run = H.runner("examples/" .. script, pending)
+      local cases = {
+        { { "--model", "7m" }, ": --model 7m is now written 7m: the model is the command's argument\n" },
+        { { "--synthetic", "7m" }, ": --synthetic 7m is now written 7m: a synthetic shape is named as the model\n" },
+        { { "synthetic:7m" }, ": 'synthetic:7m' is now written 7m: a synthetic shape is named as the model\n" },
+      }
+      if old_seed then cases[4] = { { "7m", "--seed", "2" }, ": --seed 2 is now written --seed-weights 2\n" } end
+      for _, case in ipairs(cases) do
+        local args = table.move(case[1], 1, #case[1], #before + 1, table.move(before, 1, #before, 1, {}))
+        local code, out, err = run(args)
+        local what = script .. " " .. table.concat(args, " ")
+        assert.are.same({ status, "" }, { code, out }, what)
+        assert.truthy(err:find(case[2], 1, true), what .. "\n" .. err)
+      end
+    end
+  end)
+end)
+
+describe("a file given as the model that is not one", function()
+  after_each(H.cleanup)
+
+  it("is named for what it is: a checkpoint's config.json or safetensors, a JSON, a tokenizer.bin", function()
+    local dir = H.tmpdir() .. "/ckpt"
+    gptoss.synthetic("7m"):save(dir, { format = "hf" })
+    H.expect_error(function() gptoss.load(dir .. "/config.json") end,
+      ("load: '%s/config.json' is a checkpoint's config.json: pass the checkpoint's directory, '%s'"):format(dir, dir))
+    H.expect_error(function() gptoss.load(dir .. "/model.safetensors") end, ("load: '%s/model.safetensors' is a "
+      .. "safetensors file, part of a checkpoint: pass the checkpoint's directory, '%s'"):format(dir, dir))
+    local json = H.tmp()
+    H.write_file(json, ' \n{"added_tokens": []}')
+    H.expect_error(function() gptoss.load(json) end,
+      ("load: '%s' is a JSON file, not a model: pass a course .bin or a checkpoint's directory"):format(json))
+    local tok = H.need_tokenizer(pending)
+    H.expect_error(function() gptoss.load(tok) end,
+      ("load: '%s' is a tokenizer.bin, not a model: pass it as the tokenizer"):format(tok))
+    -- a course file of a small vocabulary cut short is still a truncated model
+    local small = H.tmp()
+    gptoss.synthetic(H.TINY):save(small)
+    H.write_file(small, H.read_file(small):sub(1, 100))
+    H.expect_error(function() gptoss.load(small) end, "truncated: expected ")
+  end)
+end)
+
+describe("output paths", function()
+  after_each(H.cleanup)
+
+  it("are checked before any work, an existing file left as it is", function()
+    local dir = H.tmpdir()
+    H.write_file(dir .. "/kept", "kept\n")
+    cli.check_writable("-o", dir .. "/kept")
+    assert.are.equal("kept\n", H.read_file(dir .. "/kept"))
+    cli.check_writable("-o", dir .. "/new")
+    assert.are.same({ "kept" }, H.list_dir(dir))
+    H.expect_error(function() cli.check_writable("-o", dir) end, ("-o: cannot write '%s': Is a directory"):format(dir))
+    H.expect_error(function() cli.check_writable("--ids", dir .. "/no/x") end,
+      ("--ids: cannot write '%s/no/x': No such file or directory"):format(dir))
+  end)
+
+  it("keep what they hold when the run fails before it writes them, with no header printed", function()
+    local dir = H.tmpdir()
+    H.write_file(dir .. "/in.txt", "1\nHello\n")
+    H.write_file(dir .. "/out.txt", "kept\n")
+    local run = H.runner("examples/run.lua", pending)
+    local code, out, err = run { "7m", "-m", "getp", "-i", dir .. "/in.txt", "-o", dir .. "/out.txt", "-z",
+      dir .. "/none.bin" }
+    assert.are.same({ 1, "", "kept\n" }, { code, out, H.read_file(dir .. "/out.txt") })
+    assert.truthy(err:find("^run%.lua: cannot open tokenizer file '"), err)
+  end)
+end)
