@@ -272,12 +272,11 @@ end
 --- The model, the tokenizer, the base of replica options ({device =, weights =}) and
 -- the prompt's ids that cli.model_options' values name: --model is a file or directory when
 -- one exists there or the name has a "/" or a "." (so a mistyped path says it cannot be
--- opened), else a synthetic shape. A prompt of no ids is an error.
+-- opened), else a synthetic shape. A prompt of no ids is an error. Whether something is
+-- there is asked of gptoss.regular_file: io.open would wait for a writer on a named pipe.
 function cli.open_model(a)
-  local f = io.open(a.model, "rb")
-  if f then f:close() end
   local model
-  if f or a.model:find("[/.]") then
+  if gptoss.regular_file(a.model) ~= nil or a.model:find("[/.]") then
     model = gptoss.load(a.model)
   else
     model = gptoss.synthetic(a.model, { seed = a.seed_weights })
