@@ -209,7 +209,8 @@ platforms:
 
 # libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and
 # UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails. The
-# lua_* targets embed Lua 5.4 to reach the readers of lua/gptoss/.
+# lua_* targets embed Lua 5.4 to reach the readers of lua/gptoss/ (and
+# src/lua/host.c, for the one core function those readers call).
 #   make fuzz [FUZZ_SECONDS=60]
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/*.c)))
@@ -217,9 +218,9 @@ FUZZ_LUA_LIB ?= -llua5.4
 FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=all -Isrc/core -I$(LUA_INCDIR) -DFUZZ_LUA_DIR='"$(CURDIR)/lua"' \
               $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h) src/lua/host.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
+	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) src/lua/host.c -o $@ $(LIBS) $(FUZZ_LUA_LIB)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 	for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$t && \

@@ -105,11 +105,8 @@ local function weights_progress(device)
   end
 end
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+-- something is there, of any kind (io.open would wait for a writer on a named pipe; the reader refuses one)
+local function exists(path) return gptoss.regular_file(path) ~= nil end
 
 local function seconds(ms) return ms / 1000 end
 

@@ -653,6 +653,37 @@ describe("malformed checkpoints", function()
   end)
 end)
 
+describe("checkpoint files that are not regular files", function()
+  after_each(cleanup)
+
+  -- dir's file `name` replaced by a named pipe; loading dir must refuse it within a second
+  local function refuses_fifo(dir, name, what)
+    assert(os.remove(dir .. "/" .. name))
+    local fifo = H.fifo(dir, name)
+    H.expect_error_soon(("require('gptoss').load(%q)"):format(dir), nil,
+      ("%s '%s' is a named pipe, not a regular file"):format(what, fifo))
+  end
+
+  it("refuses a named pipe as config.json, the index or a shard, before opening it", function()
+    refuses_fifo(saved(tiny(), { format = "hf" }), "config.json", "checkpoint config")
+    refuses_fifo(saved(tiny(), { format = "original" }), "model.safetensors", "safetensors file")
+    local dir = saved(tiny(), { format = "hf", shard_bytes = 30000 })
+    local shard = read_json(dir .. "/model.safetensors.index.json").weight_map["model.norm.weight"]
+    refuses_fifo(dir, shard, "safetensors file")
+    refuses_fifo(saved(tiny(), { format = "hf", shard_bytes = 30000 }), "model.safetensors.index.json",
+      "checkpoint index")
+  end)
+
+  it("refuses a directory as config.json", function()
+    local dir = saved(tiny(), { format = "hf" })
+    local path = dir .. "/config.json"
+    assert(os.remove(path))
+    assert(os.execute("mkdir " .. path))
+    expect_error(function() gptoss.load(dir) end,
+      ("checkpoint config '%s' is a directory, not a regular file"):format(path))
+  end)
+end)
+
 describe("checkpoint configs", function()
   after_each(cleanup)
 
@@ -719,6 +750,21 @@ describe("checkpoint configs", function()
     refuses("hf", function(c) c.max_position_embeddings = nil; c.rope_scaling.factor = 1e6 end,
       "rope_scaling.original_max_position_embeddings x rope_scaling.factor = 4096000000 exceeds 2^31-1")
     refuses("original", function(c) c.head_dim = 7 end, "config: head_dim = 7 must be even")
+  end)
+
+  it("refuses a layer count the checkpoint's tensors cannot hold before allocating for it, within a second", function()
+    for _, layout in ipairs({ "hf", "original" }) do
+      local dir = saved(tiny(), { format = layout })
+      local path = dir .. "/config.json"
+      local c = read_json(path)
+      c.num_hidden_layers, c.layer_types = 100000000, nil
+      write_json(path, c)
+      local file = dir .. "/model.safetensors"
+      H.expect_error_soon(("require('gptoss').load(%q)"):format(dir), H.LIMIT_MEMORY,
+        ("checkpoint config '%s': num_hidden_layers = 100000000 makes %d tensors, more than the %d the checkpoint "
+          .. "holds ('%s')"):format(path, layout == "hf" and 1900000003 or 1500000003, layout == "hf" and 60 or 48,
+          file))
+    end
   end)
 
   it("refuses a config that is not JSON or of neither layout", function()

@@ -571,6 +571,16 @@ describe("getp errors", function()
     given({ small }, 9)() -- positions up to 7
   end)
 
+  it("rejects one replica given twice", function()
+    local r <close> = model:replica { device = "cpu", slots = 2, ctx = STEPS }
+    local s <close> = model:replica { device = "cpu", slots = 2, ctx = STEPS }
+    for _, replicas in ipairs({ { r, r }, { r, s, r } }) do
+      expect_error(function()
+        local g <close> = getp.new { model = model, tokenizer = tok, replicas = replicas, steps = STEPS }
+      end, ("getp: replicas[%d] is replicas[1] again"):format(#replicas))
+    end
+  end)
+
   it("rejects bad sampling", function()
     expect_error(new { sampling = 0.8 }, "getp: sampling must be a table (got number)")
     expect_error(new { sampling = { temp = 1 } },

@@ -292,19 +292,26 @@ function helpers.gptoss(pending, dir, args, env, stdin)
   return helpers.run_in(dir, env, { tree.root .. "gptoss", table.unpack(args) }, stdin)
 end
 
---- A runner of a script of the repository as a child process, with the interpreter
--- running the specs (the lowest negative index of arg) and their LUA_PATH/LUA_CPATH:
--- run(args [, env [, stdin]]) -> exit code, stdout, stderr, env ({NAME = value}) set for the
--- child alone, stdin a string it reads as its standard input. Returns nil and why when it cannot be run
--- (`SCRIPT --help` must exit 0), for the caller to mark its test pending.
-function helpers.script_runner(script)
+-- The interpreter running the specs, the shell words that give a child process their
+-- LUA_PATH/LUA_CPATH, and the repository's root; or nil and why.
+local function child_lua()
   local lua = interpreter()
   if not lua then return nil, "arg[-1] (the interpreter) is not set" end
   local module = package.searchpath("gptoss.getp", package.path)
   local root = module and module:match("^(.-)lua/gptoss/getp%.lua$")
   if not root then return nil, "gptoss.getp was not found as <root>/lua/gptoss/getp.lua" end
-  local prefix = ("LUA_PATH=%s LUA_CPATH=%s %s %s"):format(shell_quote(package.path), shell_quote(package.cpath),
-    shell_quote(lua), shell_quote((root == "" and "./" or root) .. script))
+  return lua, ("LUA_PATH=%s LUA_CPATH=%s"):format(shell_quote(package.path), shell_quote(package.cpath)), root
+end
+
+--- A runner of a script of the repository as a child process, with the interpreter
+-- running the specs and their LUA_PATH/LUA_CPATH:
+-- run(args [, env [, stdin]]) -> exit code, stdout, stderr, env ({NAME = value}) set for the
+-- child alone, stdin a string it reads as its standard input. Returns nil and why when it cannot be run
+-- (`SCRIPT --help` must exit 0), for the caller to mark its test pending.
+function helpers.script_runner(script)
+  local lua, paths, root = child_lua()
+  if not lua then return nil, paths end
+  local prefix = ("%s %s %s"):format(paths, shell_quote(lua), shell_quote((root == "" and "./" or root) .. script))
   if not os.execute(("%s --help >/dev/null 2>&1"):format(prefix)) then
     return nil, ("'%s %s --help' does not run"):format(lua, script)
   end
@@ -314,6 +321,50 @@ function helpers.script_runner(script)
     return execute("", env, words, stdin, script)
   end
 end
+
+--- A named pipe at a fresh temporary path (removed by cleanup()), or at dir/name: what every
+-- reader must refuse rather than wait on for a writer.
+function helpers.fifo(dir, name)
+  local p = dir and (dir .. "/" .. name) or helpers.tmp()
+  os.remove(p)
+  assert(os.execute("mkfifo " .. shell_quote(p)))
+  return p
+end
+
+--- Raises unless `code` (a Lua chunk) raises an error containing every given substring
+-- (plain match) within a second. It runs in a child interpreter (the specs', with their
+-- module paths) that timeout(1) ends after 10 seconds: code that waits forever when it
+-- regresses (a reader opening a named pipe) then fails the spec instead of hanging the suite.
+-- env: words put before the command (assignments, `ulimit -v N;`), or nil. Returns the error.
+function helpers.expect_error_soon(code, env, ...)
+  local lua, paths = child_lua()
+  assert(lua, paths)
+  local chunk, out = helpers.tmp(), helpers.tmp()
+  helpers.write_file(chunk, ("local clock = require('gptoss').clock\nlocal t = clock()\n"
+    .. "local ok, err = pcall(function() %s end)\nio.stderr:write(('%%.3f '):format(clock() - t), tostring(err))\n"
+    .. "os.exit(ok and 0 or 1)\n"):format(code))
+  local _, how, status = os.execute(("%s %s timeout 10 %s %s 2>%s"):format(env or "", paths, shell_quote(lua),
+    shell_quote(chunk), shell_quote(out)))
+  local seconds, err = helpers.read_file(out):match("^(%S+) (.*)$")
+  assert(how == "exit" and status ~= 124, ("%s did not end in 10 seconds (%s %s)"):format(code, how, status))
+  assert(status == 1 and seconds, ("%s: expected an error, the child ended with %s: %s"):format(code, status,
+    helpers.read_file(out)))
+  assert(tonumber(seconds) < 1, ("%s took %s s to raise %s"):format(code, seconds, err))
+  for _, needle in ipairs({ ... }) do
+    assert(err:find(needle, 1, true), ("error %q does not contain %q"):format(err, needle))
+  end
+  return err
+end
+
+--- expect_error_soon's env that holds the child to 8 GiB, so that a regression allocating
+-- for a size read from a file fails there instead of taking the machine's memory: its address
+-- space limited, or under AddressSanitizer (whose shadow needs more address space) each
+-- allocation, a larger one failing as malloc fails.
+helpers.SANITIZED = (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) ~= nil -- make test-sanitized
+helpers.LIMIT_MEMORY = helpers.SANITIZED
+  and ("ASAN_OPTIONS=%s:allocator_may_return_null=1:max_allocation_size_mb=8192")
+    :format(os.getenv("ASAN_OPTIONS") or "")
+  or "ulimit -v 8388608;"
 
 --- The exported tokenizer the specs read: $GPTOSS_TOKENIZER (make test sets it), else
 -- build/tokenizer.bin.

@@ -479,6 +479,14 @@ describe("loading invalid files", function()
          "config: n_attn_heads = 3 is not a multiple of n_kv_heads = 2")
    end)
 
+   it("says which header fields make a file too short: a layer count of 10^8, at once", function()
+      local fn, p = load_header({ n_layers = 100000000 })
+      local t = gptoss.clock()
+      expect_error(fn, "truncated: expected", ("file has 60 (the header's n_layers = 100000000, n_experts = %d")
+         :format(CONFIG_7M.n_experts), p)
+      assert.is_true(gptoss.clock() - t < 0.5)
+   end)
+
    it("rejects an odd head_dim", function()
       expect_error((load_header({ head_dim = 7 })), "config: head_dim = 7 must be even")
    end)
@@ -559,6 +567,15 @@ describe("loading invalid files", function()
    it("reports a path that is neither a file nor a directory", function()
       expect_error(function() gptoss.load("/dev/null") end, "neither a regular file nor a directory",
          "'/dev/null'")
+   end)
+
+   it("refuses a named pipe before opening it, within a second", function()
+      local fifo = H.fifo()
+      H.expect_error_soon(("require('gptoss').load(%q)"):format(fifo), nil,
+         ("load: model file '%s' is a named pipe, neither a regular file nor a directory"):format(fifo))
+      -- the command lines ask whether MODEL names something before loading it
+      H.expect_error_soon(("require('gptoss.naming').open(%q)"):format(fifo), nil,
+         ("model file '%s' is a named pipe"):format(fifo))
    end)
 
    it("reads a directory as a checkpoint, and says so when it holds none", function()

@@ -135,6 +135,18 @@ describe("requests.read", function()
     still_usable()
   end)
 
+  it("refuses a named pipe (within a second) and a directory before opening them", function()
+    local fifo = H.fifo()
+    for _, fn in ipairs({ "read", "read_output" }) do
+      H.expect_error_soon(("require('gptoss.requests').%s(%q)"):format(fn, fifo), nil,
+        ("requests.%s: '%s' is a named pipe, not a regular file"):format(fn, fifo))
+    end
+    local dir = H.tmpdir()
+    expect_error(function() requests.read(dir) end,
+      ("requests.read: '%s' is a directory, not a regular file"):format(dir))
+    still_usable()
+  end)
+
   it("reports a missing, non-numeric, negative or oversized count on line 1", function()
     for _, case in ipairs {
       { "", "line 1: missing request count" },

@@ -358,6 +358,34 @@ describe("host tensors", function()
             "tensor.load:", "has 8589934596 bytes, more than 2^31-1 values of 4 bytes: give a shape")
       end)
 
+      it("refuses a named pipe and a directory before opening them, within a second", function()
+         local fifo = H.fifo()
+         H.expect_error_soon(("require('gptoss').tensor.load(%q, 'f32')"):format(fifo), nil,
+            ("tensor.load: '%s' is a named pipe, not a regular file"):format(fifo))
+         local dir = H.tmpdir()
+         expect_error(function() T.load(dir, "f32") end,
+            ("tensor.load: '%s' is a directory, not a regular file"):format(dir))
+      end)
+
+      it("names what a failing allocation was for", function()
+         -- sparse: 2 TiB of values that take no disk, more than the child may allocate
+         local p = tmp()
+         local f = assert(io.open(p, "wb"))
+         assert(f:seek("set", (1 << 41) - 4))
+         f:write("\0\0\0\0")
+         f:close()
+         -- AddressSanitizer warns of the allocation it refuses: in a log of the child's own, not the suite's
+         local log = H.SANITIZED and H.tmpdir()
+         H.expect_error_soon(("require('gptoss').tensor.load(%q, 'f32', { 1 << 30, 1 << 9 })"):format(p),
+            H.LIMIT_MEMORY .. (log and (":log_path=" .. log .. "/asan") or ""),
+            ("tensor.load: out of host memory for the 549755813888 values of '%s'"):format(p))
+         for _, name in ipairs(log and H.list_dir(log) or {}) do
+            for line in read_file(log .. "/" .. name):gmatch("[^\n]+") do
+               assert(line:find("WARNING: AddressSanitizer failed to allocate 0x20000000000 bytes", 1, true), line)
+            end
+         end
+      end)
+
       it("reports missing files, bad dtypes and bad shapes", function()
          local p = tmp()
          os.remove(p)

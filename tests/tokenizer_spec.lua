@@ -592,6 +592,13 @@ describe("tokenizer", function()
       assert.are.same({ 24912, 2375 }, tok:encode("hello world", { mode = "o200k" }))
     end)
 
+    it("refuses a vocab_size far past the ids a tokenizer.json names, before allocating for it", function()
+      local path = json_file(bpe({ a = 0, b = 1 }))
+      H.expect_error_soon(("require('gptoss').tokenizer(%q, { vocab_size = 2147483647 })"):format(path), H.LIMIT_MEMORY,
+        ("tokenizer.json '%s' names 2 ids; vocab_size=2147483647 would leave 2147483645 unnamed"):format(path))
+      assert.are.equal("<|reserved_65537|>", gptoss.tokenizer(path, { vocab_size = 65538 }):entry(65537))
+    end)
+
     it("keeps the lowest id of duplicate entries", function()
       local t = small({ "a", "b", "a" })
       assert.are.equal(0, t:id("a"))
@@ -608,6 +615,20 @@ describe("tokenizer", function()
       local path = tmp()
       write_file(path, "\1\0")
       expect_error(function() gptoss.tokenizer(path) end, "has 2 bytes, too few for the max_token_length field")
+    end)
+
+    it("refuses named pipes (within a second) and directories before opening them", function()
+      local fifo = H.fifo()
+      H.expect_error_soon(("require('gptoss').tokenizer(%q)"):format(fifo), nil,
+        ("tokenizer file '%s' is a named pipe, not a regular file"):format(fifo))
+      local dir = H.tmpdir()
+      fifo = H.fifo(dir, "tokenizer.json")
+      H.expect_error_soon(("require('gptoss').tokenizer(%q)"):format(dir), nil,
+        ("tokenizer.json '%s' is a named pipe, not a regular file"):format(fifo))
+      dir = H.tmpdir()
+      assert(os.execute("mkdir " .. dir .. "/tokenizer.json"))
+      expect_error(function() gptoss.tokenizer(dir) end,
+        ("tokenizer.json '%s/tokenizer.json' is a directory, not a regular file"):format(dir))
     end)
 
     it("rejects files that lie about lengths, checking each against the bytes that remain", function()

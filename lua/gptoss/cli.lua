@@ -239,18 +239,16 @@ function cli.tokenizer_path(given, exists)
     :format(COURSE_TOKENIZER, fallback)
 end
 
-local ENOENT = 2 -- Linux's errno for a path that is not there, the third result of a failed io.open
-
 --- Raises "FLAG: cannot write 'PATH': reason" unless the command will be able to write path, so
 -- that a mistyped output path fails before any work rather than after it. An existing file must
 -- open for update, which leaves its bytes as they are until the command writes it; else the
--- file is created and removed again (its folder must exist and take it).
+-- file is created and removed again (its folder must exist and take it). A named pipe or a
+-- device there is written as it is, unopened here (opening a pipe would wait for a reader).
 function cli.check_writable(flag, path)
-  local f, _, code = io.open(path, "rb")
-  local exists = f ~= nil or code ~= ENOENT
-  if f then f:close() end
-  local msg
-  f, msg = io.open(path, exists and "r+b" or "wb")
+  local regular, why = gptoss.regular_file(path)
+  if regular == false and not why:find("is a directory", 1, true) then return end
+  local exists = regular ~= nil
+  local f, msg = io.open(path, exists and "r+b" or "wb")
   if not f then
     local reason = tostring(msg):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "")
     error(("%s: cannot write '%s': %s"):format(flag, path, reason), 0)

@@ -152,9 +152,10 @@ function commands.main(argv)
     return fail(("unknown option '%s': gptoss --help lists the commands; gptoss lua %s ... passes it to lua5.4")
       :format(first, first))
   end
-  local f = io.open(first, "rb")
-  if f then f:close() end
-  if f or first:find("/") or first:find("%.lua$") then return run_file(argv, first, first, args) end
+  -- something is there (asked without opening it: io.open would wait on a named pipe)
+  if gptoss.regular_file(first) ~= nil or first:find("/") or first:find("%.lua$") then
+    return run_file(argv, first, first, args)
+  end
   return fail(("'%s' is neither a command nor a file (commands: %s)"):format(first,
     table.concat(commands.names(), ", ")))
 end

@@ -1,6 +1,8 @@
 --- gptoss.files: whole-file reads and writes whose errors name the calling
 -- function, the path and the operating system's reason, and the quoting of a
 -- file's bytes in messages (shared by the request files and the logits checker).
+local core = require "gptoss.core"
+
 local files = {}
 
 -- io.open's messages start with the path; the errors here name it themselves
@@ -25,8 +27,11 @@ function files.check_path(fn, path)
   end
 end
 
---- The file's bytes.
+--- The file's bytes. A path that is there but is not a regular file is refused before
+-- io.open, which would wait for a writer on a named pipe.
 function files.read(fn, path)
+  local regular, why = core.regular_file(path)
+  if regular == false then error(("%s: %s"):format(fn, why), 0) end
   local f, msg = io.open(path, "rb")
   if not f then
     error(("%s: cannot open '%s': %s"):format(fn, path, os_message(msg, path)), 0)

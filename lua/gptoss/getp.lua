@@ -12,7 +12,7 @@
 --   model        from gptoss.load or gptoss.synthetic (default: the given replicas' model)
 --   tokenizer    from gptoss.tokenizer, required; its vocab_size must be the model's
 --   devices      "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
---   replicas     existing replicas to use instead; they stay the caller's (g:close() leaves
+--   replicas     existing replicas to use instead, each once; they stay the caller's (g:close() leaves
 --                them open) and need ctx >= steps - 1
 --   replica      options of the replicas getp builds: weights, kv, slots, threads (CPU),
 --                rows, chunk (GPU), on_progress; ctx is steps

@@ -72,7 +72,7 @@ function replicas.bounds(r)
   return r.rows, r.chunk
 end
 
---- Raises unless the replicas given by the caller are open replica objects.
+--- Raises unless the replicas given by the caller are open replica objects, each once.
 function replicas.check_given(list, level)
   if type(list) ~= "table" or #list == 0 then
     error("getp: no replicas (replicas must be a non-empty list of replica objects)", level + 1)
@@ -82,6 +82,10 @@ function replicas.check_given(list, level)
       error(("getp: replicas[%d] must be a replica (got %s)"):format(k, util.kind(r)), level + 1)
     end
     if r.closed then error(("getp: replicas[%d] is closed"):format(k), level + 1) end
+    -- one replica twice would be handed two shares of the requests on the same slots
+    for j = 1, k - 1 do
+      if rawequal(list[j], r) then error(("getp: replicas[%d] is replicas[%d] again"):format(k, j), level + 1) end
+    end
   end
 end
 

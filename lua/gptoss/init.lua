@@ -91,10 +91,9 @@ end
 
 local TREE_TOKENIZER = "build/tokenizer.bin"
 
+-- a regular file is there (asked of core.regular_file: io.open would wait for a writer on a named pipe)
 local function readable(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
+  return core.regular_file(path) == true
 end
 
 --- Where this copy of gptoss keeps a file of the project ("tokenizer.bin", "README.md",
@@ -116,7 +115,7 @@ end
 function gptoss.tokenizer_path()
   local env = os.getenv("GPTOSS_TOKENIZER")
   if env and env ~= "" then return env end
-  if readable(TREE_TOKENIZER) then return TREE_TOKENIZER end
+  if core.regular_file(TREE_TOKENIZER) ~= nil then return TREE_TOKENIZER end -- a pipe there: the reader says so
   local installed = gptoss.project_file("tokenizer.bin")
   if installed then return installed end
   return nil, ("no tokenizer.bin found: $GPTOSS_TOKENIZER is not set, %s is not in the current directory "
@@ -156,6 +155,10 @@ gptoss.clock = core.clock
 gptoss.realtime_ms = core.realtime_ms
 --- Whether a file descriptor (0, 1, 2, ...) is a terminal.
 gptoss.isatty = core.isatty
+--- Whether path is a regular file, looked at without opening it (io.open waits for a writer
+-- on a named pipe): true; false and why ("'p' is a named pipe, not a regular file"); nil and
+-- the system's reason when nothing can be looked at there.
+gptoss.regular_file = core.regular_file
 gptoss.copy_bandwidth = core.copy_bandwidth
 --- Bytes free on GPU id now and bytes in all: gptoss.device_memory(1) --> free, total.
 gptoss.device_memory = core.device_memory

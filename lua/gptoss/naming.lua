@@ -99,12 +99,11 @@ function naming.add_devices(p, what)
 end
 
 --- The model `name` names (MODEL): a synthetic shape with weights of `seed`, else what
--- gptoss.load opens there. A name without "/" or "." that is neither is one message.
+-- gptoss.load opens there. A name without "/" or "." that is neither is one message. Whether
+-- something is there is asked of gptoss.regular_file: io.open would wait on a named pipe.
 function naming.open(name, seed_weights)
   if IS_SHAPE[name] then return gptoss.synthetic(name, { seed = seed_weights }) end
-  local f = io.open(name, "rb")
-  if f then f:close() end
-  if not f and not name:find("[/.]") then
+  if gptoss.regular_file(name) == nil and not name:find("[/.]") then
     error(("'%s' is neither a file, a directory nor a synthetic shape (%s)"):format(name, SHAPES), 0)
   end
   return gptoss.load(name)

@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "json_kind.h"
+#include "regular_file.h"
 
 /* The key of each config field (gptoss_fields order), dotted into nested
  * objects, with an alternative spelling some configs use. seq_len's key is
@@ -197,16 +198,15 @@ static gptoss_status derive_seq_len(const char *path, gptoss_config *c, const ch
 gptoss_status gptoss_checkpoint_config_read(const char *path, gptoss_format *f, gptoss_config *c,
                                             const char **names, char *err) {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (json_error_code(&jerr) == json_error_cannot_open_file)
-            return gptoss_fail(err, GPTOSS_E_IO, "cannot open checkpoint config '%s': %s", path,
-                               jerr.text);
+    json_t *root;
+    gptoss_status s =
+        gptoss_json_load_regular(path, "checkpoint config", JSON_REJECT_DUPLICATES, &root, &jerr, err);
+    if (s == GPTOSS_E_INVALID)
         return gptoss_fail(err, GPTOSS_E_INVALID,
                            "checkpoint config '%s' is not JSON: %s (line %d, column %d)", path,
                            jerr.text, jerr.line, jerr.column);
-    }
-    gptoss_status s = GPTOSS_OK;
+    if (s)
+        return s;
     if (!json_is_object(root)) {
         s = gptoss_fail(err, GPTOSS_E_INVALID, "checkpoint config '%s' is %s, not an object", path,
                         gptoss_json_kind(root));

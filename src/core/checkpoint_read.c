@@ -4,12 +4,14 @@
 #include "checkpoint.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint_tensors.h"
+#include "regular_file.h"
 
 static void format_shape(char *buf, size_t len, int ndim, const int64_t *dims) {
     size_t at = (size_t)snprintf(buf, len, "[");
@@ -19,8 +21,8 @@ static void format_shape(char *buf, size_t len, int ndim, const int64_t *dims) {
         snprintf(buf + at, len - at, "]");
 }
 
-static gptoss_status out_of_memory(char *err) {
-    return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+static gptoss_status out_of_memory(char *err, const char *what) {
+    return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for %s", what);
 }
 
 /* Adds the safetensors file dir/name to m->shards. */
@@ -31,7 +33,7 @@ static gptoss_status add_shard(gptoss_model *m, const char *dir, const char *nam
         if (grown)
             m->shards = grown;
         free(path);
-        return out_of_memory(err);
+        return out_of_memory(err, "the list of a checkpoint's shards");
     }
     m->shards = grown;
     gptoss_status s = gptoss_st_open(path, &m->shards[m->n_shards], err);
@@ -44,11 +46,14 @@ static gptoss_status add_shard(gptoss_model *m, const char *dir, const char *nam
 /* The shards an index names, each checked against its weight_map. */
 static gptoss_status open_indexed(gptoss_model *m, const char *dir, const char *index, char *err) {
     json_error_t jerr;
-    json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    json_t *root;
+    gptoss_status s =
+        gptoss_json_load_regular(index, "checkpoint index", JSON_REJECT_DUPLICATES, &root, &jerr, err);
+    if (s == GPTOSS_E_INVALID)
         return gptoss_fail(err, GPTOSS_E_INVALID, "checkpoint index '%s' is not JSON: %s (line %d)",
                            index, jerr.text, jerr.line);
-    gptoss_status s = GPTOSS_OK;
+    if (s)
+        return s;
     json_t *map = json_object_get(root, "weight_map");
     const char *name;
     json_t *shard;
@@ -112,7 +117,7 @@ static gptoss_status open_shards(gptoss_model *m, const char *dir, char **where,
     gptoss_status s;
     *where = NULL;
     if (!index || !single) {
-        s = out_of_memory(err);
+        s = out_of_memory(err, "the paths of a checkpoint's files");
     } else if (stat(index, &st) == 0) {
         s = open_indexed(m, dir, index, err);
         *where = index, index = NULL;
@@ -182,7 +187,8 @@ static gptoss_status take_tensors(gptoss_model *m, const gptoss_checkpoint_names
     if (!parts || !pieces) {
         free(parts);
         free(pieces);
-        return out_of_memory(err);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for the tensor table of %d layers",
+                           m->config.n_layers);
     }
     m->source[0].piece = pieces; /* freed with the model */
     gptoss_status s = GPTOSS_OK;
@@ -225,10 +231,29 @@ static gptoss_status take_tensors(gptoss_model *m, const gptoss_checkpoint_names
     return s;
 }
 
+/* The tensors the config makes, counted, against those the shards hold: a
+ * config of 10^8 layers is refused here, before a table of its parts is
+ * allocated. Every tensor held must be taken, so more wanted than held
+ * always fails. */
+static gptoss_status check_count(const gptoss_model *m, const char *config_path, const char *const *names,
+                                 const char *where, char *err) {
+    uint64_t wanted, held = 0;
+    gptoss_checkpoint_count(m, gptoss_checkpoint_names_of(m->format), &wanted);
+    for (int i = 0; i < m->n_shards; i++)
+        held += (uint64_t)m->shards[i]->n_tensors;
+    if (wanted <= held)
+        return GPTOSS_OK;
+    return gptoss_fail(err, GPTOSS_E_INVALID,
+                       "checkpoint config '%s': %s = %d makes %llu tensors, more than the %llu the "
+                       "checkpoint holds ('%s')",
+                       config_path, gptoss_field_name(names, offsetof(gptoss_config, n_layers)),
+                       m->config.n_layers, (unsigned long long)wanted, (unsigned long long)held, where);
+}
+
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err) {
     char *config_path = gptoss_checkpoint_path(dir, "config.json");
     if (!config_path)
-        return out_of_memory(err);
+        return out_of_memory(err, "the path of a checkpoint's config.json");
     gptoss_format f;
     gptoss_config c;
     const char *names[GPTOSS_N_FIELDS];
@@ -237,17 +262,17 @@ gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *
     char why[GPTOSS_ERR_LEN];
     if (!s && (s = gptoss_model_new(&c, names, f, &m, why)))
         gptoss_fail(err, s, "checkpoint config '%.200s': %.300s", config_path, why);
-    free(config_path);
-    if (s)
-        return s;
     char *where = NULL;
-    if (!(m->path = strdup(dir)))
-        s = out_of_memory(err);
+    if (!s && !(m->path = strdup(dir)))
+        s = out_of_memory(err, "the checkpoint's path");
     if (!s)
         s = open_shards(m, dir, &where, err);
     if (!s)
+        s = check_count(m, config_path, names, where, err);
+    if (!s)
         s = take_tensors(m, gptoss_checkpoint_names_of(f), where, err);
     free(where);
+    free(config_path);
     if (s) {
         gptoss_model_free(m);
         return s;

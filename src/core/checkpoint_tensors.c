@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "mxfp4.h"
 
 static const gptoss_checkpoint_names hf_names = {"_blocks", "_scales", {
@@ -54,13 +55,25 @@ const gptoss_checkpoint_names *gptoss_checkpoint_names_of(gptoss_format f) {
     return f == GPTOSS_FORMAT_HF ? &hf_names : &original_names;
 }
 
+uint64_t gptoss_checkpoint_count(const gptoss_model *m, const gptoss_checkpoint_names *ln, uint64_t *tensors) {
+    int overflow = 0; /* unread: a count past 2^64 saturates, more than any files hold */
+    uint64_t parts = 0;
+    *tensors = 0;
+    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
+        for (int p = 0; p < 3 && ln->parts[t][p]; p++) {
+            uint64_t n = m->layout.t[t].per_layer ? (uint64_t)m->config.n_layers : 1;
+            parts = gptoss_checked_add(parts, n, &overflow);
+            *tensors = gptoss_checked_add(*tensors, gptoss_checked_mul(n, gptoss_checkpoint_is_mxfp4(t) ? 2 : 1,
+                                                                       &overflow), &overflow);
+        }
+    return parts;
+}
+
 gptoss_checkpoint_part *gptoss_checkpoint_parts(const gptoss_model *m, const gptoss_checkpoint_names *ln,
                                                 int *n_out) {
     const gptoss_config *c = &m->config;
-    int64_t n = 0; /* a config may claim 2^31 layers: no int overflow before calloc refuses */
-    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
-        for (int p = 0; p < 3 && ln->parts[t][p]; p++)
-            n += m->layout.t[t].per_layer ? c->n_layers : 1;
+    uint64_t tensors, n = gptoss_checkpoint_count(m, ln, &tensors);
+    /* n is an int to the callers; the reader has compared it with the tensors its files hold */
     gptoss_checkpoint_part *parts = n <= INT32_MAX / 2 ? calloc((size_t)n, sizeof *parts) : NULL;
     if (!parts)
         return NULL;

@@ -45,6 +45,12 @@ typedef struct {
     gptoss_checkpoint_shape blocks, scales; /* MXFP4 */
 } gptoss_checkpoint_part;
 
+/* How many parts the model's config makes in layout ln, and *tensors: the
+ * checkpoint tensors they take (an MXFP4 part two), counted without
+ * allocating, so that a reader can compare them with the tensors its files
+ * hold before it allocates anything for the parts. */
+uint64_t gptoss_checkpoint_count(const gptoss_model *m, const gptoss_checkpoint_names *ln, uint64_t *tensors);
+
 /* Every part of a model in course order (each tensor's parts in its element
  * order), malloc'd; NULL when memory is short. */
 gptoss_checkpoint_part *gptoss_checkpoint_parts(const gptoss_model *m, const gptoss_checkpoint_names *ln,

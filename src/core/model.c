@@ -34,7 +34,7 @@ gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names,
                                gptoss_model **out, char *err) {
     gptoss_model *m = calloc(1, sizeof *m);
     if (!m)
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for a model");
     m->config = *c;
     m->format = f;
     gptoss_status s = gptoss_config_validate_named(c, names, err);
@@ -64,10 +64,13 @@ gptoss_status gptoss_model_open_course(const char *path, int fd, uint64_t size, 
     gptoss_status s = gptoss_model_new(&c, NULL, GPTOSS_FORMAT_COURSE, &m, why);
     if (s)
         return gptoss_fail(err, s, "model file '%.180s': %.300s", path, why);
-    if (size < m->layout.total_bytes) {
+    if (size < m->layout.total_bytes) { /* a header of 10^8 layers, say: what it claims shows why */
         s = gptoss_fail(err, GPTOSS_E_INVALID,
-                        "model file '%s' truncated: expected %llu bytes, file has %llu", path,
-                        (unsigned long long)m->layout.total_bytes, (unsigned long long)size);
+                        "model file '%s' truncated: expected %llu bytes, file has %llu (the header's "
+                        "n_layers = %d, n_experts = %d, vocab_size = %d, hidden_dim = %d, "
+                        "intermediate_dim = %d)",
+                        path, (unsigned long long)m->layout.total_bytes, (unsigned long long)size,
+                        c.n_layers, c.n_experts, c.vocab_size, c.hidden_dim, c.intermediate_dim);
         free(m);
         return s;
     }
@@ -82,7 +85,7 @@ gptoss_status gptoss_model_open_course(const char *path, int fd, uint64_t size, 
     m->trailing_bytes = size - m->layout.total_bytes;
     if (!(m->path = strdup(path))) {
         gptoss_model_free(m);
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for the path of model file '%s'", path);
     }
     for (int t = 0; t < GPTOSS_N_TENSORS; t++)
         m->tensor[t] = (const float *)(m->map + m->layout.t[t].offset);

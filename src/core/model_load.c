@@ -1,7 +1,5 @@
 #include "model_load.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -9,6 +7,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "regular_file.h"
 
 /* Whether buf (n bytes from the start of a file) reads as a tokenizer.bin: max_token_length,
  * then records (float score, int32 length, that many bytes), every one that buf holds whole
@@ -69,19 +68,19 @@ static void name_misplaced_file(const char *path, int fd, uint64_t size, char *e
 
 gptoss_status gptoss_model_open(const char *path, gptoss_model **out, char *err) {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) /* its config.json says which layout */
+    int seen = stat(path, &st) == 0; /* when not, gptoss_open_regular says why */
+    if (seen && S_ISDIR(st.st_mode)) /* its config.json says which layout */
         return gptoss_checkpoint_open(path, out, err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open model file '%s': %s", path, strerror(errno));
-    gptoss_status s;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        s = gptoss_fail(err, GPTOSS_E_IO,
-                        "cannot read model file '%s': neither a regular file nor a directory", path);
-    else if ((s = gptoss_model_open_course(path, fd, (uint64_t)st.st_size, out, err)) == GPTOSS_E_INVALID)
-        name_misplaced_file(path, fd, (uint64_t)st.st_size, err);
+    if (seen && !S_ISREG(st.st_mode))
+        return gptoss_fail(err, GPTOSS_E_IO, "model file '%s' is %s, neither a regular file nor a directory", path,
+                           gptoss_file_kind(st.st_mode));
+    int fd;
+    uint64_t size;
+    gptoss_status s = gptoss_open_regular(path, "model file", &fd, &size, err);
+    if (s)
+        return s;
+    if ((s = gptoss_model_open_course(path, fd, size, out, err)) == GPTOSS_E_INVALID)
+        name_misplaced_file(path, fd, size, err);
     close(fd);
     return s;
 }

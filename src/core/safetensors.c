@@ -2,16 +2,15 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checked.h"
 #include "json_kind.h"
+#include "regular_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors files are little-endian; big-endian hosts are not supported"
@@ -226,7 +225,9 @@ static gptoss_status parse_header(gptoss_st_file *f, char *err) {
     f->tensors = calloc(count ? count : 1, sizeof *f->tensors);
     ranges = calloc(count ? count : 1, sizeof *ranges);
     if (!f->tensors || !ranges) {
-        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                        "safetensors file '%s': out of host memory for the table of its %zu tensors", path,
+                        count);
         goto done;
     }
     const char *key;
@@ -239,7 +240,8 @@ static gptoss_status parse_header(gptoss_st_file *f, char *err) {
         }
         gptoss_st_tensor *t = &f->tensors[f->n_tensors];
         if (!(t->name = strdup(key))) {
-            s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+            s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                            "safetensors file '%s': out of host memory for the names of its tensors", path);
             goto done;
         }
         f->n_tensors++;
@@ -261,25 +263,20 @@ gptoss_status gptoss_st_open(const char *path, gptoss_st_file **out, char *err) 
     gptoss_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for opening safetensors file '%s'",
+                           path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    gptoss_status s = GPTOSS_OK;
-    if (fd < 0)
-        s = gptoss_fail(err, GPTOSS_E_IO, "cannot open safetensors file '%s': %s", path,
-                        strerror(errno));
-    else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        s = gptoss_fail(err, GPTOSS_E_IO, "cannot read safetensors file '%s': not a regular file",
-                        path);
-    else if (st.st_size > 0) { /* mmap refuses an empty file; parse_header names it */
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int fd = -1;
+    uint64_t size = 0;
+    gptoss_status s = gptoss_open_regular(path, "safetensors file", &fd, &size, err);
+    if (!s && size > 0) { /* mmap refuses an empty file; parse_header names it */
+        void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED)
             s = gptoss_fail(err, GPTOSS_E_IO, "cannot map safetensors file '%s': %s", path,
                             strerror(errno));
         else {
             f->map = map;
-            f->map_bytes = (size_t)st.st_size;
+            f->map_bytes = (size_t)size;
         }
     }
     if (fd >= 0)

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
+
+#include "regular_file.h"
 
 /* The files are little-endian, as is every host we build for. */
 static int32_t read_i32(const uint8_t *p) {
@@ -68,17 +70,18 @@ static void table_insert(gptoss_tokenizer *t, int id) {
  * refused from its first four bytes instead of being read into memory. */
 static gptoss_status read_whole_file(const char *path, int vocab_size, uint8_t **data, size_t *size,
                                      char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot open tokenizer file '%s': %s", path,
-                           strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return gptoss_fail(err, GPTOSS_E_IO, "cannot read tokenizer file '%s': not a regular file",
+    int fd;
+    uint64_t bytes;
+    gptoss_status s = gptoss_open_regular(path, "tokenizer file", &fd, &bytes, err);
+    if (s)
+        return s;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "tokenizer file '%s': out of host memory for its stream",
                            path);
     }
-    *size = (size_t)st.st_size;
+    *size = (size_t)bytes;
     uint8_t head[4];
     if (*size < 4 || fread(head, 1, 4, f) != 4) {
         fclose(f);
@@ -98,7 +101,6 @@ static gptoss_status read_whole_file(const char *path, int vocab_size, uint8_t *
                            "vocab_size=%d?",
                            path, *size, vocab_size, max_len, (unsigned long long)most, vocab_size);
     }
-    gptoss_status s = GPTOSS_OK;
     *data = malloc(*size);
     if (!*data)
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
@@ -193,7 +195,9 @@ gptoss_status gptoss_tokenizer_from_records(uint8_t *file, size_t size, int voca
             gptoss_tokenizer_free(t);
         else
             free(file);
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "tokenizer file '%s': out of host memory", path);
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
+                           "tokenizer file '%s': out of host memory for the tables of its %d entries", path,
+                           vocab_size);
     }
     t->vocab_size = vocab_size;
     t->max_token_length = read_i32(file);

@@ -15,6 +15,7 @@
 
 #include "grow.h"
 #include "json_kind.h"
+#include "regular_file.h"
 
 /* The byte-level alphabet: bytes that are printable and not a space stand
  * for themselves (as code points), the other 68 for 256, 257, .. in byte
@@ -175,6 +176,22 @@ static gptoss_status fill_reserved(entries *e, int vocab, int ranks, const char 
     return GPTOSS_OK;
 }
 
+/* o200k_harmony's tokenizer.json leaves about a thousand ids unnamed; far more
+ * is a vocab_size meant for another vocabulary (2^31-1 from a tiny file), refused
+ * before the entries are allocated and the reserved names made for them. */
+enum { MAX_UNNAMED = 1 << 16 };
+
+static gptoss_status check_unnamed(const json_t *vocab_obj, const json_t *added, int vocab, const char *path,
+                                   char *err) {
+    uint64_t named = (uint64_t)json_object_size(vocab_obj) + (uint64_t)json_array_size(added);
+    if ((uint64_t)vocab <= named + MAX_UNNAMED)
+        return GPTOSS_OK;
+    return gptoss_fail(err, GPTOSS_E_INVALID,
+                       "tokenizer.json '%s' names %llu ids; vocab_size=%d would leave %llu unnamed, more than "
+                       "the %d reserved ones a vocabulary may leave out (is vocab_size the model's?)",
+                       path, (unsigned long long)named, vocab, (unsigned long long)vocab - named, MAX_UNNAMED);
+}
+
 /* the entries as tokenizer.bin's records */
 static gptoss_status serialize(const entries *e, int vocab, uint8_t **out, size_t *size, char *err) {
     int32_t longest = 1;
@@ -200,15 +217,14 @@ gptoss_status gptoss_tokenizer_load_json(const char *path, int vocab_size, gptos
         return gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer: vocab_size must be positive (got %d)", vocab_size);
     pthread_once(&alphabet_once, make_alphabet);
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (json_error_code(&jerr) == json_error_cannot_open_file)
-            return gptoss_fail(err, GPTOSS_E_IO, "cannot open tokenizer.json '%s': %s", path, jerr.text);
+    json_t *root;
+    gptoss_status s = gptoss_json_load_regular(path, "tokenizer.json", JSON_REJECT_DUPLICATES, &root, &jerr, err);
+    if (s == GPTOSS_E_INVALID)
         return gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer.json '%s' is not JSON: %s (line %d, column %d)", path,
                            jerr.text, jerr.line, jerr.column);
-    }
+    if (s)
+        return s;
     entries e = {0};
-    gptoss_status s = GPTOSS_OK;
     const json_t *model = json_object_get(root, "model");
     const json_t *type = json_object_get(model, "type"), *vocab_obj = json_object_get(model, "vocab");
     const json_t *added = json_object_get(root, "added_tokens");
@@ -222,6 +238,8 @@ gptoss_status gptoss_tokenizer_load_json(const char *path, int vocab_size, gptos
     else if (added && !json_is_array(added))
         s = gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer.json '%s': added_tokens must be an array (got %s)", path,
                         gptoss_json_kind(added));
+    if (!s)
+        s = check_unnamed(vocab_obj, added, vocab_size, path, err);
     if (!s) {
         e.at = malloc(sizeof *e.at * (size_t)vocab_size);
         e.len = malloc(sizeof *e.len * (size_t)vocab_size);

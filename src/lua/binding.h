@@ -151,5 +151,6 @@ int gptoss_lua_copy_bandwidth(lua_State *L);
 int gptoss_lua_clock(lua_State *L);         /* host.c */
 int gptoss_lua_realtime_ms(lua_State *L);
 int gptoss_lua_isatty(lua_State *L);
+int gptoss_lua_regular_file(lua_State *L);
 
 #endif

@@ -1,9 +1,10 @@
-/* Clocks and terminals of the host, for benchmarks and the course's
- * command line. */
+/* Clocks, terminals and files of the host, for benchmarks, the course's
+ * command line and the readers written in Lua. */
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/regular_file.h"
 #include "binding.h"
 
 /* gptoss.core.clock() -> seconds on a monotonic clock, for benchmarks */
@@ -30,4 +31,23 @@ int gptoss_lua_isatty(lua_State *L) {
     lua_Integer fd = luaL_checkinteger(L, 1);
     lua_pushboolean(L, fd >= 0 && fd <= INT_MAX && isatty((int)fd));
     return 1;
+}
+
+/* gptoss.core.regular_file(path) -> true; false and why ("'<path>' is a named pipe, not a
+ * regular file"); nil and the system's reason when path cannot be looked at. The Lua
+ * readers ask before io.open, which would block on a named pipe until a writer came. */
+int gptoss_lua_regular_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    char why[GPTOSS_ERR_LEN];
+    int regular = gptoss_regular_file(path, why);
+    if (regular > 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (regular == 0)
+        lua_pushboolean(L, 0);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, why);
+    return 2;
 }

@@ -27,6 +27,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"clock", gptoss_lua_clock},
         {"realtime_ms", gptoss_lua_realtime_ms},
         {"isatty", gptoss_lua_isatty},
+        {"regular_file", gptoss_lua_regular_file},
         {NULL, NULL},
     };
     luaL_newlib(L, fns);

@@ -4,9 +4,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/bf16.h"
 #include "../core/checked.h"
+#include "../core/regular_file.h"
 #include "binding.h"
 
 static const char *const dtype_names[] = {"f32", "i32", NULL};
@@ -135,12 +137,17 @@ int gptoss_lua_tensor_load(lua_State *L) {
     int dtype = luaL_checkoption(L, 2, NULL, dtype_names);
     int64_t shape[GPTOSS_MAX_DIMS];
     int ndim = lua_isnoneornil(L, 3) ? 0 : read_shape(L, 3, "tensor.load", shape);
-    FILE *f = fopen(path, "rb"); /* nothing below raises while it is open */
-    if (!f)
-        return luaL_error(L, "tensor.load: cannot open '%s': %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long bytes = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    char err[GPTOSS_ERR_LEN];
+    int fd;
+    uint64_t size;
+    if (gptoss_open_regular(path, NULL, &fd, &size, err))
+        return luaL_error(L, "tensor.load: %s", err);
+    FILE *f = fdopen(fd, "rb"); /* nothing below raises while it is open */
+    if (!f) {
+        close(fd);
+        return luaL_error(L, "tensor.load: out of host memory for a stream of '%s'", path);
+    }
+    long bytes = (long)size;
     if (ndim == 0 && bytes / 4 > INT32_MAX) { /* a dimension's limit, as read_shape's */
         fclose(f);
         return luaL_error(L, "tensor.load: '%s' has %I bytes, more than 2^31-1 values of 4 bytes: give a shape",
@@ -160,7 +167,7 @@ int gptoss_lua_tensor_load(lua_State *L) {
     gptoss_storage *s = gptoss_storage_new((gptoss_dtype)dtype, n);
     if (!s) {
         fclose(f);
-        return luaL_error(L, "tensor.load: out of host memory");
+        return luaL_error(L, "tensor.load: out of host memory for the %I values of '%s'", (lua_Integer)n, path);
     }
     size_t got = fread(s->data, 4, n, f);
     fclose(f);
