@@ -186,7 +186,7 @@ gptoss.tensor = {
     if type(values) ~= "table" then
       error(("tensor.from: expected a table (got %s)"):format(type(values)), 2)
     end
-    local flat, shape = util.flatten_shaped(values, "tensor", 2)
+    local flat, shape = util.flatten_shaped(values, "tensor", 2, core.max_dims)
     return (from_core(core.tensor, dtype or "f32", shape, flat))
   end,
   --- raw little-endian values; shape defaults to 1-D

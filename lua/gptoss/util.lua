@@ -56,29 +56,39 @@ function util.options(fn, opts, known, level)
   return opts
 end
 
+-- level counts from contains_itself's caller
+local function contains_itself(what, depth, level)
+  error(("%s: the nested table contains itself (a table at depth %d is one of its own ancestors)")
+    :format(what, depth), level and level + 1)
+end
+
 -- Appends the values of list t, at depth, to out, depth first. Without shape a table is
 -- walked into and anything else is a value; with shape (see util.flatten_shaped) every
 -- table at depth d must hold shape[d] entries and be tables down to depth #shape, whose
--- entries are the values. Errors name `what` and are raised at level, counted from
+-- entries are the values. open holds t's ancestors: a table among them is a cycle, which
+-- would never end. Errors name `what` and are raised at level, counted from
 -- util.flatten_shaped's caller.
-local function walk(t, out, depth, shape, what, level)
+local function walk(t, out, depth, shape, what, level, open)
   if shape and #t ~= shape[depth] then
     error(("%s: ragged nested table: %d values where %d were expected at depth %d")
       :format(what, #t, shape[depth], depth), level + depth)
   end
+  open[t] = true
   for i = 1, #t do
     local v = t[i]
+    if open[v] then contains_itself(what or "flatten", depth + 1, level and level + depth) end
     if shape and depth < #shape then
       if type(v) ~= "table" then
         error(("%s: expected a table at depth %d, got %s"):format(what, depth + 1, type(v)), level + depth)
       end
-      walk(v, out, depth + 1, shape, what, level)
+      walk(v, out, depth + 1, shape, what, level, open)
     elseif not shape and type(v) == "table" then
-      walk(v, out, depth + 1)
+      walk(v, out, depth + 1, nil, nil, nil, open)
     else
       out[#out + 1] = v
     end
   end
+  open[t] = nil
   return out
 end
 
@@ -94,20 +104,27 @@ function util.flatten(t, out)
     out[#out + 1] = t
     return out
   end
-  return walk(t, out or {}, 1)
+  return walk(t, out or {}, 1, nil, nil, nil, {})
 end
 
 --- A nested list of regular shape as one flat list of its values, and that shape (the
 -- length at each depth, read down the first entries): what tensor.from builds a tensor
--- of. A ragged table or a value where a table belongs is an error "<what>: ...", raised
--- at level (counted from the caller, as for error).
-function util.flatten_shaped(values, what, level)
-  local shape, t = {}, values
+-- of. A ragged table, a value where a table belongs, a table nested deeper than
+-- max_depth or one that contains itself is an error "<what>: ...", raised at level
+-- (counted from the caller, as for error).
+function util.flatten_shaped(values, what, level, max_depth)
+  local shape, t, open = {}, values, {}
   repeat
+    if open[t] then contains_itself(what, #shape + 1, level + 1) end
+    if #shape == max_depth then
+      error(("%s: nested deeper than %d tables (the most dimensions a tensor has)"):format(what, max_depth),
+        level + 1)
+    end
+    open[t] = true
     shape[#shape + 1] = #t
     t = t[1]
   until type(t) ~= "table"
-  local flat = walk(values, {}, 1, shape, what, level + 1)
+  local flat = walk(values, {}, 1, shape, what, level + 1, {})
   return flat, shape
 end
 

@@ -6,7 +6,7 @@
 struct gptoss_engine {
     const gptoss_engine_i *i;
     void *ctx;
-    const gptoss_model *m;
+    gptoss_model *m; /* a reference of its own */
     gptoss_engine_opts o;
     int vocab;
     uint64_t steps;
@@ -68,6 +68,7 @@ gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const
     }
     e->i = i;
     e->m = m;
+    gptoss_model_retain(m); /* before create, whose progress callback may let go of the caller's */
     e->o = opts;
     e->vocab = m->config.vocab_size;
     if ((s = i->create(m, &e->o, progress, &e->ctx, err))) {
@@ -90,8 +91,11 @@ void gptoss_engine_free(gptoss_engine *e) {
     free(e->slot_bias);
     free(e->slot_n_bias);
     free(e->slot_logprobs);
+    gptoss_model_free(e->m);
     free(e);
 }
+
+const gptoss_model *gptoss_engine_model(const gptoss_engine *e) { return e->m; }
 
 const gptoss_engine_opts *gptoss_engine_options(const gptoss_engine *e) { return &e->o; }
 

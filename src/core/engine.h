@@ -145,12 +145,16 @@ typedef struct gptoss_engine gptoss_engine;
 gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
                                  gptoss_memory *out, uint64_t *headroom, char *err);
 
-/* Makes a replica of m on engine i; the model must outlive it. progress: as
+/* Makes a replica of m on engine i, which holds a reference to m
+ * (gptoss_model_retain) until gptoss_engine_free. progress: as
  * gptoss_engine_i.create's. */
 gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const gptoss_engine_opts *o,
                                 const gptoss_progress *progress, gptoss_engine **out, char *err);
-/* Delivers pending results, frees everything; NULL is a no-op. */
+/* Delivers pending results, frees everything, lets go of the model; NULL is
+ * a no-op. */
 void gptoss_engine_free(gptoss_engine *e);
+/* The model the engine computes with (kept as long as the engine). */
+const gptoss_model *gptoss_engine_model(const gptoss_engine *e);
 
 /* the options with the engine's defaults filled in */
 const gptoss_engine_opts *gptoss_engine_options(const gptoss_engine *e);

@@ -286,8 +286,10 @@ gptoss_status gptoss_model_save(const gptoss_model *m, const char *path, char *e
     return s;
 }
 
+void gptoss_model_retain(gptoss_model *m) { m->refs++; }
+
 void gptoss_model_free(gptoss_model *m) {
-    if (!m)
+    if (!m || m->refs-- > 0)
         return;
     if (m->map)
         munmap((void *)m->map, m->map_bytes);

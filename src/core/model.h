@@ -72,6 +72,7 @@ typedef struct gptoss_model {
                                             * gptoss_model_weights */
     gptoss_model_answer experts_exact[GPTOSS_N_WEIGHT_FORMATS]; /* per weight format:
                                                                   gptoss_model_experts_in's */
+    int refs;                  /* references besides its maker's (gptoss_model_retain) */
 } gptoss_model;
 
 /* Whether m's weights come from the synthetic recipe. */
@@ -126,6 +127,16 @@ const gptoss_piece *gptoss_model_piece_at(const gptoss_source *src, uint64_t i);
  * removed then), GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_model_save(const gptoss_model *m, const char *path, char *err);
 
+/* A model is reference counted, so that whatever computes with it keeps
+ * it: whoever made it (gptoss_model_open, _synthetic, _new) holds the first
+ * reference, and each engine made of it another (gptoss_engine_new). A
+ * count in the model rather than an owner reference above it, because the
+ * holders' own lives are not ordered: the Lua binding's model object may be
+ * finalised, even by hand, before or while a replica of it computes, and
+ * only the C object's count says when the weights may go. Not atomic: the
+ * holders live on one thread (the Lua state's). */
+void gptoss_model_retain(gptoss_model *m);
+/* Lets go of one reference; the last frees the model. NULL is a no-op. */
 void gptoss_model_free(gptoss_model *m);
 
 /* Bytes of physical memory the kernel reports available (MemAvailable). */

@@ -4,7 +4,20 @@
  * and metamethods are named <class>_<op> (replica_fork, step_tokens,
  * step_gc, ...), module functions and the methods one file registers for
  * another gptoss_lua_<name> (gptoss_lua_replica_step). Errors raised here
- * name the Lua function the user called, then the core's message. */
+ * name the Lua function the user called, then the core's message.
+ *
+ * Lifetimes (docs/architecture.md#layers): a script can end an object's life
+ * in the middle of any binding call (an argument's metamethod, __tostring in
+ * an error message, on_progress, or a finaliser, which any allocation may
+ * run, can close a replica or call a __gc by hand). So a binding function
+ * reaches an object only through gptoss_lua_check and uses the C pointer it
+ * gives only until its next call that can run Lua: lua_get* or lua_geti of
+ * a caller's table, luaL_len, luaL_tolstring, a call, and any allocation (a
+ * lua_newuserdatauv, lua_createtable, lua_push*string, a luaL_Buffer that
+ * grows). lua_push* of numbers and lua_rawseti or lua_setfield on a table of
+ * its own run none. It reads its arguments first, allocates what it
+ * returns, then takes the pointers it computes with; where it must run Lua
+ * in between it copies what it needs or checks again. */
 #ifndef GPTOSS_BINDING_H
 #define GPTOSS_BINDING_H
 
@@ -25,7 +38,35 @@
 #define GPTOSS_DECODER_MT "gptoss.decoder"
 #define GPTOSS_SAMPLER_MT "gptoss.sampler"
 
-/* ---- class.c ---- */
+/* ---- class.c: classes and the lives of their objects ---- */
+
+/* Where an object is in its life; it only moves forward. */
+typedef enum { GPTOSS_LUA_OPEN, GPTOSS_LUA_CLOSED, GPTOSS_LUA_COLLECTED } gptoss_lua_life;
+
+/* The first member of every object's userdata. */
+typedef struct {
+    gptoss_lua_life life;
+} gptoss_lua_object;
+
+/* Pushes a new object of the class: size bytes (a struct that starts with a
+ * gptoss_lua_object) zeroed and open, with nuv user values. */
+void *gptoss_lua_new(lua_State *L, const char *class, size_t size, int nuv);
+/* The object of the class at idx, open: raises as luaL_checkudata does for
+ * anything else, and "<class>: used after close" or "<class>: used after it
+ * was garbage-collected" once its life has ended ("<fn>: <class>: ..." with
+ * fn, for an argument of fn rather than the object a method was called on).
+ * Runs no Lua. */
+void *gptoss_lua_check(lua_State *L, int idx, const char *class, const char *fn);
+/* The same, NULL for a value of another type. */
+void *gptoss_lua_test(lua_State *L, int idx, const char *class, const char *fn);
+/* Where the object of the class at idx is in its life (for what answers
+ * after it ended: r.closed, tostring(r)). */
+gptoss_lua_life gptoss_lua_life_of(lua_State *L, int idx, const char *class);
+/* Ends the life of the object of the class at idx: how is CLOSED for a
+ * close, COLLECTED for __gc (which a script may call by hand, again and
+ * again). Returns the object when it was open, for the caller to free what
+ * it holds, else NULL: that was done before. */
+void *gptoss_lua_end(lua_State *L, int idx, const char *class, gptoss_lua_life how);
 
 /* A class: methods are looked up first, then getter(L) for other keys (the
  * object at 1, the key at 2; it returns 0 for none); meta holds the
@@ -68,32 +109,39 @@ int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn);
 #define GPTOSS_MAX_DIMS 8
 
 typedef struct {
-    gptoss_storage *storage;
+    gptoss_lua_object obj;
+    gptoss_storage *storage; /* a reference of its own; NULL once collected */
     size_t offset; /* elements */
     int ndim;
     int64_t shape[GPTOSS_MAX_DIMS];
 } lua_tensor;
 
-/* Pushes a tensor viewing storage (retained) from offset with this shape. */
-lua_tensor *gptoss_push_tensor(lua_State *L, gptoss_storage *s, size_t offset, int ndim,
-                               const int64_t *shape);
+/* Pushes a tensor that views nothing yet, for gptoss_tensor_view to fill:
+ * allocated before the caller takes the storage it will view (the
+ * lifetimes rule above). Never returned to Lua empty. */
+lua_tensor *gptoss_push_tensor(lua_State *L);
+/* t views storage s (retained) from offset with this shape. */
+void gptoss_tensor_view(lua_tensor *t, gptoss_storage *s, size_t offset, int ndim, const int64_t *shape);
 /* Pushes a new zeroed tensor; raises a Lua error when memory is short. */
 lua_tensor *gptoss_new_tensor(lua_State *L, gptoss_dtype dtype, int ndim, const int64_t *shape);
+/* The tensor at idx, alive (gptoss_lua_check). */
 lua_tensor *gptoss_check_tensor(lua_State *L, int idx);
 size_t gptoss_tensor_numel(const lua_tensor *t);
 void *gptoss_tensor_data(const lua_tensor *t);
 
 /* ---- model.c ---- */
 
+/* The model of the model object at idx, alive (gptoss_lua_check). */
 gptoss_model *gptoss_check_model(lua_State *L, int idx);
 
 /* ---- replica.c: what the files of a replica's methods share ---- */
 
 typedef struct {
-    gptoss_engine *e; /* NULL once closed */
+    gptoss_lua_object obj;
+    gptoss_engine *e; /* NULL once closed or collected */
 } lua_replica;
 
-/* The engine of the replica at idx; raises once it is closed. */
+/* The engine of the replica at idx; raises once it is closed or collected. */
 gptoss_engine *gptoss_check_engine(lua_State *L, int idx);
 /* 0-based slot from a 1-based argument, range-checked. */
 int gptoss_check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn);

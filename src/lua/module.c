@@ -33,5 +33,7 @@ int luaopen_gptoss_core(lua_State *L) {
     luaL_newlib(L, fns);
     lua_pushstring(L, gptoss_hip_platform());
     lua_setfield(L, -2, "platform");
+    lua_pushinteger(L, GPTOSS_MAX_DIMS); /* tensor.from reads no deeper */
+    lua_setfield(L, -2, "max_dims");
     return 1;
 }

@@ -19,15 +19,8 @@ int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const cha
     return luaL_error(L, "%s: %s", s == GPTOSS_E_DRAW ? "step:tokens" : fn, err);
 }
 
-static lua_replica *check_replica(lua_State *L, int idx) {
-    return luaL_checkudata(L, idx, GPTOSS_REPLICA_MT);
-}
-
 gptoss_engine *gptoss_check_engine(lua_State *L, int idx) {
-    lua_replica *r = check_replica(L, idx);
-    if (!r->e)
-        luaL_error(L, "replica: used after close");
-    return r->e;
+    return ((lua_replica *)gptoss_lua_check(L, idx, GPTOSS_REPLICA_MT, NULL))->e;
 }
 
 int gptoss_check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn) {
@@ -43,9 +36,10 @@ int gptoss_check_slot(lua_State *L, gptoss_engine *e, int idx, const char *fn) {
 /* {device="cpu"|N, slots=1, ctx=seq_len, weights="fp32", kv="fp32", threads (CPU),
  *  rows, chunk (GPU), on_progress}: the options at idx, ranges checked; each engine says
  *  which it takes and fills in its defaults. check_device: N must be a visible GPU.
- *  on_progress is only checked here (replica_bytes has no use for it). */
-static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const gptoss_model *m,
-                                    int check_device) {
+ *  on_progress, checked, is left on the stack top (replica_bytes has no use for it). The
+ *  model's seq_len comes as a number: reading the table runs its metamethods, which may
+ *  end the model object's life. */
+static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, int seq_len, int check_device) {
     if (lua_isnoneornil(L, idx)) {
         lua_newtable(L);
         lua_replace(L, idx);
@@ -57,8 +51,7 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, const
     lua_getfield(L, idx, "on_progress");
     if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
         luaL_error(L, "%s: on_progress must be a function(done, total) (got %s)", fn, luaL_typename(L, -1));
-    lua_pop(L, 1);
-    gptoss_engine_opts o = {.device = -1, .slots = 1, .ctx = m->config.seq_len, .threads = -1};
+    gptoss_engine_opts o = {.device = -1, .slots = 1, .ctx = seq_len, .threads = -1};
     lua_getfield(L, idx, "device");
     if (lua_isinteger(L, -1)) {
         lua_Integer dev = lua_tointeger(L, -1);
@@ -132,19 +125,18 @@ static int call_progress(void *arg, uint64_t done, uint64_t total) {
     return p->failed;
 }
 
-/* model:replica{...} */
+/* model:replica{...}. The engine holds its own reference to the model from
+ * before on_progress runs, which may let go of the model object's. */
 int gptoss_lua_replica(lua_State *L) {
-    gptoss_model *m = gptoss_check_model(L, 1);
+    int seq_len = gptoss_check_model(L, 1)->config.seq_len;
     lua_settop(L, 2);
-    gptoss_engine_opts o = read_opts(L, 2, "replica", m, 1);
-    lua_getfield(L, 2, "on_progress"); /* index 3: the function, or nil */
+    gptoss_engine_opts o = read_opts(L, 2, "replica", seq_len, 1); /* index 3: on_progress, or nil */
     replica_progress rp = {L, 3, 0};
     gptoss_progress progress = {call_progress, &rp};
-    lua_replica *r = lua_newuserdatauv(L, sizeof *r, 1);
-    r->e = NULL;
-    luaL_setmetatable(L, GPTOSS_REPLICA_MT);
-    lua_pushvalue(L, 1); /* the replica keeps its model alive */
+    lua_replica *r = gptoss_lua_new(L, GPTOSS_REPLICA_MT, sizeof *r, 1);
+    lua_pushvalue(L, 1); /* r.model */
     lua_setiuservalue(L, -2, 1);
+    gptoss_model *m = gptoss_check_model(L, 1);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_new(gptoss_engine_for(o.device), m, &o, lua_isnil(L, 3) ? NULL : &progress,
                                         &r->e, err);
@@ -159,12 +151,13 @@ int gptoss_lua_replica(lua_State *L) {
  * take (as r.memory reports them) and headroom, what the device keeps free
  * besides; device = N plans a GPU replica whether or not GPU N is here */
 int gptoss_lua_replica_bytes(lua_State *L) {
-    gptoss_model *m = gptoss_check_model(L, 1);
+    int seq_len = gptoss_check_model(L, 1)->config.seq_len;
     lua_settop(L, 2);
-    gptoss_engine_opts o = read_opts(L, 2, "replica_bytes", m, 0);
+    gptoss_engine_opts o = read_opts(L, 2, "replica_bytes", seq_len, 0);
     gptoss_memory mem;
     uint64_t headroom;
     char err[GPTOSS_ERR_LEN];
+    gptoss_model *m = gptoss_check_model(L, 1);
     gptoss_status s = gptoss_engine_plan(gptoss_engine_for(o.device), m, &o, &mem, &headroom, err);
     if (s)
         return gptoss_raise_status(L, "replica_bytes", s, err);
@@ -199,10 +192,9 @@ static int replica_sampling(lua_State *L) {
                              "course sampler is one stream shared by all requests: use "
                              "gptoss.sampler{mode=\"course\"} on h:logits()");
     s.logprobs = gptoss_read_logprobs(L, 3, "replica:sampling");
-    lua_getiuservalue(L, 1, 1);
-    int vocab = gptoss_check_model(L, -1)->config.vocab_size;
-    lua_pop(L, 1);
+    int vocab = gptoss_engine_model(gptoss_check_engine(L, 1))->config.vocab_size;
     s.bias = gptoss_read_logit_bias(L, 3, "replica:sampling", vocab, &s.n_bias);
+    e = gptoss_check_engine(L, 1); /* the table's metamethods ran */
     if ((st = gptoss_engine_sampling(e, slot, &s, err)))
         return gptoss_raise_status(L, "replica:sampling", st, err);
     return 0;
@@ -239,24 +231,83 @@ static int replica_length(lua_State *L) {
     return 1;
 }
 
-/* pending steps get their tokens before the engine goes */
+/* Ends the replica's life as how says; pending steps get their tokens
+ * before the engine goes. Closing again, or after __gc, does nothing. */
+static void end_replica(lua_State *L, gptoss_lua_life how) {
+    lua_replica *r = gptoss_lua_end(L, 1, GPTOSS_REPLICA_MT, how);
+    if (r) {
+        gptoss_engine_free(r->e);
+        r->e = NULL;
+    }
+}
+
 static int replica_close(lua_State *L) {
-    lua_replica *r = check_replica(L, 1);
-    gptoss_engine_free(r->e);
-    r->e = NULL;
+    end_replica(L, GPTOSS_LUA_CLOSED);
     return 0;
 }
 
-static void push_profile_row(void *arg, const char *label, double seconds, long calls) {
-    lua_State *L = arg;
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, label);
-    lua_setfield(L, -2, "label");
-    lua_pushnumber(L, seconds);
-    lua_setfield(L, -2, "seconds");
-    lua_pushinteger(L, calls);
-    lua_setfield(L, -2, "calls");
-    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+static int replica_gc(lua_State *L) {
+    end_replica(L, GPTOSS_LUA_COLLECTED);
+    return 0;
+}
+
+/* The profile's rows copied out of the engine, in two passes: one counts
+ * them (rows NULL), then, in memory allocated between, one copies what fits. */
+typedef struct {
+    struct profile_row {
+        const char *label;
+        double seconds;
+        long calls;
+    } *rows;
+    char *labels;
+    int n, cap;          /* rows seen; room for */
+    size_t bytes, room;  /* label bytes seen (each with its NUL); room for */
+    int full;
+} profile_copy;
+
+static void copy_profile_row(void *arg, const char *label, double seconds, long calls) {
+    profile_copy *c = arg;
+    size_t len = strlen(label) + 1;
+    if (c->full || (c->rows && (c->n == c->cap || c->bytes + len > c->room))) {
+        c->full = 1;
+        return;
+    }
+    if (c->rows) {
+        memcpy(c->labels + c->bytes, label, len);
+        c->rows[c->n] = (struct profile_row){c->labels + c->bytes, seconds, calls};
+    }
+    c->n++;
+    c->bytes += len;
+}
+
+/* Pushes { {label=, seconds=, calls=}, ... }: copied first, since pushing
+ * allocates and a finaliser may close the replica meanwhile. */
+static int push_profile(lua_State *L) {
+    profile_copy c = {0};
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_profile_read(gptoss_check_engine(L, 1), copy_profile_row, &c, err);
+    if (s)
+        return gptoss_raise_status(L, "profile", s, err);
+    c.rows = lua_newuserdatauv(L, sizeof *c.rows * (size_t)(c.n ? c.n : 1) + c.bytes, 0);
+    c.labels = (char *)(c.rows + (c.n ? c.n : 1));
+    c.cap = c.n;
+    c.room = c.bytes;
+    c.n = 0;
+    c.bytes = 0;
+    if ((s = gptoss_engine_profile_read(gptoss_check_engine(L, 1), copy_profile_row, &c, err)))
+        return gptoss_raise_status(L, "profile", s, err);
+    lua_createtable(L, c.n, 0);
+    for (int i = 0; i < c.n; i++) {
+        lua_createtable(L, 0, 3);
+        lua_pushstring(L, c.rows[i].label);
+        lua_setfield(L, -2, "label");
+        lua_pushnumber(L, c.rows[i].seconds);
+        lua_setfield(L, -2, "seconds");
+        lua_pushinteger(L, c.rows[i].calls);
+        lua_setfield(L, -2, "calls");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
 }
 
 /* r:profile(true|false) switches per-kernel timing (each step then waits for
@@ -264,34 +315,31 @@ static void push_profile_row(void *arg, const char *label, double seconds, long 
  * first-launch order. */
 static int replica_profile(lua_State *L) {
     gptoss_engine *e = gptoss_check_engine(L, 1);
+    if (lua_isnoneornil(L, 2))
+        return push_profile(L);
+    luaL_checktype(L, 2, LUA_TBOOLEAN);
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s;
-    if (!lua_isnoneornil(L, 2)) {
-        luaL_checktype(L, 2, LUA_TBOOLEAN);
-        if ((s = gptoss_engine_profile(e, lua_toboolean(L, 2), err)))
-            return gptoss_raise_status(L, "profile", s, err);
-        return 0;
-    }
-    lua_newtable(L);
-    if ((s = gptoss_engine_profile_read(e, push_profile_row, L, err)))
+    gptoss_status s = gptoss_engine_profile(e, lua_toboolean(L, 2), err);
+    if (s)
         return gptoss_raise_status(L, "profile", s, err);
-    return 1;
+    return 0;
 }
 
 static int replica_get(lua_State *L) {
-    lua_replica *r = check_replica(L, 1);
-    const char *k = lua_tostring(L, 2);
+    gptoss_lua_life life = gptoss_lua_life_of(L, 1, GPTOSS_REPLICA_MT);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!k)
         return 0;
-    if (strcmp(k, "closed") == 0) {
-        lua_pushboolean(L, r->e == NULL);
+    if (strcmp(k, "closed") == 0) { /* also once collected: no step runs */
+        lua_pushboolean(L, life != GPTOSS_LUA_OPEN);
         return 1;
     }
     if (strcmp(k, "model") == 0) {
         lua_getiuservalue(L, 1, 1);
         return 1;
     }
-    const gptoss_engine_opts *o = gptoss_engine_options(gptoss_check_engine(L, 1));
+    gptoss_engine *e = gptoss_check_engine(L, 1);
+    const gptoss_engine_opts *o = gptoss_engine_options(e);
     /* each engine's own options are set (> 0) on its replicas only */
     if (strcmp(k, "device") == 0) {
         if (o->device < 0)
@@ -314,7 +362,7 @@ static int replica_get(lua_State *L) {
         lua_pushinteger(L, o->chunk);
     } else if (strcmp(k, "memory") == 0) {
         gptoss_memory mem;
-        gptoss_engine_memory(r->e, &mem);
+        gptoss_engine_memory(e, &mem);
         push_memory(L, &mem);
     } else {
         return 0;
@@ -323,12 +371,11 @@ static int replica_get(lua_State *L) {
 }
 
 static int replica_tostring(lua_State *L) {
-    lua_replica *r = check_replica(L, 1);
-    if (!r->e) {
+    if (gptoss_lua_life_of(L, 1, GPTOSS_REPLICA_MT) == GPTOSS_LUA_CLOSED) {
         lua_pushliteral(L, "gptoss.replica(closed)");
         return 1;
     }
-    const gptoss_engine_opts *o = gptoss_engine_options(r->e);
+    const gptoss_engine_opts *o = gptoss_engine_options(gptoss_check_engine(L, 1));
     char where[32], bound[48];
     if (o->device < 0)
         snprintf(where, sizeof where, "cpu");
@@ -379,7 +426,7 @@ void gptoss_open_replica(lua_State *L) {
         {NULL, NULL},
     };
     static const luaL_Reg replica_meta[] = {
-        {"__gc", replica_close}, {"__close", replica_close}, {"__tostring", replica_tostring}, {NULL, NULL},
+        {"__gc", replica_gc}, {"__close", replica_close}, {"__tostring", replica_tostring}, {NULL, NULL},
     };
     static const gptoss_lua_class_def replica = {GPTOSS_REPLICA_MT, replica_methods, replica_get, replica_meta};
     gptoss_lua_class(L, &replica);

@@ -12,6 +12,7 @@
 
 /* user values: 1 the constructor's logit bias list */
 typedef struct {
+    gptoss_lua_object obj;
     gptoss_sampler *s;
     uint64_t position; /* the next draw's position when none is given */
     int logprobs;      /* alternatives returned with each draw; -1: none */
@@ -20,10 +21,7 @@ typedef struct {
 } lua_sampler;
 
 static lua_sampler *check_sampler(lua_State *L, int idx) {
-    lua_sampler *u = luaL_checkudata(L, idx, GPTOSS_SAMPLER_MT);
-    if (!u->s) /* only a finaliser that outlived this one can see it */
-        luaL_error(L, "sampler: used after it was garbage-collected");
-    return u;
+    return gptoss_lua_check(L, idx, GPTOSS_SAMPLER_MT, NULL);
 }
 
 int gptoss_read_logprobs(lua_State *L, int idx, const char *fn) {
@@ -56,6 +54,8 @@ const gptoss_logit_bias *gptoss_read_logit_bias(lua_State *L, int idx, const cha
             luaL_error(L, "%s: logit_bias has more than %d entries", fn, GPTOSS_MAX_LOGIT_BIAS);
     gptoss_logit_bias *out = lua_newuserdatauv(L, sizeof *out * (size_t)(count ? count : 1), 0);
     for (lua_pushnil(L); lua_next(L, -3); lua_pop(L, 1)) {
+        if (*n == count) /* a finaliser the allocation ran added entries */
+            luaL_error(L, "%s: logit_bias changed while it was read", fn);
         int ok;
         lua_Integer id = lua_tointegerx(L, -2, &ok);
         if (!ok)
@@ -136,13 +136,10 @@ int gptoss_lua_sampler(lua_State *L) {
     int logprobs = gptoss_read_logprobs(L, 1, "sampler"), n_bias;
     const gptoss_logit_bias *bias = gptoss_read_logit_bias(L, 1, "sampler", 0, &n_bias);
 
-    lua_sampler *u = lua_newuserdatauv(L, sizeof *u, 1);
-    u->s = NULL;
-    u->position = 0;
+    lua_sampler *u = gptoss_lua_new(L, GPTOSS_SAMPLER_MT, sizeof *u, 1);
     u->logprobs = logprobs;
     u->bias = bias;
     u->n_bias = n_bias;
-    luaL_setmetatable(L, GPTOSS_SAMPLER_MT);
     lua_pushvalue(L, -2); /* the sampler keeps its list */
     lua_setiuservalue(L, -2, 1);
     char err[GPTOSS_ERR_LEN];
@@ -171,7 +168,7 @@ static const float *check_row(lua_State *L, int idx, int *n) {
         *n = (int)len;
         return row;
     }
-    lua_tensor *t = luaL_testudata(L, idx, GPTOSS_TENSOR_MT);
+    lua_tensor *t = gptoss_lua_test(L, idx, GPTOSS_TENSOR_MT, "sampler:sample");
     if (!t)
         luaL_error(L, "sampler:sample: expected a host tensor row or a table of logits (got %s)",
                    luaL_typename(L, idx));
@@ -189,9 +186,11 @@ static const float *check_row(lua_State *L, int idx, int *n) {
     return gptoss_tensor_data(t);
 }
 
-/* s:sample(logits [, position | {position=, logprobs=, logit_bias=}]) -> id [, logprob, alternatives] */
+/* s:sample(logits [, position | {position=, logprobs=, logit_bias=}]) -> id [, logprob, alternatives]:
+ * the arguments read (their metamethods may end the sampler's life) before
+ * the sampler is taken again to draw */
 static int sampler_sample(lua_State *L) {
-    lua_sampler *u = check_sampler(L, 1);
+    const lua_sampler *u = check_sampler(L, 1);
     lua_Integer position = (lua_Integer)u->position;
     int logprobs = u->logprobs, n_bias = u->n_bias;
     const gptoss_logit_bias *bias = u->bias;
@@ -217,14 +216,15 @@ static int sampler_sample(lua_State *L) {
                           (lua_Integer)(LUA_MAXINTEGER - 1), position);
     int n;
     const float *row = check_row(L, 2, &n);
+    lua_sampler *live = check_sampler(L, 1);
     char err[GPTOSS_ERR_LEN];
     const float *seen; /* the row under the bias */
-    if (gptoss_bias_row(u->s, row, n, bias, n_bias, &seen, err))
+    if (gptoss_bias_row(live->s, row, n, bias, n_bias, &seen, err))
         return luaL_error(L, "%s", err);
-    int id = gptoss_sample(u->s, seen, n, (uint64_t)position, err);
+    int id = gptoss_sample(live->s, seen, n, (uint64_t)position, err);
     if (id < 0)
         return luaL_error(L, "%s", err);
-    u->position = (uint64_t)position + 1;
+    live->position = (uint64_t)position + 1;
     lua_pushinteger(L, id);
     if (logprobs < 0)
         return 1;
@@ -251,7 +251,7 @@ void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logpro
 static int sampler_get(lua_State *L) {
     lua_sampler *u = check_sampler(L, 1);
     const gptoss_sample_params *p = gptoss_sampler_params(u->s);
-    const char *k = lua_tostring(L, 2);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!k)
         return 0;
     if (strcmp(k, "mode") == 0)
@@ -278,9 +278,11 @@ static int sampler_get(lua_State *L) {
 }
 
 static int sampler_gc(lua_State *L) {
-    lua_sampler *u = luaL_checkudata(L, 1, GPTOSS_SAMPLER_MT);
-    gptoss_sampler_free(u->s);
-    u->s = NULL;
+    lua_sampler *u = gptoss_lua_end(L, 1, GPTOSS_SAMPLER_MT, GPTOSS_LUA_COLLECTED);
+    if (u) {
+        gptoss_sampler_free(u->s);
+        u->s = NULL;
+    }
     return 0;
 }
 

@@ -7,11 +7,11 @@
 #include "../core/device_contract.h" /* gptoss_fed_token */
 #include "binding.h"
 
-/* user values: 1 the replica (which keeps the model alive) */
+/* user values: 1 the replica, whose userdata replica points to */
 typedef struct {
+    gptoss_lua_object obj;
     gptoss_result res;
     lua_replica *replica;
-    int collected; /* its finaliser ran (a later finaliser may still reach it) */
 } lua_step;
 
 /* ---- r:step ---- */
@@ -50,12 +50,15 @@ static int *int_array(lua_State *L, int tbl, const char *field, int *n) {
     return out;
 }
 
-/* The value at the top of the stack (field of the batch) as the step feeding
- * this batch: a step of this replica, and its latest. */
-static lua_step *feeding_step(lua_State *L, const lua_replica *r, const char *field) {
-    lua_step *h = luaL_testudata(L, -1, GPTOSS_STEP_MT);
+/* The step at idx as the one feeding this batch (field of it): a live step
+ * of the replica at 1, and its latest. Checked where the batch is read, for
+ * the messages' order, and again before the step runs, for the pointer. */
+static lua_step *feeding_step(lua_State *L, int idx, const char *field) {
+    const char *fn = field[0] == 't' ? "step: tokens" : "step: from";
+    const lua_replica *r = gptoss_lua_check(L, 1, GPTOSS_REPLICA_MT, NULL);
+    lua_step *h = gptoss_lua_test(L, idx, GPTOSS_STEP_MT, fn);
     if (!h)
-        luaL_error(L, "step: %s must be a step of this replica (got %s)", field, luaL_typename(L, -1));
+        luaL_error(L, "step: %s must be a step of this replica (got %s)", field, luaL_typename(L, idx));
     if (h->replica != r)
         luaL_error(L, "step: %s is a step of another replica", field);
     uint64_t latest = gptoss_engine_steps(r->e);
@@ -65,28 +68,29 @@ static lua_step *feeding_step(lua_State *L, const lua_replica *r, const char *fi
     return h;
 }
 
-/* The batch of the table at tbl (buffers left on the stack) and the step
- * feeding it, or NULL. tokens = h: row i takes the token h drew for its row
- * i (h of as many rows); from = h with a table of tokens: a token -j takes
- * the one h drew for its row j (1-based), passed on as the core's fed
- * token. */
-static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_batch *b) {
+/* The batch of the table at tbl (buffers left on the stack); returns the
+ * stack index of the step feeding it (left there too; *field: which field
+ * gave it), or 0. tokens = h: row i takes the token h drew for its row i (h
+ * of as many rows); from = h with a table of tokens: a token -j takes the
+ * one h drew for its row j (1-based), passed on as the core's fed token. */
+static int read_batch(lua_State *L, int tbl, gptoss_batch *b, const char **field) {
     luaL_checktype(L, tbl, LUA_TTABLE);
     static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", NULL};
     gptoss_opt_known(L, tbl, "step", known);
-    int n = -1;
+    int n = -1, fed = 0;
     int *slots = int_array(L, tbl, "slots", &n);
     b->positions = int_array(L, tbl, "positions", &n);
-    lua_step *fed_by = NULL;
     lua_getfield(L, tbl, "tokens");
     if (luaL_testudata(L, -1, GPTOSS_STEP_MT)) {
-        fed_by = feeding_step(L, r, "tokens");
-        if (fed_by->res.rows != n)
-            luaL_error(L, "step: tokens is a step of %d rows; this batch has %d", fed_by->res.rows, n);
+        fed = lua_gettop(L);
+        *field = "tokens";
+        int rows = feeding_step(L, fed, "tokens")->res.rows;
+        if (rows != n)
+            luaL_error(L, "step: tokens is a step of %d rows; this batch has %d", rows, n);
         lua_getfield(L, tbl, "from");
         if (!lua_isnil(L, -1))
             luaL_error(L, "step: from is for a table of tokens; tokens = h already names the feeding step");
-        lua_pop(L, 2);
+        lua_pop(L, 1);
         int *tokens = lua_newuserdatauv(L, sizeof(int) * (size_t)(n ? n : 1), 0);
         for (int i = 0; i < n; i++)
             tokens[i] = gptoss_fed_token(i);
@@ -98,19 +102,22 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
         lua_pop(L, 1);
         int *tokens = int_array(L, tbl, "tokens", &n);
         lua_getfield(L, tbl, "from");
-        if (!lua_isnil(L, -1)) {
-            fed_by = feeding_step(L, r, "from");
-            for (int i = 0; i < n; i++) {
-                if (tokens[i] >= 0)
-                    continue;
-                lua_Integer row = -(lua_Integer)tokens[i]; /* not -tokens[i]: INT32_MIN has no negation */
-                if (row > fed_by->res.rows)
-                    luaL_error(L, "step: tokens[%d] = %d refers to row %I of from, a step of %d rows", i + 1,
-                               tokens[i], row, fed_by->res.rows);
-                tokens[i] = gptoss_fed_token((int)row - 1);
-            }
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+        } else {
+            fed = lua_gettop(L);
+            *field = "from";
         }
-        lua_pop(L, 1);
+        int rows = fed ? feeding_step(L, fed, "from")->res.rows : 0;
+        for (int i = 0; fed && i < n; i++) {
+            if (tokens[i] >= 0)
+                continue;
+            lua_Integer row = -(lua_Integer)tokens[i]; /* not -tokens[i]: INT32_MIN has no negation */
+            if (row > rows)
+                luaL_error(L, "step: tokens[%d] = %d refers to row %I of from, a step of %d rows", i + 1,
+                           tokens[i], row, rows);
+            tokens[i] = gptoss_fed_token((int)row - 1);
+        }
         b->tokens = tokens;
     }
     for (int i = 0; i < n; i++)
@@ -118,7 +125,7 @@ static lua_step *read_batch(lua_State *L, int tbl, const lua_replica *r, gptoss_
     b->slots = slots;
     b->n = n;
     b->fed_rows = 0;
-    return fed_by;
+    return fed;
 }
 
 /* The step's logits option at tbl into q: false/nil (keep none), true
@@ -148,23 +155,25 @@ static void read_keep(lua_State *L, int tbl, gptoss_step_request *q) {
     q->n_keep = len;
 }
 
-/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]} */
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]}:
+ * the batch read and the handle allocated (each may run Lua) before the
+ * replica and the feeding step are taken for the engine */
 int gptoss_lua_replica_step(lua_State *L) {
-    gptoss_engine *e = gptoss_check_engine(L, 1);
-    lua_replica *r = lua_touserdata(L, 1);
+    gptoss_check_engine(L, 1); /* first, for the messages' order */
+    lua_settop(L, 2);
     gptoss_batch b;
-    lua_step *fed_by = read_batch(L, 2, r, &b);
-    gptoss_step_request q = {.batch = &b, .fed_by = fed_by ? &fed_by->res : NULL};
+    const char *fed_field = NULL;
+    int fed = read_batch(L, 2, &b, &fed_field);
+    gptoss_step_request q = {.batch = &b};
     read_keep(L, 2, &q);
-    lua_step *h = lua_newuserdatauv(L, sizeof *h, 1);
-    memset(h, 0, sizeof *h);
+    lua_step *h = gptoss_lua_new(L, GPTOSS_STEP_MT, sizeof *h, 1);
     h->res.delivered = 1; /* nothing to forget until the engine has it */
-    h->replica = r;
-    luaL_setmetatable(L, GPTOSS_STEP_MT);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
+    h->replica = gptoss_lua_check(L, 1, GPTOSS_REPLICA_MT, NULL);
+    q.fed_by = fed ? &feeding_step(L, fed, fed_field)->res : NULL;
     char err[GPTOSS_ERR_LEN];
-    gptoss_status s = gptoss_engine_step(e, &q, &h->res, err);
+    gptoss_status s = gptoss_engine_step(h->replica->e, &q, &h->res, err);
     if (s)
         return gptoss_raise_status(L, "step", s, err);
     return 1;
@@ -173,14 +182,14 @@ int gptoss_lua_replica_step(lua_State *L) {
 /* ---- the step handle ---- */
 
 static lua_step *check_step(lua_State *L, int idx) {
-    lua_step *h = luaL_checkudata(L, idx, GPTOSS_STEP_MT);
-    if (h->collected)
-        luaL_error(L, "step: used after it was garbage-collected");
-    return h;
+    return gptoss_lua_check(L, idx, GPTOSS_STEP_MT, NULL);
 }
 
-/* h:logits() -> host tensor {rows, vocab} */
+/* h:logits() -> host tensor {rows, vocab}, allocated before the step's
+ * logits are taken */
 static int step_logits(lua_State *L) {
+    check_step(L, 1);
+    lua_tensor *t = gptoss_push_tensor(L);
     lua_step *h = check_step(L, 1);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_logits(h->replica->e, &h->res, err);
@@ -190,7 +199,7 @@ static int step_logits(lua_State *L) {
     if (s)
         return gptoss_raise_status(L, "step:logits", s, err);
     int64_t shape[2] = {h->res.logits_rows, h->res.vocab};
-    gptoss_push_tensor(L, h->res.logits, 0, 2, shape);
+    gptoss_tensor_view(t, h->res.logits, 0, 2, shape);
     return 1;
 }
 
@@ -206,24 +215,28 @@ static lua_step *check_delivered(lua_State *L, int idx, const char *fn) {
 }
 
 /* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
- * where the row's slot asked (r:sampling's logprobs), false elsewhere */
+ * where the row's slot asked (r:sampling's logprobs), false elsewhere. Each
+ * row is copied before it is pushed: pushing allocates, and a finaliser may
+ * collect the step meanwhile. */
 static int step_logprobs(lua_State *L) {
     if (!check_step(L, 1)->res.logprobs)
         return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
                              "{logprobs = n}) before the step)");
-    lua_step *h = check_delivered(L, 1, "step:logprobs");
-    lua_createtable(L, h->res.rows, 0);
-    for (int i = 0; i < h->res.rows; i++) {
-        const gptoss_row_logprobs *lp = &h->res.logprobs[i];
-        if (lp->n_top < 0) {
+    int rows = check_delivered(L, 1, "step:logprobs")->res.rows;
+    lua_createtable(L, rows, 0);
+    for (int i = 0; i < rows; i++) {
+        const lua_step *h = check_delivered(L, 1, "step:logprobs");
+        gptoss_row_logprobs lp = h->res.logprobs[i];
+        int id = h->res.tokens[i];
+        if (lp.n_top < 0) {
             lua_pushboolean(L, 0);
         } else {
             lua_createtable(L, 0, 3);
-            lua_pushinteger(L, h->res.tokens[i]);
+            lua_pushinteger(L, id);
             lua_setfield(L, -2, "id");
-            lua_pushnumber(L, lp->logprob);
+            lua_pushnumber(L, lp.logprob);
             lua_setfield(L, -2, "logprob");
-            gptoss_push_top_logprobs(L, lp->top_id, lp->top_logprob, lp->n_top);
+            gptoss_push_top_logprobs(L, lp.top_id, lp.top_logprob, lp.n_top);
             lua_setfield(L, -2, "top");
         }
         lua_rawseti(L, -2, i + 1);
@@ -234,8 +247,8 @@ static int step_logprobs(lua_State *L) {
 /* h:tokens() -> the id each row drew: greedy (the first maximum, as the
  * course's argmax) or as its slot's sampling was when the step was taken */
 static int step_tokens(lua_State *L) {
-    lua_step *h = check_delivered(L, 1, "step:tokens");
-    lua_createtable(L, h->res.rows, 0);
+    lua_createtable(L, check_delivered(L, 1, "step:tokens")->res.rows, 0);
+    const lua_step *h = check_delivered(L, 1, "step:tokens"); /* after the allocation */
     for (int i = 0; i < h->res.rows; i++) {
         lua_pushinteger(L, h->res.tokens[i]);
         lua_rawseti(L, -2, i + 1);
@@ -245,7 +258,7 @@ static int step_tokens(lua_State *L) {
 
 static int step_get(lua_State *L) {
     lua_step *h = check_step(L, 1);
-    const char *k = lua_tostring(L, 2);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (k && strcmp(k, "rows") == 0) {
         lua_pushinteger(L, h->res.rows);
         return 1;
@@ -262,10 +275,9 @@ static int step_tostring(lua_State *L) {
 }
 
 static int step_gc(lua_State *L) {
-    lua_step *h = luaL_checkudata(L, 1, GPTOSS_STEP_MT);
-    if (!h->collected)
+    lua_step *h = gptoss_lua_end(L, 1, GPTOSS_STEP_MT, GPTOSS_LUA_COLLECTED);
+    if (h)
         gptoss_result_release(h->replica ? h->replica->e : NULL, &h->res);
-    h->collected = 1;
     return 0;
 }
 

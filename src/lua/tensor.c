@@ -29,32 +29,32 @@ size_t gptoss_tensor_numel(const lua_tensor *t) {
 
 void *gptoss_tensor_data(const lua_tensor *t) { return (char *)t->storage->data + t->offset * 4; }
 
-lua_tensor *gptoss_push_tensor(lua_State *L, gptoss_storage *s, size_t offset, int ndim,
-                               const int64_t *shape) {
-    lua_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
-    memset(t, 0, sizeof *t);
+lua_tensor *gptoss_push_tensor(lua_State *L) {
+    return gptoss_lua_new(L, GPTOSS_TENSOR_MT, sizeof(lua_tensor), 0);
+}
+
+void gptoss_tensor_view(lua_tensor *t, gptoss_storage *s, size_t offset, int ndim, const int64_t *shape) {
     gptoss_storage_retain(s);
     t->storage = s;
     t->offset = offset;
     t->ndim = ndim;
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    luaL_setmetatable(L, GPTOSS_TENSOR_MT);
-    return t;
 }
 
 lua_tensor *gptoss_new_tensor(lua_State *L, gptoss_dtype dtype, int ndim, const int64_t *shape) {
+    lua_tensor *t = gptoss_push_tensor(L); /* first: a raise below leaks nothing */
     int overflow = 0;
     size_t n = shape_numel(ndim, shape, &overflow);
     gptoss_storage *s = overflow ? NULL : gptoss_storage_new(dtype, n);
     if (!s)
         luaL_error(L, "tensor: cannot allocate %f MiB", (double)n * 4 / 1048576.0);
-    lua_tensor *t = gptoss_push_tensor(L, s, 0, ndim, shape);
+    gptoss_tensor_view(t, s, 0, ndim, shape);
     gptoss_storage_release(s); /* the view holds the only reference now */
     return t;
 }
 
 lua_tensor *gptoss_check_tensor(lua_State *L, int idx) {
-    return luaL_checkudata(L, idx, GPTOSS_TENSOR_MT);
+    return gptoss_lua_check(L, idx, GPTOSS_TENSOR_MT, NULL);
 }
 
 /* shape from a Lua table of positive integers */
@@ -137,6 +137,7 @@ int gptoss_lua_tensor_load(lua_State *L) {
     int dtype = luaL_checkoption(L, 2, NULL, dtype_names);
     int64_t shape[GPTOSS_MAX_DIMS];
     int ndim = lua_isnoneornil(L, 3) ? 0 : read_shape(L, 3, "tensor.load", shape);
+    lua_tensor *t = gptoss_push_tensor(L);
     char err[GPTOSS_ERR_LEN];
     int fd;
     uint64_t size;
@@ -175,14 +176,15 @@ int gptoss_lua_tensor_load(lua_State *L) {
         gptoss_storage_release(s);
         return luaL_error(L, "tensor.load: short read from '%s'", path);
     }
-    gptoss_push_tensor(L, s, 0, ndim, shape);
+    gptoss_tensor_view(t, s, 0, ndim, shape);
     gptoss_storage_release(s);
     return 1;
 }
 
 static int tensor_save(lua_State *L) {
+    gptoss_check_tensor(L, 1);
+    const char *path = luaL_checkstring(L, 2); /* a number converted allocates: t is taken after */
     lua_tensor *t = gptoss_check_tensor(L, 1);
-    const char *path = luaL_checkstring(L, 2);
     FILE *f = fopen(path, "wb");
     if (!f)
         return luaL_error(L, "tensor:save: cannot write '%s': %s", path, strerror(errno));
@@ -223,7 +225,7 @@ static void check_same_shape(lua_State *L, const lua_tensor *a, const lua_tensor
 }
 
 static int tensor_max_abs_diff(lua_State *L) {
-    lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_check_tensor(L, 2);
+    lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_lua_check(L, 2, GPTOSS_TENSOR_MT, "max_abs_diff");
     check_same_shape(L, a, b, "max_abs_diff");
     lua_pushnumber(L, gptoss_max_abs_diff(a->storage->dtype, gptoss_tensor_data(a), b->storage->dtype,
                                           gptoss_tensor_data(b), gptoss_tensor_numel(a)));
@@ -232,7 +234,7 @@ static int tensor_max_abs_diff(lua_State *L) {
 
 /* t:allclose(other [, atol=1e-5 [, rtol=1e-5]]) -> ok, first failing 1-based index */
 static int tensor_allclose(lua_State *L) {
-    lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_check_tensor(L, 2);
+    lua_tensor *a = gptoss_check_tensor(L, 1), *b = gptoss_lua_check(L, 2, GPTOSS_TENSOR_MT, "allclose");
     lua_Number atol = luaL_optnumber(L, 3, 1e-5), rtol = luaL_optnumber(L, 4, 1e-5);
     luaL_argcheck(L, atol >= 0, 3, "atol must be >= 0");
     luaL_argcheck(L, rtol >= 0, 4, "rtol must be >= 0");
@@ -259,11 +261,16 @@ static void push_nested(lua_State *L, const lua_tensor *t, int dim, size_t *curs
     }
 }
 
+/* t:totable() -> nested tables, read through a view of its own: building
+ * them allocates, and a finaliser may let go of t's storage meanwhile */
 static int tensor_totable(lua_State *L) {
-    lua_tensor *t = gptoss_check_tensor(L, 1);
+    gptoss_check_tensor(L, 1);
+    luaL_checkstack(L, GPTOSS_MAX_DIMS + 4, "tensor too deep");
+    lua_tensor *own = gptoss_push_tensor(L);
+    const lua_tensor *t = gptoss_check_tensor(L, 1);
+    gptoss_tensor_view(own, t->storage, t->offset, t->ndim, t->shape);
     size_t cursor = 0;
-    luaL_checkstack(L, t->ndim + 4, "tensor too deep");
-    push_nested(L, t, 0, &cursor);
+    push_nested(L, own, 0, &cursor);
     return 1;
 }
 
@@ -288,13 +295,15 @@ static int tensor_get(lua_State *L) {
         size_t i = check_index(L, t, 2);
         if (t->ndim == 1) {
             push_elem(L, t, i);
-        } else {
+        } else { /* a row view, allocated before t's storage is taken */
+            lua_tensor *view = gptoss_push_tensor(L);
+            t = gptoss_check_tensor(L, 1);
             size_t row = gptoss_tensor_numel(t) / (size_t)t->shape[0];
-            gptoss_push_tensor(L, t->storage, t->offset + i * row, t->ndim - 1, t->shape + 1);
+            gptoss_tensor_view(view, t->storage, t->offset + i * row, t->ndim - 1, t->shape + 1);
         }
         return 1;
     }
-    const char *k = lua_tostring(L, 2);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!k)
         return 0;
     if (strcmp(k, "dtype") == 0) {
@@ -327,9 +336,11 @@ static int tensor_newindex(lua_State *L) {
 }
 
 static int tensor_gc(lua_State *L) {
-    lua_tensor *t = gptoss_check_tensor(L, 1);
-    gptoss_storage_release(t->storage);
-    t->storage = NULL;
+    lua_tensor *t = gptoss_lua_end(L, 1, GPTOSS_TENSOR_MT, GPTOSS_LUA_COLLECTED);
+    if (t) {
+        gptoss_storage_release(t->storage);
+        t->storage = NULL;
+    }
     return 0;
 }
 

@@ -10,19 +10,21 @@
 #define IDS_MT "gptoss.encode_ids"
 
 typedef struct {
+    gptoss_lua_object obj;
     gptoss_tokenizer *t;
 } lua_tokenizer;
 
+/* user values: 1 the tokenizer */
 typedef struct {
+    gptoss_lua_object obj; /* open for good: it holds nothing of its own */
     uint8_t pending[4]; /* the start of a UTF-8 character not yet complete */
     size_t n;
 } lua_decoder;
 
-static gptoss_tokenizer *check_tokenizer(lua_State *L, int idx) {
-    gptoss_tokenizer *t = ((lua_tokenizer *)luaL_checkudata(L, idx, GPTOSS_TOKENIZER_MT))->t;
-    if (!t) /* only a finaliser that outlived this one can see it */
-        luaL_error(L, "tokenizer: used after it was garbage-collected");
-    return t;
+/* The tokenizer at idx, alive; fn NULL for the object a method was called on,
+ * else the function that reached it through another object (gptoss_lua_check) */
+static gptoss_tokenizer *check_tokenizer(lua_State *L, int idx, const char *fn) {
+    return ((lua_tokenizer *)gptoss_lua_check(L, idx, GPTOSS_TOKENIZER_MT, fn))->t;
 }
 
 /* the 0-based token id at stack idx, range-checked; what names the value */
@@ -39,13 +41,28 @@ static int check_id(lua_State *L, const gptoss_tokenizer *t, int idx, const char
     return (int)id;
 }
 
-/* Adds to b the piece of each id of the table, or of the single id, at idx. */
-static void add_pieces(lua_State *L, const gptoss_tokenizer *t, int idx, const char *fn,
-                       luaL_Buffer *b) {
+/* The tokenizer whose pieces add_pieces adds: at idx, checked as fn names it
+ * (check_tokenizer) */
+typedef struct {
+    int idx;
+    const char *fn;
+} piece_source;
+
+/* Adds the piece of id to b, the tokenizer taken again after b has grown:
+ * growing allocates, and a finaliser may collect it meanwhile. */
+static void add_piece(lua_State *L, piece_source tok, int id, luaL_Buffer *b) {
     size_t len;
+    gptoss_tokenizer_piece(check_tokenizer(L, tok.idx, tok.fn), id, &len);
+    char *room = luaL_prepbuffsize(b, len);
+    memcpy(room, gptoss_tokenizer_piece(check_tokenizer(L, tok.idx, tok.fn), id, &len), len);
+    luaL_addsize(b, len);
+}
+
+/* Adds to b the piece of each id of the table, or of the single id, at idx
+ * (tok taken for each id: reading the table runs its metamethods). */
+static void add_pieces(lua_State *L, piece_source tok, int idx, const char *fn, luaL_Buffer *b) {
     if (lua_type(L, idx) != LUA_TTABLE) {
-        const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, idx, fn, "id"), &len);
-        luaL_addlstring(b, (const char *)p, len);
+        add_piece(L, tok, check_id(L, check_tokenizer(L, tok.idx, tok.fn), idx, fn, "id"), b);
         return;
     }
     lua_Integer n = luaL_len(L, idx);
@@ -53,9 +70,9 @@ static void add_pieces(lua_State *L, const gptoss_tokenizer *t, int idx, const c
         char what[48];
         snprintf(what, sizeof what, "ids[%lld]", (long long)i);
         lua_geti(L, idx, i); /* balanced before the buffer is touched again */
-        const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, -1, fn, what), &len);
+        int id = check_id(L, check_tokenizer(L, tok.idx, tok.fn), -1, fn, what);
         lua_pop(L, 1);
-        luaL_addlstring(b, (const char *)p, len);
+        add_piece(L, tok, id, b);
     }
 }
 
@@ -67,7 +84,7 @@ static int ids_gc(lua_State *L) {
 
 /* tok:encode(text [, {special=true, max_tokens=N, mode="course"|"o200k"}]) -> {ids} */
 static int tokenizer_encode(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    check_tokenizer(L, 1, NULL);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int special = 0;
@@ -90,6 +107,7 @@ static int tokenizer_encode(lua_State *L) {
     memset(ids, 0, sizeof *ids);
     luaL_setmetatable(L, IDS_MT);
     char err[GPTOSS_ERR_LEN];
+    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL); /* the options ran Lua */
     if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, split, ids, err))
         return luaL_error(L, "tokenizer:encode: %s", err);
     size_t n = ids->n < (size_t)max_tokens ? ids->n : (size_t)max_tokens;
@@ -106,17 +124,17 @@ static int tokenizer_encode(lua_State *L) {
 
 /* tok:decode(ids | id) -> string */
 static int tokenizer_decode(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    check_tokenizer(L, 1, NULL);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    add_pieces(L, t, 2, "tokenizer:decode", &b);
+    add_pieces(L, (piece_source){1, NULL}, 2, "tokenizer:decode", &b);
     luaL_pushresult(&b);
     return 1;
 }
 
 /* tok:piece(id) -> string */
 static int tokenizer_piece(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
     size_t len;
     const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, 2, "tokenizer:piece", "id"), &len);
     lua_pushlstring(L, (const char *)p, len);
@@ -125,10 +143,10 @@ static int tokenizer_piece(lua_State *L) {
 
 /* tok:id(bytes) -> id or nil */
 static int tokenizer_id(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    check_tokenizer(L, 1, NULL);
     size_t len;
-    const char *s = luaL_checklstring(L, 2, &len);
-    int id = gptoss_tokenizer_find(t, (const uint8_t *)s, len);
+    const char *s = luaL_checklstring(L, 2, &len); /* a number converted allocates */
+    int id = gptoss_tokenizer_find(check_tokenizer(L, 1, NULL), (const uint8_t *)s, len);
     if (id < 0)
         lua_pushnil(L);
     else
@@ -138,7 +156,7 @@ static int tokenizer_id(lua_State *L) {
 
 /* tok:entry(id) -> stored bytes, score (the file's record, undecoded) */
 static int tokenizer_entry(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
     size_t len;
     float score;
     const uint8_t *p =
@@ -150,12 +168,10 @@ static int tokenizer_entry(lua_State *L) {
 
 /* tok:decoder() -> streaming decoder (keeps the tokenizer alive) */
 static int tokenizer_decoder(lua_State *L) {
-    check_tokenizer(L, 1);
-    lua_decoder *d = lua_newuserdatauv(L, sizeof *d, 1);
-    d->n = 0;
+    check_tokenizer(L, 1, NULL);
+    gptoss_lua_new(L, GPTOSS_DECODER_MT, sizeof(lua_decoder), 1);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
-    luaL_setmetatable(L, GPTOSS_DECODER_MT);
     return 1;
 }
 
@@ -183,8 +199,8 @@ static void push_special_table(lua_State *L, const gptoss_tokenizer *t) {
 }
 
 static int tokenizer_get(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
-    const char *k = lua_tostring(L, 2);
+    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!k)
         return 0;
     if (strcmp(k, "vocab_size") == 0)
@@ -199,14 +215,16 @@ static int tokenizer_get(lua_State *L) {
 }
 
 static int tokenizer_gc(lua_State *L) {
-    lua_tokenizer *u = luaL_checkudata(L, 1, GPTOSS_TOKENIZER_MT);
-    gptoss_tokenizer_free(u->t);
-    u->t = NULL;
+    lua_tokenizer *u = gptoss_lua_end(L, 1, GPTOSS_TOKENIZER_MT, GPTOSS_LUA_COLLECTED);
+    if (u) {
+        gptoss_tokenizer_free(u->t);
+        u->t = NULL;
+    }
     return 0;
 }
 
 static int tokenizer_tostring(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1);
+    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
     lua_pushfstring(L, "gptoss.tokenizer(vocab_size=%d, max_token_length=%d)",
                     gptoss_tokenizer_vocab_size(t), gptoss_tokenizer_max_token_length(t));
     return 1;
@@ -225,9 +243,7 @@ int gptoss_lua_tokenizer(lua_State *L) {
             return luaL_error(L, "tokenizer: vocab_size must be within 1..%d (got %I)", INT32_MAX,
                               vocab);
     }
-    lua_tokenizer *u = lua_newuserdatauv(L, sizeof *u, 1);
-    u->t = NULL;
-    luaL_setmetatable(L, GPTOSS_TOKENIZER_MT);
+    lua_tokenizer *u = gptoss_lua_new(L, GPTOSS_TOKENIZER_MT, sizeof *u, 1);
     char err[GPTOSS_ERR_LEN];
     if (gptoss_tokenizer_open(path, (int)vocab, &u->t, err))
         return luaL_error(L, "%s", err);
@@ -241,14 +257,14 @@ int gptoss_lua_tokenizer(lua_State *L) {
 /* dec:add(id | ids) -> the text that is complete so far ("" while a UTF-8
  * character is still open) */
 static int decoder_add(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
-    lua_getiuservalue(L, 1, 1);
-    const gptoss_tokenizer *t = check_tokenizer(L, -1);
-    lua_pop(L, 1);
+    lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
+    lua_settop(L, 2);
+    lua_getiuservalue(L, 1, 1); /* 3: the tokenizer */
+    check_tokenizer(L, 3, "decoder:add");
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addlstring(&b, (const char *)d->pending, d->n);
-    add_pieces(L, t, 2, "decoder:add", &b);
+    add_pieces(L, (piece_source){3, "decoder:add"}, 2, "decoder:add", &b);
     luaL_pushresult(&b);
     size_t len;
     const uint8_t *s = (const uint8_t *)lua_tolstring(L, -1, &len);
@@ -261,15 +277,15 @@ static int decoder_add(lua_State *L) {
 
 /* dec:flush() -> whatever is held back (an incomplete character's bytes) */
 static int decoder_flush(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
+    lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
     lua_pushlstring(L, (const char *)d->pending, d->n);
     d->n = 0;
     return 1;
 }
 
 static int decoder_get(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
-    const char *k = lua_tostring(L, 2);
+    lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (k && strcmp(k, "pending") == 0) {
         lua_pushinteger(L, (lua_Integer)d->n);
         return 1;
@@ -278,7 +294,7 @@ static int decoder_get(lua_State *L) {
 }
 
 static int decoder_tostring(lua_State *L) {
-    lua_decoder *d = luaL_checkudata(L, 1, GPTOSS_DECODER_MT);
+    lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
     lua_pushfstring(L, "gptoss.decoder(%d byte%s of a character pending)", (int)d->n, d->n == 1 ? "" : "s");
     return 1;
 }

@@ -8,6 +8,7 @@
 
 /* pushes stage s as a tensor, which takes over its data */
 static void push_stage(lua_State *L, gptoss_stage *s) {
+    lua_tensor *t = gptoss_push_tensor(L);
     gptoss_storage *st = malloc(sizeof *st);
     if (!st)
         luaL_error(L, "trace: out of host memory");
@@ -16,7 +17,7 @@ static void push_stage(lua_State *L, gptoss_stage *s) {
     st->count = (size_t)s->dims[0] * (size_t)(s->ndim == 2 ? s->dims[1] : 1);
     st->data = s->data;
     s->data = NULL;
-    gptoss_push_tensor(L, st, 0, s->ndim, s->dims);
+    gptoss_tensor_view(t, st, 0, s->ndim, s->dims);
     gptoss_storage_release(st);
 }
 
@@ -52,10 +53,10 @@ int gptoss_lua_replica_trace(lua_State *L) {
     int slot = gptoss_check_slot(L, e, 2, "trace");
     int token = gptoss_check_int(L, 3, "trace", "token");
     int pos = gptoss_check_int(L, 4, "trace", "position");
-    lua_getiuservalue(L, 1, 1);
-    const gptoss_config *c = &gptoss_check_model(L, -1)->config;
-    lua_pop(L, 1);
+    const gptoss_config *c = &gptoss_engine_model(e)->config;
+    int n_layers = c->n_layers;
     float *logits = lua_newuserdatauv(L, sizeof(float) * (size_t)c->vocab_size, 0);
+    e = gptoss_check_engine(L, 1); /* after the allocation */
     gptoss_trace tr = {0};
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_trace(e, slot, token, pos, &tr, logits, err);
@@ -65,7 +66,7 @@ int gptoss_lua_replica_trace(lua_State *L) {
         gptoss_trace_clear(&tr);
         return gptoss_raise_status(L, "trace", s, err);
     }
-    push_trace(L, &tr, c->n_layers);
+    push_trace(L, &tr, n_layers);
     return 1;
 }
 
