@@ -205,9 +205,10 @@ platforms:
 	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_75 sm_80 sm_90a"
 	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
 
-# libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and
-# UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails. The
-# lua_* targets embed Lua 5.4 to reach the readers of lua/gptoss/.
+# libFuzzer targets of the file readers and of the Lua API (tests/fuzz/*.c,
+# clang with ASan and UBSan): each runs FUZZ_SECONDS from its seed corpus; any
+# report fails. The lua_* targets embed Lua 5.4 to reach the readers of
+# lua/gptoss/; lua_api drives require "gptoss".
 #   make fuzz [FUZZ_SECONDS=60]
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/*.c)))
@@ -215,9 +216,15 @@ FUZZ_LUA_LIB ?= -llua5.4
 FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=all -Isrc/core -I$(LUA_INCDIR) -DFUZZ_LUA_DIR='"$(CURDIR)/lua"' \
               $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
+# lua_api links the binding and the engine glue besides the core: the CPU
+# build's C_SRC (src/hip's C is cpu_only.c and what every build has); the
+# other targets compile the core only.
+FUZZ_API_SRC := $(wildcard src/lua/*.c src/hip/*.c)
+$(BUILD)/fuzz/lua_api: FUZZ_EXTRA_SRC := $(FUZZ_API_SRC)
+$(BUILD)/fuzz/lua_api: $(FUZZ_API_SRC) $(wildcard src/lua/*.h src/hip/*.h)
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
+	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) $(FUZZ_EXTRA_SRC) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 	for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$t && \

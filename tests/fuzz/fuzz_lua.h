@@ -4,7 +4,10 @@
  * feedback, and fuzz.call, which runs a reader under pcall and raises a
  * finding unless it returns or fails cleanly. A target defines its driver
  * (fuzz_lua_driver), a Lua chunk returning function(path, data); an error
- * out of it is a finding (the message, then abort). */
+ * out of it is a finding (the message, then abort). A target that links C
+ * modules into the fuzzer registers them in fuzz_lua_open, called before
+ * anything is loaded (lua_api: the binding, as package.preload's
+ * gptoss.core); the others leave it undefined. */
 #ifndef GPTOSS_FUZZ_LUA_H
 #define GPTOSS_FUZZ_LUA_H
 
@@ -56,6 +59,7 @@ static void fuzz_lua_line(lua_State *L, lua_Debug *ar) {
 
 /* The target's driver: a chunk returning function(path, data). */
 extern const char fuzz_lua_driver[];
+__attribute__((weak)) void fuzz_lua_open(lua_State *L);
 
 /* Runs the driver on the input, written to a file. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -67,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         lua_pushstring(L, FUZZ_LUA_DIR "/?.lua;" FUZZ_LUA_DIR "/?/init.lua");
         lua_setfield(L, -2, "path");
         lua_pop(L, 1);
+        if (fuzz_lua_open)
+            fuzz_lua_open(L);
         if (luaL_dostring(L, fuzz_lua_helpers) || luaL_loadstring(L, fuzz_lua_driver) || lua_pcall(L, 0, 1, 0)) {
             fprintf(stderr, "fuzz driver: %s\n", lua_tostring(L, -1));
             abort();
