@@ -117,14 +117,19 @@ local function new_model()
   remember(m, { vocab = m.config.vocab_size, bytes = m.bytes })
 end
 
+local REPLICA_OPTIONS = { "device", "slots", "ctx", "weights", "kv", "threads", "rows", "chunk" }
 local function new_replica()
   local m = obj("gptoss.model")
   local opts = own(maybe({ device = maybe("cpu"), slots = maybe(int(1, 4)), ctx = maybe(int(1, 24)),
     weights = maybe(pick { "fp32", "bf16", "mxfp4" }), kv = maybe(pick { "fp32", "bf16" }), threads = maybe(1),
     on_progress = byte() >= 192 and action() or nil }))
-  local plan = {} -- the replica the options ask for, without their traps
-  for k, v in pairs(type(I.plain(opts)) == "table" and I.plain(opts) or {}) do
-    if k ~= "on_progress" and I.plain(v) == v then plan[k] = v end
+  -- The replica the options ask for, as the binding will read them (through a trap, its
+  -- table): the known options but on_progress, none that is a trap. Where the plan fails,
+  -- the same value makes the replica fail before it allocates.
+  local plan, seen = {}, I.plain(opts)
+  for _, k in ipairs(type(seen) == "table" and REPLICA_OPTIONS or {}) do
+    local v = rawget(seen, k)
+    if I.plain(v) == v then plan[k] = v end
   end
   local ok, memory = pcall(function() return m:replica_bytes(plan) end)
   local threads = tonumber(plan.threads)
