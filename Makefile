@@ -207,28 +207,43 @@ platforms:
 	$(MAKE) BUILD=$(BUILD)/platform-nvidia HIP_PLATFORM=nvidia GPU_ARCH="sm_75 sm_80 sm_90a"
 	$(MAKE) BUILD=$(BUILD)/platform-amd HIP_PLATFORM=amd GPU_ARCH=gfx90a
 
-# libFuzzer targets of the file readers (tests/fuzz/*.c, clang with ASan and
-# UBSan): each runs FUZZ_SECONDS from its seed corpus; any report fails. The
-# lua_* targets embed Lua 5.4 to reach the readers of lua/gptoss/ (and
-# src/lua/host.c, for the one core function those readers call).
+# libFuzzer targets of the file readers and of the Lua API (tests/fuzz/*.c,
+# clang with ASan and UBSan): each runs FUZZ_SECONDS from its seed corpus; any
+# report fails, and so does an input that runs FUZZ_TIMEOUT seconds (a hang:
+# every target keeps its inputs to milliseconds). The lua_* targets embed Lua
+# 5.4 to reach the readers of lua/gptoss/; lua_api drives require "gptoss".
 #   make fuzz [FUZZ_SECONDS=60]
 FUZZ_SECONDS ?= 60
+FUZZ_TIMEOUT ?= 10
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/*.c)))
 FUZZ_LUA_LIB ?= -llua5.4
 FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=all -Isrc/core -I$(LUA_INCDIR) -DFUZZ_LUA_DIR='"$(CURDIR)/lua"' \
               $(addprefix -I,$(JANSSON_INCDIR) $(PCRE2_INCDIR))
+# lua_api links the binding and the engine glue besides the core: the CPU
+# build's C_SRC (src/hip's C is cpu_only.c and what every build has); the
+# other targets compile the core and src/lua/host.c (the one core function the
+# Lua readers call).
+FUZZ_API_SRC := $(wildcard src/lua/*.c src/hip/*.c)
+FUZZ_EXTRA_SRC = src/lua/host.c
+$(BUILD)/fuzz/lua_api: FUZZ_EXTRA_SRC := $(FUZZ_API_SRC)
+$(BUILD)/fuzz/lua_api: $(FUZZ_API_SRC) $(wildcard src/lua/*.h src/hip/*.h)
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h) src/lua/host.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) src/lua/host.c -o $@ $(LIBS) $(FUZZ_LUA_LIB)
+	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) $(FUZZ_EXTRA_SRC) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
+# Every target runs, whatever another found, and the failures are listed at the end.
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
-	for t in $(FUZZ_TARGETS); do \
+	failed=; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$t && \
-	  GPTOSS_TOKENIZER=$(TOKENIZER) $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus-$$t tests/fuzz/corpus/$$t \
-	    > $(BUILD)/fuzz/$$t.log 2>&1 || { tail -n 40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; exit 1; }; \
-	  echo "fuzz: $$t: $$(grep -o 'number_of_executed_units: [0-9]*' $(BUILD)/fuzz/$$t.log), nothing found"; \
-	done
+	  if GPTOSS_TOKENIZER=$(TOKENIZER) $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) \
+	       -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus-$$t tests/fuzz/corpus/$$t \
+	       > $(BUILD)/fuzz/$$t.log 2>&1; then \
+	    echo "fuzz: $$t: $$(grep -o 'number_of_executed_units: [0-9]*' $(BUILD)/fuzz/$$t.log), nothing found"; \
+	  else \
+	    tail -n 40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; failed="$$failed $$t"; \
+	  fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 # Debian packages the GPU machine lacks (no network there): carry .deps/
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \

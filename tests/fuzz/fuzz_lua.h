@@ -4,7 +4,10 @@
  * feedback, and fuzz.call, which runs a reader under pcall and raises a
  * finding unless it returns or fails cleanly. A target defines its driver
  * (fuzz_lua_driver), a Lua chunk returning function(path, data); an error
- * out of it is a finding (the message, then abort). */
+ * out of it is a finding (the message, then abort). A target that links C
+ * modules into the fuzzer registers them in fuzz_lua_open, called before
+ * anything is loaded (lua_api: the binding, as package.preload's
+ * gptoss.core); the others leave it undefined. */
 #ifndef GPTOSS_FUZZ_LUA_H
 #define GPTOSS_FUZZ_LUA_H
 
@@ -56,10 +59,11 @@ static void fuzz_lua_line(lua_State *L, lua_Debug *ar) {
 
 /* The target's driver: a chunk returning function(path, data). */
 extern const char fuzz_lua_driver[];
+__attribute__((weak)) void fuzz_lua_open(lua_State *L);
 
 /* gptoss.core as far as the Lua readers use it (files.lua asks regular_file
  * before io.open), from src/lua/host.c, which the Makefile links in. A
- * preload: a target that puts the whole module in package.loaded wins. */
+ * preload, which a target's fuzz_lua_open may replace by the whole module. */
 int gptoss_lua_regular_file(lua_State *L);
 static int fuzz_lua_core(lua_State *L) {
     static const luaL_Reg fns[] = {{"regular_file", gptoss_lua_regular_file}, {NULL, NULL}};
@@ -81,6 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         lua_pushcfunction(L, fuzz_lua_core);
         lua_setfield(L, -2, "gptoss.core");
         lua_pop(L, 1);
+        if (fuzz_lua_open)
+            fuzz_lua_open(L);
         if (luaL_dostring(L, fuzz_lua_helpers) || luaL_loadstring(L, fuzz_lua_driver) || lua_pcall(L, 0, 1, 0)) {
             fprintf(stderr, "fuzz driver: %s\n", lua_tostring(L, -1));
             abort();
