@@ -368,6 +368,62 @@ describe("checkpoints", function()
     assert.are.same({}, H.list_dir(dir))
   end)
 
+  it("writes the tokenizer it is given beside the weights, as tokenizer.json, with every entry", function()
+    local tok = gptoss.tokenizer(H.need_tokenizer(pending))
+    local m = gptoss.synthetic("7m", { seed = 1 })
+    local dir = tmpdir() .. "/saved"
+    m:save(dir .. "/", { format = "hf", tokenizer = tok })
+    local back = gptoss.tokenizer(dir .. "/")
+    assert.are.equal(tok.vocab_size, back.vocab_size)
+    for id = 0, tok.vocab_size - 1 do
+      local b1, s1 = tok:entry(id)
+      local b2, s2 = back:entry(id)
+      if b1 ~= b2 or s1 ~= s2 then error(("id %d: saved %q (%g), given %q (%g)"):format(id, b2, s2, b1, s1)) end
+    end
+    local text = "Hello <|start|>world\0 \xff ünïcödé"
+    assert.are.same(tok:encode(text), back:encode(text))
+    assert.are.equal(read_file(dir .. "/tokenizer.json"), read_file(saved(m, { format = "original", tokenizer = back })
+      .. "/tokenizer.json"))
+    local bare = saved(m, { format = "hf" })
+    expect_error(function() gptoss.tokenizer(bare .. "/") end, ("'%s/tokenizer.json': No such file"):format(bare))
+  end)
+
+  it("refuses a tokenizer it cannot write, before writing anything", function()
+    local m = tiny()
+    local dir = tmpdir()
+    local tok = gptoss.tokenizer(H.need_tokenizer(pending))
+    expect_error(function() m:save(dir .. "/x", { tokenizer = tok }) end,
+      'save: tokenizer is for checkpoints (format = "hf" or "original")')
+    expect_error(function() m:save(dir .. "/x", { format = "hf", tokenizer = "tokenizer.bin" }) end,
+      "save: tokenizer must be a gptoss tokenizer (got string)")
+    -- a course tokenizer.bin of these {bytes, score} entries
+    local function course_tokenizer(entries)
+      local parts = { string.pack("<i4", 8) }
+      for _, e in ipairs(entries) do parts[#parts + 1] = string.pack("<fs4", e[2], e[1]) end
+      local path = tmp()
+      write_file(path, table.concat(parts))
+      return gptoss.tokenizer(path, { vocab_size = #entries })
+    end
+    expect_error(function() m:save(dir .. "/x", { format = "hf", tokenizer = course_tokenizer { { "a", 0 }, { "b", 1 } } })
+    end, ("save: cannot write '%s/x': the tokenizer has 2 entries, the model's vocab_size is %d"):format(dir,
+      m.config.vocab_size))
+    local unranked, twice = {}, {}
+    for id = 0, m.config.vocab_size - 1 do
+      unranked[id + 1] = { "t" .. id, id == 7 and 0.5 or id }
+      twice[id + 1] = { id == 9 and "t3" or "t" .. id, id }
+    end
+    expect_error(function() m:save(dir .. "/x", { format = "hf", tokenizer = course_tokenizer(unranked) }) end,
+      "tokenizer.json keeps a token's rank as its id, but token 7 has score 0.5")
+    expect_error(function() m:save(dir .. "/x", { format = "hf", tokenizer = course_tokenizer(twice) }) end,
+      "tokenizer.json: tokens 3 and 9 have the same bytes")
+    local options = setmetatable({}, { __index = function(_, k)
+      if k == "format" then getmetatable(tok).__gc(tok) return "hf" end
+      if k == "tokenizer" then return tok end
+    end })
+    expect_error(function() m:save(dir .. "/x", options) end, "save: tokenizer: used after it was garbage-collected")
+    assert.are.same({}, H.list_dir(dir))
+  end)
+
   it("writes a new directory or an empty one, never over another", function()
     local m = tiny()
     local dir = tmpdir()
@@ -816,5 +872,12 @@ describe("the command line on a checkpoint", function()
     assert.truthy(outputs[1]:match("^[%d ]+\n[%d ]+\n$"), outputs[1])
     assert.are.equal(outputs[3], outputs[1])
     assert.are.equal(outputs[4], outputs[2])
+    -- saved with its tokenizer, the directory is all a run needs, as a downloaded one is
+    local whole = saved(m, { format = "hf", tokenizer = gptoss.tokenizer(tokenizer) })
+    local out = tmp()
+    local code, _, err = run { whole, "-m", "getp", "-i", input, "-o", out, "-n", "12", "-z", whole .. "/",
+      "--devices", "cpu", "--quiet" }
+    assert.are.equal(0, code, err)
+    assert.are.equal(outputs[1], read_file(out))
   end)
 end)

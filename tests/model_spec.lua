@@ -535,6 +535,10 @@ describe("loading invalid files", function()
          gptoss.synthetic({ n_layers = 0x7fffffff, n_experts = 0x7fffffff,
             intermediate_dim = 0x3fffffff })
       end, "overflows 64 bits")
+      -- sizes that fit but would make per-layer work long (a replica's plan)
+      expect_error(function() gptoss.synthetic({ n_layers = 1025 }) end,
+         "synthetic: n_layers = 1025 is more than a synthetic model's 1024")
+      assert.are.equal(1024, gptoss.synthetic({ n_layers = 1024 }).config.n_layers)
    end)
 
    it("never reports a byte count of 2^63 or more as a negative integer", function()

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,7 +22,8 @@ extern "C" {
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err);
 
 /* Writes m as a new checkpoint directory dir of format f (hf or original):
- * config.json, then shards of at most shard_bytes of tensor data (a tensor
+ * config.json, tokenizer.json from tok when it is not NULL (its entries as
+ * many as the model's vocab_size), then shards of at most shard_bytes of tensor data (a tensor
  * larger than that alone in one), with an index when there are several;
  * into dir.tmp-XXXXXX, renamed to dir at the end. Experts are written as
  * MXFP4 (GPTOSS_E_UNSUPPORTED when gptoss_model_experts_in refuses
@@ -30,7 +32,7 @@ gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *
  * directory) or the config cannot be written in format f; GPTOSS_E_IO,
  * GPTOSS_E_HOST_MEMORY. */
 gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_format f,
-                                     uint64_t shard_bytes, char *err);
+                                     const gptoss_tokenizer *tok, uint64_t shard_bytes, char *err);
 
 /* ---- config.json (checkpoint_config.c) ---- */
 

@@ -28,7 +28,7 @@ static gptoss_status out_of_memory(char *err, const char *what) {
 /* Adds the safetensors file dir/name to m->shards. */
 static gptoss_status add_shard(gptoss_model *m, const char *dir, const char *name, char *err) {
     gptoss_st_file **grown = realloc(m->shards, sizeof *grown * (size_t)(m->n_shards + 1));
-    char *path = gptoss_checkpoint_path(dir, name);
+    char *path = gptoss_path_join(dir, name);
     if (!grown || !path) {
         if (grown)
             m->shards = grown;
@@ -111,8 +111,8 @@ static gptoss_status open_indexed(gptoss_model *m, const char *dir, const char *
 /* Opens the shards: the index's, or model.safetensors. *where (malloc'd)
  * is the file that lists the tensors, for messages. */
 static gptoss_status open_shards(gptoss_model *m, const char *dir, char **where, char *err) {
-    char *index = gptoss_checkpoint_path(dir, GPTOSS_CHECKPOINT_INDEX_FILE);
-    char *single = gptoss_checkpoint_path(dir, GPTOSS_CHECKPOINT_SINGLE_FILE);
+    char *index = gptoss_path_join(dir, GPTOSS_CHECKPOINT_INDEX_FILE);
+    char *single = gptoss_path_join(dir, GPTOSS_CHECKPOINT_SINGLE_FILE);
     struct stat st;
     gptoss_status s;
     *where = NULL;
@@ -251,7 +251,7 @@ static gptoss_status check_count(const gptoss_model *m, const char *config_path,
 }
 
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err) {
-    char *config_path = gptoss_checkpoint_path(dir, "config.json");
+    char *config_path = gptoss_path_join(dir, "config.json");
     if (!config_path)
         return out_of_memory(err, "the path of a checkpoint's config.json");
     gptoss_format f;

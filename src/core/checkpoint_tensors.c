@@ -110,11 +110,3 @@ gptoss_checkpoint_part *gptoss_checkpoint_parts(const gptoss_model *m, const gpt
     *n_out = (int)n;
     return parts;
 }
-
-char *gptoss_checkpoint_path(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (p)
-        snprintf(p, a + b + 2, "%s/%s", dir, name);
-    return p;
-}

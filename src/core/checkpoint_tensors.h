@@ -56,7 +56,4 @@ uint64_t gptoss_checkpoint_count(const gptoss_model *m, const gptoss_checkpoint_
 gptoss_checkpoint_part *gptoss_checkpoint_parts(const gptoss_model *m, const gptoss_checkpoint_names *ln,
                                                 int *n_out);
 
-/* dir/name (malloc'd), NULL when memory is short. */
-char *gptoss_checkpoint_path(const char *dir, const char *name);
-
 #endif

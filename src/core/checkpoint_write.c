@@ -15,6 +15,8 @@
 
 #include "checkpoint_tensors.h"
 #include "mxfp4.h"
+#include "regular_file.h"
+#include "tokenizer_json.h"
 
 /* One tensor of the files written: a dense part, or an MXFP4 part's codes
  * or scales (rows counted over (layer, expert, row)). */
@@ -194,7 +196,7 @@ static int write_mxfp4(const gptoss_model *m, const written *blocks, const writt
 
 /* A text file in dir. */
 static int write_text(const char *dir, const char *name, const char *text) {
-    char *path = gptoss_checkpoint_path(dir, name);
+    char *path = gptoss_path_join(dir, name);
     FILE *f = path ? fopen(path, "w") : NULL;
     free(path);
     if (!f)
@@ -255,12 +257,13 @@ static mode_t current_umask(void) {
 }
 
 /* Writes everything into tmp; -1 with errno set on failure. */
-static int write_files(const gptoss_model *m, const char *tmp, const char *config,
+static int write_files(const gptoss_model *m, const char *tmp, const char *config, const char *tokenizer,
                        const written *w, int n, unsigned char *const *headers,
                        const uint64_t *header_bytes, int shards, char **names) {
     int *fds = malloc(sizeof *fds * (size_t)shards);
     float *buf = malloc(CHUNK * sizeof *buf);
-    int bad = !fds || !buf || write_text(tmp, "config.json", config);
+    int bad = !fds || !buf || write_text(tmp, "config.json", config) ||
+              (tokenizer && write_text(tmp, "tokenizer.json", tokenizer));
     if (!bad && shards > 1) {
         char *index = index_text(w, n, names);
         bad = !index || write_text(tmp, GPTOSS_CHECKPOINT_INDEX_FILE, index);
@@ -268,7 +271,7 @@ static int write_files(const gptoss_model *m, const char *tmp, const char *confi
     }
     int opened = 0;
     for (; opened < shards && !bad; opened++) {
-        char *path = gptoss_checkpoint_path(tmp, names[opened]);
+        char *path = gptoss_path_join(tmp, names[opened]);
         fds[opened] = path ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
         free(path);
         bad = fds[opened] < 0 || write_at(fds[opened], headers[opened], header_bytes[opened], 0);
@@ -292,9 +295,9 @@ static int write_files(const gptoss_model *m, const char *tmp, const char *confi
 }
 
 static void remove_files(const char *tmp, char *const *names, int shards) {
-    static const char *const text_files[] = {"config.json", GPTOSS_CHECKPOINT_INDEX_FILE};
-    for (int k = 0; k < shards + 2; k++) {
-        char *path = gptoss_checkpoint_path(tmp, k < 2 ? text_files[k] : names[k - 2]);
+    static const char *const text_files[] = {"config.json", "tokenizer.json", GPTOSS_CHECKPOINT_INDEX_FILE};
+    for (int k = 0; k < shards + 3; k++) {
+        char *path = gptoss_path_join(tmp, k < 3 ? text_files[k] : names[k - 3]);
         if (path)
             unlink(path);
         free(path);
@@ -302,8 +305,22 @@ static void remove_files(const char *tmp, char *const *names, int shards) {
     rmdir(tmp);
 }
 
+/* The text of the tokenizer.json written beside the weights (NULL: none), or a failure naming dir. */
+static gptoss_status tokenizer_text(const gptoss_model *m, const gptoss_tokenizer *tok, const char *dir,
+                                    char **text, char *err) {
+    char why[GPTOSS_ERR_LEN];
+    *text = NULL;
+    if (!tok)
+        return GPTOSS_OK;
+    if (gptoss_tokenizer_vocab_size(tok) != m->config.vocab_size)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "cannot write '%.150s': the tokenizer has %d entries, the model's "
+                           "vocab_size is %d", dir, gptoss_tokenizer_vocab_size(tok), m->config.vocab_size);
+    gptoss_status s = gptoss_tokenizer_json_text(tok, text, why);
+    return s ? gptoss_fail(err, s, "cannot write '%.150s': %.300s", dir, why) : GPTOSS_OK;
+}
+
 gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_format f,
-                                     uint64_t shard_bytes, char *err) {
+                                     const gptoss_tokenizer *tok, uint64_t shard_bytes, char *err) {
     const char *format = gptoss_format_name(f);
     char why[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_model_experts_in(m, GPTOSS_WEIGHTS_MXFP4, why); /* the checkpoints' expert format */
@@ -313,7 +330,8 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
     char *config = NULL;
     if ((s = gptoss_checkpoint_config_text(&m->config, f, &config, why)))
         return gptoss_fail(err, s, "cannot write '%.150s' as %s: %.300s", dir, format, why);
-    if ((s = check_target(dir, err))) {
+    char *tokenizer = NULL;
+    if ((s = check_target(dir, err)) || (s = tokenizer_text(m, tok, dir, &tokenizer, err))) {
         free(config);
         return s;
     }
@@ -343,7 +361,7 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
                         tmp, strerror(errno));
     if (!s)
         chmod(tmp, 0777 & ~current_umask()); /* mkdtemp's 0700 would hide it from other users */
-    if (!s && (write_files(m, tmp, config, w, n, headers, header_bytes, shards, names) ||
+    if (!s && (write_files(m, tmp, config, tokenizer, w, n, headers, header_bytes, shards, names) ||
                rename(tmp, dir) != 0)) {
         s = gptoss_fail(err, errno == ENOMEM ? GPTOSS_E_HOST_MEMORY : GPTOSS_E_IO,
                         "cannot write checkpoint '%s': %s", dir, strerror(errno));
@@ -359,5 +377,6 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
     free(tmp);
     free(w);
     free(config);
+    free(tokenizer);
     return s;
 }

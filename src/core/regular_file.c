@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,4 +71,14 @@ int gptoss_regular_file(const char *path, char *why) {
         return 0;
     }
     return 1;
+}
+
+char *gptoss_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    while (a > 1 && dir[a - 1] == '/')
+        a--;
+    char *p = malloc(a + b + 2);
+    if (p)
+        snprintf(p, a + b + 2, "%.*s%s%s", (int)a, dir, a == 0 || dir[a - 1] == '/' ? "" : "/", name);
+    return p;
 }

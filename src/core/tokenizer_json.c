@@ -24,11 +24,13 @@ static int printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 
 
 static pthread_once_t alphabet_once = PTHREAD_ONCE_INIT;
 static int16_t byte_of[256 + 68]; /* code point -> byte, -1: none */
+static uint16_t code_of[256];     /* byte -> code point */
 
 static void make_alphabet(void) {
     int next = 256;
     for (int b = 0; b < 256; b++) {
         byte_of[b] = printable(b) ? (int16_t)b : -1;
+        code_of[b] = printable(b) ? (uint16_t)b : (uint16_t)next;
         if (!printable(b))
             byte_of[next++] = (int16_t)b;
     }
@@ -65,6 +67,22 @@ static long alphabet_decode(const char *key, uint8_t *out) {
         at += used;
     }
     return (long)len;
+}
+
+/* n bytes spelled in the byte-level alphabet into out (room for 2n + 1), NUL-terminated:
+ * code points below 324 take one or two bytes of UTF-8, and none is 0 */
+static void alphabet_encode(const uint8_t *b, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned cp = code_of[b[i]];
+        if (cp < 0x80) {
+            out[k++] = (char)cp;
+        } else {
+            out[k++] = (char)(0xC0 | cp >> 6);
+            out[k++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    out[k] = 0;
 }
 
 typedef struct {
@@ -265,4 +283,69 @@ gptoss_status gptoss_tokenizer_load_json(const char *path, int vocab_size, gptos
     free(e.len);
     free(e.score);
     return s ? s : gptoss_tokenizer_from_records(records, size, vocab_size, path, out, err);
+}
+
+/* One entry of added_tokens, with the fields Hugging Face's tokenizers write. */
+static int add_special(json_t *added, int id, const uint8_t *b, size_t len) {
+    json_t *content = json_stringn((const char *)b, len); /* NULL when the bytes are not UTF-8 */
+    return !content || json_array_append_new(added, json_pack("{s:i, s:o, s:b, s:b, s:b, s:b, s:b}", "id", id,
+                                                              "content", content, "single_word", 0, "lstrip", 0,
+                                                              "rstrip", 0, "normalized", 0, "special", 1));
+}
+
+/* One rank in model.vocab, keyed by its bytes in the byte-level alphabet (room in key). */
+static gptoss_status add_rank(json_t *ranks, int id, const uint8_t *b, size_t len, char *key, char *err) {
+    if (len == 6 && memcmp(b, "<0x00>", 6) == 0) /* the course's name for the lone 0x00 byte */
+        b = (const uint8_t *)"", len = 1;
+    alphabet_encode(b, len, key);
+    const json_t *other = json_object_get(ranks, key);
+    if (other)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer.json: tokens %lld and %d have the same bytes",
+                           (long long)json_integer_value(other), id);
+    if (json_object_set_new(ranks, key, json_integer(id)))
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for the entries of tokenizer.json");
+    return GPTOSS_OK;
+}
+
+/* The vocabulary as gptoss_tokenizer_load_json reads it: ranks (scored by
+ * their ids) in model.vocab, specials in added_tokens. */
+static gptoss_status tokenizer_json(const gptoss_tokenizer *t, json_t *ranks, json_t *added, char *err) {
+    int vocab = gptoss_tokenizer_vocab_size(t);
+    char *key = malloc(2 * (size_t)gptoss_tokenizer_max_token_length(t) + 1);
+    gptoss_status s = key ? GPTOSS_OK
+                          : gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for tokenizer.json's keys");
+    for (int id = 0; id < vocab && !s; id++) {
+        size_t len;
+        float score;
+        const uint8_t *b = gptoss_tokenizer_entry(t, id, &len, &score);
+        if (gptoss_tokenizer_is_special(t, id)) {
+            if (add_special(added, id, b, len))
+                s = gptoss_fail(err, GPTOSS_E_INVALID, "tokenizer.json: special token %d is not UTF-8 text", id);
+        } else if (score != (float)id) {
+            s = gptoss_fail(err, GPTOSS_E_INVALID,
+                            "tokenizer.json keeps a token's rank as its id, but token %d has score %g", id,
+                            (double)score);
+        } else {
+            s = add_rank(ranks, id, b, len, key, err);
+        }
+    }
+    free(key);
+    return s;
+}
+
+gptoss_status gptoss_tokenizer_json_text(const gptoss_tokenizer *t, char **text, char *err) {
+    pthread_once(&alphabet_once, make_alphabet);
+    json_t *ranks = json_object(), *added = json_array();
+    gptoss_status s = ranks && added ? tokenizer_json(t, ranks, added, err)
+                                     : gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for tokenizer.json");
+    json_t *root = s ? NULL
+                     : json_pack("{s:s, s:O, s:{s:s, s:O, s:[]}}", "version", "1.0", "added_tokens", added, "model",
+                                 "type", "BPE", "vocab", ranks, "merges");
+    *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    json_decref(ranks);
+    json_decref(added);
+    if (!s && !*text)
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for tokenizer.json");
+    return s;
 }

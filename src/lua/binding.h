@@ -29,6 +29,7 @@
 #include "../core/model.h"
 #include "../core/sampler.h"
 #include "../core/tensor.h"
+#include "../core/tokenizer.h"
 
 #define GPTOSS_TENSOR_MT "gptoss.tensor"
 #define GPTOSS_MODEL_MT "gptoss.model"
@@ -168,6 +169,12 @@ const gptoss_logit_bias *gptoss_read_logit_bias(lua_State *L, int idx, const cha
 int gptoss_read_logprobs(lua_State *L, int idx, const char *fn);
 /* Pushes {{id =, logprob =}, ...}: the n most likely tokens' logprobs. */
 void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logprobs, int n);
+
+/* ---- tokenizer.c ---- */
+
+/* The tokenizer at idx, alive; fn NULL for the object a method was called on,
+ * else the function it was given to (gptoss_lua_check). */
+gptoss_tokenizer *gptoss_check_tokenizer(lua_State *L, int idx, const char *fn);
 
 /* ---- the classes' open functions and the module's functions ---- */
 

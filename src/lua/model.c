@@ -205,13 +205,13 @@ static int model_gpu_tensor(lua_State *L) {
     return 1;
 }
 
-/* model:save(path [, {format = "course" | "hf" | "original", shard_bytes = n}]) */
+/* model:save(path [, {format = "course" | "hf" | "original", shard_bytes = n, tokenizer = tok}]) */
 static int model_save(lua_State *L) {
-    static const char *const known[] = {"format", "shard_bytes", NULL};
+    static const char *const known[] = {"format", "shard_bytes", "tokenizer", NULL};
     static const char *const formats[] = {"course", "hf", "original", NULL};
     gptoss_check_model(L, 1);
     const char *path = luaL_checkstring(L, 2);
-    int format = 0;
+    int format = 0, tokenizer = 0; /* tokenizer: its stack slot, 0 for none */
     lua_Integer shard_bytes = (lua_Integer)GPTOSS_SHARD_BYTES;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
@@ -220,18 +220,26 @@ static int model_save(lua_State *L) {
         lua_getfield(L, 3, "shard_bytes");
         int given = !lua_isnil(L, -1);
         lua_pop(L, 1);
-        if (given && format == 0)
-            return luaL_error(L,
-                              "save: shard_bytes is for checkpoints (format = \"hf\" or \"original\")");
+        if (lua_getfield(L, 3, "tokenizer") != LUA_TNIL) {
+            tokenizer = lua_gettop(L); /* kept on the stack, so alive until save returns */
+            if (!gptoss_lua_test(L, tokenizer, GPTOSS_TOKENIZER_MT, "save"))
+                return luaL_error(L, "save: tokenizer must be a gptoss tokenizer (got %s)",
+                                  luaL_typename(L, tokenizer));
+        }
+        if ((given || tokenizer) && format == 0)
+            return luaL_error(L, "save: %s is for checkpoints (format = \"hf\" or \"original\")",
+                              given ? "shard_bytes" : "tokenizer");
         shard_bytes = gptoss_opt_integer(L, 3, "save", "shard_bytes", shard_bytes);
         if (shard_bytes < 1)
             return luaL_error(L, "save: shard_bytes must be a positive integer (got %I)", shard_bytes);
     }
     char err[GPTOSS_ERR_LEN];
-    gptoss_model *m = gptoss_check_model(L, 1); /* the options' metamethods ran */
+    /* the options' metamethods ran: the objects are checked again */
+    gptoss_model *m = gptoss_check_model(L, 1);
+    const gptoss_tokenizer *tok = tokenizer ? gptoss_check_tokenizer(L, tokenizer, "save") : NULL;
     gptoss_status s =
         format == 0 ? gptoss_model_save(m, path, err)
-                    : gptoss_checkpoint_save(m, path, gptoss_format_by_name(formats[format]),
+                    : gptoss_checkpoint_save(m, path, gptoss_format_by_name(formats[format]), tok,
                                              (uint64_t)shard_bytes, err);
     if (s)
         return luaL_error(L, "save: %s", err);

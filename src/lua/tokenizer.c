@@ -21,9 +21,7 @@ typedef struct {
     size_t n;
 } lua_decoder;
 
-/* The tokenizer at idx, alive; fn NULL for the object a method was called on,
- * else the function that reached it through another object (gptoss_lua_check) */
-static gptoss_tokenizer *check_tokenizer(lua_State *L, int idx, const char *fn) {
+gptoss_tokenizer *gptoss_check_tokenizer(lua_State *L, int idx, const char *fn) {
     return ((lua_tokenizer *)gptoss_lua_check(L, idx, GPTOSS_TOKENIZER_MT, fn))->t;
 }
 
@@ -52,9 +50,9 @@ typedef struct {
  * growing allocates, and a finaliser may collect it meanwhile. */
 static void add_piece(lua_State *L, piece_source tok, int id, luaL_Buffer *b) {
     size_t len;
-    gptoss_tokenizer_piece(check_tokenizer(L, tok.idx, tok.fn), id, &len);
+    gptoss_tokenizer_piece(gptoss_check_tokenizer(L, tok.idx, tok.fn), id, &len);
     char *room = luaL_prepbuffsize(b, len);
-    memcpy(room, gptoss_tokenizer_piece(check_tokenizer(L, tok.idx, tok.fn), id, &len), len);
+    memcpy(room, gptoss_tokenizer_piece(gptoss_check_tokenizer(L, tok.idx, tok.fn), id, &len), len);
     luaL_addsize(b, len);
 }
 
@@ -62,7 +60,7 @@ static void add_piece(lua_State *L, piece_source tok, int id, luaL_Buffer *b) {
  * (tok taken for each id: reading the table runs its metamethods). */
 static void add_pieces(lua_State *L, piece_source tok, int idx, const char *fn, luaL_Buffer *b) {
     if (lua_type(L, idx) != LUA_TTABLE) {
-        add_piece(L, tok, check_id(L, check_tokenizer(L, tok.idx, tok.fn), idx, fn, "id"), b);
+        add_piece(L, tok, check_id(L, gptoss_check_tokenizer(L, tok.idx, tok.fn), idx, fn, "id"), b);
         return;
     }
     lua_Integer n = luaL_len(L, idx);
@@ -70,7 +68,7 @@ static void add_pieces(lua_State *L, piece_source tok, int idx, const char *fn, 
         char what[48];
         snprintf(what, sizeof what, "ids[%lld]", (long long)i);
         lua_geti(L, idx, i); /* balanced before the buffer is touched again */
-        int id = check_id(L, check_tokenizer(L, tok.idx, tok.fn), -1, fn, what);
+        int id = check_id(L, gptoss_check_tokenizer(L, tok.idx, tok.fn), -1, fn, what);
         lua_pop(L, 1);
         add_piece(L, tok, id, b);
     }
@@ -84,7 +82,7 @@ static int ids_gc(lua_State *L) {
 
 /* tok:encode(text [, {special=true, max_tokens=N, mode="course"|"o200k"}]) -> {ids} */
 static int tokenizer_encode(lua_State *L) {
-    check_tokenizer(L, 1, NULL);
+    gptoss_check_tokenizer(L, 1, NULL);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int special = 0;
@@ -107,7 +105,7 @@ static int tokenizer_encode(lua_State *L) {
     memset(ids, 0, sizeof *ids);
     luaL_setmetatable(L, IDS_MT);
     char err[GPTOSS_ERR_LEN];
-    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL); /* the options ran Lua */
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 1, NULL); /* the options ran Lua */
     if (gptoss_tokenizer_encode(t, (const uint8_t *)text, len, special, split, ids, err))
         return luaL_error(L, "tokenizer:encode: %s", err);
     size_t n = ids->n < (size_t)max_tokens ? ids->n : (size_t)max_tokens;
@@ -124,7 +122,7 @@ static int tokenizer_encode(lua_State *L) {
 
 /* tok:decode(ids | id) -> string */
 static int tokenizer_decode(lua_State *L) {
-    check_tokenizer(L, 1, NULL);
+    gptoss_check_tokenizer(L, 1, NULL);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     add_pieces(L, (piece_source){1, NULL}, 2, "tokenizer:decode", &b);
@@ -134,7 +132,7 @@ static int tokenizer_decode(lua_State *L) {
 
 /* tok:piece(id) -> string */
 static int tokenizer_piece(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 1, NULL);
     size_t len;
     const uint8_t *p = gptoss_tokenizer_piece(t, check_id(L, t, 2, "tokenizer:piece", "id"), &len);
     lua_pushlstring(L, (const char *)p, len);
@@ -143,10 +141,10 @@ static int tokenizer_piece(lua_State *L) {
 
 /* tok:id(bytes) -> id or nil */
 static int tokenizer_id(lua_State *L) {
-    check_tokenizer(L, 1, NULL);
+    gptoss_check_tokenizer(L, 1, NULL);
     size_t len;
     const char *s = luaL_checklstring(L, 2, &len); /* a number converted allocates */
-    int id = gptoss_tokenizer_find(check_tokenizer(L, 1, NULL), (const uint8_t *)s, len);
+    int id = gptoss_tokenizer_find(gptoss_check_tokenizer(L, 1, NULL), (const uint8_t *)s, len);
     if (id < 0)
         lua_pushnil(L);
     else
@@ -156,7 +154,7 @@ static int tokenizer_id(lua_State *L) {
 
 /* tok:entry(id) -> stored bytes, score (the file's record, undecoded) */
 static int tokenizer_entry(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 1, NULL);
     size_t len;
     float score;
     const uint8_t *p =
@@ -168,7 +166,7 @@ static int tokenizer_entry(lua_State *L) {
 
 /* tok:decoder() -> streaming decoder (keeps the tokenizer alive) */
 static int tokenizer_decoder(lua_State *L) {
-    check_tokenizer(L, 1, NULL);
+    gptoss_check_tokenizer(L, 1, NULL);
     gptoss_lua_new(L, GPTOSS_DECODER_MT, sizeof(lua_decoder), 1);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
@@ -199,7 +197,7 @@ static void push_special_table(lua_State *L, const gptoss_tokenizer *t) {
 }
 
 static int tokenizer_get(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 1, NULL);
     const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
     if (!k)
         return 0;
@@ -224,7 +222,7 @@ static int tokenizer_gc(lua_State *L) {
 }
 
 static int tokenizer_tostring(lua_State *L) {
-    const gptoss_tokenizer *t = check_tokenizer(L, 1, NULL);
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 1, NULL);
     lua_pushfstring(L, "gptoss.tokenizer(vocab_size=%d, max_token_length=%d)",
                     gptoss_tokenizer_vocab_size(t), gptoss_tokenizer_max_token_length(t));
     return 1;
@@ -260,7 +258,7 @@ static int decoder_add(lua_State *L) {
     lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
     lua_settop(L, 2);
     lua_getiuservalue(L, 1, 1); /* 3: the tokenizer */
-    check_tokenizer(L, 3, "decoder:add");
+    gptoss_check_tokenizer(L, 3, "decoder:add");
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addlstring(&b, (const char *)d->pending, d->n);
