@@ -271,6 +271,8 @@ describe("bad input", function()
   local cases = {
     { "empty batch", { slots = {}, positions = {}, tokens = {} }, "step: empty batch" },
     { "slot 0", { slots = { 0 }, positions = { 0 }, tokens = { 1 } }, "slots[1] = 0 is out of range 1..2" },
+    { "the least 32-bit slot", { slots = { 1, -2147483648 }, positions = { 0, 0 }, tokens = { 1, 1 } },
+      "slots[2] = -2147483648 is out of range 1..2" },
     { "slot too big", { slots = { 1, 3 }, positions = { 0, 0 }, tokens = { 1, 1 } }, "slots[2] = 3 is out of range 1..2" },
     { "token = vocab", { slots = { 1 }, positions = { 0 }, tokens = { 97 } }, "tokens[1] = 97 is out of range 0..96" },
     { "negative token", { slots = { 1 }, positions = { 0 }, tokens = { -1 } }, "tokens[1] = -1 is out of range" },

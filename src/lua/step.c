@@ -120,8 +120,12 @@ static int read_batch(lua_State *L, int tbl, gptoss_batch *b, const char **field
         }
         b->tokens = tokens;
     }
-    for (int i = 0; i < n; i++)
+    int count = gptoss_engine_options(gptoss_check_engine(L, 1))->slots; /* runs no Lua */
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 1) /* the core checks the other end, 0-based: INT32_MIN has no 0-based slot */
+            luaL_error(L, "step: slots[%d] = %d is out of range 1..%d", i + 1, slots[i], count);
         slots[i]--; /* 1-based in Lua */
+    }
     b->slots = slots;
     b->n = n;
     b->fed_rows = 0;
