@@ -536,9 +536,12 @@ describe("loading invalid files", function()
             intermediate_dim = 0x3fffffff })
       end, "overflows 64 bits")
       -- sizes that fit but would make per-layer work long (a replica's plan)
-      expect_error(function() gptoss.synthetic({ n_layers = 1025 }) end,
-         "synthetic: n_layers = 1025 is more than a synthetic model's 1024")
-      assert.are.equal(1024, gptoss.synthetic({ n_layers = 1024 }).config.n_layers)
+      expect_error(function() gptoss.synthetic({ n_layers = (1 << 24) + 1 }) end,
+         "synthetic: n_layers = 16777217 is more than a synthetic model's 16777216")
+      local t0 = os.clock()
+      local m = gptoss.synthetic({ n_layers = 1 << 24 })
+      assert.is_true(m:replica_bytes({ device = 1 }).total > 0)
+      assert.is_true(os.clock() - t0 < 5, "a plan of 2^24 layers took " .. os.clock() - t0 .. " s")
    end)
 
    it("never reports a byte count of 2^63 or more as a negative integer", function()

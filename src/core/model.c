@@ -101,7 +101,7 @@ gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gpto
         return s;
     if (c->n_layers > GPTOSS_SYNTHETIC_MAX_LAYERS) { /* a file's layers are bounded by its size, these by this */
         gptoss_model_free(m);
-        return gptoss_fail(err, GPTOSS_E_INVALID, "synthetic: n_layers = %d is more than a synthetic model's %d",
+        return gptoss_fail(err, GPTOSS_E_INVALID, "n_layers = %d is more than a synthetic model's %d",
                            c->n_layers, GPTOSS_SYNTHETIC_MAX_LAYERS);
     }
     m->seed = seed;

@@ -83,9 +83,10 @@ static inline int gptoss_model_is_synthetic(const gptoss_model *m) { return m->f
  * contract, model_load.h), mapped read-only; fd may be closed afterwards. */
 gptoss_status gptoss_model_open_course(const char *path, int fd, uint64_t size, gptoss_model **out,
                                        char *err);
-/* The most layers a synthetic model has: gpt-oss has 24 or 36, and work
- * planned per layer (a replica's plan) stays cheap for any config. */
-#define GPTOSS_SYNTHETIC_MAX_LAYERS 1024
+/* The most layers a synthetic model has (2^24): a file's layers are bounded
+ * by its size, these by this, so that work planned per layer (a replica's
+ * plan) takes well under a second for any config. */
+#define GPTOSS_SYNTHETIC_MAX_LAYERS (1 << 24)
 /* A model of config c whose weights come from the recipe (seed):
  * GPTOSS_E_INVALID when c fails validation or has more layers than
  * GPTOSS_SYNTHETIC_MAX_LAYERS, GPTOSS_E_HOST_MEMORY. */
