@@ -122,9 +122,10 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # a machine that already has the file (the GPU machine, offline) needs no npm.
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
-# pictures (--plot, examples/plot.lua), whose spec is pending without it.
+# pictures (--plot, examples/plot.lua), whose spec is pending without it. lua-http,
+# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox
+                  gnuplot-nox lua-http lua-cqueues lua-cjson curl
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
@@ -133,7 +134,8 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
 	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(JANSSON_H) ] && [ -f $(PCRE2_H) ] && [ -f $(BUSTED) ] && \
-	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
+	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"; require "gptoss.serve_http"' 2>/dev/null && \
+	        command -v curl >/dev/null; }; then \
 	  pkgs="$(SETUP_PACKAGES)"; \
 	fi; \
 	if ! command -v npm >/dev/null 2>&1 && [ ! -f $(TOKENIZER) ]; then \

@@ -17,6 +17,7 @@ local commands = {}
 commands.LIST = {
   { "run", "the course's command line: generate from a prompt, getp over a request file" },
   { "chat", "a chat in the terminal: a line of stdin a question (docs/chat.md)" },
+  { "serve", "an OpenAI-compatible HTTP server: chat and completions, streamed (docs/serve.md)" },
   { "demo", "generation from a prompt, streamed as it decodes (what make demo runs)" },
   { "parity", "two replicas of a model compared stage by stage (docs/parity.md)" },
   { "checker", "dump a replica's logits to a file, compare two logits files (docs/parity.md)" },
