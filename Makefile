@@ -130,6 +130,9 @@ SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
 SETUP_NODE_PACKAGES := nodejs npm
+# The official openai npm client, which tests/serve_spec.lua drives gptoss serve with (its
+# package-lock pins it); installed by setup where npm is (the spec is pending elsewhere)
+SERVE_CLIENT := tests/serve-client
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
@@ -148,6 +151,10 @@ setup:
 	  echo "== installing Debian packages: $${pkgs# }"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; \
+	fi; \
+	if command -v npm >/dev/null 2>&1 && [ ! -f $(SERVE_CLIENT)/node_modules/openai/package.json ]; then \
+	  echo "== installing the openai client for tests/serve_spec.lua"; \
+	  (cd $(SERVE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error); \
 	fi
 
 # Written by Node from gpt-tokenizer's o200k tables, so no Python is needed.

@@ -2,7 +2,7 @@
 -- An OpenAI-compatible HTTP server (gptoss.serve, docs/serve.md):
 --   gptoss serve MODEL [--host 127.0.0.1] [--port 8000] [--device cpu|N | --devices cpu|1,2]
 --                [--slots N] [--ctx N] [--scheduler continuous|static|FILE.lua]
---                [--api-key KEY] [--model-name NAME] [--max-queue N]
+--                [--api-key KEY] [--model-name NAME] [--max-queue N] [--max-body BYTES]
 -- MODEL and the devices as every command names them (gptoss.naming). --api-key defaults to
 -- $GPTOSS_API_KEY. A scheduler file is a Lua chunk that returns a scheduler object
 -- (gptoss.scheduler's hooks, plus on_arrival). SIGTERM or Ctrl-C stops accepting, finishes
@@ -29,6 +29,8 @@ parser:option("--scheduler", ("The batching policy: %s, or a Lua file returning 
 parser:option("--api-key", "Key every request must send as 'Authorization: Bearer KEY' (default: $GPTOSS_API_KEY).")
 parser:option("--model-name", "The model's name in requests and /v1/models (default: MODEL's file name).")
 parser:option("--max-queue", "Requests that may wait for a slot before 429.", "256"):convert(cli.integer("--max-queue", 1))
+parser:option("--max-body", "The largest request body in bytes before 413.", tostring(4 * 1024 * 1024))
+  :convert(cli.integer("--max-body", 1))
 local args = script.parse(parser)
 
 -- A scheduler's name, or the object a Lua file returns.
@@ -50,7 +52,7 @@ script.run(function()
   local server = require("gptoss.serve").new {
     model = model, model_name = args.model_name or (args.model:gsub("/+$", ""):match("[^/]*$"):gsub("%.bin$", "")),
     devices = devices, slots = args.slots, ctx = args.ctx, scheduler = load_scheduler(args.scheduler),
-    host = args.host, port = args.port, api_key = api_key ~= "" and api_key or nil, max_queue = args.max_queue, signals = true,
+    host = args.host, port = args.port, api_key = api_key ~= "" and api_key or nil, max_queue = args.max_queue, max_body = args.max_body, signals = true,
   }
   server:start()
   server:run()

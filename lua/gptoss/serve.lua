@@ -16,7 +16,9 @@
 --                 "gptoss")
 --   tokenizer     from gptoss.tokenizer (default: gptoss.tokenizer() for the model's vocabulary)
 --   devices       "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
---   replicas      existing replicas to use instead (they stay the caller's)
+--   replicas      existing replicas to use instead (they stay the caller's), or objects that
+--                 act as one (step, fork, sampling; slots, ctx, device; handles with ready,
+--                 tokens, logprobs): tests/serve_scripted.lua scripts a model's choices so
 --   slots         slots a replica gives requests (default: 16 on the CPU, what memory holds on
 --                 a GPU); a replica has one more for the shared system message
 --   ctx           positions a slot holds: prompt and output (default: the model's seq_len, at
@@ -77,7 +79,9 @@ end
 -- requests' for the shared system message.
 local function replicas_of(opts, ctx, log, level)
   if opts.replicas then
-    getp_replicas.check_given(opts.replicas, level + 1)
+    if type(opts.replicas) ~= "table" or #opts.replicas == 0 then
+      error("serve.new: replicas must be a non-empty list of replicas", level + 1)
+    end
     return opts.replicas, false
   end
   local devices = opts.devices or gptoss.default_devices()

@@ -69,7 +69,12 @@ local function response(server, job, choices, seqs)
   local out = {}
   for i, c in ipairs(choices) do
     local o = { index = i - 1, finish_reason = c:finish_reason(), logprobs = logprobs_of(server, c, 1) }
-    if job.kind == "chat" then o.message = c:message() else o.text = c.text end
+    if job.kind == "chat" then
+      o.message = c:message()
+      o.message.content = o.message.content or NULL
+    else
+      o.text = c.text
+    end
     out[i] = o
   end
   return { id = job.id, object = job.kind == "chat" and "chat.completion" or "text_completion",

@@ -2,7 +2,8 @@
 -- sequence generates turned into what OpenAI's API returns. A chat choice parses the ids as
 -- harmony (leniently: a model may slip out of the format): the analysis channel is
 -- reasoning_content, a message to functions.NAME is a tool call whose content is its JSON
--- arguments, any other message's text is content. A completion choice is the decoded text.
+-- arguments, any other message's text is content. A completion choice is the decoded text,
+-- an invalid byte as U+FFFD.
 -- Stop strings cut content (not reasoning, not arguments); logprobs are kept for the ids
 -- whose text is content.
 --
@@ -11,6 +12,7 @@
 -- c.stopped is set once a stop string was found (the sequence must then be cancelled).
 -- c:finish_reason(), c:message() (chat), c.text (completion), c.logprobs.
 local harmony = require "gptoss.harmony"
+local harmony_parser = require "gptoss.harmony_parser"
 local stops = require "gptoss.stops"
 
 local serve_choice = {}
@@ -104,7 +106,7 @@ function Choice:add(id, logprob)
       self.logprobs[#self.logprobs + 1] = self:logprob_entry(logprob)
     end
   elseif not STOP_IDS[id] then
-    self:content(self.decoder:add(id), out)
+    self:content(harmony_parser.valid_utf8(self.decoder:add(id)), out)
     if self.logprobs and logprob and not self.stopped then self.logprobs[#self.logprobs + 1] = logprob end
   end
   return out
@@ -117,7 +119,7 @@ function Choice:close(finish)
   if self.kind == "chat" then
     self:events(self.parser:finish(), out)
   else
-    self:content(self.decoder:flush(), out)
+    self:content(harmony_parser.valid_utf8(self.decoder:flush()), out)
   end
   if self.filter and not self.stopped then
     local rest = self.filter:flush()
