@@ -254,11 +254,17 @@ local function limit_of(body, params, job, ctx)
   return room
 end
 
+-- A job of kind from body, its fields checked against known and the common ones read.
+local function new_job(kind, body, known, tokenizer)
+  check_fields(body, known, kind == "chat" and "chat completions" or "completions")
+  local job = { kind = kind }
+  common(body, job, tokenizer.vocab_size)
+  return job
+end
+
 --- The job of a POST /v1/chat/completions body.
 function serve_openai.chat(body, tokenizer, ctx)
-  check_fields(body, CHAT_FIELDS, "chat completions")
-  local job = { kind = "chat" }
-  common(body, job, tokenizer.vocab_size)
+  local job = new_job("chat", body, CHAT_FIELDS, tokenizer)
   local effort = body.reasoning_effort
   if is_null(effort) then effort = "medium" end
   if not util.listed(EFFORTS, effort) then
@@ -288,9 +294,7 @@ end
 
 --- The job of a POST /v1/completions body: prompt a string or a list of token ids.
 function serve_openai.completion(body, tokenizer, ctx)
-  check_fields(body, COMPLETION_FIELDS, "completions")
-  local job = { kind = "completion" }
-  common(body, job, tokenizer.vocab_size)
+  local job = new_job("completion", body, COMPLETION_FIELDS, tokenizer)
   if boolean(body, "echo", false) then fail("'echo' is not supported", "echo") end
   local prompt = body.prompt
   if type(prompt) == "string" then
