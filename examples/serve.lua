@@ -12,6 +12,7 @@ local cli = require "gptoss.cli"
 local naming = require "gptoss.naming"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
+local util = require "gptoss.util"
 
 local parser = argparse(script.name, "Serve a model over HTTP with OpenAI's API (docs/serve.md).")
 naming.add_model(parser)
@@ -26,7 +27,7 @@ parser:option("--ctx", "Positions of a slot, prompt and output (default: the mod
   :convert(cli.integer("--ctx", 2))
 parser:option("--scheduler", ("The batching policy: %s, or a Lua file returning a scheduler object.")
   :format(table.concat(scheduler.names, ", ")), "continuous")
-parser:option("--api-key", "Key every request must send as 'Authorization: Bearer KEY' (default: $GPTOSS_API_KEY).")
+parser:option("--api-key", "Key every /v1/ request must send as 'Authorization: Bearer KEY' (default: $GPTOSS_API_KEY).")
 parser:option("--model-name", "The model's name in requests and /v1/models (default: MODEL's file name).")
 parser:option("--max-queue", "Requests that may wait for a slot before 429.", "256"):convert(cli.integer("--max-queue", 1))
 parser:option("--max-body", "The largest request body in bytes before 413.", tostring(4 * 1024 * 1024))
@@ -39,10 +40,15 @@ local function load_scheduler(spec)
     local chunk, err = loadfile(spec)
     if not chunk then error("--scheduler: " .. err, 0) end
     local ok, policy = pcall(chunk)
-    if not ok then error(("--scheduler: %s raised: %s"):format(spec, tostring(policy)), 0) end
+    if not ok then error(("--scheduler: %s raised: %s"):format(spec, util.bare(policy)), 0) end
     return policy
   end
   return spec
+end
+
+-- MODEL's file name, without a trailing / or .bin: "gpt-oss-20b", "7m".
+local function default_name(model)
+  return (model:gsub("/+$", ""):match("[^/]*$"):gsub("%.bin$", ""))
 end
 
 script.run(function()
@@ -50,9 +56,10 @@ script.run(function()
   local devices = args.devices or (args.device and { args.device }) or nil
   local api_key = args.api_key or os.getenv("GPTOSS_API_KEY")
   local server = require("gptoss.serve").new {
-    model = model, model_name = args.model_name or (args.model:gsub("/+$", ""):match("[^/]*$"):gsub("%.bin$", "")),
+    model = model, model_name = args.model_name or default_name(args.model),
     devices = devices, slots = args.slots, ctx = args.ctx, scheduler = load_scheduler(args.scheduler),
-    host = args.host, port = args.port, api_key = api_key ~= "" and api_key or nil, max_queue = args.max_queue, max_body = args.max_body, signals = true,
+    host = args.host, port = args.port, api_key = api_key ~= "" and api_key or nil, max_queue = args.max_queue,
+    max_body = args.max_body, signals = true,
   }
   server:start()
   server:run()

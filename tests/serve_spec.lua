@@ -179,6 +179,22 @@ describe("gptoss serve", function()
     assert.truthy(select(2, curl(s, "/metrics")):find("gptoss_time_to_first_token_seconds_count", 1, true))
   end)
 
+  it("is measured by examples/bench_serve.lua: one JSON line with latencies and throughput", function()
+    local cmd = ("cd %s && LUA_PATH=%s LUA_CPATH=%s timeout 120 %s bin/gptoss.lua bench_serve --url %s --requests 5 "
+      .. "--concurrency 2 --lengths fixed --input 6 --output 4"):format(q(ROOT), q(package.path), q(package.cpath),
+      q(H.TREE.lua), q(("http://127.0.0.1:%d"):format(s.port)))
+    local p = assert(io.popen(cmd .. " 2>&1"))
+    local lines = {}
+    for line in p:lines() do lines[#lines + 1] = line end
+    p:close()
+    local report = dkjson.decode(lines[#lines])
+    assert.are.same({ 5, 20, 2 }, { report.requests, report.output_tokens, report.concurrency }, table.concat(lines, "\n"))
+    for _, m in ipairs { "ttft_ms", "tpot_ms", "itl_ms" } do
+      assert.is_true(report[m].p50 >= 0 and report[m].p50 <= report[m].p90 and report[m].p90 <= report[m].p99, m)
+    end
+    assert.is_true(report.output_tok_per_s > 0)
+  end)
+
   it("gives 32 concurrent seeded requests the ids getp gives the same prompts", function()
     local tok = gptoss.tokenizer()
     local prompts, requests = {}, {}
@@ -212,15 +228,15 @@ describe("gptoss serve's limits", function()
   after_each(H.cleanup)
 
   it("answers 429 with Retry-After when the queue is full, 401 without the key", function()
-    local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "512", "--api-key", "sesame" }
-    local long = q('{"model":"7m","prompt":"Hi","max_tokens":400,"stream":true}')
+    local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "1024", "--api-key", "sesame" }
+    local long = q('{"model":"7m","prompt":"Hi","max_tokens":600,"stream":true}')
     local auth = "-H 'Authorization: Bearer sesame' "
-    for _ = 1, 2 do os.execute(("timeout 60 curl -sN -m 20 %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
+    for _ = 1, 2 do os.execute(("timeout 60 curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
       :format(auth, long, s.port)) end
-    local deadline, headers = gptoss.clock() + 10, ""
-    repeat
-      headers = curl(s, "/v1/completions", auth .. "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":1}'))
-    until headers:find("^HTTP/1.1 429") or gptoss.clock() > deadline
+    -- one runs in the slot, one waits: the queue is full
+    local deadline = gptoss.clock() + 20
+    while metric(s, "gptoss_queue_length") ~= 1 and gptoss.clock() < deadline do os.execute("sleep 0.05") end
+    local headers = curl(s, "/v1/completions", auth .. "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":1}'))
     assert.truthy(headers:find("^HTTP/1.1 429"))
     assert.truthy(headers:lower():find("retry%-after: 1"))
     local e = client(s, "models", nil, "wrong").error

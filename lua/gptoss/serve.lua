@@ -25,7 +25,7 @@
 --                 most 8192)
 --   scheduler     a scheduler object, or a name of gptoss.scheduler.names (default "continuous")
 --   host, port    where to listen (default 127.0.0.1, 8000; port 0: any free port)
---   api_key       a key every request but /health must send as a Bearer token (default none)
+--   api_key       a key every request to /v1/ must send as a Bearer token (default none)
 --   max_queue     requests (choices) that may wait for a slot before 429 (default 256)
 --   max_body      the largest request body in bytes before 413 (default 4 MiB)
 --   log           function(line) for what the server says (default: to stderr)

@@ -1,5 +1,5 @@
 --- gptoss.serve_http (internal, gptoss.serve's): the HTTP front on lua-http. Each request
--- runs in its own cqueues coroutine: the bearer key is checked (in constant time), the body
+-- runs in its own cqueues coroutine: the bearer key is checked on /v1/ (in constant time), the body
 -- read up to the limit (413 past it), JSON decoded (400 when malformed), and the route's
 -- handler called with a response object that writes JSON, OpenAI error objects or
 -- server-sent events. A handler's Lua error is a 500 with its message; a raised error object
@@ -123,7 +123,7 @@ local function handle(opts, stream)
   res.endpoint = path
   local route = opts.routes[method .. " " .. path]
   local ok, err = pcall(function()
-    if opts.api_key and path ~= "/health" then
+    if opts.api_key and path:find("^/v1/") then -- as vLLM: /health and /metrics stay open
       local given = (headers:get("authorization") or ""):match("^Bearer%s+(.-)%s*$") or ""
       if not serve_http.same_key(given, opts.api_key) then
         error({ status = 401, type = "invalid_request_error", code = "invalid_api_key",
