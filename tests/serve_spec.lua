@@ -175,7 +175,10 @@ describe("gptoss serve", function()
     local ok, bad = count("/v1/completions", "200"), count("/v1/completions", "400")
     for _ = 1, 3 do curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":2}')) end
     curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","n":0}'))
-    assert.are.same({ ok + 3, bad + 1 }, { count("/v1/completions", "200"), count("/v1/completions", "400") })
+    local unknown = count("other", "404")
+    curl(s, "/no/such/path")
+    assert.are.same({ ok + 3, bad + 1, unknown + 1 },
+      { count("/v1/completions", "200"), count("/v1/completions", "400"), count("other", "404") })
     assert.truthy(select(2, curl(s, "/metrics")):find("gptoss_time_to_first_token_seconds_count", 1, true))
   end)
 

@@ -120,7 +120,7 @@ local function handle(opts, stream)
   local headers = stream:get_headers(WRITE_TIMEOUT)
   if not headers then return end
   local method, path = headers:get(":method"), (headers:get(":path") or ""):match("^[^?]*")
-  res.endpoint = path
+  res.endpoint = opts.paths[path] and path or "other" -- /metrics' labels stay a bounded set
   local route = opts.routes[method .. " " .. path]
   local ok, err = pcall(function()
     if opts.api_key and path:find("^/v1/") then -- as vLLM: /health and /metrics stay open
