@@ -122,18 +122,23 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # a machine that already has the file (the GPU machine, offline) needs no npm.
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
-# pictures (--plot, examples/plot.lua), whose spec is pending without it.
+# pictures (--plot, examples/plot.lua), whose spec is pending without it. lua-http,
+# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox
+                  gnuplot-nox lua-http lua-cqueues lua-cjson curl
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
 SETUP_NODE_PACKAGES := nodejs npm
+# The official openai npm client, which tests/serve_spec.lua drives gptoss serve with (its
+# package-lock pins it); installed by setup where npm is (the spec is pending elsewhere)
+SERVE_CLIENT := tests/serve-client
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
 	if ! { [ -x "$$(command -v $(LUA))" ] && [ -f $(LUA_INCDIR)/lua.h ] && [ -f $(JANSSON_H) ] && [ -f $(PCRE2_H) ] && [ -f $(BUSTED) ] && \
-	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"' 2>/dev/null; }; then \
+	        $(RUN_ENV) $(LUA) -e 'require "argparse"; require "dkjson"; require "gptoss.serve_http"' 2>/dev/null && \
+	        command -v curl >/dev/null; }; then \
 	  pkgs="$(SETUP_PACKAGES)"; \
 	fi; \
 	if ! command -v npm >/dev/null 2>&1 && [ ! -f $(TOKENIZER) ]; then \
@@ -146,6 +151,10 @@ setup:
 	  echo "== installing Debian packages: $${pkgs# }"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; \
+	fi; \
+	if command -v npm >/dev/null 2>&1 && [ ! -f $(SERVE_CLIENT)/node_modules/openai/package.json ]; then \
+	  echo "== installing the openai client for tests/serve_spec.lua"; \
+	  (cd $(SERVE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error); \
 	fi
 
 # Written by Node from gpt-tokenizer's o200k tables, so no Python is needed.

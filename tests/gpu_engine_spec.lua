@@ -482,6 +482,23 @@ describe("GPU engine #gpu", function()
     told:close()
   end)
 
+  it("says when a step is done without waiting (h:ready), and its tokens are the waited ones", function()
+    local m = gptoss.synthetic("20b-2l", { seed = 15 })
+    local r = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local slots, first = { 1, 2, 3, 4 }, tokens_for(15, 4, m.config.vocab_size)
+    local h = r:step { slots = slots, positions = { 0, 0, 0, 0 }, tokens = first }
+    local polls, deadline = 0, gptoss.clock() + 30
+    while not h:ready() and gptoss.clock() < deadline do polls = polls + 1 end
+    assert.is_true(h:ready(), "the step never became ready")
+    local ids = h:tokens()
+    assert.is_true(h:ready())
+    local again = r:step { slots = slots, positions = { 0, 0, 0, 0 }, tokens = first }:tokens()
+    assert.are.same(again, ids)
+    io.stderr:write(("[gpu-ready] %d polls before the first step was ready\n"):format(polls))
+    r:close()
+    assert.is_true(h:ready())
+  end)
+
   it("feeds each row from any row of the latest step (from = h), enqueued before it is read", function()
     local m = gptoss.synthetic("20b-2l", { seed = 14 })
     local fed, told = fed_and_told(m, 2, { temperature = 1.5, seed = 6 })

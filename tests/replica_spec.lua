@@ -557,6 +557,18 @@ describe("a step fed by the latest one (tokens = h, or from = h)", function()
     assert.are.equal(9, fed:length(2))
   end)
 
+  it("h:ready() is true as soon as a CPU step returns, before and after its tokens are read", function()
+    local r = model():replica { slots = 3, ctx = 16 }
+    local h = r:step { slots = slots, positions = at(0), tokens = first }
+    assert.are.equal(true, h:ready())
+    local fed = r:step { slots = slots, positions = at(1), tokens = h }
+    assert.are.equal(true, fed:ready())
+    assert.are.equal(3, #fed:tokens())
+    r:close()
+    assert.are.equal(true, h:ready())
+    H.expect_error(function() h.ready(r) end, "step")
+  end)
+
   -- a replica r with two steps (old, latest) and a step of another replica (foreign)
   local function two_steps_and_a_foreign()
     local r, other = model():replica { slots = 3, ctx = 16 }, model():replica { slots = 3, ctx = 16 }

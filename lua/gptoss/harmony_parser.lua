@@ -40,12 +40,14 @@ local function utf8_split(buf)
   end
 end
 
--- s with every invalid byte, an unfinished character's at its end included, as U+FFFD: what
--- a header (its words split across ids as content is) becomes before anything reads it.
-local function valid_utf8(s)
+--- s with every invalid byte, an unfinished character's at its end included, as U+FFFD: what
+-- a header (its words split across ids as content is) becomes before anything reads it, and
+-- what gptoss serve sends of decoded text (JSON strings are UTF-8).
+function harmony_parser.valid_utf8(s)
   local text, rest = utf8_split(s)
   return text .. REPLACEMENT:rep(#rest)
 end
+local valid_utf8 = harmony_parser.valid_utf8
 
 -- A header's text (specials spelled) as {role=, name=, channel=, recipient=, content_type=},
 -- and the words it could not place (nil when none), or nil and why.

@@ -6,9 +6,13 @@
 -- runner.new(sched, replica, index, queue, opts): index is the replica's number in the run.
 -- The queue's sequences have position 0, an empty output and limit >= 1 (getp finishes the
 -- others itself). opts: rows and chunk (the state's bounds), stop (a set of ids that end a
--- sequence), prefix (nil, or {slot =, length =}: that slot holds the first length ids of
--- every queued prompt, which admission forks into the sequence's slot; the slot is not
--- offered to requests).
+-- sequence), prefix (nil, or {slot =, ids =, length =}: that slot holds the first length
+-- ids, which admission forks into the slot of a sequence whose prompt begins with them and
+-- goes on past them; the slot is not offered to requests).
+--
+-- Sequences may arrive later (r:arrive(seq, at): into state.waiting at index at) and end
+-- early (r:cancel(seq, finish): a waiting one leaves the queue, a running one frees its
+-- slot at once; rows of it in a step already built are dropped as an ended sequence's are).
 --
 -- r:busy() says whether requests wait or run. r:build(pending) admits, asks the hooks and
 -- returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or nil when
@@ -44,6 +48,16 @@ function Runner:busy()
   return #self.state.waiting > 0 or #self.state.running > 0
 end
 
+-- Whether prompt begins with the prefix's ids and goes on past them (its last prompt row
+-- must be fed, to yield the first id).
+local function begins_with(prompt, prefix)
+  if #prompt <= prefix.length then return false end
+  for i = 1, prefix.length do
+    if prompt[i] ~= prefix.ids[i] then return false end
+  end
+  return true
+end
+
 local function admit(self)
   local st, sched = self.state, self.scheduler
   local most = math.min(st.free, #st.waiting)
@@ -53,14 +67,14 @@ local function admit(self)
       .. "(%d %s free, %d waiting)"):format(tostring(n), st.index, most, st.free,
         st.free == 1 and "slot" or "slots", #st.waiting), 0)
   end
-  local waiting, r = st.waiting, st.replica
+  local waiting, r, prefix = st.waiting, st.replica, self.prefix
   for i = 1, n do
     local seq = waiting[i]
     seq.slot = table.remove(self.free_slots, 1)
     seq.position = 0
-    if self.prefix then
-      r:fork(self.prefix.slot, seq.slot, self.prefix.length)
-      seq.position = self.prefix.length
+    if prefix and begins_with(seq.prompt, prefix) then
+      r:fork(prefix.slot, seq.slot, prefix.length)
+      seq.position = prefix.length
     end
     if seq.sampling then r:sampling(seq.slot, seq.sampling) else r:sampling(seq.slot) end
     st.running[#st.running + 1] = seq
@@ -156,8 +170,50 @@ function Runner:build(pending)
     seqs = step.seqs }
 end
 
-function Runner:apply(plan, ids)
+-- Takes the ended sequences out of state.running, their slots back to the free list, and
+-- tells the scheduler.
+local function release(self, ended)
   local st, sched = self.state, self.scheduler
+  local running = {}
+  for _, seq in ipairs(st.running) do
+    if seq.finish then
+      table.insert(self.free_slots, seq.slot)
+    else
+      running[#running + 1] = seq
+    end
+  end
+  table.sort(self.free_slots)
+  st.running, st.free = running, #self.free_slots
+  if sched.on_finish then
+    for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end
+  end
+end
+
+--- Queues seq (position 0, empty output, limit >= 1) at index `at` of state.waiting.
+function Runner:arrive(seq, at)
+  table.insert(self.state.waiting, at, seq)
+end
+
+--- Ends seq now with seq.finish = finish: out of the queue when it waits, its slot freed
+-- when it runs. A sequence that has ended already is left as it is.
+function Runner:cancel(seq, finish)
+  if seq.finish then return end
+  seq.finish = finish
+  if seq.slot == nil then
+    local waiting = self.state.waiting
+    for i = 1, #waiting do
+      if waiting[i] == seq then
+        table.remove(waiting, i)
+        break
+      end
+    end
+    return
+  end
+  release(self, { seq })
+end
+
+function Runner:apply(plan, ids)
+  local st = self.state
   local ended, generated = {}, 0
   for i, r in ipairs(plan.rows) do
     local seq, id = plan.seqs[i], ids[r]
@@ -173,21 +229,7 @@ function Runner:apply(plan, ids)
     end
   end
   st.step = st.step + 1
-  if #ended > 0 then
-    local running = {}
-    for _, seq in ipairs(st.running) do
-      if seq.finish then
-        table.insert(self.free_slots, seq.slot)
-      else
-        running[#running + 1] = seq
-      end
-    end
-    table.sort(self.free_slots)
-    st.running, st.free = running, #self.free_slots
-    if sched.on_finish then
-      for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end
-    end
-  end
+  if #ended > 0 then release(self, ended) end
   return generated, ended
 end
 

@@ -298,6 +298,10 @@ gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *e
     return GPTOSS_OK;
 }
 
+int gptoss_engine_ready(const gptoss_engine *e, const gptoss_result *res) {
+    return res->delivered || !e || !e->i->ready || e->i->ready(e->ctx, res);
+}
+
 gptoss_status gptoss_engine_logits(gptoss_engine *e, gptoss_result *res, char *err) {
     if (res->logits)
         return GPTOSS_OK;

@@ -101,6 +101,9 @@ typedef struct {
                           char *err);
     /* waits for res's step and delivers its tokens */
     gptoss_status (*wait)(void *ctx, gptoss_result *res, char *err);
+    /* 1 once res's step has finished (or failed), so that wait returns at
+     * once; never blocks. NULL where every step is done when step returns */
+    int (*ready)(void *ctx, const gptoss_result *res);
     /* res's memory is going away: never deliver into it */
     void (*forget)(void *ctx, gptoss_result *res);
     /* the logits of res's step into out, while no later step has run */
@@ -203,6 +206,11 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
  * once the engine is freed: its results were delivered then). GPTOSS_E_DRAW
  * when a row's logits allowed no draw (res->why says which and why). */
 gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *err);
+
+/* 1 when gptoss_engine_tokens would return without waiting for the
+ * device: res is delivered, or its step has finished (an event loop polls
+ * this between other work). */
+int gptoss_engine_ready(const gptoss_engine *e, const gptoss_result *res);
 
 /* Makes res->logits hold the step's logits, copying them from the engine
  * while no later step has run. */

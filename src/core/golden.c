@@ -168,6 +168,7 @@ const gptoss_engine_i gptoss_golden_engine = {
     .destroy = golden_destroy,
     .step = golden_step,
     .wait = golden_wait,
+    .ready = NULL, /* every result is delivered by its step */
     .forget = golden_forget,
     .logits = NULL, /* host_logits: every result keeps its own */
     .trace = golden_trace,

@@ -101,6 +101,7 @@ const void *gptoss_gpu_layer_weight(const gptoss_gpu *g, int tensor, int layer);
 gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
                               char *err);
 gptoss_status gptoss_gpu_wait(void *ctx, gptoss_result *res, char *err);
+int gptoss_gpu_ready(void *ctx, const gptoss_result *res);
 void gptoss_gpu_forget(void *ctx, gptoss_result *res);
 gptoss_status gptoss_gpu_logits(void *ctx, const gptoss_result *res, float *out, char *err);
 gptoss_status gptoss_gpu_trace(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits, char *err);

@@ -247,6 +247,7 @@ extern "C" const gptoss_engine_i *gptoss_gpu_engine(void) {
         gpu_destroy,
         gptoss_gpu_step,
         gptoss_gpu_wait,
+        gptoss_gpu_ready,
         gptoss_gpu_forget,
         gptoss_gpu_logits,
         gptoss_gpu_trace,

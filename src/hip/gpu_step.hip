@@ -253,6 +253,16 @@ gptoss_status gptoss_gpu_wait(void *ctx, gptoss_result *res, char *err) {
     return GPTOSS_OK;
 }
 
+/* An event query, which never blocks. A result whose entry the ring took
+ * back was delivered then; a failed step is ready too: wait reports it. */
+int gptoss_gpu_ready(void *ctx, const gptoss_result *res) {
+    gptoss_gpu *g = (gptoss_gpu *)ctx;
+    const struct ring_entry *r = &g->ring.entry[res->ticket % GPTOSS_RING];
+    if (r->ticket != res->ticket || r->result != res)
+        return 1;
+    return hipEventQuery(r->done) != hipErrorNotReady;
+}
+
 void gptoss_gpu_forget(void *ctx, gptoss_result *res) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
     struct ring_entry *r = &g->ring.entry[res->ticket % GPTOSS_RING];

@@ -260,6 +260,15 @@ static int step_tokens(lua_State *L) {
     return 1;
 }
 
+/* h:ready() -> true once h:tokens() (and h:logprobs()) would not wait for
+ * the device: an event loop polls it between other work. A CPU step is
+ * ready when r:step returns. */
+static int step_ready(lua_State *L) {
+    const lua_step *h = check_step(L, 1);
+    lua_pushboolean(L, gptoss_engine_ready(h->replica->e, &h->res));
+    return 1;
+}
+
 static int step_get(lua_State *L) {
     lua_step *h = check_step(L, 1);
     const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
@@ -287,7 +296,8 @@ static int step_gc(lua_State *L) {
 
 void gptoss_open_step(lua_State *L) {
     static const luaL_Reg step_methods[] = {
-        {"logits", step_logits}, {"tokens", step_tokens}, {"logprobs", step_logprobs}, {NULL, NULL}};
+        {"logits", step_logits}, {"tokens", step_tokens}, {"logprobs", step_logprobs},
+        {"ready", step_ready}, {NULL, NULL}};
     static const luaL_Reg step_meta[] = {{"__gc", step_gc}, {"__tostring", step_tostring}, {NULL, NULL}};
     static const gptoss_lua_class_def step = {GPTOSS_STEP_MT, step_methods, step_get, step_meta};
     gptoss_lua_class(L, &step);

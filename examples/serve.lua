@@ -1,0 +1,66 @@
+#!/usr/bin/env lua5.4
+-- An OpenAI-compatible HTTP server (gptoss.serve, docs/serve.md):
+--   gptoss serve MODEL [--host 127.0.0.1] [--port 8000] [--device cpu|N | --devices cpu|1,2]
+--                [--slots N] [--ctx N] [--scheduler continuous|static|FILE.lua]
+--                [--api-key KEY] [--model-name NAME] [--max-queue N] [--max-body BYTES]
+-- MODEL and the devices as every command names them (gptoss.naming). --api-key defaults to
+-- $GPTOSS_API_KEY. A scheduler file is a Lua chunk that returns a scheduler object
+-- (gptoss.scheduler's hooks, plus on_arrival). SIGTERM or Ctrl-C stops accepting, finishes
+-- the requests in flight, then exits 0. Exit status 1 on anything wrong, one message on stderr.
+local argparse = require "argparse"
+local cli = require "gptoss.cli"
+local naming = require "gptoss.naming"
+local scheduler = require "gptoss.scheduler"
+local script = require "gptoss.script"
+local util = require "gptoss.util"
+
+local parser = argparse(script.name, "Serve a model over HTTP with OpenAI's API (docs/serve.md).")
+naming.add_model(parser)
+parser:option("--host", "Address to listen on (another than loopback opens the server to the network).",
+  "127.0.0.1")
+parser:option("--port", "Port to listen on (0: any free port, which the log line names).", "8000")
+  :convert(cli.integer("--port", 0))
+parser:mutex(naming.add_device(parser, nil, "the --devices default"), naming.add_devices(parser))
+parser:option("--slots", "Slots a replica gives requests (default: 16 on the CPU, what memory holds on a GPU).")
+  :convert(cli.integer("--slots", 1))
+parser:option("--ctx", "Positions of a slot, prompt and output (default: the model's, at most 8192).")
+  :convert(cli.integer("--ctx", 2))
+parser:option("--scheduler", ("The batching policy: %s, or a Lua file returning a scheduler object.")
+  :format(table.concat(scheduler.names, ", ")), "continuous")
+parser:option("--api-key", "Key every /v1/ request must send as 'Authorization: Bearer KEY' (default: $GPTOSS_API_KEY).")
+parser:option("--model-name", "The model's name in requests and /v1/models (default: MODEL's file name).")
+parser:option("--max-queue", "Requests that may wait for a slot before 429.", "256"):convert(cli.integer("--max-queue", 1))
+parser:option("--max-body", "The largest request body in bytes before 413.", tostring(4 * 1024 * 1024))
+  :convert(cli.integer("--max-body", 1))
+local args = script.parse(parser)
+
+-- A scheduler's name, or the object a Lua file returns.
+local function load_scheduler(spec)
+  if spec:find("%.lua$") or spec:find("/") then
+    local chunk, err = loadfile(spec)
+    if not chunk then error("--scheduler: " .. err, 0) end
+    local ok, policy = pcall(chunk)
+    if not ok then error(("--scheduler: %s raised: %s"):format(spec, util.bare(policy)), 0) end
+    return policy
+  end
+  return spec
+end
+
+-- MODEL's file name, without a trailing / or .bin: "gpt-oss-20b", "7m".
+local function default_name(model)
+  return (model:gsub("/+$", ""):match("[^/]*$"):gsub("%.bin$", ""))
+end
+
+script.run(function()
+  local model = naming.open(args.model, args.seed_weights)
+  local devices = args.devices or (args.device and { args.device }) or nil
+  local api_key = args.api_key or os.getenv("GPTOSS_API_KEY")
+  local server = require("gptoss.serve").new {
+    model = model, model_name = args.model_name or default_name(args.model),
+    devices = devices, slots = args.slots, ctx = args.ctx, scheduler = load_scheduler(args.scheduler),
+    host = args.host, port = args.port, api_key = api_key ~= "" and api_key or nil, max_queue = args.max_queue,
+    max_body = args.max_body, signals = true,
+  }
+  server:start()
+  server:run()
+end)

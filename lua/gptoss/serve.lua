@@ -1,0 +1,188 @@
+--- gptoss.serve: an OpenAI-compatible HTTP server over replicas of a model (docs/serve.md).
+-- One process, one Lua thread: a cqueues controller runs the HTTP server (lua-http) and
+-- the engine loop (gptoss.serve_engine), which polls h:ready() between yields, so requests
+-- are accepted and streamed while a step runs. The batching policy is a scheduler object
+-- with getp's hooks (gptoss.scheduler) plus on_arrival; the built-in is continuous
+-- batching, first come first served.
+--
+--   local s = serve.new{model =, tokenizer =, ...}   replicas built (or taken), nothing listening
+--   s:start()                                        listens; s.port is the port taken
+--   s:run()                                          serves until s:stop() (or SIGTERM, with
+--                                                    signals) and in-flight work ends
+--
+-- Options (any other is an error that lists these):
+--   model         from gptoss.load or gptoss.synthetic, required
+--   model_name    what clients name it in "model" (default: tostring of the model's path or
+--                 "gptoss")
+--   tokenizer     from gptoss.tokenizer (default: gptoss.tokenizer() for the model's vocabulary)
+--   devices       "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
+--   replicas      existing replicas to use instead (they stay the caller's), or objects that
+--                 act as one (step, fork, sampling; slots, ctx, device; handles with ready,
+--                 tokens, logprobs): tests/serve_scripted.lua scripts a model's choices so
+--   slots         slots a replica gives requests (default: 16 on the CPU, what memory holds on
+--                 a GPU); a replica has one more for the shared system message
+--   ctx           positions a slot holds: prompt and output (default: the model's seq_len, at
+--                 most 8192)
+--   scheduler     a scheduler object, or a name of gptoss.scheduler.names (default "continuous")
+--   host, port    where to listen (default 127.0.0.1, 8000; port 0: any free port)
+--   api_key       a key every request to /v1/ must send as a Bearer token (default none)
+--   max_queue     requests (choices) that may wait for a slot before 429 (default 256)
+--   max_body      the largest request body in bytes before 413 (default 4 MiB)
+--   log           function(line) for what the server says (default: to stderr)
+--   signals       true: SIGTERM and SIGINT stop the server as s:stop() does (blocked for the
+--                 whole process before any replica starts its threads, which would otherwise
+--                 take the signal's default action)
+local cqueues = require "cqueues"
+local gptoss = require "gptoss"
+local getp_replicas = require "gptoss.getp_replicas"
+local harmony = require "gptoss.harmony"
+local scheduler = require "gptoss.scheduler"
+local serve_api = require "gptoss.serve_api"
+local serve_engine = require "gptoss.serve_engine"
+local serve_http = require "gptoss.serve_http"
+local serve_metrics = require "gptoss.serve_metrics"
+local util = require "gptoss.util"
+
+local serve = {}
+
+local OPTIONS = { "model", "model_name", "tokenizer", "devices", "replicas", "slots", "ctx", "scheduler", "host", "port",
+  "api_key", "max_queue", "max_body", "log", "signals" }
+local DEFAULT_CTX, DEFAULT_QUEUE, DEFAULT_BODY = 8192, 256, 4 * 1024 * 1024
+
+local Server = {}
+Server.__index = Server
+
+local function check_integer(name, v, min, level)
+  if v ~= nil and (math.type(v) ~= "integer" or v < min) then
+    error(("serve: %s must be an integer >= %d (got %s)"):format(name, min, tostring(v)), level + 1)
+  end
+end
+
+-- The scheduler option as an object: a built-in's name, or an object with admit.
+local function scheduler_of(s, level)
+  if s == nil then return scheduler.continuous() end
+  if type(s) == "string" then
+    if not util.listed(scheduler.names, s) then
+      error(("serve: scheduler must be one of %s or an object (got '%s')"):format(table.concat(scheduler.names, ", "), s),
+        level + 1)
+    end
+    return scheduler[s]()
+  end
+  local ok, admit = pcall(function() return s.admit end)
+  if not ok or type(admit) ~= "function" then
+    error("serve: scheduler must have an admit method (gptoss.scheduler's header lists the hooks)", level + 1)
+  end
+  return s
+end
+
+-- The replicas to serve on: the ones given, or one per device with a slot more than the
+-- requests' for the shared system message.
+local function replicas_of(opts, ctx, log, level)
+  if opts.replicas then
+    if type(opts.replicas) ~= "table" or #opts.replicas == 0 then
+      error("serve.new: replicas must be a non-empty list of replicas", level + 1)
+    end
+    return opts.replicas, false
+  end
+  local devices = opts.devices or gptoss.default_devices()
+  local ok, built = pcall(getp_replicas.build, devices, { slots = opts.slots and opts.slots + 1 }, opts.model, ctx,
+    nil, true, 1)
+  if not ok then error("serve: " .. util.bare(built):gsub("^getp: ", ""), level + 1) end
+  for _, r in ipairs(built) do log(("replica: %s"):format(tostring(r))) end
+  return built, true
+end
+
+--- A server (see the header for the options); nothing listens until start.
+function serve.new(opts)
+  opts = util.options("serve.new", opts, OPTIONS, 2)
+  if not util.is_a(opts.model, "gptoss.model") then
+    error(("serve.new: model must be a gptoss model (got %s)"):format(util.kind(opts.model)), 2)
+  end
+  check_integer("slots", opts.slots, 1, 2)
+  check_integer("ctx", opts.ctx, 2, 2)
+  check_integer("port", opts.port, 0, 2)
+  check_integer("max_queue", opts.max_queue, 1, 2)
+  check_integer("max_body", opts.max_body, 1, 2)
+  if opts.api_key ~= nil and (type(opts.api_key) ~= "string" or opts.api_key == "") then
+    error("serve.new: api_key must be a non-empty string", 2)
+  end
+  local log = opts.log or function(line) io.stderr:write("gptoss serve: ", line, "\n") end
+  local signal = opts.signals and require "cqueues.signal"
+  if signal then signal.block(signal.SIGTERM, signal.SIGINT) end
+  local model = opts.model
+  local tokenizer = opts.tokenizer or gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
+  local ctx = opts.ctx or math.min(model.config.seq_len, DEFAULT_CTX)
+  local sched = scheduler_of(opts.scheduler, 2)
+  local replicas, owned = replicas_of(opts, ctx, log, 2)
+  local self = setmetatable({ model = model, tokenizer = tokenizer, log = log, owned = owned, replicas = replicas,
+    model_name = opts.model_name or (model.path and tostring(model.path)) or "gptoss", host = opts.host or "127.0.0.1",
+    port = opts.port or 8000, api_key = opts.api_key, max_body = opts.max_body or DEFAULT_BODY,
+    metrics = serve_metrics.new(), started = os.time(), cq = cqueues.new(), answering = 0,
+    signals = signal and signal.listen(signal.SIGTERM, signal.SIGINT) }, Server)
+  -- the default system message, which every chat request of default reasoning effort starts with
+  local prefix = harmony.render_ids({ harmony.system {} }, tokenizer, { completion = false })
+  self.engine = serve_engine.new { replicas = replicas, scheduler = sched, prefix = prefix,
+    max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end }
+  return self
+end
+
+--- Listens (s.port is then the port taken) and starts the engine loop; returns s.
+function Server:start()
+  self.http, self.port = serve_http.listen(self.cq, {
+    host = self.host, port = self.port, routes = serve_api.routes(self), api_key = self.api_key,
+    max_body = self.max_body, log = self.log,
+    on_answered = function(endpoint, status) self.metrics:request(endpoint, status) end,
+  })
+  self.cq:wrap(function()
+    self.engine:run()
+    self.drained = true
+  end)
+  self.log(("listening on http://%s:%d (model '%s'%s)"):format(self.host, self.port, self.model_name,
+    self.api_key and ", API key required" or ""))
+  return self
+end
+
+--- Stops accepting and lets what is queued and running finish; run then returns.
+function Server:stop()
+  if self.stopping then return end
+  self.stopping = true
+  serve_http.stop_accepting(self.http)
+  self.engine:stop()
+end
+
+--- Runs the server until stop (or a signal, with the signals option) and the requests in
+-- flight have been answered; then closes the replicas it built.
+function Server:run()
+  if self.signals then
+    self.cq:wrap(function()
+      while not self.stopping do
+        local which = self.signals:wait(0.5)
+        if which then
+          self.log(("signal %d: no more requests accepted; finishing those in flight"):format(which))
+          self:stop()
+        end
+      end
+    end)
+  end
+  -- in-flight answers are written by their own coroutines: once the engine has drained,
+  -- the loop goes on until nothing but idle keep-alive connections is left
+  while not (self.drained and self.answering == 0) do
+    local ok, err = self.cq:step(0.5)
+    if not ok then error("serve: " .. tostring(err), 0) end
+  end
+  self:close()
+end
+
+--- Closes the replicas the server built (not given ones). Idempotent.
+function Server:close()
+  if self.closed then return end
+  self.closed = true
+  if self.owned then getp_replicas.close_all(self.replicas) end
+end
+
+--- new + start + run.
+function serve.run(opts)
+  serve.new(opts):start():run()
+end
+
+return serve

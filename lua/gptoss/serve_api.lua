@@ -1,0 +1,225 @@
+--- gptoss.serve_api (internal, gptoss.serve's): the endpoints. A completion request (chat
+-- or plain) becomes a job (serve_openai), its n choices sequences on the engine; the
+-- request's coroutine then waits on a condition that the engine loop signals with each id,
+-- and answers once every choice has ended, or streams each delta as server-sent events. A
+-- stream whose client has gone (a write fails) cancels its sequences, freeing their slots.
+local condition = require "cqueues.condition"
+local gptoss = require "gptoss"
+local serve_choice = require "gptoss.serve_choice"
+local serve_http = require "gptoss.serve_http"
+local serve_openai = require "gptoss.serve_openai"
+
+local serve_api = {}
+
+local NULL = serve_http.null
+local job_counter = 0
+
+-- The OpenAI usage object of a job's sequences.
+local function usage(job, seqs)
+  local generated = 0
+  for _, seq in ipairs(seqs) do generated = generated + #seq.output end
+  return { prompt_tokens = #job.prompt, completion_tokens = generated, total_tokens = #job.prompt + generated }
+end
+
+-- A completion's logprobs entries (the step's {id, logprob, top}) in the legacy shape.
+local function completion_logprobs(tokenizer, entries)
+  local lp = { tokens = {}, token_logprobs = {}, top_logprobs = {}, text_offset = {} }
+  local offset = 0
+  for i, e in ipairs(entries) do
+    local piece = tokenizer:piece(e.id)
+    lp.tokens[i], lp.token_logprobs[i], lp.text_offset[i] = piece, e.logprob, offset
+    local top = {}
+    for _, t in ipairs(e.top) do top[tokenizer:piece(t.id)] = t.logprob end
+    lp.top_logprobs[i] = next(top) and top or NULL
+    offset = offset + #piece
+  end
+  return lp
+end
+
+-- The logprobs of choice c from entry `first` on, as a response shows them (NULL: none asked).
+local function logprobs_of(server, c, first)
+  if not c.logprobs then return NULL end
+  local entries = table.move(c.logprobs, first, #c.logprobs, 1, {})
+  if c.kind == "chat" then return { content = entries } end
+  return completion_logprobs(server.tokenizer, entries)
+end
+
+-- A streamed chunk of choice i with delta d (a serve_choice delta, or {} for the last).
+local function chunk(server, job, i, d, finish, logprobs)
+  local choice = { index = i - 1, logprobs = logprobs or NULL, finish_reason = finish or NULL }
+  if job.kind == "chat" then
+    local delta = { content = d.content, reasoning_content = d.reasoning_content, role = d.role }
+    if d.tool_call then
+      local t = d.tool_call
+      delta.tool_calls = { { index = t.index, id = t.id, type = t.id and "function" or nil,
+        ["function"] = { name = t.name, arguments = t.arguments } } }
+    end
+    if next(delta) == nil then delta.content = "" end
+    choice.delta = delta
+  else
+    choice.text = d.content or ""
+  end
+  return { id = job.id, object = job.kind == "chat" and "chat.completion.chunk" or "text_completion",
+    created = job.created, model = server.model_name, choices = { choice },
+    usage = job.include_usage and NULL or nil }
+end
+
+-- The whole response of a job whose choices have all ended.
+local function response(server, job, choices, seqs)
+  local out = {}
+  for i, c in ipairs(choices) do
+    local o = { index = i - 1, finish_reason = c:finish_reason(), logprobs = logprobs_of(server, c, 1) }
+    if job.kind == "chat" then
+      o.message = c:message()
+      o.message.content = o.message.content or NULL
+    else
+      o.text = c.text
+    end
+    out[i] = o
+  end
+  return { id = job.id, object = job.kind == "chat" and "chat.completion" or "text_completion",
+    created = job.created, model = server.model_name, choices = out, usage = usage(job, seqs) }
+end
+
+-- The sequences of a job, each feeding its choice and queueing what to send on `events`.
+local function sequences(server, job, choices, events, wake)
+  local seqs, metrics, engine = {}, server.metrics, server.engine
+  local arrived = gptoss.clock()
+  for i = 1, job.n do
+    seqs[i] = {
+      prompt = job.prompt, limit = job.limit, sampling = serve_openai.sampling_for(job, i),
+      on_id = function(seq, id, logprob)
+        local now = gptoss.clock()
+        if not seq.first_at then
+          seq.first_at = now
+          metrics:first_token(now - arrived)
+        end
+        seq.last_at = now
+        metrics:tokens(0, 1)
+        local c = choices[i]
+        local lp_first = c.logprobs and #c.logprobs + 1
+        for _, d in ipairs(c:add(id, logprob)) do events[#events + 1] = { i, d } end
+        if lp_first and #c.logprobs >= lp_first then events[#events + 1] = { i, {}, lp_first } end
+        if c.stopped then engine:cancel(seq, "stop") end
+        wake:signal()
+      end,
+      on_end = function(seq)
+        if seq.first_at and #seq.output > 1 then metrics:per_token((seq.last_at - seq.first_at) / (#seq.output - 1)) end
+        events[#events + 1] = { i, "end" }
+        wake:signal()
+      end,
+    }
+  end
+  return seqs
+end
+
+-- Streams a job: a chunk per delta, then each choice's finish, the usage when asked and
+-- [DONE]. Returns false when the client went away.
+local function stream_job(server, res, job, choices, seqs, events, wake)
+  if not res:open_events() then return false end
+  for i = 1, job.n do
+    if not res:event(chunk(server, job, i, job.kind == "chat" and { role = "assistant", content = "" } or {})) then
+      return false
+    end
+  end
+  local ended, sent = 0, 1
+  while ended < job.n do
+    if sent > #events then wake:wait() end
+    while sent <= #events do
+      local i, d, lp_first = events[sent][1], events[sent][2], events[sent][3]
+      sent = sent + 1
+      local ok
+      if d == "end" then
+        ended = ended + 1
+        local c, seq = choices[i], seqs[i]
+        if seq.error then
+          ok = res:event { error = { message = seq.error, type = "server_error", param = NULL, code = NULL } }
+        else
+          local last = c:close(seq.finish)
+          ok = true
+          for _, delta in ipairs(last) do ok = ok and res:event(chunk(server, job, i, delta)) end
+          ok = ok and res:event(chunk(server, job, i, {}, c:finish_reason()))
+        end
+      else
+        ok = res:event(chunk(server, job, i, d, nil, lp_first and logprobs_of(server, choices[i], lp_first)))
+      end
+      if not ok then return false end
+    end
+  end
+  if job.include_usage then
+    local ok = res:event { id = job.id, object = job.kind == "chat" and "chat.completion.chunk" or "text_completion",
+      created = job.created, model = server.model_name, choices = {}, usage = usage(job, seqs) }
+    if not ok then return false end
+  end
+  return res:close_events()
+end
+
+-- Runs a job to its end and answers it.
+local function run_job(server, res, job)
+  job_counter = job_counter + 1
+  job.id = ("%s-%d%06d"):format(job.kind == "chat" and "chatcmpl" or "cmpl", os.time(), job_counter)
+  job.created = os.time()
+  job.seed = job.seed or math.random(0, 2 ^ 31 - 1)
+  local choices, events, wake = {}, {}, condition.new()
+  for i = 1, job.n do choices[i] = serve_choice.new(job, server.tokenizer) end
+  local seqs = sequences(server, job, choices, events, wake)
+  if not server.engine:submit(seqs) then
+    error({ status = server.engine.stopping and 503 or 429, type = "server_error", retry_after = 1,
+      message = server.engine.stopping and "the server is shutting down"
+          or ("the queue is full (%d requests wait): try again later"):format(server.engine:waiting()) }, 0)
+  end
+  server.metrics:tokens(#job.prompt, 0)
+  if job.stream then
+    if not stream_job(server, res, job, choices, seqs, events, wake) then
+      for _, seq in ipairs(seqs) do server.engine:cancel(seq, "disconnected") end
+      server.log(("%s: the client went away; its slots are free"):format(job.id))
+    end
+    return
+  end
+  local ended = 0
+  while ended < job.n do
+    wake:wait()
+    ended = 0
+    for _, e in ipairs(events) do
+      if e[2] == "end" then ended = ended + 1 end
+    end
+  end
+  for i, seq in ipairs(seqs) do
+    if seq.error then error({ status = 500, type = "server_error", message = seq.error }, 0) end
+    choices[i]:close(seq.finish)
+  end
+  res:send(200, response(server, job, choices, seqs))
+end
+
+--- The routes of server (gptoss.serve's object), for serve_http.listen.
+function serve_api.routes(server)
+  local function completion(parse)
+    return function(res, text)
+      local body = serve_http.decode(text)
+      serve_openai.check_model(body, server.model_name)
+      local job = parse(body, server.tokenizer, server.engine:ctx())
+      server.answering = server.answering + 1 -- a draining server waits for these
+      local ok, err = pcall(run_job, server, res, job)
+      server.answering = server.answering - 1
+      if not ok then error(err, 0) end
+    end
+  end
+  return {
+    ["POST /v1/chat/completions"] = completion(serve_openai.chat),
+    ["POST /v1/completions"] = completion(serve_openai.completion),
+    ["GET /v1/models"] = function(res)
+      res:send(200, { object = "list", data = { { id = server.model_name, object = "model", created = server.started,
+        owned_by = "gptoss", max_model_len = server.engine:ctx() } } })
+    end,
+    ["GET /health"] = function(res)
+      res:send(server.engine.stopping and 503 or 200, server.engine.stopping and "shutting down\n" or "ok\n", nil,
+        "text/plain")
+    end,
+    ["GET /metrics"] = function(res)
+      local used, total = server.engine:slots_in_use()
+      res:send(200, server.metrics:text(server.engine:waiting(), used, total), nil, "text/plain; version=0.0.4")
+    end,
+  }
+end
+
+return serve_api

@@ -1,0 +1,209 @@
+--- gptoss.serve_engine (internal, gptoss.serve's): the engine loop. Requests arrive as
+-- sequences (gptoss.scheduler's header describes them) while replicas step; each replica
+-- has a runner (gptoss.runner) under the server's scheduler, which admits the waiting into
+-- free slots, prefills prompts in chunks beside the decoding rows and forks the shared
+-- prefix (the default harmony system message) into each slot whose prompt begins with it.
+--
+-- The loop is one cqueues coroutine of the server's one Lua thread. A replica's next step
+-- is enqueued before its running one is read (one step ahead, as getp's loop), and a step is
+-- read only once h:ready() says it is done, so between steps the loop yields and the HTTP
+-- side accepts, parses and streams. Each new id goes to its sequence's on_id(seq, id,
+-- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
+-- must not yield.
+local cqueues = require "cqueues"
+local condition = require "cqueues.condition"
+local generate = require "gptoss.generate"
+local getp_replicas = require "gptoss.getp_replicas"
+local harmony = require "gptoss.harmony"
+local runner = require "gptoss.runner"
+local util = require "gptoss.util"
+
+local serve_engine = {}
+
+local STOP = {}
+for _, id in ipairs(harmony.stop_ids) do STOP[id] = true end
+
+local Engine = {}
+Engine.__index = Engine
+
+-- The shared prefix a replica holds in its last slot: {slot =, ids =, length =}, prefilled
+-- here; nil when the replica has no slot to spare for it.
+local function prefill_prefix(r, ids)
+  if not ids or #ids == 0 or r.slots < 2 then return nil end
+  r:sampling(r.slots) -- its rows' ids are never read
+  generate.feed(r, r.slots, ids, 0)
+  return { slot = r.slots, ids = ids, length = #ids }
+end
+
+--- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
+-- function(message)}: runners over the replicas, nothing running yet.
+function serve_engine.new(opts)
+  local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
+    runners = {}, plans = {}, handles = {}, prefixes = {}, wake = condition.new(), stopping = false,
+    on_error = opts.on_error, next_index = 0 }, Engine)
+  for k, r in ipairs(self.replicas) do
+    self.prefixes[k] = prefill_prefix(r, opts.prefix)
+    self:restart_runner(k)
+  end
+  return self
+end
+
+-- A fresh runner on replica k (at start, and after a failure ended every sequence of the
+-- one before).
+function Engine:restart_runner(k)
+  local rows, chunk = getp_replicas.bounds(self.replicas[k])
+  self.runners[k] = runner.new(self.scheduler, self.replicas[k], k, {},
+    { rows = rows, chunk = chunk, stop = STOP, prefix = self.prefixes[k] })
+end
+
+--- Requests waiting for a slot, on every replica.
+function Engine:waiting()
+  local n = 0
+  for _, rn in ipairs(self.runners) do n = n + #rn.state.waiting end
+  return n
+end
+
+--- Slots held by running requests, and the slots requests may take, on every replica.
+function Engine:slots_in_use()
+  local used, total = 0, 0
+  for _, rn in ipairs(self.runners) do
+    used, total = used + #rn.state.running, total + rn.state.slots
+  end
+  return used, total
+end
+
+--- The most positions a prompt and its output may take (every replica has the same ctx).
+function Engine:ctx()
+  return self.replicas[1].ctx
+end
+
+-- The replica a new sequence joins: the one with the fewest sequences waiting or running.
+function Engine:least_loaded()
+  local best, load = 1, math.huge
+  for k, rn in ipairs(self.runners) do
+    local n = #rn.state.waiting + #rn.state.running
+    if n < load then best, load = k, n end
+  end
+  return best
+end
+
+--- Queues the sequences of one request (seq: prompt, limit, sampling, on_id, on_end), all
+-- on one replica, or none: returns false when max_queue sequences wait already. The
+-- scheduler's on_arrival(self, seq, state), when it has one, says where each joins the
+-- queue (an index into state.waiting; default: its end, first come first served).
+function Engine:submit(seqs)
+  if self.stopping then return false end
+  if self:waiting() + #seqs > self.max_queue then return false end
+  local k = self:least_loaded()
+  local rn, sched = self.runners[k], self.scheduler
+  for _, seq in ipairs(seqs) do
+    self.next_index = self.next_index + 1
+    seq.index, seq.replica, seq.position, seq.output = self.next_index, self.replicas[k], 0, {}
+    seq.runner = rn
+    local waiting, at = rn.state.waiting, #rn.state.waiting + 1
+    if sched.on_arrival then
+      at = sched.on_arrival(sched, seq, rn.state)
+      if math.type(at) ~= "integer" or at < 1 or at > #waiting + 1 then
+        error(("scheduler: on_arrival returned %s; expected an integer in 1..%d"):format(tostring(at),
+          #waiting + 1), 0)
+      end
+    end
+    rn:arrive(seq, at)
+  end
+  self.wake:signal()
+  return true
+end
+
+--- Ends seq early (its client went away, a stop string, ...) with seq.finish = finish.
+function Engine:cancel(seq, finish)
+  if seq.runner and not seq.finish then
+    seq.runner:cancel(seq, finish)
+    seq.on_end(seq)
+  end
+end
+
+-- Enqueues plan's step on replica k, fed by step `from` (nil: none); notes whether any of
+-- its sequences asked for logprobs.
+function Engine:enqueue(k, plan, from)
+  plan.batch.from = from
+  for _, seq in ipairs(plan.seqs) do
+    if seq.sampling.logprobs then plan.logprobs = true end
+  end
+  local r = self.replicas[k]
+  self.plans[k], self.handles[k] = plan, r:step(plan.batch)
+end
+
+-- Replica k's running step, done: the next one built and enqueued first, then this one's
+-- ids handed to their sequences.
+function Engine:advance(k)
+  local rn, plan, h = self.runners[k], self.plans[k], self.handles[k]
+  self.plans[k], self.handles[k] = nil, nil
+  local ahead = rn:build(plan)
+  if ahead then self:enqueue(k, ahead, h) end
+  local ids = h:tokens()
+  local logprobs = plan.logprobs and h:logprobs() or {}
+  local live = {}
+  for i, seq in ipairs(plan.seqs) do live[i] = not seq.finish end
+  local _, ended = rn:apply(plan, ids)
+  for i, row in ipairs(plan.rows) do
+    if live[i] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
+  end
+  for _, seq in ipairs(ended) do seq.on_end(seq) end
+  if not ahead and rn:busy() then self:enqueue(k, rn:build()) end
+end
+
+-- Every sequence of replica k ends with finish "error" and the message; its runner starts
+-- again (the replica's slots are taken afresh from position 0 or the prefix).
+function Engine:fail_replica(k, message)
+  local rn = self.runners[k]
+  self.plans[k], self.handles[k] = nil, nil
+  local seqs = table.move(rn.state.running, 1, #rn.state.running, 1, {})
+  table.move(rn.state.waiting, 1, #rn.state.waiting, #seqs + 1, seqs)
+  self:restart_runner(k)
+  for _, seq in ipairs(seqs) do
+    seq.finish, seq.error = "error", message
+    seq.on_end(seq)
+  end
+  if self.on_error then self.on_error(message) end
+end
+
+-- One pass over the replicas: a step that is done is advanced, an idle replica with work
+-- starts one. Returns whether any replica has work.
+function Engine:poll()
+  local busy = false
+  for k, rn in ipairs(self.runners) do
+    local ok, err = pcall(function()
+      if self.handles[k] then
+        if self.handles[k]:ready() then self:advance(k) end
+      elseif rn:busy() then
+        self:enqueue(k, rn:build())
+      end
+    end)
+    if not ok then self:fail_replica(k, util.bare(err)) end
+    busy = busy or self.handles[k] ~= nil or rn:busy()
+  end
+  return busy
+end
+
+--- The loop (a cqueues coroutine's body): steps while there is work, yielding between
+-- polls; sleeps on arrivals when there is none; returns once stop() was called and every
+-- sequence has ended.
+function Engine:run()
+  while true do
+    if self:poll() then
+      cqueues.sleep(0)
+    elseif self.stopping then
+      return
+    else
+      self.wake:wait()
+    end
+  end
+end
+
+--- No more arrivals: the loop returns once what is queued and running has ended.
+function Engine:stop()
+  self.stopping = true
+  self.wake:signal()
+end
+
+return serve_engine

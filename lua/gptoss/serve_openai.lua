@@ -1,0 +1,331 @@
+--- gptoss.serve_openai (internal, gptoss.serve's): OpenAI's request bodies read into what
+-- the engine runs. A body (decoded JSON) becomes a job: {kind = "chat" | "completion",
+-- prompt = ids, limit = most ids a choice generates, n, sampling = r:sampling's options
+-- (per choice: sampling_for), stop = strings or nil, stream, include_usage, logprobs = top
+-- count or nil, tools = whether function tools were rendered}. Anything wrong raises an
+-- OpenAI error {status =, message =, type =, param =, code =} (serve_openai.fail) naming the
+-- field; docs/serve.md lists what is and is not supported.
+local cjson = require "cjson"
+local harmony = require "gptoss.harmony"
+local util = require "gptoss.util"
+
+local serve_openai = {}
+
+local MAX_N, MAX_STOPS, MAX_TOP_LOGPROBS, MAX_COMPLETION_LOGPROBS = 16, 4, 20, 5
+local EFFORTS = { "low", "medium", "high" }
+
+--- Raises an OpenAI error object; status 400 and type invalid_request_error by default.
+function serve_openai.fail(message, param, status, type_, code)
+  error({ status = status or 400, message = message, param = param, type = type_ or "invalid_request_error",
+    code = code }, 0)
+end
+local fail = serve_openai.fail
+
+local function is_null(v) return v == nil or v == cjson.null end
+
+-- JSON's name for a decoded value's type, as messages say it.
+local function json_type(v)
+  if v == cjson.null then return "null" end
+  if type(v) == "table" then return next(v) == nil and "array or object" or (#v > 0 and "array" or "object") end
+  return type(v)
+end
+
+local function want(cond, param, what, v)
+  if not cond then fail(("'%s' must be %s (got %s)"):format(param, what, json_type(v)), param) end
+end
+
+local function boolean(body, param, default)
+  local v = body[param]
+  if is_null(v) then return default end
+  want(type(v) == "boolean", param, "a boolean", v)
+  return v
+end
+
+-- A number field in [lo, hi]; integer = true asks for an integer (JSON numbers decode as floats).
+local function number(body, param, lo, hi, integer)
+  local v = body[param]
+  if is_null(v) then return nil end
+  want(type(v) == "number" and v == v, param, integer and "an integer" or "a number", v)
+  if integer then
+    v = math.tointeger(v)
+    if not v then fail(("'%s' must be an integer"):format(param), param) end
+  end
+  if v < lo or v > hi then
+    fail(("'%s' must be in %s..%s (got %s)"):format(param, tostring(lo), tostring(hi), tostring(v)), param)
+  end
+  return v
+end
+
+local function check_fields(body, known, where)
+  for k in pairs(body) do
+    if type(k) ~= "string" or not known[k] then
+      fail(("%s: unknown or unsupported field '%s'"):format(where, tostring(k)), tostring(k))
+    end
+  end
+end
+
+local function set(list)
+  local s = {}
+  for _, k in ipairs(list) do s[k] = true end
+  return s
+end
+
+local COMMON = { "model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "logprobs", "logit_bias",
+  "stream", "stream_options", "user", "frequency_penalty", "presence_penalty" }
+local CHAT_FIELDS = set(table.move({ "messages", "reasoning_effort", "tools", "tool_choice", "max_completion_tokens",
+  "top_logprobs", "parallel_tool_calls" }, 1, 7, #COMMON + 1, table.move(COMMON, 1, #COMMON, 1, {})))
+local COMPLETION_FIELDS = set(table.move({ "prompt", "echo" }, 1, 2, #COMMON + 1, table.move(COMMON, 1, #COMMON, 1, {})))
+
+-- stop: a string or a list of at most MAX_STOPS non-empty strings; nil when absent.
+local function stop_strings(body)
+  local v = body.stop
+  if is_null(v) then return nil end
+  if type(v) == "string" then v = { v } end
+  want(type(v) == "table" and #v > 0 and #v <= MAX_STOPS, "stop", ("a string or a list of 1..%d strings"):format(MAX_STOPS), v)
+  for _, s in ipairs(v) do want(type(s) == "string" and s ~= "", "stop", "a list of non-empty strings", s) end
+  return v
+end
+
+-- logit_bias: {"token id": bias in -100..100} as r:sampling's {[id] = bias}.
+local function logit_bias(body, vocab)
+  local v = body.logit_bias
+  if is_null(v) then return nil end
+  want(type(v) == "table", "logit_bias", "an object of token ids to biases", v)
+  local bias, count = {}, 0
+  for k, b in pairs(v) do
+    local id = math.tointeger(tonumber(k))
+    if type(k) ~= "string" or not id or id < 0 or id >= vocab then
+      fail(("'logit_bias' keys must be token ids 0..%d (got %s)"):format(vocab - 1, util.quoted(k)), "logit_bias")
+    end
+    if type(b) ~= "number" or b ~= b or b < -100 or b > 100 then
+      fail(("'logit_bias' values must be numbers in -100..100 (got %s for %s)"):format(json_type(b), k), "logit_bias")
+    end
+    bias[id], count = b, count + 1
+  end
+  return count > 0 and bias or nil
+end
+
+-- What chat and completions share: sampling, n, stop, stream, penalties (0 only).
+local function common(body, job, vocab)
+  local stream = boolean(body, "stream", false)
+  job.stream = stream
+  local options = body.stream_options
+  if not is_null(options) then
+    want(type(options) == "table", "stream_options", "an object", options)
+    if not stream then fail("'stream_options' is only allowed with 'stream': true", "stream_options") end
+    check_fields(options, { include_usage = true }, "stream_options")
+    job.include_usage = boolean(options, "include_usage", false)
+  end
+  for _, p in ipairs { "frequency_penalty", "presence_penalty" } do
+    if (number(body, p, -2, 2) or 0) ~= 0 then fail(("'%s' is not supported (only 0)"):format(p), p) end
+  end
+  if not is_null(body.user) then want(type(body.user) == "string", "user", "a string", body.user) end
+  job.n = number(body, "n", 1, MAX_N, true) or 1
+  job.stop = stop_strings(body)
+  job.sampling = {
+    temperature = number(body, "temperature", 0, 2) or 1,
+    top_p = number(body, "top_p", 0, 1) or 1,
+    logit_bias = logit_bias(body, vocab),
+  }
+  if job.sampling.top_p == 0 then fail("'top_p' must be above 0", "top_p") end
+  job.seed = number(body, "seed", math.mininteger, math.maxinteger, true)
+end
+
+--- Request i's sampling (1-based choice): the job's, seeded seed + i - 1 (a random seed
+-- when the request gave none), with logprobs when asked.
+function serve_openai.sampling_for(job, i)
+  local s = {}
+  for k, v in pairs(job.sampling) do s[k] = v end
+  s.seed, s.logprobs = job.seed + i - 1, job.logprobs
+  return s
+end
+
+-- A message's text: a string, or a list of {type = "text", text =} parts.
+local function text_of(content, param)
+  if type(content) == "string" then return content end
+  want(type(content) == "table" and #content > 0, param, "a string or a list of text parts", content)
+  local parts = {}
+  for i, p in ipairs(content) do
+    if type(p) ~= "table" or p.type ~= "text" or type(p.text) ~= "string" then
+      fail(("'%s[%d]' must be a text part {\"type\": \"text\", \"text\": ...}: only text is supported"):format(param,
+        i - 1), param)
+    end
+    parts[#parts + 1] = p.text
+  end
+  return table.concat(parts)
+end
+
+-- Function tools [{type = "function", function = {name, description, parameters}}] as
+-- harmony's developer tools.
+local function function_tools(tools)
+  want(type(tools) == "table" and #tools > 0, "tools", "a non-empty list of tools", tools)
+  local out = {}
+  for i, t in ipairs(tools) do
+    local f = type(t) == "table" and t["function"]
+    if type(t) ~= "table" or t.type ~= "function" or type(f) ~= "table" or type(f.name) ~= "string"
+        or not f.name:find("^[%w_%-]+$") then
+      fail(("'tools[%d]' must be {\"type\": \"function\", \"function\": {\"name\": letters, digits, _ or -, ...}}")
+        :format(i - 1), "tools")
+    end
+    out[i] = { name = f.name, description = type(f.description) == "string" and f.description or nil,
+      parameters = type(f.parameters) == "table" and f.parameters or nil }
+  end
+  return out
+end
+
+-- The assistant message's harmony messages: its reasoning (analysis), its text (final)
+-- and its tool calls (commentary to functions.NAME, JSON arguments); `names` learns
+-- each call's id -> function name for the tool messages after it.
+local function assistant_messages(m, param, out, names)
+  if type(m.reasoning_content) == "string" and m.reasoning_content ~= "" then
+    out[#out + 1] = harmony.assistant(m.reasoning_content, { channel = "analysis" })
+  end
+  if not is_null(m.content) and m.content ~= "" then
+    out[#out + 1] = harmony.assistant(text_of(m.content, param .. ".content"), { channel = "final" })
+  end
+  if not is_null(m.tool_calls) then
+    want(type(m.tool_calls) == "table", param .. ".tool_calls", "a list", m.tool_calls)
+    for j, call in ipairs(m.tool_calls) do
+      local f = type(call) == "table" and call["function"]
+      if type(f) ~= "table" or type(f.name) ~= "string" or type(f.arguments) ~= "string" then
+        fail(("'%s.tool_calls[%d]' must be {\"function\": {\"name\": ..., \"arguments\": ...}}"):format(param, j - 1),
+          "messages")
+      end
+      if type(call.id) == "string" then names[call.id] = f.name end
+      out[#out + 1] = harmony.assistant(f.arguments, { channel = "commentary", recipient = "functions." .. f.name,
+        content_type = "<|constrain|>json" })
+    end
+  end
+end
+
+-- The conversation of a chat body: system (reasoning effort), developer (the system
+-- messages' text and the tools), then the messages.
+local function conversation(body, effort, tools)
+  local messages = body.messages
+  want(type(messages) == "table" and #messages > 0, "messages", "a non-empty list of messages", messages)
+  local instructions, turns, names = {}, {}, {}
+  for i, m in ipairs(messages) do
+    local param = ("messages[%d]"):format(i - 1)
+    want(type(m) == "table", param, "an object", m)
+    if m.role == "system" or m.role == "developer" then
+      instructions[#instructions + 1] = text_of(m.content, param .. ".content")
+    elseif m.role == "user" then
+      turns[#turns + 1] = harmony.user(text_of(m.content, param .. ".content"))
+    elseif m.role == "assistant" then
+      assistant_messages(m, param, turns, names)
+    elseif m.role == "tool" then
+      local name = names[m.tool_call_id] or m.name
+      if type(name) ~= "string" then
+        fail(("'%s.tool_call_id' names no tool call of an earlier assistant message"):format(param), "messages")
+      end
+      turns[#turns + 1] = harmony.tool("functions." .. name, text_of(m.content, param .. ".content"),
+        { channel = "commentary", recipient = "assistant" })
+    else
+      fail(("'%s.role' must be system, developer, user, assistant or tool (got %s)"):format(param,
+        util.quoted(m.role)), "messages")
+    end
+  end
+  local out = { harmony.system { reasoning = effort } }
+  if #instructions > 0 or tools then
+    out[2] = harmony.developer { instructions = #instructions > 0 and table.concat(instructions, "\n\n") or nil,
+      tools = tools }
+  end
+  return table.move(turns, 1, #turns, #out + 1, out)
+end
+
+-- The job's limit from the body's max tokens (param), checked against the context left
+-- after the prompt.
+local function limit_of(body, params, job, ctx)
+  local room = ctx - #job.prompt
+  if room < 1 then
+    fail(("the prompt is %d tokens; this server's context is %d, which leaves no room to generate"):format(#job.prompt,
+      ctx), params[1] == "max_tokens" and "prompt" or "messages", 400, nil, "context_length_exceeded")
+  end
+  for _, p in ipairs(params) do
+    local v = number(body, p, 1, math.maxinteger, true)
+    if v then
+      if v > room then
+        fail(("'%s' is %d, but the prompt's %d tokens leave %d of this server's context of %d"):format(p, v,
+          #job.prompt, room, ctx), p, 400, nil, "context_length_exceeded")
+      end
+      return v
+    end
+  end
+  return room
+end
+
+-- A job of kind from body, its fields checked against known and the common ones read.
+local function new_job(kind, body, known, tokenizer)
+  check_fields(body, known, kind == "chat" and "chat completions" or "completions")
+  local job = { kind = kind }
+  common(body, job, tokenizer.vocab_size)
+  return job
+end
+
+--- The job of a POST /v1/chat/completions body.
+function serve_openai.chat(body, tokenizer, ctx)
+  local job = new_job("chat", body, CHAT_FIELDS, tokenizer)
+  local effort = body.reasoning_effort
+  if is_null(effort) then effort = "medium" end
+  if not util.listed(EFFORTS, effort) then
+    fail(("'reasoning_effort' must be low, medium or high (got %s)"):format(util.quoted(effort)), "reasoning_effort")
+  end
+  local choice = body.tool_choice
+  if not is_null(choice) and choice ~= "auto" and choice ~= "none" then
+    fail("'tool_choice' must be \"auto\" or \"none\" (a required or named tool is not supported)", "tool_choice")
+  end
+  local tools = not is_null(body.tools) and function_tools(body.tools) or nil
+  if choice == "none" then tools = nil end
+  job.tools = tools ~= nil
+  local ok, ids = pcall(function() return harmony.render_ids(conversation(body, effort, tools), tokenizer) end)
+  if not ok then
+    if type(ids) == "table" then error(ids, 0) end
+    fail("the conversation cannot be rendered: " .. util.bare(ids), tools and "tools" or "messages")
+  end
+  job.prompt = ids
+  if boolean(body, "logprobs", false) then
+    job.logprobs = number(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, true) or 0
+  elseif not is_null(body.top_logprobs) then
+    fail("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+  end
+  job.limit = limit_of(body, { "max_completion_tokens", "max_tokens" }, job, ctx)
+  return job
+end
+
+--- The job of a POST /v1/completions body: prompt a string or a list of token ids.
+function serve_openai.completion(body, tokenizer, ctx)
+  local job = new_job("completion", body, COMPLETION_FIELDS, tokenizer)
+  if boolean(body, "echo", false) then fail("'echo' is not supported", "echo") end
+  local prompt = body.prompt
+  if type(prompt) == "string" then
+    job.prompt = tokenizer:encode(prompt)
+  else
+    want(type(prompt) == "table" and #prompt > 0, "prompt", "a string or a non-empty list of token ids", prompt)
+    job.prompt = {}
+    for i, id in ipairs(prompt) do
+      local v = type(id) == "number" and math.tointeger(id)
+      if not v or v < 0 or v >= tokenizer.vocab_size then
+        fail(("'prompt[%d]' must be a token id 0..%d"):format(i - 1, tokenizer.vocab_size - 1), "prompt")
+      end
+      job.prompt[i] = v
+    end
+  end
+  if #job.prompt == 0 then fail("'prompt' encodes to no tokens", "prompt") end
+  job.logprobs = number(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS, true)
+  job.limit = limit_of(body, { "max_tokens" }, job, ctx)
+  if is_null(body.max_tokens) then job.limit = math.min(job.limit, 16) end -- OpenAI's default for completions
+  return job
+end
+
+--- The model a body names: a string, the served model's name (404 otherwise).
+function serve_openai.check_model(body, served)
+  want(type(body) == "table" and #body == 0, "body", "a JSON object", body)
+  local model = body.model
+  if type(model) ~= "string" then fail(("'model' must be a string (got %s)"):format(json_type(model)), "model") end
+  if model ~= served then
+    fail(("The model '%s' does not exist; this server serves '%s'"):format(model, served), "model", 404, nil,
+      "model_not_found")
+  end
+end
+
+return serve_openai

@@ -1,0 +1,206 @@
+-- gptoss serve's pieces in this process, without a network: request bodies read into jobs
+-- or refused with the OpenAI error naming the field (serve_openai), the runner's arrivals
+-- and cancellations, and serve.new's own refusals. tests/serve_spec.lua drives the whole
+-- server through real clients.
+local gptoss = require "gptoss"
+local runner = require "gptoss.runner"
+local scheduler = require "gptoss.scheduler"
+local H = require "helpers"
+
+local ok_http = pcall(require, "gptoss.serve_http")
+
+describe("serve_openai", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  local cjson = require "cjson"
+  local serve_openai = require "gptoss.serve_openai"
+  local tok = gptoss.tokenizer()
+  local CTX = 300
+
+  local function chat(fields)
+    return H.with({ model = "m", messages = { { role = "user", content = "Hi" } } }, fields)
+  end
+  local function refusal(parse, body)
+    local ok, err = pcall(parse, body, tok, CTX)
+    assert.is_false(ok, "accepted")
+    assert.are.equal("table", type(err), tostring(err))
+    return err
+  end
+
+  it("reads a chat body into a job: harmony prompt, sampling per choice, limit from the context", function()
+    local job = serve_openai.chat(chat { n = 2, seed = 9, temperature = 0.5, logprobs = true, top_logprobs = 3,
+      stop = "x", logit_bias = { ["42"] = -100 }, reasoning_effort = "low" }, tok, CTX)
+    local harmony = require "gptoss.harmony"
+    local expected = harmony.render_ids({ harmony.system { reasoning = "low" }, harmony.user("Hi") }, tok)
+    assert.are.same(expected, job.prompt)
+    assert.are.same({ 2, CTX - #expected, { "x" } }, { job.n, job.limit, job.stop })
+    assert.are.same({ temperature = 0.5, top_p = 1, seed = 10, logprobs = 3, logit_bias = { [42] = -100 } },
+      serve_openai.sampling_for(job, 2))
+  end)
+
+  it("renders system messages as instructions, tool calls and tool answers as harmony does", function()
+    local job = serve_openai.chat(chat { messages = {
+      { role = "system", content = "Be brief." },
+      { role = "user", content = { { type = "text", text = "Weather?" } } },
+      { role = "assistant", content = cjson.null, tool_calls = { { id = "c1", type = "function",
+        ["function"] = { name = "get_weather", arguments = "{}" } } } },
+      { role = "tool", tool_call_id = "c1", content = "sunny" } },
+      tools = { { type = "function", ["function"] = { name = "get_weather", parameters = { type = "object" } } } } },
+      tok, CTX)
+    local text = tok:decode(job.prompt)
+    for _, piece in ipairs { "# Instructions\n\nBe brief.", "type get_weather = (_: {\n}) => any;",
+      "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{}<|call|>",
+      "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|><|start|>assistant" } do
+      assert.truthy(text:find(piece, 1, true), piece)
+    end
+  end)
+
+  it("reads a completion body: text or token ids, 16 tokens by default", function()
+    local job = serve_openai.completion({ model = "m", prompt = { 1, 2, 3 } }, tok, CTX)
+    assert.are.same({ { 1, 2, 3 }, 16 }, { job.prompt, job.limit })
+    assert.are.same(tok:encode("Hello"), serve_openai.completion({ model = "m", prompt = "Hello" }, tok, CTX).prompt)
+  end)
+
+  it("refuses each bad field with a 400 naming it", function()
+    local chat_cases = {
+      { { temperature = "hot" }, "temperature" }, { { temperature = 2.5 }, "temperature" },
+      { { top_p = 0 }, "top_p" }, { { n = 17 }, "n" }, { { n = 1.5 }, "n" }, { { seed = "s" }, "seed" },
+      { { stop = { "a", "b", "c", "d", "e" } }, "stop" }, { { stop = { "" } }, "stop" },
+      { { logit_bias = { x = 1 } }, "logit_bias" }, { { logit_bias = { ["1"] = 101 } }, "logit_bias" },
+      { { logit_bias = { ["999999"] = 1 } }, "logit_bias" }, { { stream = "yes" }, "stream" },
+      { { stream_options = { include_usage = true } }, "stream_options" },
+      { { stream = true, stream_options = { other = 1 } }, "other" },
+      { { frequency_penalty = 0.5 }, "frequency_penalty" }, { { reasoning_effort = "max" }, "reasoning_effort" },
+      { { tool_choice = "required" }, "tool_choice" }, { { tools = { { type = "web" } } }, "tools" },
+      { { top_logprobs = 2 }, "top_logprobs" }, { { logprobs = true, top_logprobs = 21 }, "top_logprobs" },
+      { { max_tokens = 0 }, "max_tokens" }, { { max_completion_tokens = 10000 }, "max_completion_tokens" },
+      { { messages = {} }, "messages" }, { { messages = { { role = "robot", content = "x" } } }, "messages" },
+      { { messages = { { role = "user", content = { { type = "image_url" } } } } }, "messages[0].content" },
+      { { messages = { { role = "tool", tool_call_id = "none", content = "x" } } }, "messages" },
+      { { response_format = { type = "json_object" } }, "response_format" },
+      { { messages = { { role = "user", content = ("word "):rep(400) } } }, "messages" },
+    }
+    for _, case in ipairs(chat_cases) do
+      local err = refusal(serve_openai.chat, chat(case[1]))
+      assert.are.same({ 400, case[2], "invalid_request_error" }, { err.status, err.param, err.type },
+        require("dkjson").encode(case[1]))
+      assert.is_string(err.message)
+    end
+    for _, case in ipairs { { { prompt = {} }, "prompt" }, { { prompt = { -1 } }, "prompt" },
+      { { prompt = { "a" } }, "prompt" }, { { prompt = "" }, "prompt" }, { { prompt = "x", echo = true }, "echo" },
+      { { prompt = "x", logprobs = 6 }, "logprobs" }, { { prompt = "x", messages = {} }, "messages" } } do
+      local err = refusal(serve_openai.completion, H.with({ model = "m" }, case[1]))
+      assert.are.same({ 400, case[2] }, { err.status, err.param })
+    end
+  end)
+
+  it("answers an unknown model with 404 and a model that is not a string with 400", function()
+    local function check(body)
+      local ok, err = pcall(serve_openai.check_model, body, "m")
+      assert.is_false(ok)
+      return err
+    end
+    assert.are.same({ 404, "model", "model_not_found" }, { check { model = "x" }.status, check { model = "x" }.param,
+      check { model = "x" }.code })
+    assert.are.same({ 400, "model" }, { check { model = 3 }.status, check { model = 3 }.param })
+    assert.are.same({ 400, "body" }, { check { 1, 2 }.status, check { 1, 2 }.param })
+    assert.has_no.errors(function() serve_openai.check_model({ model = "m" }, "m") end)
+  end)
+
+  it("compares API keys whole (serve_http.same_key)", function()
+    local same = require("gptoss.serve_http").same_key
+    assert.is_true(same("sesame", "sesame"))
+    for _, given in ipairs { "", "sesam", "sesamee", "Sesame", "sesame\0" } do assert.is_false(same(given, "sesame")) end
+  end)
+end)
+
+describe("the runner's arrivals and cancellations (gptoss serve's)", function()
+  local r = gptoss.synthetic("7m"):replica { slots = 3, ctx = 64 }
+  local function seq(prompt, limit) return { prompt = prompt, output = {}, limit = limit, position = 0, index = 1 } end
+
+  it("queues arrivals where told, frees a cancelled running sequence's slot and drops its rows", function()
+    local rn = runner.new(scheduler.continuous(), r, 1, {}, { rows = 64, chunk = 64, stop = {} })
+    local a, b, c = seq({ 1, 2, 3 }, 5), seq({ 4, 5 }, 5), seq({ 6 }, 5)
+    rn:arrive(a, 1)
+    rn:arrive(b, 1) -- b first
+    local plan = rn:build()
+    assert.are.same({ b, a }, rn.state.running)
+    rn:arrive(c, 1)
+    rn:cancel(c, "disconnected") -- still waiting: it leaves the queue
+    assert.are.same({ {}, "disconnected" }, { rn.state.waiting, c.finish })
+    rn:cancel(a, "disconnected")
+    assert.are.same({ { b }, 2 }, { rn.state.running, rn.state.free })
+    local h = r:step(plan.batch)
+    local generated = rn:apply(plan, h:tokens())
+    assert.are.same({ 1, {} }, { generated, a.output }) -- a's row yielded nothing
+    rn:cancel(a, "stop")
+    assert.are.equal("disconnected", a.finish)
+  end)
+
+  it("forks the prefix only into prompts that begin with it and go on past it", function()
+    local prefix = { slot = 3, ids = { 7, 8 }, length = 2 }
+    r:step { slots = { 3, 3 }, positions = { 0, 1 }, tokens = { 7, 8 } }
+    local rn = runner.new(scheduler.continuous(), r, 1, {}, { rows = 64, chunk = 64, stop = {}, prefix = prefix })
+    local shares, other, short = seq({ 7, 8, 9 }, 2), seq({ 7, 9, 9 }, 2), seq({ 7, 8 }, 2)
+    for i, s in ipairs { shares, other } do rn:arrive(s, i) end
+    -- the first position each slot's rows feed
+    local function first_positions(plan)
+      local first = {}
+      for i, slot in ipairs(plan.batch.slots) do first[slot] = first[slot] or plan.batch.positions[i] end
+      return first
+    end
+    local first = first_positions(rn:build())
+    assert.are.same({ 2, 0 }, { first[shares.slot], first[other.slot] })
+    assert.are.equal(2, r:length(shares.slot)) -- forked before the step
+    local rn2 = runner.new(scheduler.continuous(), r, 1, { short }, { rows = 64, chunk = 64, stop = {}, prefix = prefix })
+    assert.are.equal(0, first_positions(rn2:build())[short.slot]) -- a prompt that is the prefix is fed whole
+  end)
+end)
+
+describe("serve.new", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  local serve = require "gptoss.serve"
+  local m = gptoss.synthetic("7m")
+
+  it("refuses bad options before it builds or listens", function()
+    H.expect_error(function() serve.new { model = "7m" } end, "serve.new: model must be a gptoss model (got string)")
+    H.expect_error(function() serve.new { model = m, slots = 0 } end, "serve: slots must be an integer >= 1 (got 0)")
+    H.expect_error(function() serve.new { model = m, port = -1 } end, "serve: port must be an integer >= 0")
+    H.expect_error(function() serve.new { model = m, api_key = "" } end, "api_key must be a non-empty string")
+    H.expect_error(function() serve.new { model = m, scheduler = "fifo" } end,
+      "serve: scheduler must be one of continuous, static or an object (got 'fifo')")
+    H.expect_error(function() serve.new { model = m, scheduler = {} } end, "serve: scheduler must have an admit method")
+    H.expect_error(function() serve.new { model = m, replicas = {} } end, "replicas must be a non-empty list")
+    H.expect_error(function() serve.new { model = m, colour = 1 } end, "serve.new: unknown option 'colour'")
+  end)
+end)
+
+describe("gptoss serve's command line", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  after_each(H.cleanup)
+
+  it("refuses a scheduler file that is missing, raises or returns no scheduler, and an unknown name", function()
+    local dir = H.tmpdir()
+    H.write_file(dir .. "/raises.lua", 'error("no policy today")')
+    H.write_file(dir .. "/empty.lua", "return {}")
+    for _, case in ipairs {
+      { "missing.lua", "gptoss serve: --scheduler: cannot open missing.lua" },
+      { "raises.lua", "gptoss serve: --scheduler: raises.lua raised: no policy today" },
+      { "empty.lua", "scheduler must have an admit method" },
+      { "fastest", "scheduler must be one of continuous, static or an object (got 'fastest')" },
+    } do
+      local code, out, err = H.gptoss(pending, dir, { "serve", "7m", "--port", "0", "--scheduler", case[1] },
+        { GPTOSS_TOKENIZER = H.TREE.root .. "build/tokenizer.bin" })
+      assert.are.same({ 1, "" }, { code, out }, err)
+      assert.truthy(err:find(case[2], 1, true), err)
+    end
+  end)
+end)

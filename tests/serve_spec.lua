@@ -1,0 +1,263 @@
+-- gptoss serve through real clients: the official openai npm package (tests/serve-client,
+-- npm ci there) and curl, against servers of the synthetic 7m model on the CPU, on loopback
+-- ports chosen by the system. Every server is a child process (the clients block, the server
+-- must not) stopped with SIGTERM; every client call is bounded by timeout(1).
+local gptoss = require "gptoss"
+local dkjson = require "dkjson"
+local getp = require "gptoss.getp"
+local valid_utf8 = require("gptoss.harmony_parser").valid_utf8
+local H = require "helpers"
+
+local q = H.shell_quote
+-- a file's contents, or nil when it is not there (yet)
+local function read_or_nil(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+local ROOT = H.TREE.root
+local CLIENT = ROOT and ROOT .. "tests/serve-client/"
+local function have(cmd) return os.execute("command -v " .. cmd .. " >/dev/null 2>&1") end
+local why_not = not ROOT and "gptoss was not loaded from a source tree"
+    or not pcall(require, "gptoss.serve_http") and "lua-http, lua-cqueues or lua-cjson is missing (make setup)"
+    or not have("curl") and "curl is missing (make setup)"
+    or not (have("node") and read_or_nil(CLIENT .. "node_modules/openai/package.json"))
+    and "the openai client is not installed (node, then npm ci in tests/serve-client)"
+
+-- A server started as `lua bin/gptoss.lua serve ARGS` (or script, a Lua file of the tree):
+-- {port =, pid =, log = path}; stop(s) sends SIGTERM, removes the log and returns the exit code.
+local function start(args, script)
+  local log = os.tmpname() -- kept until stop, past helpers.cleanup
+  local words = { q(H.TREE.lua), q(ROOT .. (script or "bin/gptoss.lua")) }
+  if not script then words[#words + 1] = "serve" end
+  for _, a in ipairs(args or {}) do words[#words + 1] = q(a) end
+  local cmd = ("LUA_PATH=%s LUA_CPATH=%s; export LUA_PATH LUA_CPATH; (exec %s >%s 2>&1) & echo $!"):format(
+    q(package.path), q(package.cpath), table.concat(words, " "), q(log))
+  local p = assert(io.popen(cmd))
+  local pid = assert(tonumber(p:read("l")))
+  p:close()
+  local deadline = gptoss.clock() + 60
+  while gptoss.clock() < deadline do
+    local port = (read_or_nil(log) or ""):match("listening on http://127%.0%.0%.1:(%d+)")
+    if port then return { port = tonumber(port), pid = pid, log = log } end
+    os.execute("sleep 0.1")
+  end
+  os.execute("kill " .. pid)
+  error("the server did not start: " .. (read_or_nil(log) or ""))
+end
+
+local function stop(s)
+  os.execute("kill -TERM " .. s.pid)
+  local _, _, code = os.execute(("timeout 60 sh -c 'while kill -0 %d 2>/dev/null; do sleep 0.1; done'"):format(s.pid))
+  os.remove(s.log)
+  return code
+end
+
+-- The openai client's op with params (a table): the decoded JSON line it prints.
+local function client(s, op, params, key)
+  local cmd = ("cd %s && timeout 120 node client.mjs %s %s %s %s 2>&1"):format(q(CLIENT),
+    q(("http://127.0.0.1:%d/v1"):format(s.port)), q(key or "none"), op, q(dkjson.encode(params or {})))
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  p:close()
+  local v = dkjson.decode(out)
+  assert(v ~= nil, "the client printed no JSON: " .. out)
+  return v
+end
+
+-- curl's response to path (extra: curl's words): the headers and the body.
+local function curl(s, path, extra)
+  local headers = H.tmp()
+  local cmd = ("timeout 60 curl -sN -D %s %s %s 2>&1"):format(q(headers), extra or "",
+    q(("http://127.0.0.1:%d%s"):format(s.port, path)))
+  local p = assert(io.popen(cmd))
+  local body = p:read("a")
+  p:close()
+  return H.read_file(headers), body
+end
+
+local function metric(s, name)
+  local _, text = curl(s, "/metrics")
+  return tonumber(text:match("\n" .. name:gsub("[%-%.%[%]{}\"=]", "%%%0") .. " (%S+)"))
+end
+
+local TOOLS = { { type = "function", ["function"] = { name = "get_weather", description = "The weather in a city.",
+  parameters = { type = "object", properties = { city = { type = "string" } }, required = { "city" } } } } }
+
+describe("gptoss serve", function()
+  if why_not then
+    pending(why_not)
+    return
+  end
+  local s
+  setup(function() s = start { "7m", "--port", "0", "--slots", "4", "--ctx", "256", "--max-body", "4096" } end)
+  teardown(function() if s then assert.are.equal(0, stop(s)) end end)
+  after_each(H.cleanup)
+
+  it("answers the openai client: models, chat streamed and not, completions", function()
+    local models = client(s, "models")
+    assert.are.equal("7m", models[1].id)
+    local chat = { model = "7m", messages = { { role = "user", content = "Hello" } }, max_tokens = 6, seed = 5,
+      temperature = 0.7 }
+    local whole = client(s, "chat", chat)
+    assert.are.equal("chat.completion", whole.object)
+    assert.are.equal("length", whole.choices[1].finish_reason)
+    assert.are.equal(6, whole.usage.completion_tokens)
+    assert.is_true(whole.usage.prompt_tokens > 0)
+    local chunks = client(s, "chat_stream", H.with(chat, { stream_options = { include_usage = true } }))
+    local text = {}
+    for _, c in ipairs(chunks) do
+      for _, choice in ipairs(c.choices) do text[#text + 1] = choice.delta.content or "" end
+    end
+    -- the same seed gives the same text, streamed or not
+    assert.are.equal(whole.choices[1].message.content or "", table.concat(text))
+    assert.are.same(whole.usage, chunks[#chunks].usage)
+    local done = client(s, "completion", { model = "7m", prompt = "Once upon a time", max_tokens = 5, temperature = 0 })
+    assert.are.equal("text_completion", done.object)
+    assert.are.equal(5, done.usage.completion_tokens)
+    assert.is_string(done.choices[1].text)
+  end)
+
+  it("gives OpenAI error objects the client raises: unknown model 404, bad field 400", function()
+    local e = client(s, "chat", { model = "gpt-4", messages = { { role = "user", content = "x" } } }).error
+    assert.are.equal(404, e.status)
+    assert.are.equal("model", e.param)
+    e = client(s, "chat", { model = "7m", messages = { { role = "user", content = "x" } }, temperature = 3 }).error
+    assert.are.same({ 400, "temperature", "invalid_request_error" }, { e.status, e.param, e.type })
+    e = client(s, "completion", { model = "7m", prompt = "x", max_tokens = 1000 }).error
+    assert.are.same({ 400, "max_tokens", "context_length_exceeded" }, { e.status, e.param, e.code })
+    e = client(s, "chat", { model = "7m", messages = { { role = "user", content = "x" } }, tool_choice = "required",
+      tools = TOOLS }).error
+    assert.are.same({ 400, "tool_choice" }, { e.status, e.param })
+  end)
+
+  it("frames server-sent events as data: lines and ends them with data: [DONE]", function()
+    local headers, body = curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":3,"stream":true}'))
+    assert.truthy(headers:find("content-type: text/event-stream", 1, true))
+    local events = {}
+    for event in body:gmatch("(.-)\n\n") do events[#events + 1] = event end
+    assert.are.equal("data: [DONE]", events[#events])
+    assert.are.equal(#body, #table.concat(events, "\n\n") + 2) -- nothing outside the events
+    for i = 1, #events - 1 do
+      local chunk = dkjson.decode(events[i]:match("^data: (.*)$"))
+      assert.are.equal("text_completion", chunk.object)
+    end
+  end)
+
+  it("refuses a malformed body with 400 and an oversized one with 413", function()
+    local headers, body = curl(s, "/v1/chat/completions", "-d " .. q('{"model": "7m", "messages": ['))
+    assert.truthy(headers:find("^HTTP/1.1 400"))
+    assert.are.equal("invalid_request_error", dkjson.decode(body).error.type)
+    headers, body = curl(s, "/v1/completions", "-d " .. q(('{"model":"7m","prompt":"%s"}'):format(("x"):rep(5000))))
+    assert.truthy(headers:find("^HTTP/1.1 413"))
+    assert.truthy(dkjson.decode(body).error.message:find("4096 bytes", 1, true))
+    headers = curl(s, "/v1/nothing")
+    assert.truthy(headers:find("^HTTP/1.1 404"))
+  end)
+
+  it("frees the slot of a client that goes away mid-stream", function()
+    local before = metric(s, "gptoss_generation_tokens_total")
+    curl(s, "/v1/completions", "-m 1 -d " .. q('{"model":"7m","prompt":"Hi","max_tokens":250,"stream":true}'))
+    local deadline = gptoss.clock() + 10
+    while metric(s, "gptoss_slots_in_use") ~= 0 and gptoss.clock() < deadline do os.execute("sleep 0.1") end
+    assert.are.equal(0, metric(s, "gptoss_slots_in_use"))
+    assert.truthy(H.read_file(s.log):find("the client went away", 1, true))
+    local generated = metric(s, "gptoss_generation_tokens_total") - before
+    assert.is_true(generated < 250, ("the sequence ran on: %d tokens"):format(generated))
+  end)
+
+  it("counts what it answered in /metrics", function()
+    local function count(endpoint, status)
+      return metric(s, ('gptoss_requests_total{endpoint="%s",status="%s"}'):format(endpoint, status)) or 0
+    end
+    local ok, bad = count("/v1/completions", "200"), count("/v1/completions", "400")
+    for _ = 1, 3 do curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":2}')) end
+    curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","n":0}'))
+    local unknown = count("other", "404")
+    curl(s, "/no/such/path")
+    assert.are.same({ ok + 3, bad + 1, unknown + 1 },
+      { count("/v1/completions", "200"), count("/v1/completions", "400"), count("other", "404") })
+    assert.truthy(select(2, curl(s, "/metrics")):find("gptoss_time_to_first_token_seconds_count", 1, true))
+  end)
+
+  it("is measured by examples/bench_serve.lua: one JSON line with latencies and throughput", function()
+    local cmd = ("cd %s && LUA_PATH=%s LUA_CPATH=%s timeout 120 %s bin/gptoss.lua bench_serve --url %s --requests 5 "
+      .. "--concurrency 2 --lengths fixed --input 6 --output 4"):format(q(ROOT), q(package.path), q(package.cpath),
+      q(H.TREE.lua), q(("http://127.0.0.1:%d"):format(s.port)))
+    local p = assert(io.popen(cmd .. " 2>&1"))
+    local lines = {}
+    for line in p:lines() do lines[#lines + 1] = line end
+    p:close()
+    local report = dkjson.decode(lines[#lines])
+    assert.are.same({ 5, 20, 2 }, { report.requests, report.output_tokens, report.concurrency }, table.concat(lines, "\n"))
+    for _, m in ipairs { "ttft_ms", "tpot_ms", "itl_ms" } do
+      assert.is_true(report[m].p50 >= 0 and report[m].p50 <= report[m].p90 and report[m].p90 <= report[m].p99, m)
+    end
+    assert.is_true(report.output_tok_per_s > 0)
+  end)
+
+  it("gives 32 concurrent seeded requests the ids getp gives the same prompts", function()
+    local tok = gptoss.tokenizer()
+    local prompts, requests = {}, {}
+    for i = 1, 32 do
+      prompts[i] = ("Request number %d asks about %s."):format(i, ("things "):rep(i % 5 + 1))
+      requests[i] = { model = "7m", prompt = getp.prompt_ids(tok, prompts[i], false, 4096), max_tokens = 12,
+        temperature = 0.8, seed = 100 + i - 1 }
+    end
+    local answers = client(s, "concurrent_completions", { requests = requests })
+    local result = getp.run { model = gptoss.synthetic("7m"), tokenizer = tok, devices = { "cpu" }, steps = 64,
+      sampling = { temperature = 0.8, top_p = 1, seed = 100 }, requests = prompts }
+    -- getp's first 12 ids up to a stop id, as the server's streaming decoder writes them (an
+    -- invalid byte as U+FFFD: JSON strings are UTF-8)
+    for i, out in ipairs(result.outputs) do
+      local d, text = tok:decoder(), {}
+      for k, id in ipairs(out) do
+        if id == 199999 or id == 200002 or id == 200012 or k > 12 then break end
+        text[#text + 1] = d:add(id)
+      end
+      text[#text + 1] = d:flush()
+      assert.are.equal(valid_utf8(table.concat(text)), answers[i].choices[1].text, "request " .. i)
+    end
+  end)
+end)
+
+describe("gptoss serve's limits", function()
+  if why_not then
+    pending(why_not)
+    return
+  end
+  after_each(H.cleanup)
+
+  it("answers 429 with Retry-After when the queue is full, 401 without the key", function()
+    local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "1024", "--api-key", "sesame" }
+    local long = q('{"model":"7m","prompt":"Hi","max_tokens":600,"stream":true}')
+    local auth = "-H 'Authorization: Bearer sesame' "
+    for _ = 1, 2 do os.execute(("timeout 60 curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
+      :format(auth, long, s.port)) end
+    -- one runs in the slot, one waits: the queue is full
+    local deadline = gptoss.clock() + 20
+    while metric(s, "gptoss_queue_length") ~= 1 and gptoss.clock() < deadline do os.execute("sleep 0.05") end
+    local headers = curl(s, "/v1/completions", auth .. "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":1}'))
+    assert.truthy(headers:find("^HTTP/1.1 429"))
+    assert.truthy(headers:lower():find("retry%-after: 1"))
+    local e = client(s, "models", nil, "wrong").error
+    assert.are.same({ 401, "invalid_api_key" }, { e.status, e.code })
+    assert.are.equal("7m", client(s, "models", nil, "sesame")[1].id)
+    assert.are.equal(0, stop(s)) -- SIGTERM: the two long streams finish, then it exits 0
+  end)
+
+  it("round-trips a tool call through the openai client (a scripted model)", function()
+    local s = start({}, "tests/serve_scripted.lua")
+    local r = client(s, "tool_round_trip", { model = "scripted", max_tokens = 100, temperature = 0,
+      messages = { { role = "user", content = "What is the weather in Paris?" } }, tools = TOOLS })
+    assert.are.equal("tool_calls", r.first.choices[1].finish_reason)
+    assert.are.equal("get_weather", r.first.choices[1].message.tool_calls[1]["function"].name)
+    assert.are.same({ city = "Paris" }, r.args)
+    assert.are.equal("It is sunny in Paris.", r.second.choices[1].message.content)
+    assert.are.equal("The tool says sunny.", r.second.choices[1].message.reasoning_content)
+    assert.are.equal("stop", r.second.choices[1].finish_reason)
+    assert.are.equal(0, stop(s))
+  end)
+end)
