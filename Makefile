@@ -122,9 +122,12 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # a machine that already has the file (the GPU machine, offline) needs no npm.
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
-# pictures (--plot, examples/plot.lua), whose spec is pending without it.
+# pictures (--plot, examples/plot.lua), whose spec is pending without it. libedit-dev gives
+# gptoss chat line editing and history (src/lua/line_edit.c, optional to build and to run:
+# without it lines are read plainly, so the GPU machine's DEPS_DEBS leave it out); tmux runs
+# the chat's terminal spec, pending without it.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox
+                  gnuplot-nox libedit-dev tmux
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
