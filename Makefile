@@ -124,8 +124,11 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
 # pictures (--plot, examples/plot.lua), whose spec is pending without it. lua-http,
 # lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client.
+# libedit-dev gives gptoss chat line editing and history (src/lua/line_edit.c, optional to
+# build and to run: without it lines are read plainly, so the GPU machine's DEPS_DEBS leave it
+# out); tmux runs the chat's terminal spec, pending without it.
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox lua-http lua-cqueues lua-cjson curl
+                  gnuplot-nox lua-http lua-cqueues lua-cjson curl libedit-dev tmux
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h

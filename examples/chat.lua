@@ -1,7 +1,11 @@
 #!/usr/bin/env lua5.4
--- A chat in the terminal with gptoss.chat (docs/chat.md): one line from stdin is one
--- question, the answer's final channel streams to stdout, then "N tokens, X s, Y tok/s" on
--- stderr; Ctrl-D (end of input) leaves.
+-- A chat in the terminal with gptoss.chat (docs/chat.md#exampleschatlua): a line of input
+-- is a question (a line ending in \ goes on on the next), the answer's final channel streams
+-- to stdout, then "N tokens, X s, Y tok/s" on stderr, notices in one line there too. On a
+-- terminal, lines are edited and recalled through libedit when installed. Commands:
+-- /reset, /save FILE, /load FILE, /system TEXT, /help, /quit (gptoss.chat_commands). When
+-- the context fills, the oldest turns are dropped. Ctrl-C stops a reply; at a prompt where
+-- nothing was typed, Ctrl-C or Ctrl-D (end of input) leaves.
 --   gptoss chat MODEL [--reasoning low|medium|high] [--system TEXT] [--show-analysis]
 --              [--temperature 1 --top-p 1 --seed S] [--device cpu|N] [--ctx N]
 --              [--max-tokens N] [--demo-tools]
@@ -9,11 +13,14 @@
 -- checkpoint directory or a synthetic shape (a random model, which does not speak harmony).
 -- The tokenizer is gptoss.tokenizer_path()'s: $GPTOSS_TOKENIZER, else build/tokenizer.bin,
 -- else the one installed with the rock.
--- Exit status: 0 at the end of input, 1 anything wrong, with one message on stderr.
+-- Exit status: 0 at the end of input, 1 anything wrong, with one message on stderr (on a
+-- terminal, an error of one input is shown and the chat goes on).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
+local chat_commands = require "gptoss.chat_commands"
 local cli = require "gptoss.cli"
+local line_input = require "gptoss.line_input"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
@@ -54,6 +61,75 @@ local function styled(fd)
 end
 local dim_out, dim_err = styled(1), styled(2)
 
+-- Whether stdout's last line is open (a reply's text without its "\n"): a notice on stderr
+-- then starts a line of its own.
+local line_open = false
+local function say(s)
+  io.write(s)
+  io.flush()
+  line_open = s:sub(-1) ~= "\n"
+end
+local function notice(s)
+  if line_open then say("\n") end
+  io.stderr:write(dim_err(s), "\n")
+end
+
+-- One question: the reply streamed, what happened on the way told in a line each.
+local function answer(session, question)
+  local channel -- of the text written last, to start a new line when it changes
+  local told_not_harmony = false
+  gptoss.interrupted() -- a Ctrl-C that came before this reply is not for it
+  local _, stats = session:ask(question, {
+    on_text = function(delta, ch)
+      if ch == "analysis" and not args.show_analysis then return end
+      if channel and ch ~= channel then say("\n") end
+      channel = ch
+      say(ch == "analysis" and dim_out(delta) or delta)
+    end,
+    on_tool = function(recipient, arguments, result)
+      notice(("[%s(%s) -> %s]"):format(recipient, arguments, result))
+    end,
+    on_drop = function(turns, ids)
+      notice(("[the context is full: %s dropped, the conversation is now %d tokens]"):format(
+        turns == 1 and "the oldest turn is" or ("the %d oldest turns are"):format(turns), ids))
+    end,
+    on_not_harmony = function()
+      if not told_not_harmony then notice("[the model's output is not harmony: shown as it comes]") end
+      told_not_harmony = true
+    end,
+    cancel = gptoss.interrupted,
+  })
+  if line_open then say("\n") end
+  if stats.finish == "context" then
+    notice("[the reply reached the end of the context and stops there]")
+  elseif stats.finish == "cancelled" then
+    notice("[stopped by Ctrl-C: the reply so far stays in the conversation]")
+  end
+  notice(("%d tokens, %.2f s, %.1f tok/s (%s)"):format(stats.tokens, stats.seconds, stats.tok_per_s, stats.finish))
+end
+
+-- The chat until the end of input, Ctrl-C at an empty prompt or /quit. An error of one
+-- input ends it unless input is a terminal, where it is shown and the chat goes on.
+local function converse(session, input)
+  while true do
+    local text = input:read()
+    if not text then return end
+    if text:find("%S") then
+      local question = chat_commands.question(text)
+      local ok, said, quit = pcall(function()
+        if question then return answer(session, question) end
+        return chat_commands.run(session, text)
+      end)
+      if not ok then
+        if not input.terminal then error(said, 0) end
+        said = "error: " .. cli.message(said)
+      end
+      if said then notice(said) end
+      if quit then return end
+    end
+  end
+end
+
 script.run(function()
   local model = naming.open(args.model, args.seed_weights)
   local tok = gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
@@ -61,34 +137,21 @@ script.run(function()
   local r <close> = model:replica { device = device, slots = 1, ctx = args.ctx or math.min(model.config.seq_len, 8192) }
   io.stderr:write(dim_err(tostring(r)), "\n")
   local session = chat.new {
-    replica = r, tokenizer = tok, max_tokens = args.max_tokens,
+    replica = r, tokenizer = tok, max_tokens = args.max_tokens, on_overflow = "drop_oldest",
     system = { reasoning = args.reasoning },
     developer = args.system and { instructions = args.system },
     sampling = { temperature = args.temperature, top_p = args.top_p, seed = args.seed },
     tools = args.demo_tools and DEMO_TOOLS or nil,
   }
-  local interactive = gptoss.isatty(0)
-  while true do
-    if interactive then io.write("> ") io.flush() end
-    local line = io.read("l")
-    if not line then break end
-    if line:find("%S") then
-      local channel -- of the text written last, to start a new line when it changes
-      local _, stats = session:ask(line, {
-        on_text = function(delta, ch)
-          if ch == "analysis" and not args.show_analysis then return end
-          if channel and ch ~= channel then io.write("\n") end
-          channel = ch
-          io.write(ch == "analysis" and dim_out(delta) or delta)
-          io.flush()
-        end,
-        on_tool = function(recipient, arguments, result)
-          io.stderr:write(dim_err(("[%s(%s) -> %s]"):format(recipient, arguments, result)), "\n")
-        end,
-      })
-      io.write("\n")
-      io.stderr:write(dim_err(("%d tokens, %.2f s, %.1f tok/s (%s)"):format(stats.tokens, stats.seconds,
-        stats.tok_per_s, stats.finish)), "\n")
-    end
+  local input = line_input.new { prompt = "> ", continuation = "... " }
+  if input.terminal then
+    if not input.editing then notice("[no line editing: " .. input.plain .. "]") end
+    notice("/help lists the commands; Ctrl-C stops a reply; Ctrl-D or Ctrl-C at an empty prompt leaves.")
   end
+  gptoss.catch_interrupts(true)
+  local ok, err = pcall(converse, session, input)
+  gptoss.catch_interrupts(false)
+  local saved, why = input:close()
+  if not saved then notice("[the history was not saved: " .. why .. "]") end
+  if not ok then error(err, 0) end
 end)

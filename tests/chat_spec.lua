@@ -4,8 +4,9 @@
 -- max_tokens, tool calls and the KV reuse across turns (fed past the common prefix,
 -- rewound where harmony drops analysis from history) are checked id by id, and so are
 -- scripts that misbehave (arguments no tool should get, asks from inside an ask, an ask
--- that raises); then a synthetic model on a CPU replica (its slot disturbed between turns
--- too), examples/chat.lua as a child process, and every refused option.
+-- that raises, a reply cancelled or not in harmony); then a synthetic model on a CPU replica
+-- (its slot disturbed between turns too), and every refused option. When the context fills:
+-- chat_overflow_spec.lua; examples/chat.lua: chat_terminal_spec.lua.
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local harmony = require "gptoss.harmony"
@@ -158,6 +159,34 @@ describe("gptoss.chat with a scripted model", function()
         content = s.messages[#s.messages].content })
   end)
 
+  it("ends a reply when cancel() says so, keeping it as far as it went", function()
+    tokenizer(pending)
+    local m = scripted("<|channel|>final<|message|>one two three four<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    local polls = 0
+    local answer, stats = s:ask("Count", { cancel = function() polls = polls + 1 return polls == 5 end })
+    -- <|channel|> final <|message|> one " two", then no more steps
+    assert.are.same({ "one two", "cancelled", 5, 5 }, { answer, stats.finish, stats.tokens, #m.calls })
+    assert.are.same({ "assistant", "one two" }, { s.messages[3].role, s.messages[3].content })
+  end)
+
+  it("streams a reply that is not harmony as it comes, telling once", function()
+    tokenizer(pending)
+    local m = scripted("Ünïcode wörds, no header at all<|return|>")
+    local s = chat.new { tokenizer = tok, step = m.step }
+    local told, streamed = 0, {}
+    local answer, stats = s:ask("Hi", { on_not_harmony = function() told = told + 1 end,
+      on_text = function(delta, channel)
+        assert.is_nil(channel)
+        streamed[#streamed + 1] = delta
+      end })
+    assert.are.same({ 1, "return" }, { told, stats.finish })
+    assert.is_nil(answer) -- no final channel
+    assert.is_true(#streamed > 1) -- token by token, not at the end
+    assert.are.same({ role = "assistant", content = "Ünïcode wörds, no header at all" }, s.messages[3])
+    assert.are.equal(s.messages[3].content, table.concat(streamed))
+  end)
+
   it("ends with length when max_tokens runs out at a tool call, the tool's answer kept", function()
     tokenizer(pending)
     local call = '<|channel|>commentary to=functions.add<|message|>{"a": 1, "b": 1}<|call|>'
@@ -263,12 +292,12 @@ describe("gptoss.chat against scripts that misbehave", function()
 
   it("streams invalid bytes as U+FFFD and refuses a step's id past the vocabulary", function()
     tokenizer(pending)
-    local m = scripted("<|channel|>final \xFF\xF0\x9F<|return|>")
+    local m = scripted("<|channel|>final<|message|>\xFF\xF0\x9F<|return|>")
     local s = chat.new { tokenizer = tok, step = m.step }
     local streamed = {}
     local answer = s:ask("Bytes?", { on_text = function(delta) streamed[#streamed + 1] = delta end })
     assert.are.equal("\u{FFFD}\u{FFFD}\u{FFFD}", answer)
-    assert.are.same({ answer }, streamed)
+    assert.are.equal(answer, table.concat(streamed))
     local far = chat.new { tokenizer = tok, step = function() return tok.vocab_size end, max_tokens = 5 }
     H.expect_error(function() far:ask("hi") end, ("session:ask: step returned %d, not a token id"):format(tok.vocab_size))
   end)
@@ -320,30 +349,6 @@ describe("gptoss.chat on a synthetic model", function()
   end)
 end)
 
-describe("examples/chat.lua", function()
-  it("answers each line of stdin on a synthetic model and prints tok/s", function()
-    tokenizer(pending)
-    local run = H.runner("examples/chat.lua", pending)
-    local code, _, err = run({ "7m", "--max-tokens", "4", "--ctx", "256", "--demo-tools",
-      "--temperature", "0", "--system", "Be brief." }, nil, "Hello\n\nWhat is 2 + 3?\n")
-    assert.are.equal(0, code, err)
-    local _, lines = err:gsub("4 tokens, [%d.]+ s, [%d.]+ tok/s %(length%)\n", "")
-    assert.are.equal(2, lines, err) -- the empty line is skipped
-  end)
-
-  it("exits 1 with a message on bad arguments", function()
-    local run = H.runner("examples/chat.lua", pending)
-    H.expect_exits(run, 1, {
-      { { "7m", "--reasoning", "extreme" }, "'--reasoning' must be one of 'low', 'medium', 'high'" },
-      { { "7m", "--max-tokens", "0" }, "--max-tokens: '0' is not an integer >= 1" },
-      { {}, "missing argument 'model'" },
-    }, "Usage: chat.lua")
-    local code, out, err = run({ "9x" }, nil, "")
-    assert.are.same({ 1, "" }, { code, out })
-    assert.truthy(err:find("chat.lua: '9x' is neither a file, a directory nor a synthetic shape", 1, true), err)
-  end)
-end)
-
 describe("gptoss.chat errors", function()
   it("refuses bad chat.new options, naming the option", function()
     tokenizer(pending)
@@ -363,6 +368,8 @@ describe("gptoss.chat errors", function()
       { { tokenizer = tok, step = step, slot = 1 }, "chat.new: slot is for a replica; a step chooses its own ids" },
       { { tokenizer = tok, step = step, sampling = {} }, "chat.new: sampling is for a replica" },
       { { tokenizer = tok, step = step, max_tokens = 0 }, "chat.new: max_tokens must be an integer >= 1 (got 0)" },
+      { { tokenizer = tok, step = step, on_overflow = "drop" },
+        "chat.new: on_overflow must be 'error' or 'drop_oldest' (got 'drop')" },
       { { tokenizer = tok, step = step, system = "hi" }, "chat.new: system must be a table (got string)" },
       { { tokenizer = tok, step = step, system = { effort = "low" } }, "chat.new: system: unknown option 'effort'" },
       { { tokenizer = tok, step = step, system = { reasoning = "extreme" } }, "chat.new: system: ", "extreme" },
@@ -390,6 +397,9 @@ describe("gptoss.chat errors", function()
       { { "hi", { stream = print } }, "session:ask: unknown option 'stream'" },
       { { "hi", { on_text = 1 } }, "session:ask: on_text must be a function (got number)" },
       { { "hi", { on_tool = true } }, "session:ask: on_tool must be a function (got boolean)" },
+      { { "hi", { on_drop = 1 } }, "session:ask: on_drop must be a function (got number)" },
+      { { "hi", { on_not_harmony = "x" } }, "session:ask: on_not_harmony must be a function (got string)" },
+      { { "hi", { cancel = true } }, "session:ask: cancel must be a function (got boolean)" },
       { { "hi", { max_tokens = 1.5 } }, "session:ask: max_tokens must be an integer >= 1 (got 1.5)" },
     } do
       H.expect_error(function() s:ask(table.unpack(case[1])) end, case[2])

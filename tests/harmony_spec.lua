@@ -302,15 +302,16 @@ describe("harmony.parser", function()
     assert.are.equal("a\u{FFFD}b\u{FFFD}(", p.messages[1].content)
   end)
 
-  it("replaces invalid bytes in headers, salvaged or read, keeping characters split across ids", function()
+  it("replaces invalid bytes in headers, released or read, keeping characters split across ids", function()
     local bytes = { "fin\xFF a\xF0", "\x9F\x92\x96\xFF", "caf\xC3", "\xA9 to=x\xC3", " json\xFF", "ok" }
     local decode = function(id) return bytes[id] end
-    -- lenient: a header ended by <|end|> is the message
+    -- lenient: a byte past ASCII is no header's, so what was held is released as content
     local p = harmony.parser(decode, { role = "assistant", strict = false })
     local events = feed(p, { 200005, 1, 2, 200007 })
-    assert.are.same({ { role = "assistant", channel = "fin\u{FFFD}", content = "a\u{1F496}\u{FFFD}" } }, p.messages)
-    assert.are.same({ type = "start", role = "assistant", channel = "fin\u{FFFD}" }, events[1])
-    assert.are.same({ type = "text", text = "a\u{1F496}\u{FFFD}" }, events[2])
+    assert.are.same({ { role = "assistant", content = "<|channel|>fin\u{FFFD} a\u{1F496}\u{FFFD}" } }, p.messages)
+    assert.are.same({ type = "start", role = "assistant", not_harmony = true }, events[1])
+    assert.are.same({ { type = "text", text = "<|channel|>fin\u{FFFD} a" }, { type = "text", text = "\u{1F496}\u{FFFD}" } },
+      { events[2], events[3] })
     -- strict: the header's fields
     p = harmony.parser(decode)
     feed(p, { 200006, 3, 4, 5, 200008, 6, 200007 })
@@ -385,6 +386,43 @@ describe("harmony.parser", function()
       feed(p, specials_text(case[1]))
       assert.are.same(case[2], p.messages, case[1])
     end
+  end)
+
+  it("streams what is not harmony when lenient, from the first byte no header holds or past 128 bytes", function()
+    local pieces = { "Once", " upon", " a time\n", "there", "é" }
+    local decode = function(id) return pieces[id] end
+    for _, case in ipairs {
+      -- a line break, then a byte past ASCII: released at that id, the held text first
+      { { 1, 2, 3, 4 }, 3, "Once upon a time\nthere" },
+      { { 1, 5, 2 }, 2, "Onceé upon" },
+    } do
+      local p = harmony.parser(decode, { role = "assistant", strict = false })
+      local texts, released_at = {}, nil
+      for i, id in ipairs(case[1]) do
+        for _, e in ipairs(p:push(id)) do
+          if e.type == "start" then released_at = e.not_harmony and i end
+          if e.type == "text" then texts[#texts + 1] = e.text end
+        end
+      end
+      assert.are.equal(case[2], released_at)
+      assert.are.equal(case[3], table.concat(texts))
+      feed(p, { 200002 })
+      assert.are.same({ { role = "assistant", content = case[3] } }, p.messages)
+    end
+    -- plain ASCII words are held as a header up to 128 bytes: a real header is shorter
+    local words = function() return "word " end
+    local p = harmony.parser(words, { role = "assistant", strict = false })
+    local released
+    for i = 1, 30 do
+      for _, e in ipairs(p:push(1)) do
+        if e.type == "start" then released = released or (e.not_harmony and i) end
+      end
+    end
+    assert.are.equal(26, released) -- 26 * 5 bytes > 128
+    -- strict: the same text is an error at the end, as before
+    p = harmony.parser(decode, { role = "assistant" })
+    for _, id in ipairs { 1, 2, 3, 4 } do assert.are.same({}, p:push(id)) end
+    H.expect_error(function() p:push(200007) end, "harmony.parser: ", "inside the message header")
   end)
 
   it("needs a role in a header it reads whole, and takes unknown authors as tools", function()

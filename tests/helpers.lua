@@ -281,15 +281,31 @@ function helpers.run_in(dir, env, command, stdin)
     table.concat(command, " "))
 end
 
+-- helpers.TREE, or the test marked pending (pending: busted's) where the specs did not load
+-- gptoss from a source tree and a build folder.
+local function tree_or_pending(pending)
+  local tree = helpers.TREE
+  if not (tree.root and tree.build) then pending("gptoss was not loaded from a source tree and a build folder") end
+  return tree
+end
+
 --- For use inside an `it`: runs the tree's ./gptoss with args in dir, with the specs'
 -- interpreter and build folder unless env names others (GPTOSS_LUA, GPTOSS_BUILD), as
 -- helpers.run_in; the test is marked pending (pending: busted's) without a tree.
 function helpers.gptoss(pending, dir, args, env, stdin)
-  local tree = helpers.TREE
-  if not (tree.root and tree.build) then pending("gptoss was not loaded from a source tree and a build folder") end
+  local tree = tree_or_pending(pending)
   env = env or {}
   env.GPTOSS_LUA, env.GPTOSS_BUILD = env.GPTOSS_LUA or tree.lua, env.GPTOSS_BUILD or tree.build
   return helpers.run_in(dir, env, { tree.root .. "gptoss", table.unpack(args) }, stdin)
+end
+
+--- For use inside an `it`: the shell command line that runs the tree's ./gptoss with args
+-- as helpers.gptoss does (GPTOSS_TOKENIZER unset), for a caller that runs it its own way (in the background, in a
+-- terminal); the test is marked pending without a tree.
+function helpers.gptoss_line(pending, args)
+  local tree = tree_or_pending(pending)
+  return ("env -u GPTOSS_TOKENIZER GPTOSS_LUA=%s GPTOSS_BUILD=%s %s"):format(shell_quote(tree.lua), shell_quote(tree.build),
+    table.concat(quoted({ tree.root .. "gptoss", table.unpack(args) }), " "))
 end
 
 -- The interpreter running the specs, the shell words that give a child process their

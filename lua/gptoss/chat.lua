@@ -6,18 +6,19 @@
 local gptoss = require "gptoss"
 local harmony = require "gptoss.harmony"
 local util = require "gptoss.util"
-local json = require "dkjson"
+local chat_tools = require "gptoss.chat_tools"
 
 local chat = {}
 
-local OPTIONS = { "replica", "tokenizer", "slot", "system", "developer", "sampling", "tools", "step", "max_tokens" }
-local TOOL_FIELDS = { "description", "parameters", "fn" }
-local ASK_OPTIONS = { "on_text", "on_tool", "max_tokens" }
+local OPTIONS = { "replica", "tokenizer", "slot", "system", "developer", "sampling", "tools", "step", "max_tokens",
+  "on_overflow" }
+local CALLBACKS = { "on_text", "on_tool", "on_drop", "on_not_harmony", "cancel" }
+local ASK_OPTIONS = { "max_tokens", table.unpack(CALLBACKS) }
+local OVERFLOWS = { "error", "drop_oldest" }
+-- drop_oldest leaves the reply this share of the context at least (or max_tokens if less)
+local REPLY_SHARE = 4
 -- OpenAI's recommendation for gpt-oss
 local DEFAULT_SAMPLING = { temperature = 1.0, top_p = 1.0 }
--- How deep a tool call's arguments may nest: dkjson recurses once a level (Lua's stack
--- overflows some 66000 levels down), and a model writes "[[[[" as easily as anything.
-local MAX_DEPTH = 100
 -- stop id -> how the reply ended: harmony.stop_ids, by their names in harmony.special
 local STOPS = {}
 for name, id in pairs(harmony.special) do
@@ -57,32 +58,6 @@ local function replica_step(r, slot)
     local chosen = h:tokens()
     return chosen[#chosen]
   end
-end
-
--- Function tools {name = {description=, parameters=, fn=}} as harmony's developer tools
--- (sorted by name: Lua tables keep no order) and the name -> fn table.
-local function function_tools(tools)
-  if type(tools) ~= "table" then
-    error(("chat.new: tools must be a table {name = {description=, parameters=, fn=}} (got %s)")
-      :format(type(tools)), 3)
-  end
-  local names, fns = {}, {}
-  for name, t in pairs(tools) do
-    local where = ("chat.new: tools.%s"):format(tostring(name))
-    if type(name) ~= "string" or not name:find("^[%w_]+$") then
-      error(("chat.new: tools: a tool's name must be letters, digits and _ (got %s)"):format(tostring(name)), 3)
-    end
-    if type(t) ~= "table" then error(("%s must be a table (got %s)"):format(where, type(t)), 3) end
-    util.check_known(where, t, TOOL_FIELDS, "field", 3)
-    if type(t.fn) ~= "function" then error(("%s: fn must be a function (got %s)"):format(where, type(t.fn)), 3) end
-    names[#names + 1], fns[name] = name, t.fn
-  end
-  table.sort(names)
-  local declared = {}
-  for i, name in ipairs(names) do
-    declared[i] = { name = name, description = tools[name].description, parameters = tools[name].parameters }
-  end
-  return declared, fns
 end
 
 -- A harmony message built from a chat.new option, its errors naming the option.
@@ -129,8 +104,11 @@ function chat.new(opts)
     error(("chat.new: tokenizer must be a gptoss tokenizer (got %s)"):format(util.kind(opts.tokenizer)), 2)
   end
   check_limit("chat.new", opts.max_tokens, 2)
+  if opts.on_overflow ~= nil and not util.listed(OVERFLOWS, opts.on_overflow) then
+    error(("chat.new: on_overflow must be 'error' or 'drop_oldest' (got %s)"):format(util.quoted(opts.on_overflow)), 2)
+  end
   local self = setmetatable({ tokenizer = opts.tokenizer, max_tokens = opts.max_tokens, held = {},
-    ctx = math.huge }, Session)
+    ctx = math.huge, on_overflow = opts.on_overflow or "error" }, Session)
   local r = opts.replica
   if r then
     if not util.is_a(r, "gptoss.replica") then
@@ -161,7 +139,7 @@ function chat.new(opts)
     self.step = opts.step
   end
   local declared
-  declared, self.tools = function_tools(opts.tools or {})
+  declared, self.tools = chat_tools.declare(opts.tools or {})
   local ok, messages = pcall(preamble, opts, declared, self.tokenizer)
   if not ok then error("chat.new: " .. messages, 2) end
   self.messages = messages
@@ -194,14 +172,49 @@ local function feed(self, ids, pos, stats)
   return id
 end
 
--- One reply: the conversation rendered, only what the slot does not hold fed, then ids
--- decoded until a stop id, `budget` ids or a full context. Returns how it ended ("return",
--- "call", "endoftext", "length", "context") and the parsed messages.
-local function reply(self, budget, on_text, stats)
-  local ids = harmony.render_ids(self.messages, self.tokenizer)
-  if #ids >= self.ctx then
-    error(("session:ask: the conversation is %d tokens, the replica's context %d"):format(#ids, self.ctx), 0)
+-- Removes the oldest turn, a user message and what follows it up to the next, from
+-- messages[first] (the first after the system and developer messages); returns how many
+-- messages went. It never reaches messages[current], the ask's own user message.
+local function drop_turn(messages, first, current)
+  local last = first
+  while last + 1 < current and messages[last + 1].role ~= "user" do last = last + 1 end
+  local n = last - first + 1
+  table.move(messages, last + 1, #messages + n, first)
+  return n
+end
+
+-- The conversation's ids for the next reply, `current` the index of the ask's user message.
+-- On overflow "drop_oldest", the oldest turns go while the rendering leaves the reply less
+-- than `room` ids and a turn before the ask's is left: on_drop(turns, ids) tells; whatever
+-- on_overflow, a rendering that fills the context raises. Returns the ids and current.
+local function fit(self, current, room, opts, stats)
+  local messages = self.messages
+  local ids = harmony.render_ids(messages, self.tokenizer)
+  local first, dropped = 1, 0
+  while messages[first].role == "system" or messages[first].role == "developer" do first = first + 1 end
+  while self.on_overflow == "drop_oldest" and #ids + room > self.ctx and first < current do
+    current = current - drop_turn(messages, first, current)
+    dropped = dropped + 1
+    ids = harmony.render_ids(messages, self.tokenizer)
   end
+  if dropped > 0 then
+    stats.dropped = stats.dropped + dropped
+    if opts.on_drop then opts.on_drop(dropped, #ids) end
+  end
+  if #ids >= self.ctx then
+    error(("session:ask: the conversation is %d tokens%s, the replica's context %d"):format(#ids,
+      self.on_overflow == "drop_oldest" and " with no older turn left to drop" or "", self.ctx), 0)
+  end
+  return ids, current
+end
+
+-- One reply: the conversation fitted to the context, only what the slot does not hold fed,
+-- then ids decoded until a stop id, `budget` ids, a full context or opts.cancel(). Returns
+-- how it ended ("return", "call", "endoftext", "length", "context", "cancelled"), the parsed
+-- messages and `current` after fit.
+local function reply(self, current, budget, opts, stats)
+  local ids
+  ids, current = fit(self, current, math.min(budget, self.ctx // REPLY_SHARE), opts, stats)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
@@ -210,11 +223,13 @@ local function reply(self, budget, on_text, stats)
 
   -- lenient: a reply that slips out of the format is still shown and kept
   local parser = harmony.parser(self.tokenizer, { role = "assistant", strict = false })
+  local on_text, cancel = opts.on_text, opts.cancel
   local open -- the start event of the message being decoded
   local function handle(events)
     for _, e in ipairs(events) do
       if e.type == "start" then
         open = e
+        if e.not_harmony and opts.on_not_harmony then opts.on_not_harmony() end
       elseif e.type == "text" and on_text and not open.recipient then
         on_text(e.text, open.channel)
       end
@@ -224,62 +239,14 @@ local function reply(self, budget, on_text, stats)
   while true do
     n = n + 1
     handle(parser:push(next_id))
-    finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context") or nil
+    finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context")
+      or (cancel and cancel() and "cancelled") or nil
     if finish then break end
     next_id = feed(self, { next_id }, #self.held, stats)
   end
   stats.tokens = stats.tokens + n
   handle(parser:finish())
-  return finish, parser.messages
-end
-
--- True when arrays and objects nest deeper than MAX_DEPTH in JSON text. Escapes go first,
--- so that no string holds a quote: strings then go whole, their brackets being no nesting.
-local function too_deep(text)
-  local depth = 0
-  for c in text:gsub("\\.", ""):gsub('"[^"]*"', ""):gmatch("[%[{%]}]") do
-    depth = depth + ((c == "[" or c == "{") and 1 or -1)
-    if depth > MAX_DEPTH then return true end
-  end
-  return false
-end
-
--- JSON's name for what dkjson decoded (it marks objects and arrays by their metatable).
-local function json_type(v)
-  if v == nil then return "null" end
-  local mt = type(v) == "table" and getmetatable(v)
-  return mt and mt.__jsontype or type(v)
-end
-
--- A call's arguments: its content decoded as a JSON object ({} when empty); raises why not.
-local function arguments(content)
-  if not content:find("%S") then return {} end
-  if too_deep(content) then error(("the arguments nest deeper than %d levels"):format(MAX_DEPTH), 0) end
-  local args, pos, err = json.decode(content)
-  local after = not err and content:find("%S", pos)
-  local why = err or (json_type(args) ~= "object" and "got " .. json_type(args))
-    or (after and ("text after it at character %d"):format(after))
-  if why then error(("the arguments are not a JSON object (%s)"):format(why), 0) end
-  return args
-end
-
--- The tool message answering a call: the tool's result (a string as it is, anything else
--- as JSON) or "error: ..." for an unknown tool, arguments that are not a JSON object or a
--- tool that raised, so that the model reads what went wrong. The arguments are decoded
--- inside the same boundary as the tool runs: whatever the model wrote, the ask goes on.
-local function call(self, m, on_tool)
-  local name = m.recipient:match("^functions%.(.+)$")
-  local fn = name and self.tools[name]
-  local result
-  if not fn then
-    result = ("error: unknown tool '%s'"):format(m.recipient)
-  else
-    local ok, value = pcall(function() return fn(arguments(m.content)) end)
-    if ok and type(value) ~= "string" then ok, value = pcall(json.encode, value) end
-    result = ok and value or "error: " .. util.bare(value)
-  end
-  if on_tool then on_tool(m.recipient, m.content, result) end
-  return harmony.tool(m.recipient, result, { channel = "commentary", recipient = "assistant" })
+  return finish, parser.messages, current
 end
 
 -- The turn itself, for ask: the user's text appended, then replies decoded and tools
@@ -287,15 +254,15 @@ end
 local function converse(self, text, opts, limit)
   local messages = self.messages
   messages[#messages + 1] = harmony.user(text)
-  local stats, started = { tokens = 0, prefilled = 0 }, gptoss.clock()
-  local finish, replied, calling
+  local stats, started = { tokens = 0, prefilled = 0, dropped = 0 }, gptoss.clock()
+  local current, finish, replied, calling = #messages, nil, nil, nil
   repeat
-    finish, replied = reply(self, limit - stats.tokens, opts.on_text, stats)
+    finish, replied, current = reply(self, current, limit - stats.tokens, opts, stats)
     table.move(replied, 1, #replied, #messages + 1, messages)
     -- a <|call|> ending a message without a recipient ends the ask: nothing to call
     calling = finish == "call" and #replied > 0 and replied[#replied].recipient ~= nil
     if calling then
-      messages[#messages + 1] = call(self, replied[#replied], opts.on_tool)
+      messages[#messages + 1] = chat_tools.call(self.tools, replied[#replied], opts.on_tool)
       if stats.tokens == limit then finish, calling = "length", false end
     end
   until not calling
@@ -311,11 +278,14 @@ end
 --- Appends a user turn and decodes the reply, calling function tools until the model
 -- answers. opts: on_text(delta, channel) for each text delta of the assistant's messages
 -- (not tool calls; channel "final", "analysis", "commentary" or nil), on_tool(recipient,
--- arguments, result) after each tool call, max_tokens (ids decoded in this ask, default the
--- session's, else until the context is full). Returns the final answer (nil when the reply
--- has no final message) and {tokens =, prefilled =, seconds =, tok_per_s =, finish =}.
--- Refused while the session answers (from a tool, a callback or the step); an ask that
--- raises leaves session.messages as it found them.
+-- arguments, result) after each tool call, on_drop(turns, ids) when on_overflow
+-- "drop_oldest" dropped turns, on_not_harmony() when the reply is not in the format,
+-- cancel() polled after each id (true ends the reply, finish "cancelled"), max_tokens (ids
+-- decoded in this ask, default the session's, else until the context is full). Returns the
+-- final answer (nil when the reply has no final message) and {tokens =, prefilled =,
+-- dropped =, seconds =, tok_per_s =, finish =}. Refused while the session answers (from a
+-- tool, a callback or the step); an ask that raises leaves session.messages as it found
+-- them.
 function Session:ask(text, opts)
   if getmetatable(self) ~= Session then
     error(("session:ask: expected a chat session, session:ask(text) (got %s)"):format(util.kind(self)), 2)
@@ -327,19 +297,22 @@ function Session:ask(text, opts)
     error(("session:ask: text must be a string (got %s)"):format(type(text)), 2)
   end
   opts = util.options("session:ask", opts, ASK_OPTIONS, 2)
-  for _, k in ipairs { "on_text", "on_tool" } do
+  for _, k in ipairs(CALLBACKS) do
     if opts[k] ~= nil and type(opts[k]) ~= "function" then
       error(("session:ask: %s must be a function (got %s)"):format(k, type(opts[k])), 2)
     end
   end
   check_limit("session:ask", opts.max_tokens, 2)
-  local messages, count = self.messages, #self.messages
+  local messages = self.messages
+  local before = table.move(messages, 1, #messages, 1, {})
   answering[self] = true
   local ok, answer, stats = pcall(converse, self, text, opts, opts.max_tokens or self.max_tokens or math.huge)
   answering[self] = nil
   if not ok then
-    -- the history as it was; held stays what the slot holds, the cut reply included
-    for i = #messages, count + 1, -1 do messages[i] = nil end
+    -- the history as it was, dropped turns included; held stays what the slot holds, the
+    -- cut reply included
+    for i = #messages, #before + 1, -1 do messages[i] = nil end
+    table.move(before, 1, #before, 1, messages)
     error(answer, 0)
   end
   return answer, stats

@@ -18,6 +18,10 @@ local ENDINGS = {
 local IN_HEADER = { [special.channel] = "<|channel|>", [special.constrain] = "<|constrain|>" }
 local FIRST_SPECIAL = special.startoftext -- the lowest special id: every id from it up is one
 local HEADER_ROLES = { "system", "developer", "user", "assistant" }
+-- Lenient: the most bytes a header holds, and what it never holds (a control character, a
+-- byte past ASCII): past either, the model is not writing harmony (a random model never does)
+local MAX_HEADER_BYTES = 128
+local NOT_IN_HEADER = "[%c\128-\255]"
 local REPLACEMENT = "\u{FFFD}"
 
 -- buf cut into text to emit now (invalid bytes each replaced by U+FFFD) and the trailing
@@ -145,14 +149,15 @@ end
 function Parser:emit(event) self.events[#self.events + 1] = event end
 
 function Parser:open_header(role)
-  self.state, self.role, self.header = "header", role, {}
+  self.state, self.role, self.header, self.header_bytes = "header", role, {}, 0
 end
 
-function Parser:open_message(h)
+-- not_harmony: the message is text the model wrote outside the format (release_header)
+function Parser:open_message(h, not_harmony)
   local m = { role = h.role, name = h.name, channel = h.channel, recipient = h.recipient,
     content_type = h.content_type }
   self:emit({ type = "start", role = m.role, name = m.name, channel = m.channel, recipient = m.recipient,
-    content_type = m.content_type })
+    content_type = m.content_type, not_harmony = not_harmony })
   self.state, self.message, self.text, self.pending = "content", m, {}, ""
 end
 
@@ -161,6 +166,21 @@ function Parser:add_text(text)
     self.text[#self.text + 1] = text
     self:emit({ type = "text", text = text })
   end
+end
+
+-- Content bytes: whole characters now, a character's first bytes when the next id may end it.
+function Parser:add_bytes(bytes)
+  local text
+  text, self.pending = utf8_split(self.pending .. bytes)
+  self:add_text(text)
+end
+
+-- Lenient: what was held as a header is not one (MAX_HEADER_BYTES, NOT_IN_HEADER), so it is
+-- the content of an assistant message, streamed from here on, marked not_harmony.
+function Parser:release_header()
+  local held = table.concat(self.header)
+  self:open_message({ role = self.role or "assistant" }, true)
+  self:add_bytes(held)
 end
 
 -- Ends the open message; stop: "end", "return", "call", "endoftext", or nil when cut short.
@@ -211,7 +231,12 @@ function Parser:header_token(id)
   elseif id >= FIRST_SPECIAL then
     if self.strict then self:fail("unexpected %s in a message header", self:describe(id)) end
   else
-    self.header[#self.header + 1] = self:bytes(id)
+    local bytes = self:bytes(id)
+    self.header[#self.header + 1] = bytes
+    self.header_bytes = self.header_bytes + #bytes
+    if not self.strict and (self.header_bytes > MAX_HEADER_BYTES or bytes:find(NOT_IN_HEADER)) then
+      self:release_header()
+    end
   end
 end
 
@@ -225,9 +250,7 @@ function Parser:content_token(id)
       self:open_header(nil)
     end
   else
-    local text
-    text, self.pending = utf8_split(self.pending .. self:bytes(id))
-    self:add_text(text)
+    self:add_bytes(self:bytes(id))
   end
 end
 

@@ -159,6 +159,13 @@ gptoss.isatty = core.isatty
 -- on a named pipe): true; false and why ("'p' is a named pipe, not a regular file"); nil and
 -- the system's reason when nothing can be looked at there.
 gptoss.regular_file = core.regular_file
+--- Ctrl-C for a loop that stops what it does rather than the program (docs/api.md#other-
+-- functions): catch_interrupts(true) makes SIGINT raise a flag, which interrupted() reads and
+-- clears; catch_interrupts(false) gives SIGINT its action back. wait_readable(fd [, seconds])
+-- waits for input on fd: true, or false when the seconds pass or a caught Ctrl-C comes first.
+gptoss.catch_interrupts = core.catch_interrupts
+gptoss.interrupted = core.interrupted
+gptoss.wait_readable = core.wait_readable
 gptoss.copy_bandwidth = core.copy_bandwidth
 --- Bytes free on GPU id now and bytes in all: gptoss.device_memory(1) --> free, total.
 gptoss.device_memory = core.device_memory

@@ -207,5 +207,12 @@ int gptoss_lua_clock(lua_State *L);         /* host.c */
 int gptoss_lua_realtime_ms(lua_State *L);
 int gptoss_lua_isatty(lua_State *L);
 int gptoss_lua_regular_file(lua_State *L);
+int gptoss_lua_catch_interrupts(lua_State *L);
+int gptoss_lua_interrupted(lua_State *L);
+int gptoss_lua_wait_readable(lua_State *L);
+int gptoss_lua_edit_open(lua_State *L);     /* line_edit.c */
+int gptoss_lua_edit_line(lua_State *L);
+int gptoss_lua_edit_history(lua_State *L);
+int gptoss_lua_edit_close(lua_State *L);
 
 #endif

@@ -28,6 +28,13 @@ int luaopen_gptoss_core(lua_State *L) {
         {"realtime_ms", gptoss_lua_realtime_ms},
         {"isatty", gptoss_lua_isatty},
         {"regular_file", gptoss_lua_regular_file},
+        {"catch_interrupts", gptoss_lua_catch_interrupts},
+        {"interrupted", gptoss_lua_interrupted},
+        {"wait_readable", gptoss_lua_wait_readable},
+        {"edit_open", gptoss_lua_edit_open},
+        {"edit_line", gptoss_lua_edit_line},
+        {"edit_history", gptoss_lua_edit_history},
+        {"edit_close", gptoss_lua_edit_close},
         {NULL, NULL},
     };
     luaL_newlib(L, fns);
