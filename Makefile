@@ -261,7 +261,9 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
              lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev \
-             libpcre2-8-0 libpcre2-dev
+             libpcre2-8-0 libpcre2-dev \
+             lua-http lua-cqueues lua-cjson lua-basexx lua-binaryheap lua-bit32 lua-compat53 lua-fifo \
+             lua-lpeg lua-lpeg-patterns lua-luaossl libssl3
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)

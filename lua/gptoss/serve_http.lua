@@ -7,13 +7,18 @@
 --
 -- Debian 12 packages lua-http for Lua 5.1 to 5.3 only; its code is plain Lua that runs on
 -- 5.4 (upstream supports 5.4 since 0.4), so when http.server is not on 5.4's path the
--- Debian directory of those versions' pure-Lua modules is searched after the usual ones.
+-- Debian directory of those versions' pure-Lua modules (share/lua/5.1 beside each share/lua/5.4
+-- on the path, a private prefix's too) is searched after the usual ones.
 local cjson = require "cjson"
 local dkjson = require "dkjson"
 
 local function require_http()
   if not package.searchpath("http.server", package.path) then
-    package.path = package.path .. ";/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
+    local extra = {}
+    for entry in package.path:gmatch("[^;]+") do
+      if entry:find("/share/lua/5.4/", 1, true) then extra[#extra + 1] = (entry:gsub("/share/lua/5%.4/", "/share/lua/5.1/")) end
+    end
+    package.path = package.path .. ";" .. table.concat(extra, ";")
   end
   return require "http.server", require "http.headers"
 end
