@@ -27,6 +27,15 @@ JANSSON_LIBDIR ?=
 # libpcre2 (o200k tokenization's regular expression): the same
 PCRE2_INCDIR ?=
 PCRE2_LIBDIR ?=
+# Open MPI (docs/getp.md#ranks-under-mpi): src/lua/mpi.c is built against it when mpicc
+# answers; MPI_CFLAGS= MPI_LIBS= builds the binding without it (its functions then say so)
+MPICC ?= mpicc
+ifeq ($(origin MPI_CFLAGS),undefined)
+  ifneq ($(shell $(MPICC) --showme:version 2>/dev/null),)
+    MPI_CFLAGS := -DGPTOSS_MPI $(shell $(MPICC) --showme:compile)
+    MPI_LIBS := $(shell $(MPICC) --showme:link)
+  endif
+endif
 
 # An NVIDIA GPU is there when the driver made its device node, or nvidia-smi lists
 # one (a container may name the nodes differently). Without one the NVIDIA
@@ -54,7 +63,7 @@ TOKENIZER := $(BUILD)/tokenizer.bin
 # Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
 GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
                  -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC) $(JANSSON_INCDIR) $(PCRE2_INCDIR))
-LIBS := $(addprefix -L,$(JANSSON_LIBDIR) $(PCRE2_LIBDIR)) -ljansson -lpcre2-8 -lm -lpthread
+LIBS := $(addprefix -L,$(JANSSON_LIBDIR) $(PCRE2_LIBDIR)) -ljansson -lpcre2-8 -lm -lpthread $(MPI_LIBS)
 # a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
 HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
 
@@ -78,7 +87,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_COMMON := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(HIP_INC)
 AMD_FLAGS  := $(AMD_COMMON) $(addprefix --offload-arch=,$(GPU_ARCH))
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
+.PHONY: FORCE all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
         test-sanitized sanitized-suite
 all: $(LIB)
 
@@ -113,6 +122,15 @@ endif
 
 -include $(OBJS:.o=.d)
 
+# mpi.c alone sees mpi.h; it is rebuilt when the MPI flags change (MPI installed or removed)
+MPI_STAMP := $(OBJ)/mpi.flags
+$(OBJ)/src/lua/mpi.o: GPTOSS_CFLAGS += $(MPI_CFLAGS)
+$(OBJ)/src/lua/mpi.o: $(MPI_STAMP)
+$(MPI_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(MPI_CFLAGS) $(MPI_LIBS)' | cmp -s - $@ || echo '$(MPI_CFLAGS) $(MPI_LIBS)' > $@
+FORCE:
+
 # Lua paths for running from the source tree
 RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
           LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;' GPTOSS_TOKENIZER='$(TOKENIZER)'
@@ -122,9 +140,11 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # a machine that already has the file (the GPU machine, offline) needs no npm.
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
-# pictures (--plot, examples/plot.lua), whose spec is pending without it.
+# pictures (--plot, examples/plot.lua), whose spec is pending without it; Open MPI runs getp
+# across ranks (tests/mpi_spec.lua, pending without it; installed before the first build,
+# so that core.so is built with it).
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox
+                  gnuplot-nox libopenmpi-dev openmpi-bin
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h

@@ -233,6 +233,17 @@ describe("requests.write", function()
     requests.write(p, { { 9 } })
     assert.are.equal("9\n", read_file(p))
   end)
+
+  it("replaces a regular file by renaming a finished one over it, never writing it in place", function()
+    local dir = H.tmpdir()
+    local p, link = dir .. "/out.txt", dir .. "/old.txt"
+    write_file(p, "old output\n")
+    assert(os.execute(("ln %s %s"):format(H.shell_quote(p), H.shell_quote(link))))
+    requests.write(p, { { 4, 5 } })
+    assert.are.equal("4 5\n", read_file(p))
+    assert.are.equal("old output\n", read_file(link)) -- the old file, untouched: the new one took its name
+    assert.are.same({ "old.txt", "out.txt" }, H.list_dir(dir)) -- no out.txt.tmp left
+  end)
 end)
 
 describe("requests.read_output", function()
