@@ -87,7 +87,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_COMMON := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(HIP_INC)
 AMD_FLAGS  := $(AMD_COMMON) $(addprefix --offload-arch=,$(GPU_ARCH))
 
-.PHONY: FORCE all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
+.PHONY: FORCE all setup test demo tokenizer platforms deps gpu-machine-prefix gpu-machine-test gpu-machine-run clean install fuzz \
         test-sanitized sanitized-suite
 all: $(LIB)
 
@@ -132,7 +132,7 @@ $(MPI_STAMP): FORCE
 FORCE:
 
 # Lua paths for running from the source tree
-RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
+RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') $(if $(RUN_DEB_MPI),$(DEB_MPI_ENV)) LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
           LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;' GPTOSS_TOKENIZER='$(TOKENIZER)'
 
 # What demo and test need, installed from Debian when missing (a fresh
@@ -265,11 +265,15 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
-# Debian packages the GPU machine lacks (no network there): carry .deps/
+# Debian packages the GPU machine lacks (no network there): carry .deps/. Open MPI's are its
+# runtime and headers (without the InfiniBand, UCX and libfabric transports, which one host
+# does without: their components are passed over)
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
              lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev \
-             libpcre2-8-0 libpcre2-dev
+             libpcre2-8-0 libpcre2-dev \
+             libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libmunge2 libhwloc15 libudev1 \
+             libevent-core-2.1-7 libevent-pthreads-2.1-7
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
@@ -279,32 +283,38 @@ deps:
 # the whole suite with that prefix's Lua, busted and headers.
 DEBROOT ?= /tmp/gptoss-debroot
 DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
+# Open MPI from the prefix: built against its headers; run with its mpirun (linked as an
+# installed system's update-alternatives would), relocated there by OPAL_PREFIX, with
+# Debian's settings from its /etc/openmpi, PMIx finding its plugins by their path, and the
+# components whose libraries the machine lacks passed over quietly
+DEB_MPI_FLAGS := MPI_CFLAGS='-DGPTOSS_MPI -I$(DEB_LIB)/openmpi/include' MPI_LIBS='-L$(DEB_LIB)/openmpi/lib -lmpi'
+DEB_MPI_ENV = PATH='$(DEBROOT)/usr/bin:$(PATH)' OPAL_PREFIX='$(DEBROOT)/usr' OPAL_SYSCONFDIR='$(DEBROOT)/etc/openmpi' \
+	  PMIX_MCA_mca_base_component_path='$(DEB_LIB)/pmix2/lib/pmix' OMPI_MCA_mca_base_component_show_load_errors=0
 # (test, then demo: as goals of one parallel make, both would link core.so
 # at once and one could load it half written)
-GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
+GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) RUN_DEB_MPI=1 LUA=$(DEBROOT)/usr/bin/lua5.4 \
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
 	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
-	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) \
+	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) $(DEB_MPI_FLAGS) \
 	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
 	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' TESTS='$(TESTS)'
-gpu-machine-test:
+gpu-machine-prefix:
 	mkdir -p $(DEBROOT)
 	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
+	ln -sf mpirun.openmpi $(DEBROOT)/usr/bin/mpirun
+gpu-machine-test: gpu-machine-prefix
 	$(GPU_MACHINE_MAKE) test
 	$(GPU_MACHINE_MAKE) demo
 
-# A Lua script on the GPU machine with the private prefix's Lua and modules:
+# A Lua script, or a command (./gptoss, mpirun, examples/bench_getp_mpi.sh), on the GPU
+# machine with the private prefix's Lua, modules and Open MPI:
 #   make gpu-machine-run SCRIPT="examples/bench_gpu.lua --ctx 256"
-gpu-machine-run:
-	mkdir -p $(DEBROOT)
-	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
-	$(MAKE) HIP_PLATFORM=nvidia LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
-	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu \
-	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
-	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) all
+#   make gpu-machine-run COMMAND="examples/bench_getp_mpi.sh 20b"
+gpu-machine-run: gpu-machine-prefix
+	$(GPU_MACHINE_MAKE) all
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
-	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
+	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEB_MPI_ENV) $(or $(COMMAND),$(DEBROOT)/usr/bin/lua5.4 $(SCRIPT))
 
 # luarocks (build.type = "make") installs through these. tokenizer.bin, README.md
 # (bench_tokenizer's default text) and the examples (the gptoss program's commands) go

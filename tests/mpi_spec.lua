@@ -23,11 +23,15 @@ local function gptoss_command(pending)
   return tree.root .. "gptoss", { GPTOSS_LUA = tree.lua, GPTOSS_BUILD = tree.build }
 end
 
--- Runs words under `mpirun -np RANKS` (ended after 60 s): exit code, stdout, stderr, seconds.
--- Pending without mpirun or without MPI in this build.
-local function mpirun(pending, words, env)
+-- marks the test pending without MPI in this build or without mpirun
+local function need_mpirun(pending)
   if not mpi.available then pending("this build has no MPI (libopenmpi-dev was missing when it was built)") end
   if not os.execute("command -v mpirun >/dev/null 2>&1") then pending("mpirun is not installed (openmpi-bin)") end
+end
+
+-- Runs words under `mpirun -np RANKS` (ended after 60 s): exit code, stdout, stderr, seconds.
+local function mpirun(pending, words, env)
+  need_mpirun(pending)
   local cmd = { "timeout", "60", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", tostring(RANKS) }
   table.move(words, 1, #words, #cmd + 1, cmd)
   local t0 = require("gptoss").clock()
@@ -209,6 +213,17 @@ describe("getp under mpirun", function()
       assert.is_nil(io.open(output), "an output file was left")
       assert.is_nil(io.open(output .. ".tmp"), "a partial output file was left")
     end
+  end)
+
+  it("compares ranks with one process on the same requests (examples/bench_getp_mpi.sh, on CPU replicas)", function()
+    local _, env = gptoss_command(pending)
+    need_mpirun(pending)
+    env.GPTOSS_TOKENIZER = TOKENIZER
+    local code, out, err = H.run_in(".", env, { H.TREE.root .. "examples/bench_getp_mpi.sh", "7m", "6", "24", "cpu",
+      tostring(RANKS), "--weights", "fp32" })
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("\none%-process: [%d.]+ tok/s, output identical to one process's\n"), out)
+    assert.truthy(out:find(("\nranks%%-%d: [%%d.]+ tok/s, output identical to one process's\n$"):format(RANKS)), out)
   end)
 
   it("says once what is wrong with the arguments", function()
