@@ -69,12 +69,18 @@ local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "sche
 -- the rank mpirun or srun gave this process, nil when none did
 local launched = mpi.launched()
 
--- Every rank has the same arguments, so rank 0 alone says what is wrong with them. They
--- meet first: a rank that exits alone makes mpirun end the others, rank 0 perhaps before it
--- has said it (once MPI runs, the exits wait for each other).
+-- Under a launcher, an error every rank meets alike (its arguments, a build without MPI) is
+-- said by rank 0 alone. The others must not end first: mpirun would end rank 0 with them,
+-- perhaps before it has said it. With MPI they meet rank 0 (and their exits then wait for
+-- each other's); without it they end with status 0, leaving the job's status to rank 0.
+local function leave_it_to_rank_0()
+  if not launched then return end
+  if mpi.available then pcall(mpi.barrier) end
+  if launched ~= 0 then os.exit(mpi.available and 1 or 0) end
+end
+
 local function usage_error(msg)
-  if launched and mpi.available then mpi.barrier() end
-  if launched and launched ~= 0 then os.exit(1) end
+  leave_it_to_rank_0()
   cli.usage_exit(NAME, msg, 1)
 end
 
@@ -98,7 +104,7 @@ local job
 if a.mode == "getp" and launched then
   local started, ranks = pcall(getp_ranks.new, mpi)
   if not started then
-    if launched ~= 0 then os.exit(1) end
+    leave_it_to_rank_0()
     fail(cli.message(ranks))
   end
   job = ranks
