@@ -29,6 +29,10 @@
 -- (docs/api.md#default-mode, seeded with -s, as getp's request 1). getp draws with
 -- gptoss.getp's seeded per-request sampler (seed -s + request - 1), since the course's
 -- single stream depends on the order in which requests are sampled, which batching changes.
+-- Under mpirun or srun getp runs on every rank of the job (gptoss.getp_ranks,
+-- docs/getp.md#ranks-under-mpi): rank 0 reads the request file, writes the output file and
+-- prints the lines above, timed across all ranks, and a rank's failure ends the whole job
+-- with one message naming the rank.
 -- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on
 -- stderr (a usage error adds where the usage is). The files named (-o, -z, -i) are all
 -- checked before the header is printed, so that a mistyped one costs no inference.
@@ -178,7 +182,7 @@ local function run_getp(job, model, tok, steps, prompts, devices, weights, kv, f
   end
   local share = job:share(prompts, { model = model, tokenizer = tok, steps = steps, chat = a.chat, seed = a.seed },
     devices, a.partition)
-  a.seed = share.seed
+  a.seed = share.seed -- rank 0's: a seed taken from the clock differs from rank to rank
 
   local bar = show_progress and new_bar(progress.format) or nil
   local warm, g = job:timed(function()
@@ -214,8 +218,8 @@ local function run_getp(job, model, tok, steps, prompts, devices, weights, kv, f
     figures.prefill_saved, figures.elapsed, figures.tok_per_s = result.prefill_saved, seconds(ms), tps
   end
 
-  -- written before anything else can fail, on every rank's word: a rank that cannot write
-  -- would otherwise leave the others waiting
+  -- rank 0 writes it within an agreement: the others, waiting for it in the next barrier,
+  -- hear of a write that fails
   job:agree(function() if job.prints then requests.write(a.output, result.outputs) end end)
 
   local finish = job:timed(function() g:close() end)
