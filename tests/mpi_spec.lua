@@ -216,6 +216,11 @@ describe("getp under mpirun", function()
       assert.is_nil(io.open(output), "an output file was left")
       assert.is_nil(io.open(output .. ".tmp"), "a partial output file was left")
     end
+    -- every rank failing: the first named, the others counted
+    local code, _, err, seconds = mpirun(pending, { program, table.unpack(getp_args("/nonexistent/gpt.bin", input,
+      output, "--quiet")) }, env)
+    failed_soon(code, err, seconds, "^gptoss run: rank 0 of 3 %(.*%): load: cannot open model file "
+      .. "'/nonexistent/gpt%.bin': [^\n]* %(ranks 1, 2 failed too%)$")
   end)
 
   it("compares ranks with one process on the same requests (examples/bench_getp_mpi.sh, on CPU replicas)", function()

@@ -10,12 +10,16 @@
 --                            failure (getp_ranks.is_failure) naming the first rank that failed
 --   job:devices(given)       the devices this process runs: given, else the host's GPUs
 --                            (across ranks the local rank's share of them), else the CPU
---   job:share(prompts, run, devices, partition)   {prompts =, numbers =, seed =} this process runs
+--   job:share(prompts, run, devices, partition)   what this process runs: {prompts =,
+--                            numbers = (their request numbers, nil for all), seed =, partition =};
+--                            run = {model =, tokenizer =, steps =, chat =, seed =}
 --   job:timed(fn)            ms, fn()'s result: across ranks, from a barrier to the agreement after
 --   job:collect(result)      the printer's result of all ranks' g:run results, outputs in request order
 --   job:gather(s)            on the printer, every process's string; nil elsewhere
 --   job:named(k, text)       process k's text, each line prefixed with its rank across ranks
 --   job.devices_all          the devices of the whole job, in rank order (after share)
+--   job.rank, job.size, job:label(r)   across ranks only: this rank, the job's ranks, and
+--                            "rank r of N (host)" as messages name rank r
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
 local getp = require "gptoss.getp"
@@ -111,7 +115,6 @@ function getp_ranks.new(mpi)
   return job
 end
 
---- "rank R of N (host)": rank r as messages name it.
 function Ranks:label(r)
   return ("rank %d of %d (%s)"):format(r, self.size, self.hosts[r + 1])
 end
@@ -127,7 +130,8 @@ function Ranks:agree(fn, ...)
     local first = failed[1]
     local message = self:label(first) .. ": " .. all[first + 1]:sub(2)
     if #failed > 1 then
-      message = ("%s (ranks %s failed too)"):format(message, table.concat(failed, ", ", 2))
+      message = ("%s (%s %s failed too)"):format(message, #failed == 2 and "rank" or "ranks",
+        table.concat(failed, ", ", 2))
     end
     error(setmetatable({ message = message }, Failure), 0)
   end
