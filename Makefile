@@ -285,11 +285,14 @@ DEBROOT ?= /tmp/gptoss-debroot
 DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
 # Open MPI from the prefix: built against its headers; run with its mpirun (linked as an
 # installed system's update-alternatives would), relocated there by OPAL_PREFIX, with
-# Debian's settings from its /etc/openmpi, PMIx finding its plugins by their path, and the
-# components whose libraries the machine lacks passed over quietly
+# Debian's settings from its /etc/openmpi, PMIx finding its plugins by their path, the
+# components whose libraries the machine lacks passed over quietly, and shared memory copied
+# through its buffers rather than read across processes (the GPU machine's sandbox may not
+# offer process_vm_readv)
 DEB_MPI_FLAGS := MPI_CFLAGS='-DGPTOSS_MPI -I$(DEB_LIB)/openmpi/include' MPI_LIBS='-L$(DEB_LIB)/openmpi/lib -lmpi'
 DEB_MPI_ENV = PATH='$(DEBROOT)/usr/bin:$(PATH)' OPAL_PREFIX='$(DEBROOT)/usr' OPAL_SYSCONFDIR='$(DEBROOT)/etc/openmpi' \
-	  PMIX_MCA_mca_base_component_path='$(DEB_LIB)/pmix2/lib/pmix' OMPI_MCA_mca_base_component_show_load_errors=0
+	  PMIX_MCA_mca_base_component_path='$(DEB_LIB)/pmix2/lib/pmix' OMPI_MCA_mca_base_component_show_load_errors=0 \
+	  OMPI_MCA_btl_vader_single_copy_mechanism=none
 # (test, then demo: as goals of one parallel make, both would link core.so
 # at once and one could load it half written)
 GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) RUN_DEB_MPI=1 LUA=$(DEBROOT)/usr/bin/lua5.4 \
