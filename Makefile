@@ -27,6 +27,15 @@ JANSSON_LIBDIR ?=
 # libpcre2 (o200k tokenization's regular expression): the same
 PCRE2_INCDIR ?=
 PCRE2_LIBDIR ?=
+# Open MPI (docs/getp.md#ranks-under-mpi): src/lua/mpi.c is built against it when mpicc
+# answers; MPI_CFLAGS= MPI_LIBS= builds the binding without it (its functions then say so)
+MPICC ?= mpicc
+ifeq ($(origin MPI_CFLAGS),undefined)
+  ifneq ($(shell $(MPICC) --showme:version 2>/dev/null),)
+    MPI_CFLAGS := -DGPTOSS_MPI $(shell $(MPICC) --showme:compile)
+    MPI_LIBS := $(shell $(MPICC) --showme:link)
+  endif
+endif
 
 # An NVIDIA GPU is there when the driver made its device node, or nvidia-smi lists
 # one (a container may name the nodes differently). Without one the NVIDIA
@@ -54,7 +63,7 @@ TOKENIZER := $(BUILD)/tokenizer.bin
 # Course numerics: no fused multiply-add, so every product rounds as run.cpp's.
 GPTOSS_CFLAGS := -std=c11 -fPIC -g -Wall -Wextra -ffp-contract=off -fno-math-errno \
                  -D_POSIX_C_SOURCE=200809L -I$(LUA_INCDIR) $(addprefix -I,$(EXTRA_INC) $(JANSSON_INCDIR) $(PCRE2_INCDIR))
-LIBS := $(addprefix -L,$(JANSSON_LIBDIR) $(PCRE2_LIBDIR)) -ljansson -lpcre2-8 -lm -lpthread
+LIBS := $(addprefix -L,$(JANSSON_LIBDIR) $(PCRE2_LIBDIR)) -ljansson -lpcre2-8 -lm -lpthread $(MPI_LIBS)
 # a HIP prefix outside /usr/include must be -isystem, never -I (toolchain.md)
 HIP_INC := $(if $(filter /usr/include /usr/include/,$(HIP_INCDIR)),,-isystem $(HIP_INCDIR))
 
@@ -78,7 +87,7 @@ NVCC_FLAGS := -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) $(NV_GEN
 AMD_COMMON := -x hip -std=c++17 -O3 -fPIC -ffp-contract=off $(HIP_INC)
 AMD_FLAGS  := $(AMD_COMMON) $(addprefix --offload-arch=,$(GPU_ARCH))
 
-.PHONY: all setup test demo tokenizer platforms deps gpu-machine-test gpu-machine-run clean install fuzz \
+.PHONY: FORCE all setup test demo tokenizer platforms deps gpu-machine-prefix gpu-machine-test gpu-machine-run clean install fuzz \
         test-sanitized sanitized-suite
 all: $(LIB)
 
@@ -113,8 +122,17 @@ endif
 
 -include $(OBJS:.o=.d)
 
+# mpi.c alone sees mpi.h; it is rebuilt when the MPI flags change (MPI installed or removed)
+MPI_STAMP := $(OBJ)/mpi.flags
+$(OBJ)/src/lua/mpi.o: GPTOSS_CFLAGS += $(MPI_CFLAGS)
+$(OBJ)/src/lua/mpi.o: $(MPI_STAMP)
+$(MPI_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(MPI_CFLAGS) $(MPI_LIBS)' | cmp -s - $@ || echo '$(MPI_CFLAGS) $(MPI_LIBS)' > $@
+FORCE:
+
 # Lua paths for running from the source tree
-RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
+RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') $(if $(RUN_DEB_MPI),$(DEB_MPI_ENV)) LUA_PATH='lua/?.lua;lua/?/init.lua;tests/?.lua;$(LUA_PATH_EXTRA);;' \
           LUA_CPATH='$(BUILD)/?.so;$(LUA_CPATH_EXTRA);;' GPTOSS_TOKENIZER='$(TOKENIZER)'
 
 # What demo and test need, installed from Debian when missing (a fresh
@@ -126,9 +144,11 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') LUA_PATH='lua/?.
 # lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client.
 # libedit-dev gives gptoss chat line editing and history (src/lua/line_edit.c, optional to
 # build and to run: without it lines are read plainly, so the GPU machine's DEPS_DEBS leave it
-# out); tmux runs the chat's terminal spec, pending without it.
+# out); tmux runs the chat's terminal spec, pending without it. Open MPI runs getp across
+# ranks (tests/mpi_spec.lua, pending without it; installed before the first build, so that
+# core.so is built with it).
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox lua-http lua-cqueues lua-cjson curl libedit-dev tmux
+                  gnuplot-nox lua-http lua-cqueues lua-cjson curl libedit-dev tmux libopenmpi-dev openmpi-bin
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
@@ -257,13 +277,17 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) | $(TOKENIZER)
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
-# Debian packages the GPU machine lacks (no network there): carry .deps/
+# Debian packages the GPU machine lacks (no network there): carry .deps/. Open MPI's are its
+# runtime and headers (without the InfiniBand, UCX and libfabric transports, which one host
+# does without: their components are passed over)
 DEPS_DEBS := lua5.4 liblua5.4-0 liblua5.4-dev libamdhip64-dev libreadline8 libtinfo6 \
              lua-busted lua-cliargs lua-dkjson lua-filesystem lua-luassert lua-mediator \
              lua-penlight lua-say lua-system lua-term lua-argparse libjansson4 libjansson-dev \
              libpcre2-8-0 libpcre2-dev \
              lua-http lua-cqueues lua-cjson lua-basexx lua-binaryheap lua-bit32 lua-compat53 lua-fifo \
-             lua-lpeg lua-lpeg-patterns lua-luaossl libssl3
+             lua-lpeg lua-lpeg-patterns lua-luaossl libssl3 \
+             libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libmunge2 libhwloc15 libudev1 \
+             libevent-core-2.1-7 libevent-pthreads-2.1-7
 deps:
 	@mkdir -p .deps
 	cd .deps && apt-get download $(DEPS_DEBS)
@@ -273,32 +297,41 @@ deps:
 # the whole suite with that prefix's Lua, busted and headers.
 DEBROOT ?= /tmp/gptoss-debroot
 DEB_LIB := $(DEBROOT)/usr/lib/x86_64-linux-gnu
+# Open MPI from the prefix: built against its headers; run with its mpirun (linked as an
+# installed system's update-alternatives would), relocated there by OPAL_PREFIX, with
+# Debian's settings from its /etc/openmpi, PMIx finding its plugins by their path, the
+# components whose libraries the machine lacks passed over quietly, and shared memory copied
+# through its buffers rather than read across processes (the GPU machine's sandbox may not
+# offer process_vm_readv)
+DEB_MPI_FLAGS := MPI_CFLAGS='-DGPTOSS_MPI -I$(DEB_LIB)/openmpi/include' MPI_LIBS='-L$(DEB_LIB)/openmpi/lib -lmpi'
+DEB_MPI_ENV = PATH='$(DEBROOT)/usr/bin:$(PATH)' OPAL_PREFIX='$(DEBROOT)/usr' OPAL_SYSCONFDIR='$(DEBROOT)/etc/openmpi' \
+	  PMIX_MCA_mca_base_component_path='$(DEB_LIB)/pmix2/lib/pmix' OMPI_MCA_mca_base_component_show_load_errors=0 \
+	  OMPI_MCA_btl_vader_single_copy_mechanism=none
 # (test, then demo: as goals of one parallel make, both would link core.so
 # at once and one could load it half written)
-GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) LUA=$(DEBROOT)/usr/bin/lua5.4 \
+GPU_MACHINE_MAKE = $(MAKE) HIP_PLATFORM=nvidia RUN_LD_PATH=$(DEB_LIB) RUN_DEB_MPI=1 LUA=$(DEBROOT)/usr/bin/lua5.4 \
 	  LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
 	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu BUSTED=$(DEBROOT)/usr/bin/busted \
 	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
-	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) \
+	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) $(DEB_MPI_FLAGS) \
 	  LUA_PATH_EXTRA='$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua' \
 	  LUA_CPATH_EXTRA='$(DEB_LIB)/lua/5.4/?.so' TESTS='$(TESTS)'
-gpu-machine-test:
+gpu-machine-prefix:
 	mkdir -p $(DEBROOT)
 	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
+	ln -sf mpirun.openmpi $(DEBROOT)/usr/bin/mpirun
+gpu-machine-test: gpu-machine-prefix
 	$(GPU_MACHINE_MAKE) test
 	$(GPU_MACHINE_MAKE) demo
 
-# A Lua script on the GPU machine with the private prefix's Lua and modules:
+# A Lua script, or a command (./gptoss, mpirun, examples/bench_getp_mpi.sh), on the GPU
+# machine with the private prefix's Lua, modules and Open MPI:
 #   make gpu-machine-run SCRIPT="examples/bench_gpu.lua --ctx 256"
-gpu-machine-run:
-	mkdir -p $(DEBROOT)
-	for deb in .deps/*.deb; do dpkg -x $$deb $(DEBROOT); done
-	$(MAKE) HIP_PLATFORM=nvidia LUA_INCDIR=$(DEBROOT)/usr/include/lua5.4 HIP_INCDIR=$(DEBROOT)/usr/include \
-	  EXTRA_INC=$(DEBROOT)/usr/include/x86_64-linux-gnu \
-	  JANSSON_INCDIR=$(DEBROOT)/usr/include JANSSON_LIBDIR=$(DEB_LIB) \
-	  PCRE2_INCDIR=$(DEBROOT)/usr/include PCRE2_LIBDIR=$(DEB_LIB) all
+#   make gpu-machine-run COMMAND="examples/bench_getp_mpi.sh 20b"
+gpu-machine-run: gpu-machine-prefix
+	$(GPU_MACHINE_MAKE) all
 	LD_LIBRARY_PATH='$(DEB_LIB)' LUA_PATH='lua/?.lua;lua/?/init.lua;$(DEBROOT)/usr/share/lua/5.4/?.lua;$(DEBROOT)/usr/share/lua/5.4/?/init.lua;;' \
-	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEBROOT)/usr/bin/lua5.4 $(SCRIPT)
+	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEB_MPI_ENV) $(or $(COMMAND),$(DEBROOT)/usr/bin/lua5.4 $(SCRIPT))
 
 # luarocks (build.type = "make") installs through these. tokenizer.bin, README.md
 # (bench_tokenizer's default text) and the examples (the gptoss program's commands) go

@@ -9,9 +9,12 @@
 -- replica it prints the Lua work and the wait for the GPU per step (getp's host and waited);
 -- --replicas-per-device puts several replicas on each device, so one GPU exercises the host
 -- loop of several (docs/getp.md#one-host-thread-several-gpus). --plot draws the throughput and
--- each replica's host and waited time a step (gptoss.plot).
+-- each replica's host and waited time a step (gptoss.plot). --write-requests FILE writes the
+-- requests as a course request file and runs nothing, for `gptoss run -m getp` on the same
+-- ones (examples/bench_getp_mpi.sh).
 --   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--devices 1,2]
 --                     [--replicas-per-device 1] [--chat [--no-share-prefix]] [--plot FILE.png]
+--                     [--write-requests FILE]
 -- MODEL (default 20b, weights of seed 1) and --devices as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
@@ -21,6 +24,7 @@ local getp = require "gptoss.getp"
 local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local plot = require "gptoss.plot"
+local requests = require "gptoss.requests"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
 
@@ -41,6 +45,7 @@ parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path
 parser:flag("--chat", "The requests as harmony user turns after the default system message.")
 parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefix = false).")
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
+parser:option("--write-requests", "Write the requests to this file (the course's request file) and run nothing.")
 local a = script.parse(parser)
 
 script.run(function()
@@ -58,6 +63,9 @@ script.run(function()
   for i = 1, a.requests do
     local ask, subject = ASKS[(i - 1) % #ASKS + 1], SUBJECTS[(i - 1) // #ASKS % #SUBJECTS + 1]
     prompts[i] = ask:format(subject)
+  end
+  if a.write_requests then return requests.write_requests(a.write_requests, prompts) end
+  for i = 1, a.requests do
     prompt_tokens = prompt_tokens + #getp.prompt_ids(tok, prompts[i], a.chat, model.config.initial_context_length)
   end
 

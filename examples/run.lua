@@ -29,6 +29,10 @@
 -- (docs/api.md#default-mode, seeded with -s, as getp's request 1). getp draws with
 -- gptoss.getp's seeded per-request sampler (seed -s + request - 1), since the course's
 -- single stream depends on the order in which requests are sampled, which batching changes.
+-- Under mpirun or srun getp runs on every rank of the job (gptoss.getp_ranks,
+-- docs/getp.md#ranks-under-mpi): rank 0 reads the request file, writes the output file and
+-- prints the lines above, timed across all ranks, and a rank's failure ends the whole job
+-- with one message naming the rank.
 -- Exit status: 0 done, 1 anything wrong (usage, files, model, run), with one message on
 -- stderr (a usage error adds where the usage is). The files named (-o, -z, -i) are all
 -- checked before the header is printed, so that a mistyped one costs no inference.
@@ -56,15 +60,33 @@ local getp = need "gptoss.getp"
 local requests = need "gptoss.requests"
 local progress = need "gptoss.progress"
 local stops = need "gptoss.stops"
+local mpi = need "gptoss.mpi"
+local getp_ranks = need "gptoss.getp_ranks"
 
 -- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
 local STOP = { [199999] = true, [200002] = true }
 -- --json's fields, in the order they are written
 local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
   "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "prefill_saved", "elapsed", "tok_per_s", "warm_up",
-  "finish" }
+  "finish", "ranks" }
 
-local function usage_error(msg) cli.usage_exit(NAME, msg, 1) end
+-- the rank mpirun or srun gave this process, nil when none did
+local launched = mpi.launched()
+
+-- Under a launcher, an error every rank meets alike (its arguments, a build without MPI) is
+-- said by rank 0 alone. The others must not end first: mpirun would end rank 0 with them,
+-- perhaps before it has said it. With MPI they meet rank 0 (and their exits then wait for
+-- each other's); without it they end with status 0, leaving the job's status to rank 0.
+local function leave_it_to_rank_0()
+  if not launched then return end
+  if mpi.available then pcall(mpi.barrier) end
+  if launched ~= 0 then os.exit(mpi.available and 1 or 0) end
+end
+
+local function usage_error(msg)
+  leave_it_to_rank_0()
+  cli.usage_exit(NAME, msg, 1)
+end
 
 local a, why = cli.parse(arg, NAME, os.time())
 if not a then usage_error(why) end
@@ -81,12 +103,26 @@ if a.mode == "generate" and a.input == nil then
 end
 local json = a.json and need "dkjson"
 
+-- getp under mpirun or srun runs on every rank of the job (docs/getp.md#ranks-under-mpi)
+local job
+if a.mode == "getp" and launched then
+  local started, ranks = pcall(getp_ranks.new, mpi)
+  if not started then
+    leave_it_to_rank_0()
+    fail(cli.message(ranks))
+  end
+  job = ranks
+else
+  job = getp_ranks.one_process()
+end
+
 local function note(msg)
-  if not a.quiet then io.stderr:write(NAME, ": ", msg, "\n") end
+  if not a.quiet and job.prints then io.stderr:write(NAME, ": ", msg, "\n") end
 end
 
 local function stderr_write(s) io.stderr:write(s) end
-local show_progress = not a.quiet and gptoss.isatty(2)
+-- (a rank's stderr is no terminal of its own: mpirun passes it on)
+local show_progress = not a.quiet and gptoss.isatty(2) and not launched
 local bars = {} -- the progress lines drawn, to end one left open when the run fails
 
 local function new_bar(format)
@@ -134,50 +170,70 @@ local function start_profiling(replicas)
   end
 end
 
-local function run_getp(model, tok, steps, prompts, devices, weights, kv, figures)
-  -- docs/course.md#request-buffers: its two request buffers, as it prints their size
-  io.write(("requests size = %d B\n"):format(#prompts * tok.max_token_length * (steps + 1) * 2))
-  io.write(("Num requests: %d\n"):format(#prompts))
-  io.flush()
+-- getp on the job's processes (gptoss.getp_ranks: this one, or the ranks of an MPI job):
+-- each builds and runs its share, the printer (rank 0) prints the course's lines, the
+-- elapsed times being from a barrier to the agreement after on every rank.
+local function run_getp(job, model, tok, steps, prompts, devices, weights, kv, figures)
+  if job.prints then
+    -- docs/course.md#request-buffers: its two request buffers, as it prints their size
+    io.write(("requests size = %d B\n"):format(#prompts * tok.max_token_length * (steps + 1) * 2))
+    io.write(("Num requests: %d\n"):format(#prompts))
+    io.flush()
+  end
+  local share = job:share(prompts, { model = model, tokenizer = tok, steps = steps, chat = a.chat, seed = a.seed },
+    devices, a.partition)
+  a.seed = share.seed -- rank 0's: a seed taken from the clock differs from rank to rank
 
   local bar = show_progress and new_bar(progress.format) or nil
-  local t0 = gptoss.realtime_ms()
-  local g = getp.new {
-    model = model, tokenizer = tok, devices = devices, steps = steps, sampling = (cli.sampling(a)),
-    replica = { weights = weights, kv = kv, slots = a.slots, threads = a.threads,
-      on_progress = weights_progress(devices[1]) },
-    partition = a.partition, scheduler = a.scheduler, requests = prompts, chat = a.chat,
-    share_prefix = not a.no_share_prefix,
-    on_progress = bar and function(p) bar:update(p) end,
-  }
-  local warm = gptoss.realtime_ms() - t0
-  io.write(("\nwarm up elapsed time(s): %f\n"):format(seconds(warm)))
-  io.flush()
-  note(g:describe())
+  local warm, g = job:timed(function()
+    return getp.new {
+      model = model, tokenizer = tok, devices = devices, steps = steps, sampling = (cli.sampling(a)),
+      replica = { weights = weights, kv = kv, slots = a.slots, threads = a.threads,
+        on_progress = weights_progress(devices[1]) },
+      partition = share.partition, scheduler = a.scheduler, requests = share.prompts,
+      request_numbers = share.numbers, chat = a.chat, share_prefix = not a.no_share_prefix,
+      on_progress = bar and function(p) bar:update(p) end,
+    }
+  end)
+  if job.prints then
+    io.write(("\nwarm up elapsed time(s): %f\n"):format(seconds(warm)))
+    io.flush()
+  end
+  for k, line in ipairs(job:gather(g:describe()) or {}) do note(job:named(k, line)) end
   local slots = {}
   for k, r in ipairs(g.replicas) do slots[k] = r.slots end
+  local all_slots = job:gather(table.concat(slots, ","))
   figures.weights, figures.kv = g.replicas[1].weights, g.replicas[1].kv
   if a.profile then start_profiling(g.replicas) end
 
-  local t1 = gptoss.realtime_ms()
-  local result = g:run()
-  local ms = gptoss.realtime_ms() - t1
-  local tps = cli.tps(result.tokens, ms)
-  io.write(("\nelapsed time(s): %f, achieved throughput TPS (tok/s): %f\n"):format(seconds(ms), tps))
-  io.flush()
-  requests.write(a.output, result.outputs)
+  local ms, own = job:timed(function() return g:run() end)
+  local result = job:collect(own)
   local report = a.profile and profile_report(g.replicas, seconds(ms))
+  local reports = report and job:gather(report)
+  if job.prints then
+    local tps = cli.tps(result.tokens, ms)
+    io.write(("\nelapsed time(s): %f, achieved throughput TPS (tok/s): %f\n"):format(seconds(ms), tps))
+    io.flush()
+    figures.requests, figures.tokens, figures.steps = #prompts, result.tokens, result.steps
+    figures.prefill_saved, figures.elapsed, figures.tok_per_s = result.prefill_saved, seconds(ms), tps
+  end
 
-  local t2 = gptoss.realtime_ms()
-  g:close()
-  local finish = gptoss.realtime_ms() - t2
+  -- rank 0 writes it within an agreement: the others, waiting for it in the next barrier,
+  -- hear of a write that fails
+  job:agree(function() if job.prints then requests.write(a.output, result.outputs) end end)
+
+  local finish = job:timed(function() g:close() end)
+  if not job.prints then return end
   io.write(("\nfinish elapsed time(s): %f\n"):format(seconds(finish)))
-  if report then io.write(report) end
+  for k, text in ipairs(reports or {}) do io.write(job:named(k, text)) end
   io.flush()
-  figures.requests, figures.slots, figures.tokens, figures.steps = #prompts, slots, result.tokens, result.steps
-  figures.prefill_saved = result.prefill_saved
-  figures.elapsed, figures.tok_per_s, figures.warm_up, figures.finish = seconds(ms), tps, seconds(warm), seconds(finish)
-  figures.scheduler, figures.partition = a.scheduler, a.partition
+  figures.slots = {}
+  for _, list in ipairs(all_slots) do
+    for n in list:gmatch("%d+") do figures.slots[#figures.slots + 1] = tonumber(n) end
+  end
+  figures.devices, figures.ranks = job.devices_all, job.size
+  figures.warm_up, figures.finish = seconds(warm), seconds(finish)
+  figures.scheduler, figures.partition = a.scheduler, g.partition_name
 end
 
 -- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step,
@@ -240,31 +296,46 @@ local function run_generate(model, tok, steps, prompt, device, weights, kv, figu
   figures.elapsed, figures.tok_per_s = start and seconds(stop - start) or 0, tps or 0
 end
 
-local function main()
-  local devices = a.devices or gptoss.default_devices()
-  if a.threads and devices[1] ~= "cpu" then
-    usage_error("--threads is for CPU replicas (--devices cpu)")
-  end
-  if a.mode == "getp" then cli.check_writable("-o", a.output) end
+-- The model, the steps, the tokenizer and the inputs, opened and read before the header:
+-- the course prints it first, but an error after it reads as a run that started. getp's
+-- request file is the printer's to read (rank 0's), and its output file to write.
+local function open_inputs()
+  if a.mode == "getp" and job.prints then cli.check_writable("-o", a.output) end
   local model = naming.open(a.model, a.seed_weights)
   local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   local path, why = cli.tokenizer_path(a.tokenizer, exists)
   if not path then error(why, 0) end
   if why then note(why) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
-  -- the inputs, read before the header: the course prints it first, but an error after it
-  -- reads as a run that started
   local prompts, prompt
-  if a.mode == "getp" then
+  if a.mode == "generate" then
+    prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
+    if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
+  elseif job.prints then
     local warnings
     prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
     for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
-  else
-    prompt = tok:encode(a.input, { max_tokens = model.config.initial_context_length })
-    if #prompt == 0 then error("the prompt encodes to no tokens (the course's generate exits there)", 0) end
   end
-  io.write(cli.header(model.config))
-  io.flush()
+  return model, steps, tok, prompts, prompt
+end
+
+local function devices_of()
+  local devices = job:devices(a.devices)
+  if a.threads and devices[1] ~= "cpu" then
+    local msg = "--threads is for CPU replicas (--devices cpu)"
+    if not job.rank then usage_error(msg) end
+    error(msg, 0) -- a rank's devices are its own: every rank hears of it (job:agree)
+  end
+  return devices
+end
+
+local function main()
+  local devices = job:agree(devices_of)
+  local model, steps, tok, prompts, prompt = job:agree(open_inputs)
+  if job.prints then
+    io.write(cli.header(model.config))
+    io.flush()
+  end
 
   -- without --weights / --kv each replica picks (the CPU fp32; GPUs mxfp4 where the experts
   -- are exactly MXFP4, else bf16; the KV cache fp32 with fp32 weights, else bf16)
@@ -275,15 +346,20 @@ local function main()
     devices = devices, weights = weights, kv = kv, steps_limit = steps,
   }
   if a.mode == "getp" then
-    run_getp(model, tok, steps, prompts, devices, weights, kv, figures)
+    run_getp(job, model, tok, steps, prompts, devices, weights, kv, figures)
   else
     run_generate(model, tok, steps, prompt, devices[1], weights, kv, figures)
   end
-  if json then print(json.encode(figures, { keyorder = JSON_ORDER })) end
+  if json and job.prints then print(json.encode(figures, { keyorder = JSON_ORDER })) end
 end
 
 local ok, err = pcall(main)
 if not ok then
   for _, bar in ipairs(bars) do bar:close() end
-  fail(cli.message(err))
+  if job.rank and not getp_ranks.is_failure(err) then
+    -- this rank's alone: the others may be waiting for it in a collective
+    mpi.abort(("%s: %s: %s"):format(NAME, job:label(job.rank), cli.message(err)))
+  end
+  if job.prints then fail(cli.message(err)) end
+  os.exit(1)
 end

@@ -332,6 +332,26 @@ describe("getp", function()
     assert.are.equal("integer", math.type(h.sampling.seed))
   end)
 
+  it("samples a share of a run as the whole run would, given the requests' numbers in it", function()
+    local sampling = { temperature = 0.9, top_p = 0.95, seed = 42 }
+    local whole = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, sampling = sampling,
+      requests = PROMPTS }.outputs
+    local numbers = { 5, 2, 3 }
+    local share = {}
+    for j, i in ipairs(numbers) do share[j] = PROMPTS[i] end
+    local outputs = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, sampling = sampling,
+      requests = share, request_numbers = numbers }.outputs
+    assert.are.same({ whole[5], whole[2], whole[3] }, outputs)
+    -- without them the share is a run of its own: request j samples with seed + j - 1
+    local alone = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, sampling = sampling,
+      requests = share }.outputs
+    assert.are_not.same(outputs, alone)
+    -- the requests a partition sees, as g:run makes them
+    local seen = getp.requests_of({ model = model, tokenizer = tok, steps = STEPS }, share)
+    assert.are.same({ 1, share[1], tok:encode(share[1]), STEPS - #tok:encode(share[1]) },
+      { seen[1].index, seen[1].text, seen[1].tokens, seen[1].limit })
+  end)
+
   it("cuts prompts at initial_context_length tokens and at a NUL byte, as the course's encode", function()
     -- the smallest context YaRN accepts with the 7m's other values is above 2 pi * 32
     local short = gptoss.synthetic({ initial_context_length = 210 }, { seed = 1 })
@@ -520,7 +540,7 @@ describe("getp errors", function()
   it("rejects bad options, listing the known ones", function()
     expect_error(function() getp.new("cpu") end, "getp: options must be a table (got string)")
     expect_error(new { slots = 4 }, "getp: unknown option 'slots' (known: model, tokenizer, devices, replicas, "
-      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat, share_prefix)")
+      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat, share_prefix, request_numbers)")
     expect_error(function() getp.new { model = model } end, "getp: tokenizer is required")
     expect_error(new { tokenizer = "build/tokenizer.bin" }, "getp: tokenizer must be a tokenizer from gptoss.tokenizer (got string)")
     expect_error(new { model = tok }, "getp: model must be a model from gptoss.load or gptoss.synthetic (got gptoss.tokenizer)")
@@ -663,6 +683,15 @@ describe("getp errors", function()
       "getp: request 2 encodes to no tokens (an empty prompt: the course's getp exits there)")
     expect_error(function() g:run { "\0Hello" } end, "getp: request 1 encodes to no tokens")
     expect_error(new { requests = { 1 } }, "getp: request 1 must be a string (got number)")
+    expect_error(new { request_numbers = "1" }, "getp: request_numbers must be a list of positive integers (got string)")
+    expect_error(new { request_numbers = { 1, 0 } }, "getp: request_numbers[2] must be a positive integer (got 0)")
+    expect_error(new { request_numbers = { 1.5 } }, "getp: request_numbers[1] must be a positive integer (got 1.5)")
+    local numbered <close> = getp.new { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS,
+      request_numbers = { 7, 9 } }
+    expect_error(function() numbered:run { "Hello" } end, "getp: request_numbers has 2 entries, one a prompt, but the run has 1 prompt")
+    expect_error(function() numbered:run { "Hello", "" } end, "getp: request 9 encodes to no tokens")
+    expect_error(function() getp.requests_of({ model = model, tokenizer = tok, steps = STEPS }, { "" }, { 4 }) end,
+      "getp: request 4 encodes to no tokens")
     expect_error(function() getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS } end,
       "getp: requests must be a list of prompt strings (got nil)")
   end)

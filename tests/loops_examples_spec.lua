@@ -74,4 +74,22 @@ describe("examples/bench_getp.lua", function()
     H.expect_exits(run, 1, { { { "--replicas-per-device", "0" },
       "bench_getp.lua: --replicas-per-device: '0' is not an integer >= 1" } })
   end)
+
+  it("writes its requests as a course request file with --write-requests, running nothing", function()
+    H.need_tokenizer(pending)
+    local run = H.runner("examples/bench_getp.lua", pending)
+    local path = H.tmp()
+    local code, out, err = run { "7m", "--requests", "6", "--write-requests", path }
+    assert.are.equal(0, code, err)
+    assert.are.equal("", out)
+    local prompts = require("gptoss.requests").read(path)
+    assert.are.equal(6, #prompts)
+    local seen = {}
+    for i, prompt in ipairs(prompts) do -- questions, none twice
+      assert.truthy(prompt:find("^%u[%a ,]+[.?]$"), prompt)
+      assert.is_nil(seen[prompt], prompt)
+      seen[prompt] = i
+    end
+    H.cleanup()
+  end)
 end)

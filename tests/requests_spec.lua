@@ -233,6 +233,45 @@ describe("requests.write", function()
     requests.write(p, { { 9 } })
     assert.are.equal("9\n", read_file(p))
   end)
+
+  it("replaces a regular file by renaming a finished one over it, never writing it in place", function()
+    local dir = H.tmpdir()
+    local p, link = dir .. "/out.txt", dir .. "/old.txt"
+    write_file(p, "old output\n")
+    assert(os.execute(("ln %s %s"):format(H.shell_quote(p), H.shell_quote(link))))
+    requests.write(p, { { 4, 5 } })
+    assert.are.equal("4 5\n", read_file(p))
+    assert.are.equal("old output\n", read_file(link)) -- the old file, untouched: the new one took its name
+    assert.are.same({ "old.txt", "out.txt" }, H.list_dir(dir)) -- no out.txt.tmp left
+  end)
+end)
+
+describe("requests.write_requests", function()
+  after_each(cleanup)
+
+  it("writes a request file that requests.read reads back", function()
+    local p = tmp()
+    local prompts = { "Hello", "", "ฉันรักทะเล 🌊 naïve\r", "a\0b" }
+    requests.write_requests(p, prompts)
+    assert.are.equal("4\nHello\n\nฉันรักทะเล 🌊 naïve\r\na\0b\n", read_file(p))
+    assert.are.same(prompts, (requests.read(p)))
+    requests.write_requests(p, {})
+    assert.are.equal("0\n", read_file(p))
+    assert.are.same({}, (requests.read(p)))
+  end)
+
+  it("refuses what is no list of one-line prompts, leaving the file untouched", function()
+    local p = tmp()
+    write_file(p, "keep me")
+    expect_error(function() requests.write_requests(p, "Hello") end,
+      "requests.write_requests: prompts must be a list of strings (got string)")
+    expect_error(function() requests.write_requests(p, { "a", 5 }) end,
+      "requests.write_requests: prompts[2] must be a string (got number)")
+    expect_error(function() requests.write_requests(p, { "a\nb" }) end,
+      "requests.write_requests: prompts[1] holds a newline, which would end its line")
+    expect_error(function() requests.write_requests(nil, {}) end, "requests.write_requests: path must be a string (got nil)")
+    assert.are.equal("keep me", read_file(p))
+  end)
 end)
 
 describe("requests.read_output", function()

@@ -146,7 +146,8 @@ function cli.parser(name)
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
     :argname("<int>"):convert(cli.integer("--slots", 1))
   p:option("--scheduler", "getp scheduler.", "continuous"):choices(scheduler.names)
-  p:option("--partition", "How getp spreads the requests over the replicas.", "round_robin")
+  p:option("--partition", "How getp spreads the requests over the replicas (default: round_robin; "
+    .. "under mpirun or srun balanced, by the work each request may take: docs/getp.md#ranks-under-mpi).")
     :choices(partition.names)
   p:flag("--chat", "getp: each request as a harmony user turn after the default system message, ending "
     .. "<|start|>assistant, as gpt-oss is meant to be prompted (default: the course's raw prompt).")

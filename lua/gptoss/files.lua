@@ -44,18 +44,30 @@ function files.read(fn, path)
   return data
 end
 
---- Replaces the file with data; a failed write or close is an error saying the
--- file may be incomplete.
+--- Replaces the file with data. A regular file (or a new one) is written to path .. ".tmp"
+-- and renamed over path, so that a write cut short (a full disk, a job killed) never leaves
+-- a file of that name that looks complete; anything else there (a pipe, a device) is written
+-- in place.
 function files.write(fn, path, data)
-  local f, msg = io.open(path, "wb")
+  local in_place = core.regular_file(path) == false
+  local target = in_place and path or path .. ".tmp"
+  local f, msg = io.open(target, "wb")
   if not f then
-    error(("%s: cannot open '%s' for writing: %s"):format(fn, path, os_message(msg, path)), 0)
+    error(("%s: cannot open '%s' for writing: %s"):format(fn, path, os_message(msg, target)), 0)
   end
   local ok, wmsg = f:write(data)
   local closed, cmsg = f:close()
   if not ok or not closed then
-    error(("%s: writing '%s' failed, the file may be incomplete: %s")
-      :format(fn, path, os_message(wmsg or cmsg, path)), 0)
+    if not in_place then os.remove(target) end
+    error(("%s: writing '%s' failed%s: %s"):format(fn, path, in_place and ", the file may be incomplete" or "",
+      os_message(wmsg or cmsg, target)), 0)
+  end
+  if not in_place then
+    local renamed, rmsg = os.rename(target, path)
+    if not renamed then
+      os.remove(target)
+      error(("%s: cannot rename '%s' to '%s': %s"):format(fn, target, path, os_message(rmsg, target)), 0)
+    end
   end
 end
 

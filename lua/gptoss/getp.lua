@@ -36,6 +36,10 @@
 --                system message) have their shared beginning prefilled once, into a slot of
 --                its own, and forked into each request's slot (below); false: every prompt
 --                is prefilled whole
+--   request_numbers  the numbers the prompts run have in a larger run, one a prompt (default
+--                1, 2, ...): request j samples with seed + request_numbers[j] - 1 and errors
+--                name that number, so that a share of a run (a rank's, gptoss.getp_ranks)
+--                draws what the whole run would
 -- g.replicas, g.model, g.tokenizer, g.steps (clamped), g.sampling (nil when greedy, else
 -- the parameters with the seed chosen), g.share_prefix, g:describe() (one line: replicas,
 -- slots, ctx, modes, steps, sampling, partition, scheduler, chat, prefix sharing when off).
@@ -106,6 +110,12 @@ getp.gpu_slots = getp_replicas.gpu_slots     -- the slots a GPU replica's free m
 getp.device_name = getp_replicas.device_name -- "cpu" or "gpu N", as messages name a device
 getp.clamp_steps = getp_options.clamp_steps  -- the course's -n once the model is known
 getp.prompt_ids = getp_run.prompt_ids        -- a request's prompt ids
+
+--- The requests a partition sees for prompts (docs/getp.md#partitions), as g:run makes
+-- them: run = {model =, tokenizer =, steps = (clamped), chat =}; numbers as request_numbers.
+function getp.requests_of(run, prompts, numbers)
+  return getp_run.requests_of(run, prompts, numbers, 2)
+end
 
 local Getp = {}
 Getp.__index = Getp

@@ -9,7 +9,7 @@ local util = require "gptoss.util"
 local options = {}
 
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
-  "partition", "scheduler", "on_progress", "requests", "chat", "share_prefix" }
+  "partition", "scheduler", "on_progress", "requests", "chat", "share_prefix", "request_numbers" }
 local STEPS = 1024 -- the course's -n default
 
 -- The sampler's options (gptoss.sample_options()) but mode, logit_bias and logprobs: getp
@@ -139,6 +139,18 @@ local function check_callbacks_and_flags(opts, level)
       error(("getp: %s must be a boolean (got %s)"):format(flag, type(opts[flag])), level + 1)
     end
   end
+  local numbers = opts.request_numbers
+  if numbers ~= nil then
+    if type(numbers) ~= "table" then
+      error(("getp: request_numbers must be a list of positive integers (got %s)"):format(type(numbers)), level + 1)
+    end
+    for i = 1, #numbers do
+      if math.type(numbers[i]) ~= "integer" or numbers[i] < 1 then
+        error(("getp: request_numbers[%d] must be a positive integer (got %s)"):format(i, tostring(numbers[i])),
+          level + 1)
+      end
+    end
+  end
 end
 
 -- The model: the one given, else the given replicas'; checked against the tokenizer.
@@ -192,7 +204,7 @@ function options.create(opts, level, class)
     model = model, tokenizer = opts.tokenizer, replicas = replicas, owned = owned, steps = steps,
     sampling = sampling, partition = part, partition_name = part_name, scheduler = sched,
     on_progress = opts.on_progress, requests = opts.requests, chat = opts.chat or false,
-    share_prefix = share_prefix, closed = false,
+    share_prefix = share_prefix, request_numbers = opts.request_numbers, closed = false,
   }, class)
 end
 

@@ -34,21 +34,24 @@ function getp_run.prompt_ids(tokenizer, text, chat, max_tokens)
   return tokenizer:encode(text, { max_tokens = max_tokens })
 end
 
--- The requests of the prompts, as a partition sees them: {index, text, tokens, limit}.
-local function requests_of(g, prompts, level)
-  local limit_tokens = g.model.config.initial_context_length
+--- The requests of the prompts, as a partition sees them: {index, text, tokens, limit}.
+-- run: {model =, tokenizer =, steps = (clamped), chat =}; numbers[i] (default i) is the
+-- number errors give prompt i. Errors are raised at level.
+function getp_run.requests_of(run, prompts, numbers, level)
+  local limit_tokens = run.model.config.initial_context_length
   local requests = {}
   for i, text in ipairs(prompts) do
-    local ids = getp_run.prompt_ids(g.tokenizer, text, g.chat, limit_tokens)
-    if g.chat and #ids > limit_tokens then
+    local ids = getp_run.prompt_ids(run.tokenizer, text, run.chat, limit_tokens)
+    local number = numbers and numbers[i] or i
+    if run.chat and #ids > limit_tokens then
       error(("getp: request %d renders to %d tokens, more than initial_context_length (%d)")
-        :format(i, #ids, limit_tokens), level + 1)
+        :format(number, #ids, limit_tokens), level + 1)
     end
     if #ids == 0 then
-      error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(i),
+      error(("getp: request %d encodes to no tokens (an empty prompt: the course's getp exits there)"):format(number),
         level + 1)
     end
-    requests[i] = { index = i, text = text, tokens = ids, limit = math.max(0, g.steps - #ids) }
+    requests[i] = { index = i, text = text, tokens = ids, limit = math.max(0, run.steps - #ids) }
   end
   return requests
 end
@@ -73,8 +76,9 @@ local function shared_prefix(r, queue)
   return { slot = r.slots, ids = table.move(first, 1, length, 1, {}), length = length }
 end
 
--- One g:run in progress: the requests, each replica's runner, the step each has running
--- (plans[k] and its handle handles[k]), per_replica's figures and the run's totals.
+-- One g:run in progress: the requests (and their numbers, g.request_numbers), each
+-- replica's runner, the step each has running (plans[k] and its handle handles[k]),
+-- per_replica's figures and the run's totals.
 local Run = {}
 Run.__index = Run
 
@@ -101,7 +105,7 @@ function Run:queue_of(k, assigned)
     if g.sampling then
       seq.sampling = {}
       for name, v in pairs(g.sampling) do seq.sampling[name] = v end
-      seq.sampling.seed = g.sampling.seed + i - 1
+      seq.sampling.seed = g.sampling.seed + (self.numbers and self.numbers[i] or i) - 1
     end
     self.outputs[i] = seq.output
     if req.limit > 0 then
@@ -191,12 +195,17 @@ function getp_run.run(g, prompts, level)
   if g.closed then error("getp: used after close", level) end
   if prompts == nil then prompts = g.requests end
   getp_options.check_prompts(prompts, level)
+  local numbers = g.request_numbers
+  if numbers and #numbers ~= #prompts then
+    error(("getp: request_numbers has %d entries, one a prompt, but the run has %d %s")
+      :format(#numbers, #prompts, #prompts == 1 and "prompt" or "prompts"), level)
+  end
   local started = gptoss.clock()
-  local requests = requests_of(g, prompts, level)
+  local requests = getp_run.requests_of(g, prompts, numbers, level)
   local assignment = g.partition(requests, g.replicas)
   partition.check(assignment, #requests, #g.replicas)
-  local run = setmetatable({ g = g, requests = requests, started = started, outputs = {}, runners = {},
-    per_replica = {}, plans = {}, handles = {}, done = 0, max_tokens = 0, tokens = 0, steps = 0, prefill_saved = 0 },
+  local run = setmetatable({ g = g, requests = requests, numbers = numbers, started = started, outputs = {},
+    runners = {}, per_replica = {}, plans = {}, handles = {}, done = 0, max_tokens = 0, tokens = 0, steps = 0, prefill_saved = 0 },
     Run)
   for k = 1, #g.replicas do run:start_replica(k, assignment[k] or {}) end
   run:step_all()

@@ -207,6 +207,26 @@ function requests.write(path, outputs)
   return #data
 end
 
+--- Writes a course request file of the prompts (a list of strings, none holding a "\n",
+-- which would end its line): what requests.read reads back, for runs of the same requests
+-- elsewhere (examples/bench_getp_mpi.sh). Checked before the file is opened.
+function requests.write_requests(path, prompts)
+  files.check_path("requests.write_requests", path)
+  if type(prompts) ~= "table" then
+    error(("requests.write_requests: prompts must be a list of strings (got %s)"):format(type(prompts)), 2)
+  end
+  for i = 1, #prompts do
+    if type(prompts[i]) ~= "string" then
+      error(("requests.write_requests: prompts[%d] must be a string (got %s)"):format(i, type(prompts[i])), 2)
+    end
+    if prompts[i]:find("\n", 1, true) then
+      error(("requests.write_requests: prompts[%d] holds a newline, which would end its line"):format(i), 2)
+    end
+  end
+  files.write("requests.write_requests", path, #prompts .. "\n" .. table.concat(prompts, "\n")
+    .. (#prompts > 0 and "\n" or ""))
+end
+
 --- Reads a course output file back: a list with one list of ids per line.
 -- Strict about the course's format, so that a file from another writer (trailing
 -- spaces of the T0 code, CRLF, a terminator written out) is reported, not guessed at.

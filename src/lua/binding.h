@@ -185,6 +185,8 @@ int gptoss_lua_weight_formats(lua_State *L);
 void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
+/* mpi.c: adds the mpi_* functions to the module table on top of the stack */
+void gptoss_open_mpi(lua_State *L);
 
 int gptoss_lua_load(lua_State *L);          /* model.c */
 int gptoss_lua_synthetic(lua_State *L);

@@ -38,6 +38,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {NULL, NULL},
     };
     luaL_newlib(L, fns);
+    gptoss_open_mpi(L);
     lua_pushstring(L, gptoss_hip_platform());
     lua_setfield(L, -2, "platform");
     lua_pushinteger(L, GPTOSS_MAX_DIMS); /* tensor.from reads no deeper */
