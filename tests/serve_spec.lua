@@ -232,13 +232,14 @@ describe("gptoss serve's limits", function()
 
   it("answers 429 with Retry-After when the queue is full, 401 without the key", function()
     local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "1024", "--api-key", "sesame" }
-    local long = q('{"model":"7m","prompt":"Hi","max_tokens":600,"stream":true}')
+    local long = q('{"model":"7m","prompt":"Hi","max_tokens":1000,"stream":true}') -- seconds on a busy machine
     local auth = "-H 'Authorization: Bearer sesame' "
     for _ = 1, 2 do os.execute(("timeout 60 curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
       :format(auth, long, s.port)) end
     -- one runs in the slot, one waits: the queue is full
     local deadline = gptoss.clock() + 20
     while metric(s, "gptoss_queue_length") ~= 1 and gptoss.clock() < deadline do os.execute("sleep 0.05") end
+    assert.are.equal(1, metric(s, "gptoss_queue_length"), "the second long stream never waited in the queue")
     local headers = curl(s, "/v1/completions", auth .. "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":1}'))
     assert.truthy(headers:find("^HTTP/1.1 429"))
     assert.truthy(headers:lower():find("retry%-after: 1"))
