@@ -97,9 +97,11 @@ io.write(table.concat(out, "|"))
 ]])
     local code, out, err = H.gptoss(pending, dir, { "child.lua" }, nil, "")
     assert.are.equal(0, code, err)
-    assert.are.equal("standard input and output are not both terminals|edit_line: the line editor is not open "
-      .. "(edit_open)|edit_history: the line editor is not open (edit_open)|bad argument #1 to 'edit_history' "
-      .. "(invalid option 'forget')", out)
+    local why = out:match("^[^|]*") -- a build without libedit's header says so instead
+    assert.truthy(why == "standard input and output are not both terminals"
+      or why == "gptoss was built without line editing (Debian: libedit-dev)", why)
+    assert.are.equal(why .. "|edit_line: the line editor is not open (edit_open)|edit_history: the line editor is "
+      .. "not open (edit_open)|bad argument #1 to 'edit_history' (invalid option 'forget')", out)
   end)
 end)
 

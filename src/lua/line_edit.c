@@ -15,6 +15,9 @@
 
 #include "binding.h"
 
+/* edit_history's operations, in either build */
+static const char *const history_ops[] = {"add", "load", "save", NULL};
+
 #if defined(__has_include) && __has_include(<histedit.h>)
 #include <histedit.h>
 
@@ -147,15 +150,14 @@ int gptoss_lua_edit_line(lua_State *L) {
 /* gptoss.core.edit_history(op, arg) -> true; nil and why. op "add": arg a line to recall;
  * "load", "save": arg the history file */
 int gptoss_lua_edit_history(lua_State *L) {
-    static const char *const ops[] = {"add", "load", "save", NULL};
     static const int codes[] = {H_ENTER, H_LOAD, H_SAVE};
-    int op = luaL_checkoption(L, 1, NULL, ops);
+    int op = luaL_checkoption(L, 1, NULL, history_ops);
     const char *arg = luaL_checkstring(L, 2);
     check_open(L, "edit_history");
     HistEvent event;
     if (libedit.history(lines, &event, codes[op], arg) < 0) {
         lua_pushnil(L);
-        lua_pushfstring(L, "edit_history: cannot %s '%s': %s", ops[op], arg, event.str);
+        lua_pushfstring(L, "edit_history: cannot %s '%s': %s", history_ops[op], arg, event.str);
         return 2;
     }
     lua_pushboolean(L, 1);
@@ -185,7 +187,11 @@ static int not_built(lua_State *L, const char *fn) {
     return luaL_error(L, "%s: the line editor is not open (edit_open)", fn);
 }
 int gptoss_lua_edit_line(lua_State *L) { return not_built(L, "edit_line"); }
-int gptoss_lua_edit_history(lua_State *L) { return not_built(L, "edit_history"); }
+int gptoss_lua_edit_history(lua_State *L) {
+    luaL_checkoption(L, 1, NULL, history_ops); /* the arguments checked as where it is built */
+    luaL_checkstring(L, 2);
+    return not_built(L, "edit_history");
+}
 int gptoss_lua_edit_close(lua_State *L) {
     (void)L;
     return 0;
