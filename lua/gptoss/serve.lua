@@ -122,7 +122,8 @@ function serve.new(opts)
   -- the default system message, which every chat request of default reasoning effort starts with
   local prefix = harmony.render_ids({ harmony.system {} }, tokenizer, { completion = false })
   self.engine = serve_engine.new { replicas = replicas, scheduler = sched, prefix = prefix,
-    max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end }
+    max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end,
+    on_step = function(k, host, waited, generated) self.metrics:step(k, host, waited, generated) end }
   return self
 end
 
@@ -170,6 +171,7 @@ function Server:run()
     local ok, err = self.cq:step(0.5)
     if not ok then error("serve: " .. tostring(err), 0) end
   end
+  for _, line in ipairs(self.metrics:step_summary()) do self.log(line) end
   self:close()
 end
 

@@ -10,9 +10,16 @@
 -- side accepts, parses and streams. Each new id goes to its sequence's on_id(seq, id,
 -- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
 -- must not yield.
+--
+-- Each step of a replica is timed from the moment the step before it was read (or, from
+-- idle, it was enqueued) to the moment it is read: host is the part until the loop first
+-- finds it still running after the request coroutines woken by the ids had their turn (the
+-- Lua work of a step: ids handed out, chunks encoded and written), waited the rest (the
+-- device's time not hidden under that work). on_step(k, host, waited, generated) gets them.
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local generate = require "gptoss.generate"
+local gptoss = require "gptoss"
 local getp_replicas = require "gptoss.getp_replicas"
 local harmony = require "gptoss.harmony"
 local runner = require "gptoss.runner"
@@ -36,11 +43,12 @@ local function prefill_prefix(r, ids)
 end
 
 --- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
--- function(message)}: runners over the replicas, nothing running yet.
+-- function(message), on_step = function(k, host, waited, generated) or nil}: runners over
+-- the replicas, nothing running yet.
 function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
     runners = {}, plans = {}, handles = {}, prefixes = {}, wake = condition.new(), stopping = false,
-    on_error = opts.on_error, next_index = 0 }, Engine)
+    on_error = opts.on_error, on_step = opts.on_step, next_index = 0, turn = 0, timing = {} }, Engine)
   for k, r in ipairs(self.replicas) do
     self.prefixes[k] = prefill_prefix(r, opts.prefix)
     self:restart_runner(k)
@@ -134,7 +142,7 @@ function Engine:enqueue(k, plan, from)
 end
 
 -- Replica k's running step, done: the next one built and enqueued first, then this one's
--- ids handed to their sequences.
+-- ids handed to their sequences. Returns how many ids it generated.
 function Engine:advance(k)
   local rn, plan, h = self.runners[k], self.plans[k], self.handles[k]
   self.plans[k], self.handles[k] = nil, nil
@@ -144,19 +152,20 @@ function Engine:advance(k)
   local logprobs = plan.logprobs and h:logprobs() or {}
   local live = {}
   for i, seq in ipairs(plan.seqs) do live[i] = not seq.finish end
-  local _, ended = rn:apply(plan, ids)
+  local generated, ended = rn:apply(plan, ids)
   for i, row in ipairs(plan.rows) do
     if live[i] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
   if not ahead and rn:busy() then self:enqueue(k, rn:build()) end
+  return generated
 end
 
 -- Every sequence of replica k ends with finish "error" and the message; its runner starts
 -- again (the replica's slots are taken afresh from position 0 or the prefix).
 function Engine:fail_replica(k, message)
   local rn = self.runners[k]
-  self.plans[k], self.handles[k] = nil, nil
+  self.plans[k], self.handles[k], self.timing[k] = nil, nil, nil
   local seqs = table.move(rn.state.running, 1, #rn.state.running, 1, {})
   table.move(rn.state.waiting, 1, #rn.state.waiting, #seqs + 1, seqs)
   self:restart_runner(k)
@@ -167,18 +176,41 @@ function Engine:fail_replica(k, message)
   if self.on_error then self.on_error(message) end
 end
 
--- One pass over the replicas: a step that is done is advanced, an idle replica with work
--- starts one. Returns whether any replica has work.
+-- Replica k's step, read now (clock `now`): its host and waited seconds to on_step, and the
+-- next one's timing started (none when the replica has gone idle).
+function Engine:time_step(k, now, generated)
+  local t = self.timing[k]
+  if t and self.on_step then
+    local waiting = t.waiting or now
+    self.on_step(k, waiting - t.since, now - waiting, generated)
+  end
+  self.timing[k] = self.handles[k] and { since = now, turn = self.turn } or nil
+end
+
+-- Replica k in one pass: a step that is done is advanced; an idle replica with work starts
+-- one. cqueues resumes the loop before the coroutines its step woke, so a step's host work
+-- is over only once the loop has come round twice.
+function Engine:poll_replica(k, rn)
+  local h = self.handles[k]
+  if h then
+    if h:ready() then
+      local now = gptoss.clock()
+      self:time_step(k, now, self:advance(k))
+    else
+      local t = self.timing[k]
+      if t and not t.waiting and self.turn > t.turn + 1 then t.waiting = gptoss.clock() end
+    end
+  elseif rn:busy() then
+    self:enqueue(k, rn:build())
+    self.timing[k] = { since = gptoss.clock(), turn = self.turn }
+  end
+end
+
+-- One pass over the replicas. Returns whether any replica has work.
 function Engine:poll()
   local busy = false
   for k, rn in ipairs(self.runners) do
-    local ok, err = pcall(function()
-      if self.handles[k] then
-        if self.handles[k]:ready() then self:advance(k) end
-      elseif rn:busy() then
-        self:enqueue(k, rn:build())
-      end
-    end)
+    local ok, err = pcall(self.poll_replica, self, k, rn)
     if not ok then self:fail_replica(k, util.bare(err)) end
     busy = busy or self.handles[k] ~= nil or rn:busy()
   end
@@ -190,6 +222,7 @@ end
 -- sequence has ended.
 function Engine:run()
   while true do
+    self.turn = self.turn + 1
     if self:poll() then
       cqueues.sleep(0)
     elseif self.stopping then
