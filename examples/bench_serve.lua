@@ -155,11 +155,11 @@ script.run(function()
   end)
   local ok, err = cq:loop()
   if not ok then error(err, 0) end
+  local elapsed = gptoss.clock() - started
+  if #failures > 0 then error(("%d of %d requests failed; the first: %s"):format(#failures, args.requests, failures[1]), 0) end
   local after
   cq:wrap(function() after = before and server_steps() end)
   assert(cq:loop())
-  if #failures > 0 then error(("%d of %d requests failed; the first: %s"):format(#failures, args.requests, failures[1]), 0) end
-  local elapsed = gptoss.clock() - started
   local ttft, tpot, itl, output = {}, {}, {}, 0
   for _, r in ipairs(results) do
     ttft[#ttft + 1], output = r.ttft, output + r.output

@@ -3,13 +3,15 @@
 -- ctx, device, rows, chunk; handles with ready, tokens, logprobs) and chooses each row's id
 -- at once, so what the server does per id is all that is measured.
 --
---   fake_replica.new{slots =, ctx =, text = ids, delay = seconds, choose = function}
+--   fake_replica.new{slots =, ctx =, text = ids, delay = seconds, launch = seconds, choose = function}
 --
 -- A row's id is choose(ids) when choose is given and returns one (ids: every id its slot
 -- holds, the row's own last: tests/serve_scripted.lua scripts a model's reply so), else
 -- the text's id at the row's position (cycling), which is never a stop id when the text
 -- has none. delay simulates a device: a step is ready that many seconds after the one
--- before it is, or after it was enqueued if later, as a GPU runs its queue in order.
+-- before it is, or after it was enqueued if later, as a GPU runs its queue in order; and
+-- launch the host's part of enqueueing it (a GPU's kernel launches): r:step spins that
+-- long first.
 -- Rows whose slot asked for logprobs get the id with logprob -1 and no alternatives.
 local gptoss = require "gptoss"
 
@@ -26,8 +28,8 @@ function fake_replica.new(opts)
   assert(opts.text and #opts.text > 0, "fake_replica.new: text must be a non-empty list of ids")
   local chunk = opts.chunk or 128
   return setmetatable({ slots = opts.slots, ctx = opts.ctx, device = "fake", rows = opts.rows or opts.slots + chunk,
-    chunk = chunk, text = opts.text, delay = opts.delay or 0, choose = opts.choose, held = {}, logprobs = {},
-    done_at = 0 }, Replica)
+    chunk = chunk, text = opts.text, delay = opts.delay or 0, launch = opts.launch or 0, choose = opts.choose,
+    held = {}, logprobs = {}, done_at = 0 }, Replica)
 end
 
 function Replica:sampling(slot, params)
@@ -37,8 +39,6 @@ end
 function Replica:fork(from, to, length)
   if self.choose then self.held[to] = table.move(self.held[from] or {}, 1, length, 1, {}) end
 end
-
-function Replica:close() end
 
 -- The id a row at position of slot chooses, its token fed (the slot's ids tracked only for
 -- choose, which is the costly part).
@@ -56,6 +56,8 @@ function Replica:row_id(slot, position, token)
 end
 
 function Replica:step(batch)
+  local launched = gptoss.clock() + self.launch
+  while gptoss.clock() < launched do end
   local ids, fed, tokens, positions = {}, batch.from and batch.from.ids, batch.tokens, batch.positions
   local asked = false
   for i, slot in ipairs(batch.slots) do

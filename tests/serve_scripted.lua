@@ -1,14 +1,16 @@
 -- A server over a fake replica (tests/fake_replica.lua), run as its own process:
---   lua5.4 tests/serve_scripted.lua [--slots 3] [--ctx 1024] [--delay SECONDS] [--unscripted]
+--   lua5.4 tests/serve_scripted.lua [--slots 3] [--ctx 1024] [--delay SECONDS] [--launch SECONDS]
+--                                   [--unscripted]
 -- It listens on a free port and logs it as gptoss serve does. The ids are plain text
 -- (never a stop id) except where the script applies: a random model never writes a harmony
 -- tool call, so where a slot's ids end with <|start|>assistant and a prefix of a script,
 -- the id chosen is the script's next (tests/serve_spec.lua's tool call round trip). The
 -- script is a call of functions.get_weather before any tool message, a final answer after
 -- one; the server, the API mapping and the harmony parsing are the real ones.
--- --unscripted leaves the script out (it scans a slot's ids every row), and --delay makes
--- each step take that long, as a GPU's would: with many slots the server's own cost per
--- streamed token is then what gptoss bench_serve measures (docs/serve.md#measuring).
+-- --unscripted leaves the script out (it scans a slot's ids every row); --delay and
+-- --launch make a step take that long on the simulated device and on the host to enqueue
+-- (tests/fake_replica.lua): with many slots the server's own cost per streamed token is
+-- then what gptoss bench_serve measures (docs/serve.md#measuring).
 local argparse = require "argparse"
 local fake_replica = require "fake_replica"
 local gptoss = require "gptoss"
@@ -18,7 +20,8 @@ local serve = require "gptoss.serve"
 local parser = argparse("serve_scripted", "A server over a fake replica.")
 parser:option("--slots", "Slots of the replica.", "3"):convert(math.tointeger)
 parser:option("--ctx", "Positions a slot holds.", "1024"):convert(math.tointeger)
-parser:option("--delay", "Seconds a step takes.", "0"):convert(tonumber)
+parser:option("--delay", "Seconds a step takes on the simulated device.", "0"):convert(tonumber)
+parser:option("--launch", "Seconds enqueueing a step takes on the host.", "0"):convert(tonumber)
 parser:flag("--unscripted", "Plain text ids only.")
 local args = parser:parse()
 
@@ -63,7 +66,7 @@ local function scripted(ids)
 end
 
 local replica = fake_replica.new { slots = args.slots, ctx = args.ctx, text = TEXT, delay = args.delay,
-  choose = not args.unscripted and scripted or nil }
+  launch = args.launch, choose = not args.unscripted and scripted or nil }
 local server = serve.new { model = gptoss.synthetic("7m"), model_name = "scripted", tokenizer = tok,
   replicas = { replica }, port = 0, max_queue = math.max(256, args.slots), signals = true }
 server:start()

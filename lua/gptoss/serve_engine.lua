@@ -4,10 +4,11 @@
 -- free slots, prefills prompts in chunks beside the decoding rows and forks the shared
 -- prefix (the default harmony system message) into each slot whose prompt begins with it.
 --
--- The loop is one cqueues coroutine of the server's one Lua thread. A replica's next step
--- is enqueued before its running one is read (one step ahead, as getp's loop), and a step is
--- read only once h:ready() says it is done, so between steps the loop yields and the HTTP
--- side accepts, parses and streams. Each new id goes to its sequence's on_id(seq, id,
+-- The loop is one cqueues coroutine of the server's one Lua thread. A replica keeps two
+-- steps in flight, the next built and enqueued (fed by the running one on the device)
+-- before the running one is read, as getp's loop does; a step is read only once h:ready()
+-- says it is done, so between steps the loop yields and the HTTP side accepts, parses and
+-- streams. Each new id goes to its sequence's on_id(seq, id,
 -- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
 -- must not yield.
 --
@@ -47,10 +48,11 @@ end
 -- the replicas, nothing running yet.
 function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
-    runners = {}, plans = {}, handles = {}, prefixes = {}, wake = condition.new(), stopping = false,
+    runners = {}, flights = {}, prefixes = {}, wake = condition.new(), stopping = false,
     on_error = opts.on_error, on_step = opts.on_step, next_index = 0, turn = 0, timing = {} }, Engine)
   for k, r in ipairs(self.replicas) do
     self.prefixes[k] = prefill_prefix(r, opts.prefix)
+    self.flights[k] = {} -- the steps enqueued and not yet read, oldest first
     self:restart_runner(k)
   end
   return self
@@ -130,24 +132,39 @@ function Engine:cancel(seq, finish)
   end
 end
 
--- Enqueues plan's step on replica k, fed by step `from` (nil: none); notes whether any of
--- its sequences asked for logprobs.
-function Engine:enqueue(k, plan, from)
-  plan.batch.from = from
+-- Steps a replica keeps in flight: while one runs the next waits on the device, built
+-- (fed by the one running) before the running one is read, so the device never waits for
+-- the host between steps, as getp's loop keeps it.
+local DEPTH = 2
+
+-- Enqueues plan's step on replica k, fed by its newest step in flight (none: fed nothing);
+-- notes whether any of its sequences asked for logprobs.
+function Engine:enqueue(k, plan)
+  local flight = self.flights[k]
+  plan.batch.from = flight[#flight] and flight[#flight].handle
   for _, seq in ipairs(plan.seqs) do
     if seq.sampling.logprobs then plan.logprobs = true end
   end
-  local r = self.replicas[k]
-  self.plans[k], self.handles[k] = plan, r:step(plan.batch)
+  plan.handle = self.replicas[k]:step(plan.batch)
+  flight[#flight + 1] = plan
 end
 
--- Replica k's running step, done: the next one built and enqueued first, then this one's
--- ids handed to their sequences. Returns how many ids it generated.
+-- Builds and enqueues steps on replica k until DEPTH are in flight or there is nothing to
+-- step.
+function Engine:fill(k)
+  local flight, rn = self.flights[k], self.runners[k]
+  while #flight < DEPTH and rn:busy() do
+    local plan = rn:build(flight[#flight])
+    if not plan then return end
+    self:enqueue(k, plan)
+  end
+end
+
+-- Replica k's oldest step, done: its ids handed to their sequences, then the steps after
+-- it built. Returns how many ids it generated.
 function Engine:advance(k)
-  local rn, plan, h = self.runners[k], self.plans[k], self.handles[k]
-  self.plans[k], self.handles[k] = nil, nil
-  local ahead = rn:build(plan)
-  if ahead then self:enqueue(k, ahead, h) end
+  local rn, plan = self.runners[k], table.remove(self.flights[k], 1)
+  local h = plan.handle
   local ids = h:tokens()
   local logprobs = plan.logprobs and h:logprobs() or {}
   local live = {}
@@ -157,7 +174,7 @@ function Engine:advance(k)
     if live[i] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
-  if not ahead and rn:busy() then self:enqueue(k, rn:build()) end
+  self:fill(k)
   return generated
 end
 
@@ -165,7 +182,7 @@ end
 -- again (the replica's slots are taken afresh from position 0 or the prefix).
 function Engine:fail_replica(k, message)
   local rn = self.runners[k]
-  self.plans[k], self.handles[k], self.timing[k] = nil, nil, nil
+  self.flights[k], self.timing[k] = {}, nil
   local seqs = table.move(rn.state.running, 1, #rn.state.running, 1, {})
   table.move(rn.state.waiting, 1, #rn.state.waiting, #seqs + 1, seqs)
   self:restart_runner(k)
@@ -184,24 +201,24 @@ function Engine:time_step(k, now, generated)
     local waiting = t.waiting or now
     self.on_step(k, waiting - t.since, now - waiting, generated)
   end
-  self.timing[k] = self.handles[k] and { since = now, turn = self.turn } or nil
+  self.timing[k] = #self.flights[k] > 0 and { since = now, turn = self.turn } or nil
 end
 
--- Replica k in one pass: a step that is done is advanced; an idle replica with work starts
--- one. cqueues resumes the loop before the coroutines its step woke, so a step's host work
--- is over only once the loop has come round twice.
-function Engine:poll_replica(k, rn)
-  local h = self.handles[k]
-  if h then
-    if h:ready() then
+-- Replica k in one pass: a step that is done is advanced; an idle replica with work starts.
+-- cqueues resumes the loop before the coroutines its step woke, so a step's host work is
+-- over only once the loop has come round twice.
+function Engine:poll_replica(k)
+  local oldest = self.flights[k][1]
+  if oldest then
+    if oldest.handle:ready() then
       local now = gptoss.clock()
       self:time_step(k, now, self:advance(k))
     else
       local t = self.timing[k]
       if t and not t.waiting and self.turn > t.turn + 1 then t.waiting = gptoss.clock() end
     end
-  elseif rn:busy() then
-    self:enqueue(k, rn:build())
+  elseif self.runners[k]:busy() then
+    self:fill(k)
     self.timing[k] = { since = gptoss.clock(), turn = self.turn }
   end
 end
@@ -210,9 +227,9 @@ end
 function Engine:poll()
   local busy = false
   for k, rn in ipairs(self.runners) do
-    local ok, err = pcall(self.poll_replica, self, k, rn)
+    local ok, err = pcall(self.poll_replica, self, k)
     if not ok then self:fail_replica(k, util.bare(err)) end
-    busy = busy or self.handles[k] ~= nil or rn:busy()
+    busy = busy or #self.flights[k] > 0 or rn:busy()
   end
   return busy
 end
