@@ -287,7 +287,8 @@ describe("gptoss serve over a fake replica (tests/serve_scripted.lua --unscripte
     local parts, last = {}, nil
     for event in streamed:gmatch("data: (.-)\n\n") do
       if event ~= "[DONE]" then
-        assert.truthy(event:find('^{"id":"cmpl%-%d+","object":"text_completion","created":%d+,"model":"scripted",'), event)
+        local head = '^{"id":"cmpl%-%d+","object":"text_completion","created":%d+,"model":"scripted",'
+        assert.truthy(event:find(head), event)
         last = dkjson.decode(event).choices
         assert.are.same({ 1, 0 }, { #last, last[1].index })
         parts[#parts + 1] = last[1].text

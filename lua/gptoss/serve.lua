@@ -17,8 +17,9 @@
 --   tokenizer     from gptoss.tokenizer (default: gptoss.tokenizer() for the model's vocabulary)
 --   devices       "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
 --   replicas      existing replicas to use instead (they stay the caller's), or objects that
---                 act as one (step, fork, sampling; slots, ctx, device; handles with ready,
---                 tokens, logprobs): tests/serve_scripted.lua scripts a model's choices so
+--                 act as one (step, fork, sampling; slots, ctx, device, and rows and chunk
+--                 when the device is not "cpu"; handles with ready, tokens, logprobs):
+--                 tests/fake_replica.lua is one, without a model
 --   slots         slots a replica gives requests (default: 16 on the CPU, what memory holds on
 --                 a GPU); a replica has one more for the shared system message
 --   ctx           positions a slot holds: prompt and output (default: the model's seq_len, at
