@@ -12,6 +12,8 @@
 -- input and 0.7 for output, each clamped to 4..(--max-len) tokens; --lengths fixed sends
 -- --input and --output exactly. The server may stop a request before its max_tokens (a stop
 -- id): output throughput counts what came back (the usage the server reports).
+-- When the server's /metrics has gptoss serve's step histograms, it also prints the
+-- server's host and waited ms a step over the run and its host µs a generated id.
 -- Exit status 1 when a request fails or the server cannot be reached, with one message.
 local argparse = require "argparse"
 local cjson = require "cjson"
@@ -69,6 +71,9 @@ local function request(path, body)
     req.headers:upsert(":method", "POST")
     req.headers:upsert("content-type", "application/json")
     req:set_body(cjson.encode(body))
+    -- lua-http asks a body over 1 KB to wait for 100 Continue, for up to a second: a load
+    -- generator sends it at once, as vLLM's does
+    req.headers:delete("expect")
   end
   local headers, stream = req:go(60)
   if not headers then error(("%s%s: %s"):format(args.url, path, tostring(stream)), 0) end
@@ -76,6 +81,21 @@ local function request(path, body)
     error(("%s%s: HTTP %s: %s"):format(args.url, path, headers:get(":status"), stream:get_body_as_string(10) or ""), 0)
   end
   return stream
+end
+
+-- The server's step figures from /metrics: {host =, waited =, steps =, generated =} summed
+-- over its replicas, or nil when it has none (another server).
+local function server_steps()
+  local ok, text = pcall(function() return request("/metrics"):get_body_as_string(30) end)
+  if not ok or not text:find("gptoss_step_host_seconds", 1, true) then return nil end
+  local t = { host = 0, waited = 0, steps = 0 }
+  for name, value in text:gmatch("\n(gptoss_step_%w+_seconds_%w+){[^}]*} (%S+)") do
+    if name == "gptoss_step_host_seconds_sum" then t.host = t.host + tonumber(value)
+    elseif name == "gptoss_step_waited_seconds_sum" then t.waited = t.waited + tonumber(value)
+    elseif name == "gptoss_step_host_seconds_count" then t.steps = t.steps + tonumber(value) end
+  end
+  t.generated = tonumber(text:match("\ngptoss_generation_tokens_total (%S+)")) or 0
+  return t
 end
 
 -- One streamed completion: {ttft =, latency =, itl = {gaps}, output = tokens}.
@@ -110,9 +130,10 @@ script.run(function()
   math.randomseed(args.seed)
   local cq = cqueues.new()
   local results, failures, in_flight, freed = {}, {}, 0, condition.new()
-  local started
+  local started, before
   cq:wrap(function()
     local model = args.model or cjson.decode(request("/v1/models"):get_body_as_string(30)).data[1].id
+    before = server_steps()
     started = gptoss.clock()
     for i = 1, args.requests do
       local lengths = args.lengths == "fixed" and { args.input, args.output }
@@ -134,8 +155,11 @@ script.run(function()
   end)
   local ok, err = cq:loop()
   if not ok then error(err, 0) end
-  if #failures > 0 then error(("%d of %d requests failed; the first: %s"):format(#failures, args.requests, failures[1]), 0) end
   local elapsed = gptoss.clock() - started
+  if #failures > 0 then error(("%d of %d requests failed; the first: %s"):format(#failures, args.requests, failures[1]), 0) end
+  local after
+  cq:wrap(function() after = before and server_steps() end)
+  assert(cq:loop())
   local ttft, tpot, itl, output = {}, {}, {}, 0
   for _, r in ipairs(results) do
     ttft[#ttft + 1], output = r.ttft, output + r.output
@@ -152,6 +176,15 @@ script.run(function()
   for _, m in ipairs { "ttft_ms", "tpot_ms", "itl_ms" } do
     local p = report[m]
     print(("%-8s p50 %9.2f   p90 %9.2f   p99 %9.2f"):format(m, p.p50, p.p90, p.p99))
+  end
+  if after then
+    local steps = math.max(after.steps - before.steps, 1)
+    report.server = { steps = after.steps - before.steps, host_ms_per_step = (after.host - before.host) * 1000 / steps,
+      waited_ms_per_step = (after.waited - before.waited) * 1000 / steps,
+      host_us_per_token = (after.host - before.host) * 1e6 / math.max(after.generated - before.generated, 1) }
+    print(("server: %d steps, host %.3f ms a step (%.1f µs a generated id), waited %.3f ms a step"):format(
+      report.server.steps, report.server.host_ms_per_step, report.server.host_us_per_token,
+      report.server.waited_ms_per_step))
   end
   print(require("dkjson").encode(report))
 end)

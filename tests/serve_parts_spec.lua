@@ -159,6 +159,79 @@ describe("the runner's arrivals and cancellations (gptoss serve's)", function()
   end)
 end)
 
+describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  local cqueues = require "cqueues"
+  local fake_replica = require "fake_replica"
+  local serve_engine = require "gptoss.serve_engine"
+
+  it("keeps two steps in flight, hands each id to its sequence and times every step", function()
+    local r = fake_replica.new { slots = 4, ctx = 64, text = { 11, 12, 13, 14, 15 }, delay = 0.002 }
+    -- whether the step before was still running when each was enqueued, and the steps in
+    -- flight when each is read
+    local enqueued, read, in_flight, running_before, last = 0, 0, {}, {}, nil
+    local step = r.step
+    r.step = function(self, batch)
+      if last then running_before[#running_before + 1] = not last:ready() end
+      local h = step(self, batch)
+      enqueued, last = enqueued + 1, h
+      local tokens = h.tokens
+      h.tokens = function(handle)
+        in_flight[#in_flight + 1] = enqueued - read
+        read = read + 1
+        return tokens(handle)
+      end
+      return h
+    end
+    local steps, generated, waited = 0, 0, 0
+    local engine = serve_engine.new { replicas = { r }, scheduler = scheduler.continuous(), max_queue = 8,
+      on_step = function(k, host, wait, n)
+        assert.are.equal(1, k)
+        assert.is_true(host >= 0 and wait >= 0)
+        steps, generated, waited = steps + 1, generated + n, waited + wait
+      end }
+    local outputs, ended = {}, 0
+    local seqs = {}
+    for i = 1, 3 do
+      outputs[i] = {}
+      seqs[i] = { prompt = { 1, 2 }, limit = 5, sampling = {},
+        on_id = function(_, id) table.insert(outputs[i], id) end, on_end = function() ended = ended + 1 end }
+    end
+    assert.is_true(engine:submit(seqs))
+    engine:stop() -- the loop returns once they have ended
+    local cq = cqueues.new()
+    cq:wrap(function() engine:run() end)
+    assert(cq:loop())
+    -- a prefill step, four decode steps, each enqueued while the one before ran; the last is
+    -- read with nothing after it to build
+    assert.are.same({ true, true, true, true }, running_before)
+    assert.are.same({ 2, 2, 2, 2, 1 }, in_flight)
+    -- the fake's id at a row's position, the first from the prompt's last row (position 1)
+    for i = 1, 3 do assert.are.same({ 12, 13, 14, 15, 11 }, outputs[i]) end
+    assert.are.same({ 3, 5, 15 }, { ended, steps, generated })
+    assert.is_true(waited > 0) -- the fake device's 2 ms a step are not all host work
+  end)
+
+  it("reports the steps' host and waited seconds per replica in /metrics and a summary line", function()
+    local metrics = require("gptoss.serve_metrics").new()
+    metrics:step(2, 0.0003, 0.002, 10)
+    metrics:step(2, 0.0005, 0.001, 6)
+    local text = metrics:text(0, 0, 4)
+    for _, line in ipairs { 'gptoss_step_host_seconds_bucket{replica="2",le="0.00025"} 0',
+      'gptoss_step_host_seconds_bucket{replica="2",le="0.0005"} 2', 'gptoss_step_host_seconds_count{replica="2"} 2',
+      'gptoss_step_waited_seconds_bucket{replica="2",le="+Inf"} 2', 'gptoss_step_host_seconds_count{replica="1"} 0' } do
+      assert.truthy(text:find("\n" .. line .. "\n", 1, true), line)
+    end
+    assert.are.near(0.003, tonumber(text:match('\ngptoss_step_waited_seconds_sum{replica="2"} (%S+)')), 1e-12)
+    assert.are.same({ "replica 1: 0 steps, 0 ids; host 0.000 ms a step (0.0 µs an id), waited 0.000 ms a step",
+      "replica 2: 2 steps, 16 ids; host 0.400 ms a step (50.0 µs an id), waited 1.500 ms a step" },
+      metrics:step_summary())
+  end)
+end)
+
 describe("serve.new", function()
   if not ok_http then
     pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")

@@ -1,13 +1,29 @@
--- A server whose model's choices are scripted (tests/serve_spec.lua's tool call round trip),
--- run as its own process: lua5.4 tests/serve_scripted.lua. A random model never writes a
--- harmony tool call, so a CPU replica of the 7m model is wrapped: every step runs on it, but
--- where a slot's ids end with <|start|>assistant and a prefix of a script, the id chosen is
--- the script's next. The script is a call of functions.get_weather before any tool message,
--- a final answer after one; the server, the API mapping and the harmony parsing are the real
--- ones. It listens on a free port and logs it as gptoss serve does.
+-- A server over a fake replica (tests/fake_replica.lua), run as its own process:
+--   lua5.4 tests/serve_scripted.lua [--slots 3] [--ctx 1024] [--delay SECONDS] [--launch SECONDS]
+--                                   [--unscripted]
+-- It listens on a free port and logs it as gptoss serve does. The ids are plain text
+-- (never a stop id) except where the script applies: a random model never writes a harmony
+-- tool call, so where a slot's ids end with <|start|>assistant and a prefix of a script,
+-- the id chosen is the script's next (tests/serve_spec.lua's tool call round trip). The
+-- script is a call of functions.get_weather before any tool message, a final answer after
+-- one; the server, the API mapping and the harmony parsing are the real ones.
+-- --unscripted leaves the script out (it scans a slot's ids every row); --delay and
+-- --launch make a step take that long on the simulated device and on the host to enqueue
+-- (tests/fake_replica.lua): with many slots the server's own cost per streamed token is
+-- then what gptoss bench_serve measures (docs/serve.md#measuring).
+local argparse = require "argparse"
+local fake_replica = require "fake_replica"
 local gptoss = require "gptoss"
 local harmony = require "gptoss.harmony"
 local serve = require "gptoss.serve"
+
+local parser = argparse("serve_scripted", "A server over a fake replica.")
+parser:option("--slots", "Slots of the replica.", "3"):convert(math.tointeger)
+parser:option("--ctx", "Positions a slot holds.", "1024"):convert(math.tointeger)
+parser:option("--delay", "Seconds a step takes on the simulated device.", "0"):convert(tonumber)
+parser:option("--launch", "Seconds enqueueing a step takes on the host.", "0"):convert(tonumber)
+parser:flag("--unscripted", "Plain text ids only.")
+local args = parser:parse()
 
 local tok = gptoss.tokenizer()
 local S = harmony.special
@@ -25,6 +41,7 @@ local CALL = script { S.channel, "commentary to=functions.get_weather ", S.const
 local ANSWER = script { S.channel, "analysis", S.message, "The tool says sunny.", S["end"], S.start, "assistant",
   S.channel, "final", S.message, "It is sunny in Paris.", S["return"] }
 local ASSISTANT, TOOL = encode("assistant")[1], encode("functions.get_weather")[1]
+local TEXT = encode(" The quick brown fox jumps over the lazy dog, and \"quotes\" \\ backslashes stay escaped.\n")
 
 -- Where the reply being generated begins in a slot's ids: after the first <|start|>assistant
 -- that follows the last tool message (<|start|>functions...), or nil; and its script.
@@ -48,50 +65,9 @@ local function scripted(ids)
   return s[#ids - from + 2]
 end
 
-local Scripted = {}
-Scripted.__index = function(self, k) return Scripted[k] or self.inner[k] end
-
-local function wrap(inner) return setmetatable({ inner = inner, held = {} }, Scripted) end
-
-function Scripted:sampling(...) return self.inner:sampling(...) end
-function Scripted:close() return self.inner:close() end
-
-function Scripted:fork(from, to, length)
-  self.inner:fork(from, to, length)
-  self.held[to] = table.move(self.held[from] or {}, 1, length, 1, {})
-end
-
--- A handle over the inner step: its tokens with the scripted ids in.
-local Handle = {}
-Handle.__index = Handle
-function Handle:ready() return self.inner:ready() end
-function Handle:logprobs() return self.inner:logprobs() end
-function Handle:tokens()
-  local ids = self.inner:tokens()
-  for row, id in pairs(self.forced) do ids[row] = id end
-  return ids
-end
-
-function Scripted:step(batch)
-  local tokens = {}
-  for i, t in ipairs(batch.tokens) do
-    tokens[i] = t < 0 and batch.from:tokens()[-t] or t -- fed ids, read on the host
-  end
-  local forced = {}
-  for i, slot in ipairs(batch.slots) do
-    local held = self.held[slot] or {}
-    for p = #held, batch.positions[i] + 1, -1 do held[p] = nil end
-    held[batch.positions[i] + 1] = tokens[i]
-    self.held[slot] = held
-    forced[i] = scripted(held)
-  end
-  local inner = self.inner:step { slots = batch.slots, positions = batch.positions, tokens = tokens }
-  return setmetatable({ inner = inner, forced = forced, rows = inner.rows }, Handle)
-end
-
-local model = gptoss.synthetic("7m")
-local r = model:replica { device = "cpu", slots = 3, ctx = 1024 }
-local server = serve.new { model = model, model_name = "scripted", tokenizer = tok, replicas = { wrap(r) },
-  port = 0, signals = true }
+local replica = fake_replica.new { slots = args.slots, ctx = args.ctx, text = TEXT, delay = args.delay,
+  launch = args.launch, choose = not args.unscripted and scripted or nil }
+local server = serve.new { model = gptoss.synthetic("7m"), model_name = "scripted", tokenizer = tok,
+  replicas = { replica }, port = 0, max_queue = math.max(256, args.slots), signals = true }
 server:start()
 server:run()

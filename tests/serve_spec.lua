@@ -20,14 +20,15 @@ end
 local ROOT = H.TREE.root
 local CLIENT = ROOT and ROOT .. "tests/serve-client/"
 local function have(cmd) return os.execute("command -v " .. cmd .. " >/dev/null 2>&1") end
-local why_not = not ROOT and "gptoss was not loaded from a source tree"
+local why_not_http = not ROOT and "gptoss was not loaded from a source tree"
     or not pcall(require, "gptoss.serve_http") and "lua-http, lua-cqueues or lua-cjson is missing (make setup)"
     or not have("curl") and "curl is missing (make setup)"
-    or not (have("node") and read_or_nil(CLIENT .. "node_modules/openai/package.json"))
+local why_not = why_not_http or not (have("node") and read_or_nil(CLIENT .. "node_modules/openai/package.json"))
     and "the openai client is not installed (node, then npm ci in tests/serve-client)"
 
 -- A server started as `lua bin/gptoss.lua serve ARGS` (or script, a Lua file of the tree):
--- {port =, pid =, log = path}; stop(s) sends SIGTERM, removes the log and returns the exit code.
+-- {port =, pid =, log = path}; stop(s) sends SIGTERM, removes the log and returns the exit
+-- code and what the server logged.
 local function start(args, script)
   local log = os.tmpname() -- kept until stop, past helpers.cleanup
   local words = { q(H.TREE.lua), q(ROOT .. (script or "bin/gptoss.lua")) }
@@ -51,8 +52,9 @@ end
 local function stop(s)
   os.execute("kill -TERM " .. s.pid)
   local _, _, code = os.execute(("timeout 60 sh -c 'while kill -0 %d 2>/dev/null; do sleep 0.1; done'"):format(s.pid))
+  local log = read_or_nil(s.log)
   os.remove(s.log)
-  return code
+  return code, log
 end
 
 -- The openai client's op with params (a table): the decoded JSON line it prints.
@@ -76,6 +78,16 @@ local function curl(s, path, extra)
   local body = p:read("a")
   p:close()
   return H.read_file(headers), body
+end
+
+-- gptoss bench_serve against s with words (a string): its report (the JSON line) and all it printed.
+local function bench_serve(s, words)
+  local cmd = ("cd %s && LUA_PATH=%s LUA_CPATH=%s timeout 120 %s bin/gptoss.lua bench_serve --url %s %s 2>&1"):format(
+    q(ROOT), q(package.path), q(package.cpath), q(H.TREE.lua), q(("http://127.0.0.1:%d"):format(s.port)), words)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  p:close()
+  return dkjson.decode(out:match("[^\n]*\n?$")), out
 end
 
 local function metric(s, name)
@@ -183,15 +195,8 @@ describe("gptoss serve", function()
   end)
 
   it("is measured by examples/bench_serve.lua: one JSON line with latencies and throughput", function()
-    local cmd = ("cd %s && LUA_PATH=%s LUA_CPATH=%s timeout 120 %s bin/gptoss.lua bench_serve --url %s --requests 5 "
-      .. "--concurrency 2 --lengths fixed --input 6 --output 4"):format(q(ROOT), q(package.path), q(package.cpath),
-      q(H.TREE.lua), q(("http://127.0.0.1:%d"):format(s.port)))
-    local p = assert(io.popen(cmd .. " 2>&1"))
-    local lines = {}
-    for line in p:lines() do lines[#lines + 1] = line end
-    p:close()
-    local report = dkjson.decode(lines[#lines])
-    assert.are.same({ 5, 20, 2 }, { report.requests, report.output_tokens, report.concurrency }, table.concat(lines, "\n"))
+    local report, out = bench_serve(s, "--requests 5 --concurrency 2 --lengths fixed --input 6 --output 4")
+    assert.are.same({ 5, 20, 2 }, { report.requests, report.output_tokens, report.concurrency }, out)
     for _, m in ipairs { "ttft_ms", "tpot_ms", "itl_ms" } do
       assert.is_true(report[m].p50 >= 0 and report[m].p50 <= report[m].p90 and report[m].p90 <= report[m].p99, m)
     end
@@ -260,5 +265,78 @@ describe("gptoss serve's limits", function()
     assert.are.equal("The tool says sunny.", r.second.choices[1].message.reasoning_content)
     assert.are.equal("stop", r.second.choices[1].finish_reason)
     assert.are.equal(0, stop(s))
+  end)
+end)
+
+describe("gptoss serve over a fake replica (tests/serve_scripted.lua --unscripted)", function()
+  if why_not_http then
+    pending(why_not_http)
+    return
+  end
+  after_each(H.cleanup)
+
+  it("streams the text a whole answer has, one chunk of OpenAI's shape an event, its text escaped", function()
+    local s = start({ "--unscripted" }, "tests/serve_scripted.lua")
+    local body = '{"model":"scripted","prompt":[1,2,3],"max_tokens":40%s}'
+    local text = dkjson.decode(select(2, curl(s, "/v1/completions", "-d " .. q(body:format(""))))).choices[1].text
+    -- the fake's text has quotes, a backslash and a newline to escape
+    assert.truthy(text:find('"quotes" \\ backslashes', 1, true) and text:find("\n", 1, true), text)
+    local _, streamed = curl(s, "/v1/completions", "-d " .. q(body:format(',"stream":true')))
+    for _, escaped in ipairs { '"text":"\\""', '"text":" \\\\"', '"text":".\\n"' } do
+      assert.truthy(streamed:find(escaped, 1, true), escaped)
+    end
+    local parts, last = {}, nil
+    for event in streamed:gmatch("data: (.-)\n\n") do
+      if event ~= "[DONE]" then
+        local head = '^{"id":"cmpl%-%d+","object":"text_completion","created":%d+,"model":"scripted",'
+        assert.truthy(event:find(head), event)
+        last = dkjson.decode(event).choices
+        assert.are.same({ 1, 0 }, { #last, last[1].index })
+        parts[#parts + 1] = last[1].text
+      end
+    end
+    assert.are.equal("length", last[1].finish_reason)
+    assert.are.equal(text, table.concat(parts))
+    assert.are.equal(0, stop(s))
+  end)
+
+  it("answers Expect: 100-continue at once, ignores it from HTTP/1.0 and answers any other with 417", function()
+    local s = start({ "--unscripted" }, "tests/serve_scripted.lua")
+    local ids = {}
+    for i = 1, 400 do ids[i] = i end
+    local file = H.tmp()
+    H.write_file(file, dkjson.encode { model = "scripted", prompt = ids, max_tokens = 2, stream = true })
+    assert.is_true(#H.read_file(file) > 1024) -- curl too would ask to wait for 100 Continue
+    local function post(expect, extra)
+      return curl(s, "/v1/completions", ("-H %s --data-binary @%s -w 'first byte after %%{time_starttransfer} s' %s")
+        :format(q("Expect: " .. expect), q(file), extra or ""))
+    end
+    local headers, out = post("100-continue")
+    assert.truthy(headers:find("^HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), headers)
+    local waited = tonumber(out:match("first byte after (%S+) s"))
+    assert.is_true(waited < 0.5, ("the first token came after %.3f s"):format(waited))
+    headers = post("100-continue", "--http1.0")
+    assert.truthy(headers:find("^HTTP/1.0 200"), headers)
+    headers, out = post("a-pony")
+    assert.truthy(headers:find("^HTTP/1.1 417"), headers)
+    assert.truthy(out:find("Expect: a-pony", 1, true), out)
+    assert.are.equal(0, stop(s))
+  end)
+
+  it("times each step's host work and wait: in /metrics, bench_serve's report and the log at shutdown", function()
+    local s = start({ "--unscripted", "--slots", "257", "--delay", "0.02" }, "tests/serve_scripted.lua")
+    local report, out = bench_serve(s, "--requests 256 --lengths fixed --input 14 --output 20")
+    assert.are.equal(256 * 20, report.output_tokens, out)
+    local server = report.server
+    assert.are.equal(metric(s, 'gptoss_step_host_seconds_count{replica="1"}'), server.steps)
+    assert.is_true(server.steps >= 20, out)
+    -- a loose bound that catches a regression, not the bar: the fake device's 20 ms a step
+    -- are mostly waited for
+    assert.is_true(server.host_us_per_token > 0 and server.host_us_per_token < 1000, out)
+    assert.is_true(server.waited_ms_per_step > 0, out)
+    assert.truthy(out:find("server: %d+ steps, host [%d.]+ ms a step %([%d.]+ µs a generated id%), waited"), out)
+    local code, log = stop(s)
+    assert.are.equal(0, code)
+    assert.truthy(log:find("replica 1: %d+ steps, 5120 ids; host [%d.]+ ms a step %([%d.]+ µs an id%), waited"), log)
   end)
 end)

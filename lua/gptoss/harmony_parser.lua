@@ -27,6 +27,7 @@ local REPLACEMENT = "\u{FFFD}"
 -- buf cut into text to emit now (invalid bytes each replaced by U+FFFD) and the trailing
 -- bytes of a character that the next token may complete.
 local function utf8_split(buf)
+  if utf8.len(buf) then return buf, "" end -- the usual case, at no cost
   local out = {}
   while true do
     local n, bad = utf8.len(buf)
@@ -49,6 +50,7 @@ end
 -- what gptoss serve sends of decoded text (JSON strings are UTF-8).
 function harmony_parser.valid_utf8(s)
   local text, rest = utf8_split(s)
+  if rest == "" then return text end
   return text .. REPLACEMENT:rep(#rest)
 end
 local valid_utf8 = harmony_parser.valid_utf8

@@ -17,8 +17,9 @@
 --   tokenizer     from gptoss.tokenizer (default: gptoss.tokenizer() for the model's vocabulary)
 --   devices       "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
 --   replicas      existing replicas to use instead (they stay the caller's), or objects that
---                 act as one (step, fork, sampling; slots, ctx, device; handles with ready,
---                 tokens, logprobs): tests/serve_scripted.lua scripts a model's choices so
+--                 act as one (step, fork, sampling; slots, ctx, device, and rows and chunk
+--                 when the device is not "cpu"; handles with ready, tokens, logprobs):
+--                 tests/fake_replica.lua is one, without a model
 --   slots         slots a replica gives requests (default: 16 on the CPU, what memory holds on
 --                 a GPU); a replica has one more for the shared system message
 --   ctx           positions a slot holds: prompt and output (default: the model's seq_len, at
@@ -122,7 +123,8 @@ function serve.new(opts)
   -- the default system message, which every chat request of default reasoning effort starts with
   local prefix = harmony.render_ids({ harmony.system {} }, tokenizer, { completion = false })
   self.engine = serve_engine.new { replicas = replicas, scheduler = sched, prefix = prefix,
-    max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end }
+    max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end,
+    on_step = function(k, host, waited, generated) self.metrics:step(k, host, waited, generated) end }
   return self
 end
 
@@ -170,6 +172,7 @@ function Server:run()
     local ok, err = self.cq:step(0.5)
     if not ok then error("serve: " .. tostring(err), 0) end
   end
+  for _, line in ipairs(self.metrics:step_summary()) do self.log(line) end
   self:close()
 end
 

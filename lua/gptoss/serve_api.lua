@@ -1,8 +1,11 @@
 --- gptoss.serve_api (internal, gptoss.serve's): the endpoints. A completion request (chat
 -- or plain) becomes a job (serve_openai), its n choices sequences on the engine; the
--- request's coroutine then waits on a condition that the engine loop signals with each id,
--- and answers once every choice has ended, or streams each delta as server-sent events. A
--- stream whose client has gone (a write fails) cancels its sequences, freeing their slots.
+-- request's coroutine then waits on a condition that the engine loop signals, and answers
+-- once every choice has ended, or streams each delta as a server-sent event: the engine
+-- loop makes the events as the ids arrive (a content delta from a template of its chunk,
+-- only its text encoded), and the coroutine writes those made since its last write in
+-- one chunk. A stream whose client has gone (a write fails) cancels its sequences,
+-- freeing their slots.
 local condition = require "cqueues.condition"
 local gptoss = require "gptoss"
 local serve_choice = require "gptoss.serve_choice"
@@ -73,7 +76,7 @@ local function response(server, job, choices, seqs)
       o.message = c:message()
       o.message.content = o.message.content or NULL
     else
-      o.text = c.text
+      o.text = c:text()
     end
     out[i] = o
   end
@@ -81,11 +84,74 @@ local function response(server, job, choices, seqs)
     created = job.created, model = server.model_name, choices = out, usage = usage(job, seqs) }
 end
 
--- The sequences of a job, each feeding its choice and queueing what to send on `events`.
-local function sequences(server, job, choices, events, wake)
+-- A content (or reasoning_content) chunk of choice i as the two halves of its event
+-- around the quoted text, so that a delta costs one quoted string (serve_http.quote): the
+-- event of chunk() split at a mark. nil when the mark is not there once (a model name
+-- holding it): that choice's chunks are then encoded whole.
+local MARK = "\1delta\1"
+local QUOTED_MARK = serve_http.quote(MARK)
+local function template(server, job, i, field)
+  local text = serve_http.event(chunk(server, job, i, { [field] = MARK }))
+  local a, b = text:find(QUOTED_MARK, 1, true)
+  if not a or text:find(QUOTED_MARK, b + 1, true) then return nil end
+  return { text:sub(1, a - 1), text:sub(b + 1) }
+end
+
+-- A job's stream: the events its sequences completed and not yet written (`pending`),
+-- made in the engine loop as each id arrives; `done` once the last event is in.
+local function new_stream(server, job)
+  local st = { pending = {}, done = false, templates = {} }
+  for i = 1, job.n do
+    st.templates[i] = { content = template(server, job, i, "content"),
+      reasoning_content = job.kind == "chat" and template(server, job, i, "reasoning_content") or nil }
+    -- each choice begins with an empty chunk, a chat one's carrying the role
+    st.pending[i] = serve_http.event(chunk(server, job, i, job.kind == "chat" and { role = "assistant", content = "" }
+      or {}))
+  end
+  return st
+end
+
+-- Choice i's delta d (serve_choice's) as an event in the stream's pending ones.
+local function add_delta(server, job, st, i, d)
+  local field = d.content and "content" or d.reasoning_content and "reasoning_content"
+  local t = field and st.templates[i][field]
+  local pending = st.pending
+  if t then
+    pending[#pending + 1] = t[1] .. serve_http.quote(d[field]) .. t[2]
+  else
+    pending[#pending + 1] = serve_http.event(chunk(server, job, i, d))
+  end
+end
+
+-- Choice i's last events: its last deltas and finish (or the error that ended it); after
+-- the job's last choice, the usage when asked and [DONE].
+local function add_end(server, job, st, choices, seqs, i)
+  local pending, seq, c = st.pending, seqs[i], choices[i]
+  if seq.error then
+    pending[#pending + 1] = serve_http.event { error = { message = seq.error, type = "server_error", param = NULL,
+      code = NULL } }
+  else
+    for _, d in ipairs(c:close(seq.finish)) do add_delta(server, job, st, i, d) end
+    pending[#pending + 1] = serve_http.event(chunk(server, job, i, {}, c:finish_reason()))
+  end
+  if job.ended < job.n then return end
+  if job.include_usage then
+    pending[#pending + 1] = serve_http.event { id = job.id,
+      object = job.kind == "chat" and "chat.completion.chunk" or "text_completion", created = job.created,
+      model = server.model_name, choices = {}, usage = usage(job, seqs) }
+  end
+  pending[#pending + 1] = serve_http.event("[DONE]")
+  st.done = true
+end
+
+-- The sequences of a job, each feeding its choice and counting job.ended; a streamed
+-- job's (st: new_stream's) also make its events. `wake` is signalled when there is
+-- something to write, and when a choice ends.
+local function sequences(server, job, choices, st, wake)
   local seqs, metrics, engine = {}, server.metrics, server.engine
   local arrived = gptoss.clock()
   for i = 1, job.n do
+    local c = choices[i]
     seqs[i] = {
       prompt = job.prompt, limit = job.limit, sampling = serve_openai.sampling_for(job, i),
       on_id = function(seq, id, logprob)
@@ -96,16 +162,22 @@ local function sequences(server, job, choices, events, wake)
         end
         seq.last_at = now
         metrics:tokens(0, 1)
-        local c = choices[i]
         local lp_first = c.logprobs and #c.logprobs + 1
-        for _, d in ipairs(c:add(id, logprob)) do events[#events + 1] = { i, d } end
-        if lp_first and #c.logprobs >= lp_first then events[#events + 1] = { i, {}, lp_first } end
+        local deltas = c:add(id, logprob)
+        if st then
+          for _, d in ipairs(deltas) do add_delta(server, job, st, i, d) end
+          if lp_first and #c.logprobs >= lp_first then
+            st.pending[#st.pending + 1] = serve_http.event(chunk(server, job, i, {}, nil,
+              logprobs_of(server, c, lp_first)))
+          end
+          wake:signal()
+        end
         if c.stopped then engine:cancel(seq, "stop") end
-        wake:signal()
       end,
       on_end = function(seq)
         if seq.first_at and #seq.output > 1 then metrics:per_token((seq.last_at - seq.first_at) / (#seq.output - 1)) end
-        events[#events + 1] = { i, "end" }
+        job.ended = job.ended + 1
+        if st then add_end(server, job, st, choices, seqs, i) end
         wake:signal()
       end,
     }
@@ -113,45 +185,23 @@ local function sequences(server, job, choices, events, wake)
   return seqs
 end
 
--- Streams a job: a chunk per delta, then each choice's finish, the usage when asked and
--- [DONE]. Returns false when the client went away.
-local function stream_job(server, res, job, choices, seqs, events, wake)
+-- Writes a stream's events as they come, those made between two writes in one chunk.
+-- Returns false when the client went away.
+local function stream_job(res, st, wake)
   if not res:open_events() then return false end
-  for i = 1, job.n do
-    if not res:event(chunk(server, job, i, job.kind == "chat" and { role = "assistant", content = "" } or {})) then
-      return false
+  local spare = {}
+  while true do
+    if #st.pending == 0 then wake:wait() end
+    local parts, last = st.pending, st.done
+    st.pending = spare
+    local text = table.concat(parts)
+    for k = #parts, 1, -1 do parts[k] = nil end
+    spare = parts
+    if text ~= "" or last then
+      if not res:write_events(text, last) then return false end
     end
+    if last then return true end
   end
-  local ended, sent = 0, 1
-  while ended < job.n do
-    if sent > #events then wake:wait() end
-    while sent <= #events do
-      local i, d, lp_first = events[sent][1], events[sent][2], events[sent][3]
-      sent = sent + 1
-      local ok
-      if d == "end" then
-        ended = ended + 1
-        local c, seq = choices[i], seqs[i]
-        if seq.error then
-          ok = res:event { error = { message = seq.error, type = "server_error", param = NULL, code = NULL } }
-        else
-          local last = c:close(seq.finish)
-          ok = true
-          for _, delta in ipairs(last) do ok = ok and res:event(chunk(server, job, i, delta)) end
-          ok = ok and res:event(chunk(server, job, i, {}, c:finish_reason()))
-        end
-      else
-        ok = res:event(chunk(server, job, i, d, nil, lp_first and logprobs_of(server, choices[i], lp_first)))
-      end
-      if not ok then return false end
-    end
-  end
-  if job.include_usage then
-    local ok = res:event { id = job.id, object = job.kind == "chat" and "chat.completion.chunk" or "text_completion",
-      created = job.created, model = server.model_name, choices = {}, usage = usage(job, seqs) }
-    if not ok then return false end
-  end
-  return res:close_events()
 end
 
 -- Runs a job to its end and answers it.
@@ -160,30 +210,25 @@ local function run_job(server, res, job)
   job.id = ("%s-%d%06d"):format(job.kind == "chat" and "chatcmpl" or "cmpl", os.time(), job_counter)
   job.created = os.time()
   job.seed = job.seed or math.random(0, 2 ^ 31 - 1)
-  local choices, events, wake = {}, {}, condition.new()
+  job.ended = 0 -- choices whose sequence has ended
+  local choices, wake = {}, condition.new()
   for i = 1, job.n do choices[i] = serve_choice.new(job, server.tokenizer) end
-  local seqs = sequences(server, job, choices, events, wake)
+  local st = job.stream and new_stream(server, job) or nil
+  local seqs = sequences(server, job, choices, st, wake)
   if not server.engine:submit(seqs) then
     error({ status = server.engine.stopping and 503 or 429, type = "server_error", retry_after = 1,
       message = server.engine.stopping and "the server is shutting down"
           or ("the queue is full (%d requests wait): try again later"):format(server.engine:waiting()) }, 0)
   end
   server.metrics:tokens(#job.prompt, 0)
-  if job.stream then
-    if not stream_job(server, res, job, choices, seqs, events, wake) then
+  if st then
+    if not stream_job(res, st, wake) then
       for _, seq in ipairs(seqs) do server.engine:cancel(seq, "disconnected") end
       server.log(("%s: the client went away; its slots are free"):format(job.id))
     end
     return
   end
-  local ended = 0
-  while ended < job.n do
-    wake:wait()
-    ended = 0
-    for _, e in ipairs(events) do
-      if e[2] == "end" then ended = ended + 1 end
-    end
-  end
+  while job.ended < job.n do wake:wait() end
   for i, seq in ipairs(seqs) do
     if seq.error then error({ status = 500, type = "server_error", message = seq.error }, 0) end
     choices[i]:close(seq.finish)

@@ -10,7 +10,7 @@
 -- c:add(id, logprob) and c:close(finish) return the deltas they complete, each one of
 -- {content =}, {reasoning_content =} or {tool_call = {index =, id =, name =, arguments =}};
 -- c.stopped is set once a stop string was found (the sequence must then be cancelled).
--- c:finish_reason(), c:message() (chat), c.text (completion), c.logprobs.
+-- c:finish_reason(), c:message() (chat), c:text() (completion), c.logprobs.
 local harmony = require "gptoss.harmony"
 local harmony_parser = require "gptoss.harmony_parser"
 local stops = require "gptoss.stops"
@@ -28,7 +28,9 @@ local call_counter = 0
 
 --- A choice of job (serve_openai's) over tokenizer.
 function serve_choice.new(job, tokenizer)
-  local c = setmetatable({ kind = job.kind, tokenizer = tokenizer, text = "", reasoning = "", calls = {},
+  -- the texts are kept as their deltas, joined once at the end: appending to a string
+  -- would copy all of it for every id
+  local c = setmetatable({ kind = job.kind, tokenizer = tokenizer, content_parts = {}, reasoning_parts = {}, calls = {},
     logprobs = job.logprobs and {} or nil, filter = job.stop and stops.text(job.stop) or nil }, Choice)
   if job.kind == "chat" then
     c.parser = harmony.parser(tokenizer, { role = "assistant", strict = false })
@@ -47,9 +49,14 @@ function Choice:content(text, out)
     if found then self.stopped = true end
   end
   if text ~= "" then
-    self.text = self.text .. text
+    self.content_parts[#self.content_parts + 1] = text
     out[#out + 1] = { content = text }
   end
+end
+
+--- The content so far.
+function Choice:text()
+  return table.concat(self.content_parts)
 end
 
 -- The harmony parser's events as deltas; says whether id's text went to content.
@@ -73,7 +80,7 @@ function Choice:events(events, out)
         call.arguments = call.arguments .. e.text
         out[#out + 1] = { tool_call = { index = call.index, arguments = e.text } }
       elseif open.channel == "analysis" then
-        self.reasoning = self.reasoning .. e.text
+        self.reasoning_parts[#self.reasoning_parts + 1] = e.text
         out[#out + 1] = { reasoning_content = e.text }
       else
         self:content(e.text, out)
@@ -124,7 +131,7 @@ function Choice:close(finish)
   if self.filter and not self.stopped then
     local rest = self.filter:flush()
     if rest ~= "" then
-      self.text = self.text .. rest
+      self.content_parts[#self.content_parts + 1] = rest
       out[#out + 1] = { content = rest }
     end
   end
@@ -141,8 +148,9 @@ end
 --- The assistant message of a chat choice: content (nil when none), reasoning_content,
 -- tool_calls.
 function Choice:message()
-  local m = { role = "assistant", content = self.text ~= "" and self.text or nil,
-    reasoning_content = self.reasoning ~= "" and self.reasoning or nil }
+  local content, reasoning = self:text(), table.concat(self.reasoning_parts)
+  local m = { role = "assistant", content = content ~= "" and content or nil,
+    reasoning_content = reasoning ~= "" and reasoning or nil }
   if #self.calls > 0 then
     m.tool_calls = {}
     for i, call in ipairs(self.calls) do

@@ -4,15 +4,23 @@
 -- free slots, prefills prompts in chunks beside the decoding rows and forks the shared
 -- prefix (the default harmony system message) into each slot whose prompt begins with it.
 --
--- The loop is one cqueues coroutine of the server's one Lua thread. A replica's next step
--- is enqueued before its running one is read (one step ahead, as getp's loop), and a step is
--- read only once h:ready() says it is done, so between steps the loop yields and the HTTP
--- side accepts, parses and streams. Each new id goes to its sequence's on_id(seq, id,
+-- The loop is one cqueues coroutine of the server's one Lua thread. A replica keeps two
+-- steps in flight, the next built and enqueued (fed by the running one on the device)
+-- before the running one is read, as getp's loop does; a step is read only once h:ready()
+-- says it is done, so between steps the loop yields and the HTTP side accepts, parses and
+-- streams. Each new id goes to its sequence's on_id(seq, id,
 -- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
 -- must not yield.
+--
+-- Each step of a replica is timed from the moment the step before it was read (or, from
+-- idle, it was enqueued) to the moment it is read: host is the part until the loop first
+-- finds it still running after the request coroutines woken by the ids had their turn (the
+-- Lua work of a step: ids handed out, chunks encoded and written), waited the rest (the
+-- device's time not hidden under that work). on_step(k, host, waited, generated) gets them.
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local generate = require "gptoss.generate"
+local gptoss = require "gptoss"
 local getp_replicas = require "gptoss.getp_replicas"
 local harmony = require "gptoss.harmony"
 local runner = require "gptoss.runner"
@@ -36,13 +44,15 @@ local function prefill_prefix(r, ids)
 end
 
 --- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
--- function(message)}: runners over the replicas, nothing running yet.
+-- function(message), on_step = function(k, host, waited, generated) or nil}: runners over
+-- the replicas, nothing running yet.
 function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
-    runners = {}, plans = {}, handles = {}, prefixes = {}, wake = condition.new(), stopping = false,
-    on_error = opts.on_error, next_index = 0 }, Engine)
+    runners = {}, flights = {}, prefixes = {}, wake = condition.new(), stopping = false,
+    on_error = opts.on_error, on_step = opts.on_step, next_index = 0, turn = 0, timing = {} }, Engine)
   for k, r in ipairs(self.replicas) do
     self.prefixes[k] = prefill_prefix(r, opts.prefix)
+    self.flights[k] = {} -- the steps enqueued and not yet read, oldest first
     self:restart_runner(k)
   end
   return self
@@ -122,41 +132,57 @@ function Engine:cancel(seq, finish)
   end
 end
 
--- Enqueues plan's step on replica k, fed by step `from` (nil: none); notes whether any of
--- its sequences asked for logprobs.
-function Engine:enqueue(k, plan, from)
-  plan.batch.from = from
+-- Steps a replica keeps in flight: while one runs the next waits on the device, built
+-- (fed by the one running) before the running one is read, so the device never waits for
+-- the host between steps, as getp's loop keeps it.
+local DEPTH = 2
+
+-- Enqueues plan's step on replica k, fed by its newest step in flight (none: fed nothing);
+-- notes whether any of its sequences asked for logprobs.
+function Engine:enqueue(k, plan)
+  local flight = self.flights[k]
+  plan.batch.from = flight[#flight] and flight[#flight].handle
   for _, seq in ipairs(plan.seqs) do
     if seq.sampling.logprobs then plan.logprobs = true end
   end
-  local r = self.replicas[k]
-  self.plans[k], self.handles[k] = plan, r:step(plan.batch)
+  plan.handle = self.replicas[k]:step(plan.batch)
+  flight[#flight + 1] = plan
 end
 
--- Replica k's running step, done: the next one built and enqueued first, then this one's
--- ids handed to their sequences.
+-- Builds and enqueues steps on replica k until DEPTH are in flight or there is nothing to
+-- step.
+function Engine:fill(k)
+  local flight, rn = self.flights[k], self.runners[k]
+  while #flight < DEPTH and rn:busy() do
+    local plan = rn:build(flight[#flight])
+    if not plan then return end
+    self:enqueue(k, plan)
+  end
+end
+
+-- Replica k's oldest step, done: its ids handed to their sequences, then the steps after
+-- it built. Returns how many ids it generated.
 function Engine:advance(k)
-  local rn, plan, h = self.runners[k], self.plans[k], self.handles[k]
-  self.plans[k], self.handles[k] = nil, nil
-  local ahead = rn:build(plan)
-  if ahead then self:enqueue(k, ahead, h) end
+  local rn, plan = self.runners[k], table.remove(self.flights[k], 1)
+  local h = plan.handle
   local ids = h:tokens()
   local logprobs = plan.logprobs and h:logprobs() or {}
   local live = {}
   for i, seq in ipairs(plan.seqs) do live[i] = not seq.finish end
-  local _, ended = rn:apply(plan, ids)
+  local generated, ended = rn:apply(plan, ids)
   for i, row in ipairs(plan.rows) do
     if live[i] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
-  if not ahead and rn:busy() then self:enqueue(k, rn:build()) end
+  self:fill(k)
+  return generated
 end
 
 -- Every sequence of replica k ends with finish "error" and the message; its runner starts
 -- again (the replica's slots are taken afresh from position 0 or the prefix).
 function Engine:fail_replica(k, message)
   local rn = self.runners[k]
-  self.plans[k], self.handles[k] = nil, nil
+  self.flights[k], self.timing[k] = {}, nil
   local seqs = table.move(rn.state.running, 1, #rn.state.running, 1, {})
   table.move(rn.state.waiting, 1, #rn.state.waiting, #seqs + 1, seqs)
   self:restart_runner(k)
@@ -167,20 +193,43 @@ function Engine:fail_replica(k, message)
   if self.on_error then self.on_error(message) end
 end
 
--- One pass over the replicas: a step that is done is advanced, an idle replica with work
--- starts one. Returns whether any replica has work.
+-- Replica k's step, read now (clock `now`): its host and waited seconds to on_step, and the
+-- next one's timing started (none when the replica has gone idle).
+function Engine:time_step(k, now, generated)
+  local t = self.timing[k]
+  if t and self.on_step then
+    local waiting = t.waiting or now
+    self.on_step(k, waiting - t.since, now - waiting, generated)
+  end
+  self.timing[k] = #self.flights[k] > 0 and { since = now, turn = self.turn } or nil
+end
+
+-- Replica k in one pass: a step that is done is advanced; an idle replica with work starts.
+-- cqueues resumes the loop before the coroutines its step woke, so a step's host work is
+-- over only once the loop has come round twice.
+function Engine:poll_replica(k)
+  local oldest = self.flights[k][1]
+  if oldest then
+    if oldest.handle:ready() then
+      local now = gptoss.clock()
+      self:time_step(k, now, self:advance(k))
+    else
+      local t = self.timing[k]
+      if t and not t.waiting and self.turn > t.turn + 1 then t.waiting = gptoss.clock() end
+    end
+  elseif self.runners[k]:busy() then
+    self:fill(k)
+    self.timing[k] = { since = gptoss.clock(), turn = self.turn }
+  end
+end
+
+-- One pass over the replicas. Returns whether any replica has work.
 function Engine:poll()
   local busy = false
   for k, rn in ipairs(self.runners) do
-    local ok, err = pcall(function()
-      if self.handles[k] then
-        if self.handles[k]:ready() then self:advance(k) end
-      elseif rn:busy() then
-        self:enqueue(k, rn:build())
-      end
-    end)
+    local ok, err = pcall(self.poll_replica, self, k)
     if not ok then self:fail_replica(k, util.bare(err)) end
-    busy = busy or self.handles[k] ~= nil or rn:busy()
+    busy = busy or #self.flights[k] > 0 or rn:busy()
   end
   return busy
 end
@@ -190,6 +239,7 @@ end
 -- sequence has ended.
 function Engine:run()
   while true do
+    self.turn = self.turn + 1
     if self:poll() then
       cqueues.sleep(0)
     elseif self.stopping then

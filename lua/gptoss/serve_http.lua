@@ -1,8 +1,9 @@
 --- gptoss.serve_http (internal, gptoss.serve's): the HTTP front on lua-http. Each request
 -- runs in its own cqueues coroutine: the bearer key is checked on /v1/ (in constant time), the body
--- read up to the limit (413 past it), JSON decoded (400 when malformed), and the route's
--- handler called with a response object that writes JSON, OpenAI error objects or
--- server-sent events. A handler's Lua error is a 500 with its message; a raised error object
+-- read up to the limit (413 past it; a client that sent Expect: 100-continue is told to go
+-- on first, RFC 9110 10.1.1), JSON decoded (400 when malformed), and the route's handler
+-- called with a response object that writes JSON, OpenAI error objects or server-sent
+-- events. A handler's Lua error is a 500 with its message; a raised error object
 -- (serve_openai.fail) is answered as it says.
 --
 -- Debian 12 packages lua-http for Lua 5.1 to 5.3 only; its code is plain Lua that runs on
@@ -28,9 +29,20 @@ local serve_http = {}
 
 -- Bodies are decoded by lua-cjson (C, strict, nesting bounded: they come from the network)
 -- and answers encoded by dkjson, which writes an empty list as [] (OpenAI's "choices": [])
--- where Debian 12's lua-cjson writes {}. serve_http.null is null in an answer.
+-- where Debian 12's lua-cjson writes {}. serve_http.null is null in an answer. Keys come
+-- in the order OpenAI's answers have them (the rest after, sorted).
 serve_http.null = dkjson.null
-local function encode(value) return dkjson.encode(value) end
+local KEY_ORDER = { keyorder = { "id", "object", "created", "model", "choices", "index", "message", "delta", "role",
+  "content", "reasoning_content", "tool_calls", "text", "logprobs", "finish_reason", "usage", "error" } }
+local function encode(value) return dkjson.encode(value, KEY_ORDER) end
+
+--- A JSON string of text, as answers encode it.
+serve_http.quote = dkjson.quotestring
+
+--- A server-sent event's text: "data: JSON" (or the text given) and the blank line.
+function serve_http.event(data)
+  return "data: " .. (type(data) == "string" and data or encode(data)) .. "\n\n"
+end
 
 -- Seconds a client may take to take a chunk of the response before it counts as gone.
 local WRITE_TIMEOUT = 30
@@ -77,15 +89,26 @@ function Response:open_events()
     WRITE_TIMEOUT) ~= nil
 end
 
---- One event, "data: JSON" (or the text given); false when the client is gone.
-function Response:event(data)
-  local text = type(data) == "string" and data or encode(data)
-  return self.stream:write_chunk("data: " .. text .. "\n\n", false, WRITE_TIMEOUT) ~= nil
+--- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
+-- False when the client is gone.
+function Response:write_events(text, last)
+  return self.stream:write_chunk(text, last, WRITE_TIMEOUT) ~= nil
 end
 
---- Ends the event stream with data: [DONE].
-function Response:close_events()
-  return self.stream:write_chunk("data: [DONE]\n\n", true, WRITE_TIMEOUT) ~= nil
+-- Answers Expect as RFC 9110 10.1.1 says: 100 Continue at once for 100-continue (ignored
+-- from an HTTP/1.0 client), 417 for any other expectation.
+local function meet_expectation(stream, headers)
+  local expect = headers:get("expect")
+  if not expect then return end
+  if expect:lower():match("^%s*(.-)%s*$") ~= "100-continue" then
+    error({ status = 417, type = "invalid_request_error",
+      message = ("this server meets no expectation but 100-continue (Expect: %s)"):format(expect) }, 0)
+  end
+  if stream.peer_version >= 1.1 then
+    local continue = http_headers.new()
+    continue:append(":status", "100")
+    stream:write_headers(continue, false, WRITE_TIMEOUT)
+  end
 end
 
 -- The request's body, at most limit bytes: nil and an error object past it.
@@ -95,6 +118,7 @@ local function read_body(stream, headers, limit)
   local declared = headers:get("content-length")
   local length = declared and tonumber(declared)
   if length and length > limit then return nil, too_big end
+  meet_expectation(stream, headers)
   local parts, size = {}, 0
   while true do
     local chunk, err = stream:get_next_chunk(WRITE_TIMEOUT)

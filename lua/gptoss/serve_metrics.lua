@@ -1,25 +1,28 @@
 --- gptoss.serve_metrics (internal, gptoss.serve's): what GET /metrics reports, in
 -- Prometheus' text format (version 0.0.4): requests by endpoint and status, prompt and
 -- generated tokens, the queue's length and the slots in use (read from the engine when
--- scraped), and histograms of time to first token and time per output token.
+-- scraped), histograms of time to first token and time per output token, and per replica
+-- histograms of each step's host and waited seconds (serve_engine's header defines them).
 local serve_metrics = {}
 
 -- Bucket bounds in seconds: from a fast GPU's decode step to a slow CPU's prefill.
 local BUCKETS = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 }
+-- ... and for the parts of a step: from a lone request's host work to a stalled step.
+local STEP_BUCKETS = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1 }
 
 local Metrics = {}
 Metrics.__index = Metrics
 
-local function histogram()
+local function histogram(buckets)
   local counts = {}
-  for i = 1, #BUCKETS do counts[i] = 0 end
-  return { counts = counts, sum = 0, count = 0 }
+  for i = 1, #buckets do counts[i] = 0 end
+  return { buckets = buckets, counts = counts, sum = 0, count = 0 }
 end
 
 --- A fresh set of counters.
 function serve_metrics.new()
-  return setmetatable({ requests = {}, prompt_tokens = 0, generation_tokens = 0, ttft = histogram(),
-    tpot = histogram() }, Metrics)
+  return setmetatable({ requests = {}, prompt_tokens = 0, generation_tokens = 0, ttft = histogram(BUCKETS),
+    tpot = histogram(BUCKETS), steps = {} }, Metrics)
 end
 
 --- One request answered on endpoint (its path) with HTTP status.
@@ -34,7 +37,7 @@ function Metrics:tokens(prompt, generated)
 end
 
 local function observe(h, seconds)
-  for i, bound in ipairs(BUCKETS) do
+  for i, bound in ipairs(h.buckets) do
     if seconds <= bound then h.counts[i] = h.counts[i] + 1 end
   end
   h.sum, h.count = h.sum + seconds, h.count + 1
@@ -46,13 +49,49 @@ function Metrics:first_token(seconds) observe(self.ttft, seconds) end
 --- Seconds per generated token after the first, averaged over one sequence.
 function Metrics:per_token(seconds) observe(self.tpot, seconds) end
 
+--- One step of replica k: its host and waited seconds and the ids it generated.
+function Metrics:step(k, host, waited, generated)
+  for j = #self.steps + 1, k do
+    self.steps[j] = { host = histogram(STEP_BUCKETS), waited = histogram(STEP_BUCKETS), generated = 0 }
+  end
+  local s = self.steps[k]
+  observe(s.host, host)
+  observe(s.waited, waited)
+  s.generated = s.generated + generated
+end
+
+--- A line a replica that stepped: its steps, host and waited ms a step, host µs an id.
+function Metrics:step_summary()
+  local lines = {}
+  for k, s in ipairs(self.steps) do
+    local n = math.max(s.host.count, 1)
+    lines[#lines + 1] = ("replica %d: %d steps, %d ids; host %.3f ms a step (%.1f µs an id), waited %.3f ms a step")
+        :format(k, s.host.count, s.generated, s.host.sum * 1000 / n, s.host.sum * 1e6 / math.max(s.generated, 1),
+          s.waited.sum * 1000 / n)
+  end
+  return lines
+end
+
+-- A histogram's lines; label: nil or 'name="value"', which every line carries.
+local function histogram_lines(out, name, h, label)
+  local prefix = label and label .. "," or ""
+  for i, bound in ipairs(h.buckets) do
+    out[#out + 1] = ('%s_bucket{%sle="%s"} %d\n'):format(name, prefix, tostring(bound), h.counts[i])
+  end
+  local tail = label and "{" .. label .. "}" or ""
+  out[#out + 1] = ('%s_bucket{%sle="+Inf"} %d\n%s_sum%s %.17g\n%s_count%s %d\n'):format(name, prefix, h.count, name,
+    tail, h.sum, name, tail, h.count)
+end
+
 local function write_histogram(out, name, help, h)
   out[#out + 1] = ("# HELP %s %s\n# TYPE %s histogram\n"):format(name, help, name)
-  for i, bound in ipairs(BUCKETS) do
-    out[#out + 1] = ('%s_bucket{le="%s"} %d\n'):format(name, tostring(bound), h.counts[i])
-  end
-  out[#out + 1] = ('%s_bucket{le="+Inf"} %d\n%s_sum %.17g\n%s_count %d\n'):format(name, h.count, name, h.sum, name,
-    h.count)
+  histogram_lines(out, name, h)
+end
+
+-- The step histograms (part: host or waited), a series a replica.
+local function write_steps(out, name, help, steps, part)
+  out[#out + 1] = ("# HELP %s %s\n# TYPE %s histogram\n"):format(name, help, name)
+  for k, s in ipairs(steps) do histogram_lines(out, name, s[part], ('replica="%d"'):format(k)) end
 end
 
 --- The exposition text; waiting, slots_used, slots: the engine's now.
@@ -79,6 +118,9 @@ function Metrics:text(waiting, slots_used, slots)
     self.ttft)
   write_histogram(out, "gptoss_time_per_output_token_seconds",
     "Seconds per generated token after the first, per sequence.", self.tpot)
+  write_steps(out, "gptoss_step_host_seconds", "Seconds of host work a step, by replica.", self.steps, "host")
+  write_steps(out, "gptoss_step_waited_seconds", "Seconds a step waited for its replica after the host work.",
+    self.steps, "waited")
   return table.concat(out)
 end
 
