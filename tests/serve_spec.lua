@@ -20,6 +20,8 @@ end
 local ROOT = H.TREE.root
 local CLIENT = ROOT and ROOT .. "tests/serve-client/"
 local function have(cmd) return os.execute("command -v " .. cmd .. " >/dev/null 2>&1") end
+-- curl and node are not ours: under make test-sanitized they run without its preload (curl hangs under it)
+local UNSANITIZED = H.SANITIZED and "env -u LD_PRELOAD " or ""
 local why_not_http = not ROOT and "gptoss was not loaded from a source tree"
     or not pcall(require, "gptoss.serve_http") and "lua-http, lua-cqueues or lua-cjson is missing (make setup)"
     or not have("curl") and "curl is missing (make setup)"
@@ -29,6 +31,14 @@ local why_not = why_not_http or not (have("node") and read_or_nil(CLIENT .. "nod
 -- A server started as `lua bin/gptoss.lua serve ARGS` (or script, a Lua file of the tree):
 -- {port =, pid =, log = path}; stop(s) sends SIGTERM, removes the log and returns the exit
 -- code and what the server logged.
+local running = {} -- servers started and not stopped yet, by pid
+
+-- the servers a failed test left running, killed (each describe's teardown)
+local function kill_leftovers()
+  for pid in pairs(running) do os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+  running = {}
+end
+
 local function start(args, script)
   local log = os.tmpname() -- kept until stop, past helpers.cleanup
   local words = { q(H.TREE.lua), q(ROOT .. (script or "bin/gptoss.lua")) }
@@ -42,7 +52,10 @@ local function start(args, script)
   local deadline = gptoss.clock() + 60
   while gptoss.clock() < deadline do
     local port = (read_or_nil(log) or ""):match("listening on http://127%.0%.0%.1:(%d+)")
-    if port then return { port = tonumber(port), pid = pid, log = log } end
+    if port then
+      running[pid] = true
+      return { port = tonumber(port), pid = pid, log = log }
+    end
     os.execute("sleep 0.1")
   end
   os.execute("kill " .. pid)
@@ -50,6 +63,7 @@ local function start(args, script)
 end
 
 local function stop(s)
+  running[s.pid] = nil
   os.execute("kill -TERM " .. s.pid)
   local _, _, code = os.execute(("timeout 60 sh -c 'while kill -0 %d 2>/dev/null; do sleep 0.1; done'"):format(s.pid))
   local log = read_or_nil(s.log)
@@ -59,7 +73,7 @@ end
 
 -- The openai client's op with params (a table): the decoded JSON line it prints.
 local function client(s, op, params, key)
-  local cmd = ("cd %s && timeout 120 node client.mjs %s %s %s %s 2>&1"):format(q(CLIENT),
+  local cmd = ("cd %s && timeout 120 " .. UNSANITIZED .. "node client.mjs %s %s %s %s 2>&1"):format(q(CLIENT),
     q(("http://127.0.0.1:%d/v1"):format(s.port)), q(key or "none"), op, q(dkjson.encode(params or {})))
   local p = assert(io.popen(cmd))
   local out = p:read("a")
@@ -72,7 +86,7 @@ end
 -- curl's response to path (extra: curl's words): the headers and the body.
 local function curl(s, path, extra)
   local headers = H.tmp()
-  local cmd = ("timeout 60 curl -sN -D %s %s %s 2>&1"):format(q(headers), extra or "",
+  local cmd = ("timeout 60 " .. UNSANITIZED .. "curl -sN -D %s %s %s 2>&1"):format(q(headers), extra or "",
     q(("http://127.0.0.1:%d%s"):format(s.port, path)))
   local p = assert(io.popen(cmd))
   local body = p:read("a")
@@ -105,7 +119,11 @@ describe("gptoss serve", function()
   end
   local s
   setup(function() s = start { "7m", "--port", "0", "--slots", "4", "--ctx", "256", "--max-body", "4096" } end)
-  teardown(function() if s then assert.are.equal(0, stop(s)) end end)
+  teardown(function()
+    local code = s and stop(s)
+    kill_leftovers()
+    if s then assert.are.equal(0, code) end
+  end)
   after_each(H.cleanup)
 
   it("answers the openai client: models, chat streamed and not, completions", function()
@@ -234,12 +252,13 @@ describe("gptoss serve's limits", function()
     return
   end
   after_each(H.cleanup)
+  teardown(kill_leftovers)
 
   it("answers 429 with Retry-After when the queue is full, 401 without the key", function()
     local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "1024", "--api-key", "sesame" }
     local long = q('{"model":"7m","prompt":"Hi","max_tokens":1000,"stream":true}') -- seconds on a busy machine
     local auth = "-H 'Authorization: Bearer sesame' "
-    for _ = 1, 2 do os.execute(("timeout 60 curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
+    for _ = 1, 2 do os.execute(("timeout 60 " .. UNSANITIZED .. "curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
       :format(auth, long, s.port)) end
     -- one runs in the slot, one waits: the queue is full
     local deadline = gptoss.clock() + 20
@@ -274,6 +293,7 @@ describe("gptoss serve over a fake replica (tests/serve_scripted.lua --unscripte
     return
   end
   after_each(H.cleanup)
+  teardown(kill_leftovers)
 
   it("streams the text a whole answer has, one chunk of OpenAI's shape an event, its text escaped", function()
     local s = start({ "--unscripted" }, "tests/serve_scripted.lua")
