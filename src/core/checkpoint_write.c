@@ -344,9 +344,7 @@ gptoss_status gptoss_checkpoint_save(gptoss_model *m, const char *dir, gptoss_fo
              &header_bytes, &shards, err);
     if (!s) {
         names = calloc((size_t)shards, sizeof *names);
-        size_t len = strlen(dir);
-        while (len > 1 && dir[len - 1] == '/') /* the sibling of "out/" is "out.tmp-..." */
-            len--;
+        size_t len = gptoss_path_length(dir); /* the sibling of "out/" is "out.tmp-..." */
         tmp = malloc(len + 12);
         int bad = !names || !tmp;
         for (int k = 0; k < shards && !bad; k++)

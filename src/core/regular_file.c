@@ -73,10 +73,15 @@ int gptoss_regular_file(const char *path, char *why) {
     return 1;
 }
 
+size_t gptoss_path_length(const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    return n;
+}
+
 char *gptoss_path_join(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    while (a > 1 && dir[a - 1] == '/')
-        a--;
+    size_t a = gptoss_path_length(dir), b = strlen(name);
     char *p = malloc(a + b + 2);
     if (p)
         snprintf(p, a + b + 2, "%.*s%s%s", (int)a, dir, a == 0 || dir[a - 1] == '/' ? "" : "/", name);

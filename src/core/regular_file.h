@@ -40,6 +40,8 @@ gptoss_status gptoss_json_load_regular(const char *path, const char *what, size_
  * for a pipe after this look can still block them. */
 int gptoss_regular_file(const char *path, char *why);
 
+/* The length of path without its trailing slashes ("/" keeps its one). */
+size_t gptoss_path_length(const char *path);
 /* dir/name (malloc'd; "out/" and "out" give "out/name"), NULL when memory is short. */
 char *gptoss_path_join(const char *dir, const char *name);
 

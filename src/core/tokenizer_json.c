@@ -38,6 +38,9 @@ static void make_alphabet(void) {
 
 static int alphabet_byte(uint32_t cp) { return cp < 256 + 68 ? byte_of[cp] : -1; }
 
+/* The course's entry for the lone 0x00 byte, which tokenizer.json spells as that byte. */
+static const char LONE_ZERO[] = "<0x00>";
+
 /* One code point of valid UTF-8 at s (n > 0 bytes left); 0 bytes used when invalid. */
 static size_t utf8_code_point(const uint8_t *s, size_t n, uint32_t *cp) {
     size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
@@ -146,7 +149,7 @@ static gptoss_status read_vocab(entries *e, const json_t *vocab_obj, int vocab, 
         int id;
         gptoss_status s = entry_id(e, v, vocab, path, what, &id, err);
         if (!s && n == 1 && bytes[0] == 0)
-            s = add_bytes(e, id, (const uint8_t *)"<0x00>", 6, (float)id, err);
+            s = add_bytes(e, id, (const uint8_t *)LONE_ZERO, sizeof LONE_ZERO - 1, (float)id, err);
         else if (!s)
             s = add_bytes(e, id, bytes, (size_t)n, (float)id, err);
         if (s)
@@ -295,7 +298,7 @@ static int add_special(json_t *added, int id, const uint8_t *b, size_t len) {
 
 /* One rank in model.vocab, keyed by its bytes in the byte-level alphabet (room in key). */
 static gptoss_status add_rank(json_t *ranks, int id, const uint8_t *b, size_t len, char *key, char *err) {
-    if (len == 6 && memcmp(b, "<0x00>", 6) == 0) /* the course's name for the lone 0x00 byte */
+    if (len == sizeof LONE_ZERO - 1 && memcmp(b, LONE_ZERO, len) == 0)
         b = (const uint8_t *)"", len = 1;
     alphabet_encode(b, len, key);
     const json_t *other = json_object_get(ranks, key);
