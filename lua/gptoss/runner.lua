@@ -15,7 +15,8 @@
 -- slot at once; rows of it in a step already built are dropped as an ended sequence's are).
 --
 -- r:busy() says whether requests wait or run. r:build(pending) admits, asks the hooks and
--- returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or nil when
+-- returns the next step's plan {batch = {slots=, positions=, tokens=}, prompt_rows = the
+-- rows that feed a prompt token, ...}, or nil when
 -- every running sequence ends with the pending plan's step (nothing to feed); pending is
 -- the plan of the step still running (nil: none), whose decode rows feed the new step's
 -- (tokens -j: its row j; the caller sets batch.from to that step). r:apply(plan, ids)
@@ -160,6 +161,7 @@ function Runner:build(pending)
   end
   local step = new_step()
   add_decode_rows(st, step, pending)
+  local decode_rows = #step.slots
   add_prefill_rows(st, self.scheduler, step)
   if #step.slots == 0 then
     if pending then return nil end
@@ -167,7 +169,7 @@ function Runner:build(pending)
       .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
   end
   return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens }, rows = step.rows,
-    seqs = step.seqs }
+    seqs = step.seqs, prompt_rows = #step.slots - decode_rows }
 end
 
 -- Takes the ended sequences out of state.running, their slots back to the free list, and
