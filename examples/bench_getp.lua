@@ -44,7 +44,7 @@ local parser = argparse(script.name, "getp throughput of a synthetic model.")
 naming.add_model(parser, { default = "20b", seed = 1 })
 parser:option("--requests", "Number of requests.", "1024"):convert(cli.integer("--requests", 1))
 parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cli.integer("--steps", 1))
-local prompt_tokens_option = parser:option("--prompt-tokens",
+parser:option("--prompt-tokens",
   "Every prompt exactly this many tokens of natural text (README.md's, each request another window), "
   .. "not random ids; below --steps (1k in / 1k out: --prompt-tokens 1024 --steps 2048).")
   :convert(cli.integer("--prompt-tokens", 1))
@@ -58,8 +58,7 @@ parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf
 parser:option("--scheduler", ("getp scheduler: %s."):format(table.concat(scheduler.names, ", ")), "continuous")
 parser:option("--partition", ("getp partition: %s."):format(table.concat(partition.names, ", ")), "round_robin")
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
-local chat_flag = parser:flag("--chat", "The requests as harmony user turns after the default system message.")
-parser:mutex(chat_flag, prompt_tokens_option) -- the harmony wrapping would add its own tokens
+parser:flag("--chat", "The requests as harmony user turns after the default system message.")
 parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefix = false).")
 parser:flag("--profile", "Time every kernel of GPU replicas (each step then waits for the device) and print "
   .. "the prefill steps' and the decode steps' apart.")
@@ -144,6 +143,9 @@ end
 -- The prompts of the run: long_prompts' with --prompt-tokens, else the questions.
 local function make_prompts(tok, model)
   if not a.prompt_tokens then return questions(a.requests) end
+  if a.chat then
+    error("--prompt-tokens and --chat: harmony's system message and turn would add their own tokens to the N", 0)
+  end
   local steps = getp.clamp_steps(a.steps, model.config.seq_len)
   if a.prompt_tokens >= steps then
     error(("--prompt-tokens %d leaves nothing to generate: --steps %d%s counts prompt + generated tokens "

@@ -156,8 +156,8 @@ describe("examples/bench_getp.lua", function()
         .. "nothing to generate: --steps 2048 (the model's seq_len) counts" },
       { { path, "--prompt-tokens", "211", "--steps", "300" }, "bench_getp.lua: --prompt-tokens 211 is more than "
         .. "the model's initial_context_length 210, where getp cuts a prompt" },
-      { { "--prompt-tokens", "8", "--chat" },
-        "bench_getp.lua: option '--chat' can not be used together with option '--prompt-tokens'" },
+      { { "7m", "--prompt-tokens", "8", "--chat" }, "bench_getp.lua: --prompt-tokens and --chat: harmony's system "
+        .. "message and turn would add their own tokens to the N" },
     })
     H.cleanup()
   end)
