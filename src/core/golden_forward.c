@@ -144,10 +144,11 @@ static void attn_task(void *ctx, int task) {
         att[t] = gptoss_attn_score(score, D);
     }
     att[pos + 1] = j->sinks[h];
-    if (j->trace_scores) { /* a trace shows every key: the masked ones -inf, then probability 0 */
+    if (j->trace_scores || j->trace_probs) { /* a trace shows every key: the masked ones -inf, then probability 0 */
         for (int t = 0; t < first; t++)
             att[t] = -INFINITY;
-        memcpy(j->trace_scores + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
+        if (j->trace_scores)
+            memcpy(j->trace_scores + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
         memset(att, 0, sizeof(float) * (size_t)first);
     }
     gptoss_course_softmax(att + first, pos + 2 - first);
