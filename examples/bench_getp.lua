@@ -161,10 +161,10 @@ local function step_split(per_replica)
     "decode steps", "their rows"))
   local split = {}
   for k, pr in ipairs(per_replica) do
-    print(("%8d %14d %12d %12d %14d %12d"):format(k, pr.prefill_steps, pr.prefill_rows, pr.prompt_rows,
-      pr.decode_steps, pr.decode_rows))
-    split[k] = { prefill_steps = pr.prefill_steps, prefill_rows = pr.prefill_rows, prompt_rows = pr.prompt_rows,
-      decode_steps = pr.decode_steps, decode_rows = pr.decode_rows }
+    print(("%8d %14d %12d %12d %14d %12d"):format(k, pr.prefill_steps, pr.prefill_step_rows, pr.prefill_rows,
+      pr.decode_steps, pr.decode_step_rows))
+    split[k] = { prefill_steps = pr.prefill_steps, prefill_step_rows = pr.prefill_step_rows,
+      prefill_rows = pr.prefill_rows, decode_steps = pr.decode_steps, decode_step_rows = pr.decode_step_rows }
   end
   return split
 end
@@ -227,7 +227,7 @@ script.run(function()
 
   local slots, host_ms, waited_ms, prefilled = {}, {}, {}, 0
   for k, r in ipairs(g.replicas) do slots[k] = r.slots end
-  for _, pr in ipairs(result.per_replica) do prefilled = prefilled + pr.prompt_rows end
+  for _, pr in ipairs(result.per_replica) do prefilled = prefilled + pr.prefill_rows end
   print(("%8s %12s %10s %10s %8s %10s %14s"):format("requests", "mean prompt", "prefilled", "output", "steps",
     "seconds", "output tok/s"))
   print(("%8d %12.1f %10d %10d %8d %10.3f %14.1f"):format(a.requests, prompt_tokens / a.requests, prefilled,

@@ -20,20 +20,10 @@ local naming = require "gptoss.naming"
 local plot = require "gptoss.plot"
 local script = require "gptoss.script"
 
--- "1,8,32" -> {1, 8, 32}, or nil and a message
-local function batch_sizes(s)
-  local list = {}
-  for item in (s .. ","):gmatch("([^,]*),") do
-    local b = math.tointeger(tonumber(item))
-    if b == nil or b < 1 then return nil, ("--batches: '%s' is not a list of batch sizes >= 1 (\"1,8,32\")"):format(s) end
-    list[#list + 1] = b
-  end
-  return list
-end
-
 local parser = argparse(script.name, "GPU decode throughput of a synthetic model.")
 naming.add_model(parser, { default = "20b", seed = 1 })
-parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256"):convert(batch_sizes)
+parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
+  :convert(cli.integer_list("--batches", 1, "batch sizes", "1,8,32"))
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")

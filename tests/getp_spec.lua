@@ -112,7 +112,8 @@ describe("getp", function()
     assert.is_true(pr.host > 0 and pr.waited >= 0 and pr.host + pr.waited <= result.elapsed)
     pr.host, pr.waited = nil, nil
     -- the step counters: tests/getp_steps_spec.lua
-    pr.prefill_steps, pr.prefill_rows, pr.prompt_rows, pr.decode_steps, pr.decode_rows = nil, nil, nil, nil, nil
+    pr.prefill_steps, pr.prefill_step_rows, pr.prefill_rows = nil, nil, nil
+    pr.decode_steps, pr.decode_step_rows = nil, nil
     assert.are.same({ { requests = #PROMPTS, tokens = result.tokens, steps = result.steps, shared_prefix = 0,
       prefill_saved = 0 } }, result.per_replica)
     assert.is_true(result.elapsed >= 0)

@@ -1,5 +1,5 @@
--- getp's step counters (per_replica's prefill_steps, prefill_rows, prompt_rows, decode_steps,
--- decode_rows), its on_step callback, and gptoss.step_profile's split of a replica's kernel
+-- getp's step counters (per_replica's prefill_steps, prefill_step_rows, prefill_rows, decode_steps,
+-- decode_step_rows), its on_step callback, and gptoss.step_profile's split of a replica's kernel
 -- times between prefill and decode steps, on CPU replicas of the synthetic 7m model. The CPU
 -- has no per-kernel timing: a stand-in profile counts each step its replica is given, as one
 -- kernel whose seconds are the step's rows.
@@ -37,28 +37,29 @@ describe("getp's step counters and on_step", function()
           seen[k] = seen[k] or {}
           table.insert(seen[k], step)
         end }
-      local prompt_rows = 0
+      local prefill_rows = 0
       for k, pr in ipairs(result.per_replica) do
-        local told = { prefill_steps = 0, prefill_rows = 0, prompt_rows = 0, decode_steps = 0, decode_rows = 0 }
+        local told = { prefill_steps = 0, prefill_step_rows = 0, prefill_rows = 0, decode_steps = 0,
+          decode_step_rows = 0 }
         for _, step in ipairs(seen[k]) do
-          assert.is_true(step.prompt_rows <= step.rows)
-          if step.prompt_rows > 0 then
-            told.prefill_steps, told.prefill_rows = told.prefill_steps + 1, told.prefill_rows + step.rows
-            told.prompt_rows = told.prompt_rows + step.prompt_rows
+          assert.is_true(step.prefill_rows <= step.rows)
+          if step.prefill_rows > 0 then
+            told.prefill_steps, told.prefill_step_rows = told.prefill_steps + 1, told.prefill_step_rows + step.rows
+            told.prefill_rows = told.prefill_rows + step.prefill_rows
           else
-            told.decode_steps, told.decode_rows = told.decode_steps + 1, told.decode_rows + step.rows
+            told.decode_steps, told.decode_step_rows = told.decode_steps + 1, told.decode_step_rows + step.rows
           end
         end
-        assert.are.same(told, { prefill_steps = pr.prefill_steps, prefill_rows = pr.prefill_rows,
-          prompt_rows = pr.prompt_rows, decode_steps = pr.decode_steps, decode_rows = pr.decode_rows })
+        assert.are.same(told, { prefill_steps = pr.prefill_steps, prefill_step_rows = pr.prefill_step_rows,
+          prefill_rows = pr.prefill_rows, decode_steps = pr.decode_steps, decode_step_rows = pr.decode_step_rows })
         assert.are.equal(pr.steps, pr.prefill_steps + pr.decode_steps)
         assert.is_true(pr.decode_steps > 0)
         -- a prefill step carrying decode rows too
-        if case.mixed then assert.is_true(pr.prefill_rows > pr.prompt_rows) end
-        prompt_rows = prompt_rows + pr.prompt_rows
+        if case.mixed then assert.is_true(pr.prefill_step_rows > pr.prefill_rows) end
+        prefill_rows = prefill_rows + pr.prefill_rows
       end
       -- each prompt token fed once, but a shared prefix once a replica
-      assert.are.equal(prompt_tokens(case.chat) - result.prefill_saved, prompt_rows)
+      assert.are.equal(prompt_tokens(case.chat) - result.prefill_saved, prefill_rows)
       assert.are.equal(case.chat or false, result.prefill_saved > 0)
     end
   end)
@@ -100,11 +101,11 @@ describe("gptoss.step_profile", function()
           on_step = split.on_step }
         split:watch(2, source)
         local pr = g:run().per_replica[2]
-        assert.is_true(pr.shared_prefix > 0 and pr.decode_steps > 0 and pr.prefill_rows > pr.prompt_rows)
+        assert.is_true(pr.shared_prefix > 0 and pr.decode_steps > 0 and pr.prefill_step_rows > pr.prefill_rows)
         local times = split:finish()
         assert.is_nil(times[1])
-        assert.are.same({ prefill = { { label = "step", seconds = pr.prefill_rows, calls = pr.prefill_steps } },
-          decode = { { label = "step", seconds = pr.decode_rows, calls = pr.decode_steps } } }, times[2])
+        assert.are.same({ prefill = { { label = "step", seconds = pr.prefill_step_rows, calls = pr.prefill_steps } },
+          decode = { { label = "step", seconds = pr.decode_step_rows, calls = pr.decode_steps } } }, times[2])
       end)
       mt.__index = index
       assert(ok, err)

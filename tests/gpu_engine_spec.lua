@@ -33,15 +33,7 @@ local function note(fmt, ...)
   io.stderr:write("[gpu-parity] " .. fmt:format(...) .. "\n")
 end
 
--- Deterministic pseudo-random token ids.
-local function tokens_for(seed, n, vocab)
-  local out, x = {}, seed * 2654435761 % 4294967296
-  for i = 1, n do
-    x = (x * 1103515245 + 12345) % 2147483648
-    out[i] = x % vocab
-  end
-  return out
-end
+local tokens_for = helpers.token_ids
 
 -- A ragged schedule: slot s starts with a 16-token prefill chunk at step
 -- start[s], then decodes one row per step; the batch of a step holds every

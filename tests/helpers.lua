@@ -90,6 +90,24 @@ function helpers.sample_uniform(seed, position)
   return (helpers.mix64(key + (position + 1) * 0x9E3779B97F4A7C15) >> 11) * 2.0 ^ -53
 end
 
+--- n deterministic pseudo-random token ids below vocab, a different list for each seed.
+function helpers.token_ids(seed, n, vocab)
+  local out, x = {}, seed * 2654435761 % 4294967296
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    out[i] = x % vocab
+  end
+  return out
+end
+
+--- For a describe of GPU specs (tag gpu): true, the describe marked pending (pending:
+-- busted's, passed on), when this build sees no GPU; the describe then returns.
+function helpers.no_gpu(pending)
+  if #require("gptoss").devices() > 0 then return false end
+  pending("no GPU visible to this build (gptoss.devices() is empty)")
+  return true
+end
+
 --- A float's 32 bits rounded to bf16, nearest even (not for NaNs).
 function helpers.bf16_bits(u)
   return (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000

@@ -131,13 +131,14 @@ describe("examples/bench_getp.lua", function()
     assert.are.equal(f.prompt_tokens - f.prefill_saved, f.prompt_tokens_prefilled)
     local split = f.step_split[1]
     assert.are.equal(f.engine_steps, split.prefill_steps + split.decode_steps)
-    assert.are.equal(f.prompt_tokens_prefilled, split.prompt_rows)
-    assert.is_true(split.prefill_rows >= split.prompt_rows and split.decode_rows >= split.decode_steps)
+    assert.are.equal(f.prompt_tokens_prefilled, split.prefill_rows)
+    assert.is_true(split.prefill_step_rows >= split.prefill_rows and split.decode_step_rows >= split.decode_steps)
     -- each request's first id is its last prompt row's, every later one a decode row's (rows built
     -- ahead for a request that stopped yield none)
-    assert.is_true(f.output_tokens <= split.decode_rows + split.prefill_rows - split.prompt_rows + requests)
-    assert.truthy(out:find(("\n%%s+1%%s+%d%%s+%d%%s+%d%%s+%d%%s+%d\n"):format(split.prefill_steps, split.prefill_rows,
-      split.prompt_rows, split.decode_steps, split.decode_rows)), out)
+    assert.is_true(f.output_tokens
+      <= split.decode_step_rows + split.prefill_step_rows - split.prefill_rows + requests)
+    assert.truthy(out:find(("\n%%s+1%%s+%d%%s+%d%%s+%d%%s+%d%%s+%d\n"):format(split.prefill_steps,
+      split.prefill_step_rows, split.prefill_rows, split.decode_steps, split.decode_step_rows)), out)
     assert.truthy(out:find("\nprofile, replica 1 (cpu): per-kernel timing is for GPU replicas\n", 1, true), out)
     assert.are.same({ { prefill = {}, decode = {} } }, f.profile)
   end)

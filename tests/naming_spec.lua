@@ -81,7 +81,7 @@ local COMMANDS = {
   { "run.lua", {}, 1 }, { "chat.lua", {}, 1 }, { "demo.lua", {}, 1, true }, { "parity.lua", {}, 2, true },
   { "checker.lua", { "dump" }, 2, true }, { "speculative.lua", {}, 1 }, { "beam_search.lua", {}, 1 },
   { "best_of_n.lua", {}, 1 }, { "custom_scheduler.lua", {}, 1 }, { "bench_golden.lua", {}, 1 },
-  { "bench_gpu.lua", {}, 1 }, { "bench_getp.lua", {}, 1 },
+  { "bench_gpu.lua", {}, 1 }, { "bench_prefill.lua", {}, 1 }, { "bench_getp.lua", {}, 1 },
 }
 
 describe("every command that names a model", function()

@@ -159,6 +159,65 @@ describe("the runner's arrivals and cancellations (gptoss serve's)", function()
   end)
 end)
 
+describe("the runner's choices of one request (seq.prompt_from)", function()
+  local r = gptoss.synthetic("7m"):replica { slots = 3, ctx = 64 }
+  local PROMPT = { 5, 6, 7, 8, 9, 10, 11, 12 }
+
+  -- Three choices of a prompt, each drawing with its own seed; shared: the second and third
+  -- fork the first's prompt.
+  local function choices(shared)
+    local seqs = {}
+    for i = 1, 3 do
+      seqs[i] = { prompt = PROMPT, output = {}, limit = 4, position = 0, index = i,
+        sampling = { temperature = 1, seed = 40 + i }, prompt_from = shared and seqs[1] or nil }
+    end
+    return seqs
+  end
+
+  -- Runs seqs to their end a step at a time (admit: the scheduler's, default continuous;
+  -- after_first(seqs) runs once the first step is built): the prompt rows of each step.
+  local function run(seqs, opts)
+    opts = opts or {}
+    local sched = opts.admit and { admit = opts.admit } or scheduler.continuous()
+    local rn = runner.new(sched, r, 1, {}, { rows = 64, chunk = opts.chunk or 64, stop = {} })
+    for i, s in ipairs(seqs) do rn:arrive(s, i) end
+    local fed = {}
+    while rn:busy() do
+      local plan = rn:build()
+      fed[#fed + 1] = plan.prefill_rows
+      if #fed == 1 and opts.after_first then opts.after_first(rn, seqs) end
+      rn:apply(plan, r:step(plan.batch):tokens())
+    end
+    return fed
+  end
+
+  local alone = choices(false)
+  local alone_fed = run(alone)
+
+  it("forks the first's prompt less its last token into the others once a step has fed it: their own ids", function()
+    assert.are.same({ 3 * #PROMPT, 0, 0, 0 }, alone_fed)
+    local shared = choices(true)
+    assert.are.same({ #PROMPT, 2, 0, 0, 0 }, run(shared))
+    for i = 1, 3 do assert.are.same(alone[i].output, shared[i].output, "choice " .. i) end
+    assert.are_not.same(alone[1].output, alone[2].output) -- the seeds tell them apart
+    assert.is_nil(shared[2].prompt_from)
+  end)
+
+  it("feeds the whole prompt of a choice admitted once the first decodes, or whose first has ended", function()
+    local late = choices(true)
+    -- one admission a step: the second comes while the first has fed just its prompt (it
+    -- forks), the third once it decodes
+    local fed = run(late, { admit = function(_, st) return math.min(1, st.free, #st.waiting) end })
+    assert.are.same({ #PROMPT, 1, #PROMPT, 0, 0, 0 }, fed)
+    for i = 1, 3 do assert.are.same(alone[i].output, late[i].output, "choice " .. i) end
+    local orphans = choices(true)
+    -- the first goes (its client left) while the others wait for its prompt's second chunk
+    fed = run(orphans, { chunk = 5, after_first = function(rn, seqs) rn:cancel(seqs[1], "disconnected") end })
+    assert.are.same({ 5, 10, 6, 0, 0, 0 }, fed)
+    for i = 2, 3 do assert.are.same(alone[i].output, orphans[i].output, "choice " .. i) end
+  end)
+end)
+
 describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)", function()
   if not ok_http then
     pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
@@ -168,7 +227,7 @@ describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)",
   local fake_replica = require "fake_replica"
   local serve_engine = require "gptoss.serve_engine"
 
-  it("keeps two steps in flight, hands each id to its sequence and times every step", function()
+  it("keeps two steps in flight, hands each id to its sequence, times every step and counts its prompt rows", function()
     local r = fake_replica.new { slots = 4, ctx = 64, text = { 11, 12, 13, 14, 15 }, delay = 0.002 }
     -- whether the step before was still running when each was enqueued, and the steps in
     -- flight when each is read
@@ -186,12 +245,13 @@ describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)",
       end
       return h
     end
-    local steps, generated, waited = 0, 0, 0
+    local steps, generated, waited, prefilled = 0, 0, 0, {}
     local engine = serve_engine.new { replicas = { r }, scheduler = scheduler.continuous(), max_queue = 8,
-      on_step = function(k, host, wait, n)
+      on_step = function(k, host, wait, n, fed)
         assert.are.equal(1, k)
         assert.is_true(host >= 0 and wait >= 0)
         steps, generated, waited = steps + 1, generated + n, waited + wait
+        prefilled[#prefilled + 1] = fed
       end }
     local outputs, ended = {}, 0
     local seqs = {}
@@ -212,17 +272,20 @@ describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)",
     -- the fake's id at a row's position, the first from the prompt's last row (position 1)
     for i = 1, 3 do assert.are.same({ 12, 13, 14, 15, 11 }, outputs[i]) end
     assert.are.same({ 3, 5, 15 }, { ended, steps, generated })
+    assert.are.same({ 6, 0, 0, 0, 0 }, prefilled) -- the prompts' rows, in the first step
     assert.is_true(waited > 0) -- the fake device's 2 ms a step are not all host work
   end)
 
-  it("reports the steps' host and waited seconds per replica in /metrics and a summary line", function()
+  it("reports the steps' host and waited seconds per replica and the prompt rows fed in /metrics, and a summary line",
+    function()
     local metrics = require("gptoss.serve_metrics").new()
-    metrics:step(2, 0.0003, 0.002, 10)
-    metrics:step(2, 0.0005, 0.001, 6)
+    metrics:step(2, 0.0003, 0.002, 10, 40)
+    metrics:step(2, 0.0005, 0.001, 6, 0)
     local text = metrics:text(0, 0, 4)
     for _, line in ipairs { 'gptoss_step_host_seconds_bucket{replica="2",le="0.00025"} 0',
       'gptoss_step_host_seconds_bucket{replica="2",le="0.0005"} 2', 'gptoss_step_host_seconds_count{replica="2"} 2',
-      'gptoss_step_waited_seconds_bucket{replica="2",le="+Inf"} 2', 'gptoss_step_host_seconds_count{replica="1"} 0' } do
+      'gptoss_step_waited_seconds_bucket{replica="2",le="+Inf"} 2', 'gptoss_step_host_seconds_count{replica="1"} 0',
+      'gptoss_prefill_rows_total 40' } do
       assert.truthy(text:find("\n" .. line .. "\n", 1, true), line)
     end
     assert.are.near(0.003, tonumber(text:match('\ngptoss_step_waited_seconds_sum{replica="2"} (%S+)')), 1e-12)

@@ -109,6 +109,13 @@ local function metric(s, name)
   return tonumber(text:match("\n" .. name:gsub("[%-%.%[%]{}\"=]", "%%%0") .. " (%S+)"))
 end
 
+-- The metric once it has value, or after 20 seconds without: its value then.
+local function metric_reaches(s, name, value)
+  local deadline = gptoss.clock() + 20
+  while metric(s, name) ~= value and gptoss.clock() < deadline do os.execute("sleep 0.05") end
+  return metric(s, name)
+end
+
 local TOOLS = { { type = "function", ["function"] = { name = "get_weather", description = "The weather in a city.",
   parameters = { type = "object", properties = { city = { type = "string" } }, required = { "city" } } } } }
 
@@ -190,12 +197,61 @@ describe("gptoss serve", function()
   it("frees the slot of a client that goes away mid-stream", function()
     local before = metric(s, "gptoss_generation_tokens_total")
     curl(s, "/v1/completions", "-m 1 -d " .. q('{"model":"7m","prompt":"Hi","max_tokens":250,"stream":true}'))
-    local deadline = gptoss.clock() + 10
-    while metric(s, "gptoss_slots_in_use") ~= 0 and gptoss.clock() < deadline do os.execute("sleep 0.1") end
-    assert.are.equal(0, metric(s, "gptoss_slots_in_use"))
+    assert.are.equal(0, metric_reaches(s, "gptoss_slots_in_use", 0))
     assert.truthy(H.read_file(s.log):find("the client went away", 1, true))
     local generated = metric(s, "gptoss_generation_tokens_total") - before
     assert.is_true(generated < 250, ("the sequence ran on: %d tokens"):format(generated))
+  end)
+
+  it("frees the slot of a client that goes away while it waits for a whole answer, and goes on answering", function()
+    local function went_away()
+      local n = 0
+      for _ in H.read_file(s.log):gmatch("the client went away") do n = n + 1 end
+      return n
+    end
+    local before, logged = metric(s, "gptoss_generation_tokens_total"), went_away()
+    -- a client of our own, which hangs up once its request runs (250 ids take the 7m model
+    -- over a second on the CPU)
+    local client_socket = require("cqueues.socket").connect("127.0.0.1", s.port)
+    client_socket:setmode("b", "b") -- the CRLFs as written
+    local body = '{"model":"7m","prompt":"Hi","max_tokens":250}'
+    client_socket:write(("POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+      .. "content-length: %d\r\n\r\n%s"):format(#body, body))
+    client_socket:flush()
+    assert.are.equal(1, metric_reaches(s, "gptoss_slots_in_use", 1))
+    client_socket:close()
+    assert.are.equal(0, metric_reaches(s, "gptoss_slots_in_use", 0))
+    assert.are.equal(logged + 1, went_away())
+    local generated = metric(s, "gptoss_generation_tokens_total") - before
+    assert.is_true(generated < 250, ("the sequence ran on: %d tokens"):format(generated))
+    local headers, answer = curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":2}'))
+    assert.truthy(headers:find("^HTTP/1.1 200"), headers)
+    assert.are.equal(2, dkjson.decode(answer).usage.completion_tokens)
+  end)
+
+  it("gives n seeded choices the answers of n requests of seeds seed, seed + 1, ..., prefilling the prompt once",
+    function()
+    local prompt = {}
+    for i = 1, 30 do prompt[i] = 1000 + 7 * i end
+    local function answer(fields)
+      local _, body = curl(s, "/v1/completions", "-d " .. q(dkjson.encode(H.with({ model = "7m", prompt = prompt,
+        max_tokens = 6, temperature = 0.9 }, fields))))
+      return dkjson.decode(body).choices
+    end
+    local function prefill_rows() return metric(s, "gptoss_prefill_rows_total") end
+    local at = prefill_rows()
+    local together = answer { n = 3, seed = 41 }
+    local fed_together = prefill_rows() - at
+    at = prefill_rows()
+    for i = 1, 3 do
+      local alone = answer { seed = 41 + i - 1 }
+      assert.are.equal(alone[1].text, together[i].text, "choice " .. i)
+      assert.are.equal(alone[1].finish_reason, together[i].finish_reason, "choice " .. i)
+    end
+    local fed_alone = prefill_rows() - at
+    -- alone, each feeds the whole prompt; together, choices 2 and 3 fork choice 1's and feed
+    -- only its last token
+    assert.are.same({ 3 * #prompt, #prompt + 2 }, { fed_alone, fed_together })
   end)
 
   it("counts what it answered in /metrics", function()
@@ -261,9 +317,8 @@ describe("gptoss serve's limits", function()
     for _ = 1, 2 do os.execute(("timeout 60 " .. UNSANITIZED .. "curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
       :format(auth, long, s.port)) end
     -- one runs in the slot, one waits: the queue is full
-    local deadline = gptoss.clock() + 20
-    while metric(s, "gptoss_queue_length") ~= 1 and gptoss.clock() < deadline do os.execute("sleep 0.05") end
-    assert.are.equal(1, metric(s, "gptoss_queue_length"), "the second long stream never waited in the queue")
+    assert.are.equal(1, metric_reaches(s, "gptoss_queue_length", 1),
+      "the second long stream never waited in the queue")
     local headers = curl(s, "/v1/completions", auth .. "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":1}'))
     assert.truthy(headers:find("^HTTP/1.1 429"))
     assert.truthy(headers:lower():find("retry%-after: 1"))

@@ -63,6 +63,22 @@ function cli.integer(flag, min)
   end
 end
 
+--- An argparse converter for a comma-separated list of integers >= min ("1,8,32"): the
+-- list, or nil and a message naming the flag, what the integers are and an example.
+function cli.integer_list(flag, min, what, example)
+  return function(s)
+    local list = {}
+    for item in (s .. ","):gmatch("([^,]*),") do
+      local v = math.tointeger(tonumber(item))
+      if v == nil or v < min then
+        return nil, ("%s: '%s' is not a list of %s >= %d (\"%s\")"):format(flag, s, what, min, example)
+      end
+      list[#list + 1] = v
+    end
+    return list
+  end
+end
+
 --- An argparse converter for tolerances and the like: the number, or nil and a message.
 function cli.non_negative(s)
   local v = tonumber(s)

@@ -27,6 +27,7 @@ commands.LIST = {
   { "serve", "an OpenAI-compatible HTTP server: chat and completions, streamed (docs/serve.md)" },
   { "bench_golden", "benchmark: the CPU golden engine's prefill and decode rows a second" },
   { "bench_gpu", "benchmark: GPU decode throughput by batch size" },
+  { "bench_prefill", "benchmark: time to first token and prefill tokens/s of one prompt" },
   { "bench_getp", "benchmark: getp throughput, the course's way" },
   { "bench_sampler", "benchmark: the CPU sampler's cost a draw" },
   { "bench_tokenizer", "benchmark: tokenizer encode and decode throughput" },

@@ -27,9 +27,9 @@ end
 --- Steps ids into `slot` at positions position, position + 1, ... (truncating the slot
 -- there), in chunks of generate.chunk(r) rows; returns the last step's handle, whose last
 -- row yields the id after ids. opts: logits = true keeps the last row's logits (h:logits()
--- is then that one row).
+-- is then that one row); chunk = n steps n rows at a time instead (at most r.chunk on a GPU).
 function generate.feed(r, slot, ids, position, opts)
-  local chunk, h = generate.chunk(r), nil
+  local chunk, h = opts and opts.chunk or generate.chunk(r), nil
   for first = 1, #ids, chunk do
     local last = math.min(first + chunk - 1, #ids)
     local batch = { slots = {}, positions = {}, tokens = {} }

@@ -118,18 +118,18 @@ function Run:queue_of(k, assigned)
   return queue
 end
 
--- Counts a step of `rows` rows, prompt_rows of them feeding a prompt token, about to be
+-- Counts a step of `rows` rows, prefill_rows of them feeding a prompt token, about to be
 -- enqueued on replica k (a prefill step when it has one, else a decode step), and tells
 -- g.on_step.
-function Run:stepping(k, rows, prompt_rows)
+function Run:stepping(k, rows, prefill_rows)
   local pr = self.per_replica[k]
-  if prompt_rows > 0 then
-    pr.prefill_steps, pr.prefill_rows, pr.prompt_rows = pr.prefill_steps + 1, pr.prefill_rows + rows,
-        pr.prompt_rows + prompt_rows
+  if prefill_rows > 0 then
+    pr.prefill_steps, pr.prefill_step_rows = pr.prefill_steps + 1, pr.prefill_step_rows + rows
+    pr.prefill_rows = pr.prefill_rows + prefill_rows
   else
-    pr.decode_steps, pr.decode_rows = pr.decode_steps + 1, pr.decode_rows + rows
+    pr.decode_steps, pr.decode_step_rows = pr.decode_steps + 1, pr.decode_step_rows + rows
   end
-  if self.g.on_step then self.g.on_step(k, { rows = rows, prompt_rows = prompt_rows }) end
+  if self.g.on_step then self.g.on_step(k, { rows = rows, prefill_rows = prefill_rows }) end
 end
 
 -- Replica k's shared prefix fed into its slot, a step a chunk.
@@ -152,7 +152,7 @@ function Run:start_replica(k, assigned)
   local rows, chunk = getp_replicas.bounds(r)
   local prefix = g.share_prefix and shared_prefix(r, queue) or nil
   local pr = { requests = #assigned, tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0, host = 0, waited = 0,
-    prefill_steps = 0, prefill_rows = 0, prompt_rows = 0, decode_steps = 0, decode_rows = 0 }
+    prefill_steps = 0, prefill_step_rows = 0, prefill_rows = 0, decode_steps = 0, decode_step_rows = 0 }
   self.per_replica[k] = pr
   if prefix then
     self:feed_prefix(k, prefix)
@@ -174,7 +174,7 @@ end
 function Run:enqueue(k, plan, from)
   plan.batch.from = from
   local r = self.g.replicas[k]
-  self:stepping(k, #plan.batch.slots, plan.prompt_rows)
+  self:stepping(k, #plan.batch.slots, plan.prefill_rows)
   self.plans[k], self.handles[k] = plan, self:on_replica(k, r.step, r, plan.batch)
 end
 

@@ -10,16 +10,24 @@
 -- ids, which admission forks into the slot of a sequence whose prompt begins with them and
 -- goes on past them; the slot is not offered to requests).
 --
+-- A sequence may name another of the same prompt in seq.prompt_from (gptoss serve's choices
+-- of one request): admitted while that one runs and has fed no more than its prompt, it
+-- feeds nothing until the steps built so far feed that prompt but its last token, then
+-- forks those positions from the other's slot and feeds only the last token itself (its
+-- first id is its own draw). Admitted later, or when the other ends first, it feeds its own
+-- prompt. Its prefill_chunk is not asked while it waits. seq.prompt_from is nil once it
+-- no longer waits.
+--
 -- Sequences may arrive later (r:arrive(seq, at): into state.waiting at index at) and end
 -- early (r:cancel(seq, finish): a waiting one leaves the queue, a running one frees its
 -- slot at once; rows of it in a step already built are dropped as an ended sequence's are).
 --
 -- r:busy() says whether requests wait or run. r:build(pending) admits, asks the hooks and
--- returns the next step's plan {batch = {slots=, positions=, tokens=}, prompt_rows = the
--- rows that feed a prompt token, ...}, or nil when
+-- returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or nil when
 -- every running sequence ends with the pending plan's step (nothing to feed); pending is
 -- the plan of the step still running (nil: none), whose decode rows feed the new step's
--- (tokens -j: its row j; the caller sets batch.from to that step). r:apply(plan, ids)
+-- (tokens -j: its row j; the caller sets batch.from to that step); the plan's prefill_rows
+-- counts its prompt rows. r:apply(plan, ids)
 -- takes a step's sampled ids and returns how many ids were generated and the list of the
 -- sequences that ended.
 local runner = {}
@@ -38,6 +46,7 @@ function runner.new(sched, replica, index, queue, opts)
     stop = opts.stop,
     prefix = opts.prefix,
     free_slots = free_slots, -- ascending: admission takes the lowest
+    forking = {}, -- admitted sequences waiting to fork their seq.prompt_from's prompt
     state = {
       replica = replica, index = index, waiting = queue, running = {},
       free = #free_slots, slots = #free_slots, rows = opts.rows, chunk = opts.chunk, step = 0,
@@ -59,6 +68,15 @@ local function begins_with(prompt, prefix)
   return true
 end
 
+-- Whether seq, being admitted, waits to fork its prompt_from's prompt: that one runs and has
+-- fed no more than its prompt (its slot holds it, and a GPU's ring still holds its keys),
+-- and the prompt goes on past where seq starts (else the fork saves no row).
+local function waits_to_fork(seq)
+  local from = seq.prompt_from
+  return from ~= nil and from.slot ~= nil and not from.finish and from.position <= #from.prompt
+    and #seq.prompt - 1 > seq.position
+end
+
 local function admit(self)
   local st, sched = self.state, self.scheduler
   local most = math.min(st.free, #st.waiting)
@@ -78,10 +96,35 @@ local function admit(self)
       seq.position = prefix.length
     end
     if seq.sampling then r:sampling(seq.slot, seq.sampling) else r:sampling(seq.slot) end
+    if waits_to_fork(seq) then
+      self.forking[#self.forking + 1] = seq
+    else
+      seq.prompt_from = nil
+    end
     st.running[#st.running + 1] = seq
   end
   table.move(waiting, n + 1, #waiting + n, 1)
   st.free = st.free - n
+end
+
+-- Forks into each waiting sequence (self.forking) its prompt_from's prompt less the last
+-- token once the steps built so far feed it (the caller has enqueued them: a GPU replica
+-- copies in step order); one whose prompt_from ended first, or that ended itself, waits no
+-- more.
+local function fork_prompts(self)
+  local r, waiting = self.state.replica, {}
+  for _, seq in ipairs(self.forking) do
+    local from, length = seq.prompt_from, #seq.prompt - 1
+    if seq.finish or from.finish then
+      seq.prompt_from = nil
+    elseif from.position >= length then
+      r:fork(from.slot, seq.slot, length)
+      seq.position, seq.prompt_from = length, nil
+    else
+      waiting[#waiting + 1] = seq
+    end
+  end
+  self.forking = waiting
 end
 
 -- A step being built: its batch's rows (slots, positions, tokens), and the rows that yield
@@ -131,7 +174,7 @@ local function add_prefill_rows(st, sched, step)
   for _, seq in ipairs(st.running) do
     local left, room = #seq.prompt - seq.position, st.rows - #step.slots
     if room == 0 then break end
-    if left > 0 then
+    if left > 0 and not seq.prompt_from then
       local most = math.min(left, room, st.chunk)
       local n = most
       if sched.prefill_chunk then
@@ -159,6 +202,7 @@ function Runner:build(pending)
     error(("scheduler: admit returned 0 on replica %d while nothing runs there (%d waiting, "
       .. "%d slots free): it would wait forever"):format(st.index, #st.waiting, st.free), 0)
   end
+  if #self.forking > 0 then fork_prompts(self) end
   local step = new_step()
   add_decode_rows(st, step, pending)
   local decode_rows = #step.slots
@@ -169,7 +213,7 @@ function Runner:build(pending)
       .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
   end
   return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens }, rows = step.rows,
-    seqs = step.seqs, prompt_rows = #step.slots - decode_rows }
+    seqs = step.seqs, prefill_rows = #step.slots - decode_rows }
 end
 
 -- Takes the ended sequences out of state.running, their slots back to the free list, and

@@ -124,7 +124,9 @@ function serve.new(opts)
   local prefix = harmony.render_ids({ harmony.system {} }, tokenizer, { completion = false })
   self.engine = serve_engine.new { replicas = replicas, scheduler = sched, prefix = prefix,
     max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end,
-    on_step = function(k, host, waited, generated) self.metrics:step(k, host, waited, generated) end }
+    on_step = function(k, host, waited, generated, prefilled)
+      self.metrics:step(k, host, waited, generated, prefilled)
+    end }
   return self
 end
 

@@ -4,8 +4,9 @@
 -- once every choice has ended, or streams each delta as a server-sent event: the engine
 -- loop makes the events as the ids arrive (a content delta from a template of its chunk,
 -- only its text encoded), and the coroutine writes those made since its last write in
--- one chunk. A stream whose client has gone (a write fails) cancels its sequences,
--- freeing their slots.
+-- one chunk. A job whose client has gone cancels its sequences, freeing their slots: a
+-- stream's when a write fails, a whole answer's when its connection closes while it waits.
+-- Choice i > 1 forks choice 1's prompt (gptoss.runner: prompt_from) instead of feeding it.
 local condition = require "cqueues.condition"
 local gptoss = require "gptoss"
 local serve_choice = require "gptoss.serve_choice"
@@ -154,6 +155,7 @@ local function sequences(server, job, choices, st, wake)
     local c = choices[i]
     seqs[i] = {
       prompt = job.prompt, limit = job.limit, sampling = serve_openai.sampling_for(job, i),
+      prompt_from = seqs[1], -- nil for the first
       on_id = function(seq, id, logprob)
         local now = gptoss.clock()
         if not seq.first_at then
@@ -204,6 +206,12 @@ local function stream_job(res, st, wake)
   end
 end
 
+-- Ends a job whose client went away: its sequences cancelled, their slots free.
+local function abandon(server, job, seqs)
+  for _, seq in ipairs(seqs) do server.engine:cancel(seq, "disconnected") end
+  server.log(("%s: the client went away; its slots are free"):format(job.id))
+end
+
 -- Runs a job to its end and answers it.
 local function run_job(server, res, job)
   job_counter = job_counter + 1
@@ -222,13 +230,12 @@ local function run_job(server, res, job)
   end
   server.metrics:tokens(#job.prompt, 0)
   if st then
-    if not stream_job(res, st, wake) then
-      for _, seq in ipairs(seqs) do server.engine:cancel(seq, "disconnected") end
-      server.log(("%s: the client went away; its slots are free"):format(job.id))
-    end
+    if not stream_job(res, st, wake) then abandon(server, job, seqs) end
     return
   end
-  while job.ended < job.n do wake:wait() end
+  while job.ended < job.n do
+    if not res:wait(wake) then return abandon(server, job, seqs) end
+  end
   for i, seq in ipairs(seqs) do
     if seq.error then error({ status = 500, type = "server_error", message = seq.error }, 0) end
     choices[i]:close(seq.finish)

@@ -16,7 +16,8 @@
 -- idle, it was enqueued) to the moment it is read: host is the part until the loop first
 -- finds it still running after the request coroutines woken by the ids had their turn (the
 -- Lua work of a step: ids handed out, chunks encoded and written), waited the rest (the
--- device's time not hidden under that work). on_step(k, host, waited, generated) gets them.
+-- device's time not hidden under that work). on_step(k, host, waited, generated, prefilled)
+-- gets them with the ids the step generated and the prompt rows it fed.
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local generate = require "gptoss.generate"
@@ -44,8 +45,8 @@ local function prefill_prefix(r, ids)
 end
 
 --- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
--- function(message), on_step = function(k, host, waited, generated) or nil}: runners over
--- the replicas, nothing running yet.
+-- function(message), on_step = function(k, host, waited, generated, prefilled) or nil}:
+-- runners over the replicas, nothing running yet.
 function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
     runners = {}, flights = {}, prefixes = {}, wake = condition.new(), stopping = false,
@@ -161,7 +162,7 @@ function Engine:fill(k)
 end
 
 -- Replica k's oldest step, done: its ids handed to their sequences, then the steps after
--- it built. Returns how many ids it generated.
+-- it built. Returns how many ids it generated and how many prompt rows it fed.
 function Engine:advance(k)
   local rn, plan = self.runners[k], table.remove(self.flights[k], 1)
   local h = plan.handle
@@ -175,7 +176,7 @@ function Engine:advance(k)
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
   self:fill(k)
-  return generated
+  return generated, plan.prefill_rows
 end
 
 -- Every sequence of replica k ends with finish "error" and the message; its runner starts
@@ -195,11 +196,11 @@ end
 
 -- Replica k's step, read now (clock `now`): its host and waited seconds to on_step, and the
 -- next one's timing started (none when the replica has gone idle).
-function Engine:time_step(k, now, generated)
+function Engine:time_step(k, now, generated, prefilled)
   local t = self.timing[k]
   if t and self.on_step then
     local waiting = t.waiting or now
-    self.on_step(k, waiting - t.since, now - waiting, generated)
+    self.on_step(k, waiting - t.since, now - waiting, generated, prefilled)
   end
   self.timing[k] = #self.flights[k] > 0 and { since = now, turn = self.turn } or nil
 end

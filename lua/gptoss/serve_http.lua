@@ -11,7 +11,9 @@
 -- Debian directory of those versions' pure-Lua modules (share/lua/5.1 beside each share/lua/5.4
 -- on the path, a private prefix's too) is searched after the usual ones.
 local cjson = require "cjson"
+local cqueues = require "cqueues"
 local dkjson = require "dkjson"
+local errno = require "cqueues.errno"
 
 local function require_http()
   if not package.searchpath("http.server", package.path) then
@@ -93,6 +95,29 @@ end
 -- False when the client is gone.
 function Response:write_events(text, last)
   return self.stream:write_chunk(text, last, WRITE_TIMEOUT) ~= nil
+end
+
+--- Waits for cond to be signalled, or for the client to go: false once it has gone (then
+-- without waiting). An HTTP/1 client that has sent its whole request and closes its
+-- connection (or resets it) gives end of file there, seen without reading past it; one
+-- that sends more first (a pipelined request, lua-http's to read) is no longer watched,
+-- nor is an HTTP/2 connection, whose frames lua-http's reader owns.
+function Response:wait(cond)
+  if self.watched == nil then
+    local connection = self.stream.connection
+    self.watched = connection.version < 2 and connection.socket or false
+  end
+  local socket = self.watched
+  if socket then
+    local more, _, why = socket:fill(1, 0) -- also asks the controller to wake us when it is readable
+    if more then
+      self.watched = false
+    elseif why ~= errno.ETIMEDOUT then
+      return false
+    end
+  end
+  if self.watched then cqueues.poll(cond, socket) else cond:wait() end
+  return true
 end
 
 -- Answers Expect as RFC 9110 10.1.1 says: 100 Continue at once for 100-continue (ignored

@@ -1,8 +1,9 @@
 --- gptoss.serve_metrics (internal, gptoss.serve's): what GET /metrics reports, in
 -- Prometheus' text format (version 0.0.4): requests by endpoint and status, prompt and
--- generated tokens, the queue's length and the slots in use (read from the engine when
--- scraped), histograms of time to first token and time per output token, and per replica
--- histograms of each step's host and waited seconds (serve_engine's header defines them).
+-- generated tokens, the prompt rows the replicas fed, the queue's length and the slots in
+-- use (read from the engine when scraped), histograms of time to first token and time per
+-- output token, and per replica histograms of each step's host and waited seconds
+-- (serve_engine's header defines them).
 local serve_metrics = {}
 
 -- Bucket bounds in seconds: from a fast GPU's decode step to a slow CPU's prefill.
@@ -21,8 +22,8 @@ end
 
 --- A fresh set of counters.
 function serve_metrics.new()
-  return setmetatable({ requests = {}, prompt_tokens = 0, generation_tokens = 0, ttft = histogram(BUCKETS),
-    tpot = histogram(BUCKETS), steps = {} }, Metrics)
+  return setmetatable({ requests = {}, prompt_tokens = 0, generation_tokens = 0, prefill_rows = 0,
+    ttft = histogram(BUCKETS), tpot = histogram(BUCKETS), steps = {} }, Metrics)
 end
 
 --- One request answered on endpoint (its path) with HTTP status.
@@ -49,8 +50,9 @@ function Metrics:first_token(seconds) observe(self.ttft, seconds) end
 --- Seconds per generated token after the first, averaged over one sequence.
 function Metrics:per_token(seconds) observe(self.tpot, seconds) end
 
---- One step of replica k: its host and waited seconds and the ids it generated.
-function Metrics:step(k, host, waited, generated)
+--- One step of replica k: its host and waited seconds, the ids it generated and the prompt
+-- rows it fed.
+function Metrics:step(k, host, waited, generated, prefilled)
   for j = #self.steps + 1, k do
     self.steps[j] = { host = histogram(STEP_BUCKETS), waited = histogram(STEP_BUCKETS), generated = 0 }
   end
@@ -58,6 +60,7 @@ function Metrics:step(k, host, waited, generated)
   observe(s.host, host)
   observe(s.waited, waited)
   s.generated = s.generated + generated
+  self.prefill_rows = self.prefill_rows + prefilled
 end
 
 --- A line a replica that stepped: its steps, host and waited ms a step, host µs an id.
@@ -111,6 +114,8 @@ function Metrics:text(waiting, slots_used, slots)
   end
   gauge("gptoss_prompt_tokens_total", "counter", "Prompt tokens of the requests admitted.", self.prompt_tokens)
   gauge("gptoss_generation_tokens_total", "counter", "Tokens generated.", self.generation_tokens)
+  gauge("gptoss_prefill_rows_total", "counter",
+    "Prompt tokens the replicas fed (not those forked from a shared prefix or another choice).", self.prefill_rows)
   gauge("gptoss_queue_length", "gauge", "Sequences waiting for a slot.", waiting)
   gauge("gptoss_slots_in_use", "gauge", "Slots holding a running sequence.", slots_used)
   gauge("gptoss_slots", "gauge", "Slots requests may take.", slots)

@@ -64,11 +64,11 @@ function Split:settle(k)
   self.last_read[k] = now
 end
 
---- getp's on_step: replica k is about to be given a step of step.prompt_rows prompt rows.
+--- getp's on_step: replica k is about to be given a step of step.prefill_rows prompt rows.
 function Split:before_step(k, step)
   if not self.sources[k] then return end
   self:settle(k)
-  self.last_kind[k] = step.prompt_rows > 0 and "prefill" or "decode"
+  self.last_kind[k] = step.prefill_rows > 0 and "prefill" or "decode"
 end
 
 --- After the run: every watched replica settled; times[k] = {prefill = rows, decode = rows}.

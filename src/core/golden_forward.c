@@ -131,12 +131,12 @@ static void attn_task(void *ctx, int task) {
     int kvh = h / (Hq / c->n_kv_heads);
     const float *q = j->q + (size_t)r * Hq * D + (size_t)h * D;
     float *att = j->att + (size_t)task * (g->o.ctx + 1);
-    int windowed = gptoss_layer_windowed(c, j->layer);
-    for (int t = 0; t <= pos; t++) {
-        if (windowed && pos - t >= c->sliding_window) {
-            att[t] = -INFINITY;
-            continue;
-        }
+    /* A windowed layer's row sees keys first..pos only. The masked keys
+     * before them are -inf scores whose exponentials add exactly 0 to the
+     * softmax's double sum, so it runs over the window and the sink alone:
+     * the same bits, in time that does not grow with pos. */
+    int first = gptoss_layer_windowed(c, j->layer) && pos >= c->sliding_window ? pos - c->sliding_window + 1 : 0;
+    for (int t = first; t <= pos; t++) {
         const float *k = gptoss_golden_kv_at(g, g->kcache, slot, j->layer, t) + (size_t)kvh * D;
         double score = 0.0;
         for (int i = 0; i < D; i++)
@@ -144,16 +144,19 @@ static void attn_task(void *ctx, int task) {
         att[t] = gptoss_attn_score(score, D);
     }
     att[pos + 1] = j->sinks[h];
-    if (j->trace_scores)
-        memcpy(j->trace_scores + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
-    gptoss_course_softmax(att, pos + 2);
+    if (j->trace_scores || j->trace_probs) { /* a trace shows every key: the masked ones -inf, then probability 0 */
+        for (int t = 0; t < first; t++)
+            att[t] = -INFINITY;
+        if (j->trace_scores)
+            memcpy(j->trace_scores + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
+        memset(att, 0, sizeof(float) * (size_t)first);
+    }
+    gptoss_course_softmax(att + first, pos + 2 - first);
     if (j->trace_probs)
         memcpy(j->trace_probs + (size_t)h * (pos + 2), att, sizeof(float) * (size_t)(pos + 2));
     float *o = j->out + (size_t)r * Hq * D + (size_t)h * D;
     memset(o, 0, sizeof(float) * (size_t)D);
-    for (int t = 0; t <= pos; t++) {
-        if (windowed && pos - t >= c->sliding_window)
-            continue;
+    for (int t = first; t <= pos; t++) {
         const float *v = gptoss_golden_kv_at(g, g->vcache, slot, j->layer, t) + (size_t)kvh * D;
         float a = att[t];
         for (int i = 0; i < D; i++)
