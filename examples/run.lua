@@ -153,12 +153,8 @@ local function profile_report(replicas, wall)
   local lines = {}
   for k, r in ipairs(replicas) do
     local name = ("replica %d (%s)"):format(k, device_name(r.device))
-    if r.device == "cpu" then
-      lines[#lines + 1] = ("profile, %s: per-kernel timing is for GPU replicas"):format(name)
-    else
-      local rows = cli.profile_lines(name, r:profile(), wall)
-      table.move(rows, 1, #rows, #lines + 1, lines)
-    end
+    local rows = cli.profile_lines(name, r.device ~= "cpu" and r:profile() or nil, wall)
+    table.move(rows, 1, #rows, #lines + 1, lines)
     lines[#lines + 1] = cli.memory_line(name, r.memory)
   end
   return table.concat(lines, "\n") .. "\n"

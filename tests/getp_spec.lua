@@ -111,6 +111,9 @@ describe("getp", function()
     -- the CPU computes a step as it is enqueued: the host time holds it, the wait is the ids' read
     assert.is_true(pr.host > 0 and pr.waited >= 0 and pr.host + pr.waited <= result.elapsed)
     pr.host, pr.waited = nil, nil
+    -- the step counters: tests/getp_steps_spec.lua
+    pr.prefill_steps, pr.prefill_step_rows, pr.prefill_rows = nil, nil, nil
+    pr.decode_steps, pr.decode_step_rows = nil, nil
     assert.are.same({ { requests = #PROMPTS, tokens = result.tokens, steps = result.steps, shared_prefix = 0,
       prefill_saved = 0 } }, result.per_replica)
     assert.is_true(result.elapsed >= 0)
@@ -540,7 +543,8 @@ describe("getp errors", function()
   it("rejects bad options, listing the known ones", function()
     expect_error(function() getp.new("cpu") end, "getp: options must be a table (got string)")
     expect_error(new { slots = 4 }, "getp: unknown option 'slots' (known: model, tokenizer, devices, replicas, "
-      .. "replica, steps, sampling, partition, scheduler, on_progress, requests, chat, share_prefix, request_numbers)")
+      .. "replica, steps, sampling, partition, scheduler, on_progress, on_step, requests, chat, share_prefix, "
+      .. "request_numbers)")
     expect_error(function() getp.new { model = model } end, "getp: tokenizer is required")
     expect_error(new { tokenizer = "build/tokenizer.bin" }, "getp: tokenizer must be a tokenizer from gptoss.tokenizer (got string)")
     expect_error(new { model = tok }, "getp: model must be a model from gptoss.load or gptoss.synthetic (got gptoss.tokenizer)")
@@ -548,6 +552,7 @@ describe("getp errors", function()
     expect_error(new { model = gptoss.synthetic({ vocab_size = 1000 }, { seed = 1 }) },
       "getp: the tokenizer has 201088 entries but the model's vocabulary has 1000")
     expect_error(new { on_progress = true }, "getp: on_progress must be a function (got boolean)")
+    expect_error(new { on_step = {} }, "getp: on_step must be a function (got table)")
   end)
 
   it("rejects steps that are not a non-negative integer", function()

@@ -330,8 +330,10 @@ function cli.memory_line(name, memory)
 end
 
 --- The per-kernel table of one replica from r:profile() rows {label=, seconds=, calls=},
--- slowest first, with each kernel's share of wall (the inference's seconds). A list of lines.
+-- slowest first, with each kernel's share of wall (the inference's seconds). A list of lines;
+-- rows nil (a CPU replica, which has no per-kernel timing) gives the one line saying so.
 function cli.profile_lines(name, rows, wall)
+  if rows == nil then return { ("profile, %s: per-kernel timing is for GPU replicas"):format(name) } end
   local sorted = table.move(rows, 1, #rows, 1, {})
   table.sort(sorted, function(x, y) return x.seconds > y.seconds end)
   local total_label = "(all kernels)"

@@ -27,6 +27,10 @@
 --                finished, total = requests, tokens = generated so far, max_tokens = the most
 --                the run can generate (tokens + what the running requests may still add:
 --                it falls as requests stop early), steps =, elapsed = seconds}
+--   on_step      function(k, step) before each step getp enqueues on replica k, the shared
+--                prefix's included: step = {rows =, prefill_rows = the rows of them feeding
+--                a prompt token} (a replica's cumulative r:profile() read there holds every
+--                step enqueued before: gptoss.step_profile)
 --   requests     the prompts, when known before warm-up (the course reads its file first):
 --                they size the slots and are what g:run() runs when given no prompts
 --   chat         true: each prompt is a harmony user turn after harmony's default system
@@ -48,7 +52,10 @@
 -- steps = engine steps of all replicas, prefill_saved = prompt rows not stepped thanks to
 -- shared prefixes, per_replica = {{requests = assigned, tokens =, steps =, shared_prefix =
 -- the prefix length its requests shared (0: none), prefill_saved =, host = seconds of Lua
--- work on its steps, waited = seconds in h:tokens()}, ...}, elapsed = seconds}.
+-- work on its steps, waited = seconds in h:tokens(), prefill_steps = steps feeding a prompt
+-- token (the shared prefix's included), prefill_step_rows = all their rows, prefill_rows =
+-- the prompt tokens fed, decode_steps = the other steps, decode_step_rows = their rows},
+-- ...}, elapsed = seconds}.
 --
 -- Per request i (docs/course.md#generation-rule-and-token-count):
 --   prompt   tok:encode(text, max_tokens = initial_context_length), no BOS/EOS; the text

@@ -9,7 +9,7 @@ local util = require "gptoss.util"
 local options = {}
 
 local OPTIONS = { "model", "tokenizer", "devices", "replicas", "replica", "steps", "sampling",
-  "partition", "scheduler", "on_progress", "requests", "chat", "share_prefix", "request_numbers" }
+  "partition", "scheduler", "on_progress", "on_step", "requests", "chat", "share_prefix", "request_numbers" }
 local STEPS = 1024 -- the course's -n default
 
 -- The sampler's options (gptoss.sample_options()) but mode, logit_bias and logprobs: getp
@@ -130,8 +130,10 @@ function options.check_prompts(prompts, level)
 end
 
 local function check_callbacks_and_flags(opts, level)
-  if opts.on_progress ~= nil and type(opts.on_progress) ~= "function" then
-    error(("getp: on_progress must be a function (got %s)"):format(type(opts.on_progress)), level + 1)
+  for _, callback in ipairs { "on_progress", "on_step" } do
+    if opts[callback] ~= nil and type(opts[callback]) ~= "function" then
+      error(("getp: %s must be a function (got %s)"):format(callback, type(opts[callback])), level + 1)
+    end
   end
   if opts.requests ~= nil then options.check_prompts(opts.requests, level + 1) end
   for _, flag in ipairs { "chat", "share_prefix" } do
@@ -203,7 +205,7 @@ function options.create(opts, level, class)
   return setmetatable({
     model = model, tokenizer = opts.tokenizer, replicas = replicas, owned = owned, steps = steps,
     sampling = sampling, partition = part, partition_name = part_name, scheduler = sched,
-    on_progress = opts.on_progress, requests = opts.requests, chat = opts.chat or false,
+    on_progress = opts.on_progress, on_step = opts.on_step, requests = opts.requests, chat = opts.chat or false,
     share_prefix = share_prefix, request_numbers = opts.request_numbers, closed = false,
   }, class)
 end

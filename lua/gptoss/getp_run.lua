@@ -118,20 +118,46 @@ function Run:queue_of(k, assigned)
   return queue
 end
 
+-- Counts a step of `rows` rows, prefill_rows of them feeding a prompt token, about to be
+-- enqueued on replica k (a prefill step when it has one, else a decode step), and tells
+-- g.on_step.
+function Run:stepping(k, rows, prefill_rows)
+  local pr = self.per_replica[k]
+  if prefill_rows > 0 then
+    pr.prefill_steps, pr.prefill_step_rows = pr.prefill_steps + 1, pr.prefill_step_rows + rows
+    pr.prefill_rows = pr.prefill_rows + prefill_rows
+  else
+    pr.decode_steps, pr.decode_step_rows = pr.decode_steps + 1, pr.decode_step_rows + rows
+  end
+  if self.g.on_step then self.g.on_step(k, { rows = rows, prefill_rows = prefill_rows }) end
+end
+
+-- Replica k's shared prefix fed into its slot, a step a chunk.
+function Run:feed_prefix(k, prefix)
+  local r, pr = self.g.replicas[k], self.per_replica[k]
+  r:sampling(prefix.slot) -- its rows' ids are never read
+  local chunk = generate.chunk(r)
+  for first = 1, prefix.length, chunk do
+    local ids = table.move(prefix.ids, first, math.min(first + chunk - 1, prefix.length), 1, {})
+    self:stepping(k, #ids, #ids)
+    self:on_replica(k, generate.feed, r, prefix.slot, ids, first - 1)
+    pr.steps, self.steps = pr.steps + 1, self.steps + 1
+  end
+end
+
 -- Replica k's runner over the requests assigned to it, its shared prefix (if any) prefilled.
 function Run:start_replica(k, assigned)
   local g, r = self.g, self.g.replicas[k]
   local queue = self:queue_of(k, assigned)
   local rows, chunk = getp_replicas.bounds(r)
   local prefix = g.share_prefix and shared_prefix(r, queue) or nil
-  local pr = { requests = #assigned, tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0, host = 0, waited = 0 }
+  local pr = { requests = #assigned, tokens = 0, steps = 0, shared_prefix = 0, prefill_saved = 0, host = 0, waited = 0,
+    prefill_steps = 0, prefill_step_rows = 0, prefill_rows = 0, decode_steps = 0, decode_step_rows = 0 }
   self.per_replica[k] = pr
   if prefix then
-    r:sampling(prefix.slot) -- its rows' ids are never read
-    self:on_replica(k, generate.feed, r, prefix.slot, prefix.ids, 0)
-    pr.steps, pr.shared_prefix, pr.prefill_saved = math.ceil(prefix.length / generate.chunk(r)), prefix.length,
-        (#queue - 1) * prefix.length
-    self.steps, self.prefill_saved = self.steps + pr.steps, self.prefill_saved + pr.prefill_saved
+    self:feed_prefix(k, prefix)
+    pr.shared_prefix, pr.prefill_saved = prefix.length, (#queue - 1) * prefix.length
+    self.prefill_saved = self.prefill_saved + pr.prefill_saved
   end
   self.runners[k] = runner.new(g.scheduler, r, k, queue, { rows = rows, chunk = chunk, stop = STOP, prefix = prefix })
 end
@@ -148,6 +174,7 @@ end
 function Run:enqueue(k, plan, from)
   plan.batch.from = from
   local r = self.g.replicas[k]
+  self:stepping(k, #plan.batch.slots, plan.prefill_rows)
   self.plans[k], self.handles[k] = plan, self:on_replica(k, r.step, r, plan.batch)
 end
 
