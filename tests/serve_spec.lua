@@ -194,39 +194,44 @@ describe("gptoss serve", function()
     assert.truthy(headers:find("^HTTP/1.1 404"))
   end)
 
+  -- The two disconnect specs run over the fake replica at 20 ms a step (tests/serve_scripted.lua),
+  -- which never draws a stop id: 250 ids take 5 s whatever the machine's load (the 7m model on
+  -- the CPU took 0.7 s on an idle machine, and could draw a stop id early).
   it("frees the slot of a client that goes away mid-stream", function()
-    local before = metric(s, "gptoss_generation_tokens_total")
-    curl(s, "/v1/completions", "-m 1 -d " .. q('{"model":"7m","prompt":"Hi","max_tokens":250,"stream":true}'))
-    assert.are.equal(0, metric_reaches(s, "gptoss_slots_in_use", 0))
-    assert.truthy(H.read_file(s.log):find("the client went away", 1, true))
-    local generated = metric(s, "gptoss_generation_tokens_total") - before
+    local f = start({ "--unscripted", "--delay", "0.02" }, "tests/serve_scripted.lua")
+    curl(f, "/v1/completions", "-m 1 -d " .. q('{"model":"scripted","prompt":"Hi","max_tokens":250,"stream":true}'))
+    assert.are.equal(0, metric_reaches(f, "gptoss_slots_in_use", 0))
+    assert.truthy(H.read_file(f.log):find("the client went away", 1, true))
+    local generated = metric(f, "gptoss_generation_tokens_total")
     assert.is_true(generated < 250, ("the sequence ran on: %d tokens"):format(generated))
+    assert.are.equal(0, stop(f))
   end)
 
   it("frees the slot of a client that goes away while it waits for a whole answer, and goes on answering", function()
+    local f = start({ "--unscripted", "--delay", "0.02" }, "tests/serve_scripted.lua")
     local function went_away()
       local n = 0
-      for _ in H.read_file(s.log):gmatch("the client went away") do n = n + 1 end
+      for _ in H.read_file(f.log):gmatch("the client went away") do n = n + 1 end
       return n
     end
-    local before, logged = metric(s, "gptoss_generation_tokens_total"), went_away()
-    -- a client of our own, which hangs up once its request runs (250 ids take the 7m model
-    -- over a second on the CPU)
-    local client_socket = require("cqueues.socket").connect("127.0.0.1", s.port)
+    local before, logged = metric(f, "gptoss_generation_tokens_total"), went_away()
+    -- a client of our own, which hangs up once its request runs
+    local client_socket = require("cqueues.socket").connect("127.0.0.1", f.port)
     client_socket:setmode("b", "b") -- the CRLFs as written
-    local body = '{"model":"7m","prompt":"Hi","max_tokens":250}'
+    local body = '{"model":"scripted","prompt":"Hi","max_tokens":250}'
     client_socket:write(("POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
       .. "content-length: %d\r\n\r\n%s"):format(#body, body))
     client_socket:flush()
-    assert.are.equal(1, metric_reaches(s, "gptoss_slots_in_use", 1))
+    assert.are.equal(1, metric_reaches(f, "gptoss_slots_in_use", 1))
     client_socket:close()
-    assert.are.equal(0, metric_reaches(s, "gptoss_slots_in_use", 0))
+    assert.are.equal(0, metric_reaches(f, "gptoss_slots_in_use", 0))
     assert.are.equal(logged + 1, went_away())
-    local generated = metric(s, "gptoss_generation_tokens_total") - before
+    local generated = metric(f, "gptoss_generation_tokens_total") - before
     assert.is_true(generated < 250, ("the sequence ran on: %d tokens"):format(generated))
-    local headers, answer = curl(s, "/v1/completions", "-d " .. q('{"model":"7m","prompt":"Hi","max_tokens":2}'))
+    local headers, answer = curl(f, "/v1/completions", "-d " .. q('{"model":"scripted","prompt":"Hi","max_tokens":2}'))
     assert.truthy(headers:find("^HTTP/1.1 200"), headers)
     assert.are.equal(2, dkjson.decode(answer).usage.completion_tokens)
+    assert.are.equal(0, stop(f))
   end)
 
   it("gives n seeded choices the answers of n requests of seeds seed, seed + 1, ..., prefilling the prompt once",
@@ -312,7 +317,9 @@ describe("gptoss serve's limits", function()
 
   it("answers 429 with Retry-After when the queue is full, 401 without the key", function()
     local s = start { "7m", "--port", "0", "--slots", "1", "--max-queue", "1", "--ctx", "1024", "--api-key", "sesame" }
-    local long = q('{"model":"7m","prompt":"Hi","max_tokens":1000,"stream":true}') -- seconds on a busy machine
+    -- seconds on a busy machine; the stop ids barred, so that neither ends early
+    local long = q('{"model":"7m","prompt":"Hi","max_tokens":1000,"stream":true,'
+      .. '"logit_bias":{"199999":-100,"200002":-100,"200012":-100}}')
     local auth = "-H 'Authorization: Bearer sesame' "
     for _ = 1, 2 do os.execute(("timeout 60 " .. UNSANITIZED .. "curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
       :format(auth, long, s.port)) end
