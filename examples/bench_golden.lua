@@ -29,7 +29,7 @@ script.run(function()
   for s = 1, a.slots do
     for p = 0, a.prompt - 1 do
       slots[#slots + 1], positions[#positions + 1], tokens[#tokens + 1] =
-        s, p, (s * 7919 + p * 104729) % model.config.vocab_size
+        s, p, cli.bench_id(s, p, model.config.vocab_size)
     end
   end
   t0 = gptoss.clock()

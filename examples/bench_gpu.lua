@@ -93,7 +93,7 @@ script.run(function()
     for s = 1, B do
       local slots, positions, tokens = {}, {}, {}
       for p = 0, a.prompt - 1 do
-        slots[p + 1], positions[p + 1], tokens[p + 1] = s, p, (s * 7919 + p * 104729) % c.vocab_size
+        slots[p + 1], positions[p + 1], tokens[p + 1] = s, p, cli.bench_id(s, p, c.vocab_size)
       end
       last[s] = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()[a.prompt]
     end

@@ -9,7 +9,7 @@
 -- rate, which a chunk too short to keep the GPU busy runs close to.
 -- The header gives the replica's memory and the KV cache one slot of 131072 positions
 -- would take with these options, planned without making it (model:replica_bytes).
--- Prompt ids: (7919 + 104729 p) mod the vocabulary at position p, bench_gpu's first
+-- Prompt ids: cli.bench_id(1, p, vocab) at position p, bench_gpu's first
 -- slot's (the same ids for every length and run; no tokenizer needed).
 --   gptoss bench_prefill [MODEL] [--lengths 512,2048,8192,32768] [--chunk K] [--repeat 3]
 --                        [--weights F] [--device N|cpu]
@@ -41,10 +41,10 @@ parser:option("--weights", "Weight format (default: the replica's choice).")
 naming.add_device(parser, nil, "the first GPU, else cpu")
 local a = script.parse(parser)
 
--- The benchmark's prompt: id p + 1 of slot 1's as bench_gpu and bench_golden prompt, below vocab.
+-- The benchmark's prompt: slot 1's ids as bench_gpu and bench_golden prompt (cli.bench_id).
 local function prompt_ids(n, vocab)
   local ids = {}
-  for p = 0, n - 1 do ids[p + 1] = (7919 + p * 104729) % vocab end
+  for p = 0, n - 1 do ids[p + 1] = cli.bench_id(1, p, vocab) end
   return ids
 end
 

@@ -63,6 +63,12 @@ function cli.integer(flag, min)
   end
 end
 
+--- The benchmarks' prompt id of slot s at position p (bench_gpu, bench_golden, bench_prefill):
+-- spread over the vocabulary, different for every slot, no tokenizer needed.
+function cli.bench_id(s, p, vocab)
+  return (s * 7919 + p * 104729) % vocab
+end
+
 --- An argparse converter for a comma-separated list of integers >= min ("1,8,32"): the
 -- list, or nil and a message naming the flag, what the integers are and an example.
 function cli.integer_list(flag, min, what, example)

@@ -27,9 +27,11 @@ end
 --- Steps ids into `slot` at positions position, position + 1, ... (truncating the slot
 -- there), in chunks of generate.chunk(r) rows; returns the last step's handle, whose last
 -- row yields the id after ids. opts: logits = true keeps the last row's logits (h:logits()
--- is then that one row); chunk = n steps n rows at a time instead (at most r.chunk on a GPU).
+-- is then that one row); chunk = n steps n rows at a time instead (at most r.chunk on a GPU);
+-- before_step = function(rows) is called before each step with its row count.
 function generate.feed(r, slot, ids, position, opts)
-  local chunk, h = opts and opts.chunk or generate.chunk(r), nil
+  opts = opts or {}
+  local chunk, h = opts.chunk or generate.chunk(r), nil
   for first = 1, #ids, chunk do
     local last = math.min(first + chunk - 1, #ids)
     local batch = { slots = {}, positions = {}, tokens = {} }
@@ -37,7 +39,8 @@ function generate.feed(r, slot, ids, position, opts)
       local n = i - first + 1
       batch.slots[n], batch.positions[n], batch.tokens[n] = slot, position + i - 1, ids[i]
     end
-    if last == #ids and opts and opts.logits then batch.logits = { last - first + 1 } end
+    if last == #ids and opts.logits then batch.logits = { last - first + 1 } end
+    if opts.before_step then opts.before_step(last - first + 1) end
     h = r:step(batch)
   end
   return h

@@ -136,13 +136,10 @@ end
 function Run:feed_prefix(k, prefix)
   local r, pr = self.g.replicas[k], self.per_replica[k]
   r:sampling(prefix.slot) -- its rows' ids are never read
-  local chunk = generate.chunk(r)
-  for first = 1, prefix.length, chunk do
-    local ids = table.move(prefix.ids, first, math.min(first + chunk - 1, prefix.length), 1, {})
-    self:stepping(k, #ids, #ids)
-    self:on_replica(k, generate.feed, r, prefix.slot, ids, first - 1)
+  self:on_replica(k, generate.feed, r, prefix.slot, prefix.ids, 0, { before_step = function(rows)
+    self:stepping(k, rows, rows)
     pr.steps, self.steps = pr.steps + 1, self.steps + 1
-  end
+  end })
 end
 
 -- Replica k's runner over the requests assigned to it, its shared prefix (if any) prefilled.
