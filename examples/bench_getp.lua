@@ -24,6 +24,7 @@
 -- ones (examples/bench_getp_mpi.sh).
 --   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--devices 1,2]
 --                     [--prompt-tokens N | --chat] [--no-share-prefix] [--replicas-per-device 1]
+--                     [--slots N] [--rows N] [--chunk N]
 --                     [--profile] [--plot FILE.png] [--write-requests FILE]
 -- MODEL (default 20b, weights of seed 1) and --devices as every command names them (gptoss.naming).
 local argparse = require "argparse"
@@ -53,6 +54,10 @@ parser:option("--replicas-per-device", "Replicas on each device.", "1")
   :convert(cli.integer("--replicas-per-device", 1))
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
   :convert(cli.integer("--slots", 1))
+parser:option("--rows", "Rows a step of a GPU replica (default: getp's, from the slots).")
+  :convert(cli.integer("--rows", 1))
+parser:option("--chunk", "Prompt rows one slot feeds a step at most (GPU; default: the replica's).")
+  :convert(cli.integer("--chunk", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
 parser:option("--scheduler", ("getp scheduler: %s."):format(table.concat(scheduler.names, ", ")), "continuous")
@@ -209,7 +214,7 @@ script.run(function()
   local split = a.profile and step_profile.new() or nil
   local t0 = gptoss.realtime_ms()
   local g <close> = getp.new { model = model, tokenizer = tok, steps = a.steps, requests = prompts,
-    devices = devices, replica = { weights = a.weights, slots = a.slots },
+    devices = devices, replica = { weights = a.weights, slots = a.slots, rows = a.rows, chunk = a.chunk },
     scheduler = a.scheduler, partition = a.partition, chat = a.chat, share_prefix = not a.no_share_prefix,
     on_step = split and split.on_step }
   if split then

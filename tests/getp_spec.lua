@@ -239,23 +239,28 @@ describe("getp", function()
     gptoss.devices = function() return { { memory = 1 << 40 } } end
     gptoss.device_memory = function() return free, 1 << 40 end
     local ok, err = pcall(function()
-      -- room for 5 slots (each with slots + 128 rows) but not 6
-      free = needs(5, 133)
-      assert.is_true(free < needs(6, 134))
+      -- room for 5 slots but not 6, each count with 2048 rows (slots + 128 is less)
+      free = needs(5, 2048)
+      assert.is_true(free < needs(6, 2048))
       local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
         requests = { "a", "b", "c", "d", "e", "f", "g", "h" } }
       assert.are.equal(5, g.replicas[1].slots)
-      assert.are.same({ { slots = 5, rows = 133 } }, tries)
+      assert.are.same({ { slots = 5, rows = 2048 } }, tries)
       -- room for more: the requests bound it
-      tries, free = {}, needs(64, 192)
+      tries, free = {}, needs(64, 2048)
       local g2 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
         requests = { "a", "b", "c" } }
-      assert.are.same({ { slots = 3, rows = 131 } }, tries)
+      assert.are.same({ { slots = 3, rows = 2048 } }, tries)
       -- slots the caller gave stand
       tries, free = {}, 0
       local g3 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
         replica = { slots = 8 } }
-      assert.are.same({ { slots = 8, rows = 136 } }, tries)
+      assert.are.same({ { slots = 8, rows = 2048 } }, tries)
+      -- past 2048 rows: the slots and a quarter more
+      tries = {}
+      local g5 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+        replica = { slots = 1800 } }
+      assert.are.same({ { slots = 1800, rows = 2250 } }, tries)
       -- rows the caller gave size the plan and stay as given
       tries, free = {}, needs(4, 300)
       local g4 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },

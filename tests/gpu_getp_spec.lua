@@ -46,13 +46,13 @@ describe("getp on GPUs #gpu", function()
     end
   end)
 
-  it("sizes its own replica: slots for the requests, a quarter more rows (at least 128) for prefill",
-    function()
+  it("sizes its own replica: slots for the requests, 2048 rows a step (more than the slots and a "
+    .. "quarter of them, at least 128, for prefill)", function()
       local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, requests = PROMPTS,
         devices = { 1 }, replica = { weights = "fp32", kv = "fp32" } }
       local r = g.replicas[1]
       assert.are.equal(#PROMPTS, r.slots) -- memory holds more; the requests bound it
-      assert.are.equal(#PROMPTS + 128, r.rows)
+      assert.are.equal(2048, r.rows)
       assert.are.same(cpu.outputs, g:run().outputs)
     end)
 

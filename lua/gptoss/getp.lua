@@ -86,8 +86,9 @@
 -- GPU (r.chunk of one slot) and max(64, slots) on the CPU, whose steps keep every row's
 -- logits on the host (0.8 MB a row with the real vocabulary). GPU replicas getp builds get,
 -- unless replica.rows says otherwise, rows = slots + a quarter of them (at least 128) for
--- prefill: with rows = slots, a step whose slots all decode has no row left for a newly
--- admitted prompt, and the last prompts of a full start wait many steps
+-- prefill, and at least 2048: with rows = slots, a step whose slots all decode has no row left
+-- for a newly admitted prompt, and the last prompts of a full start wait many steps; steps of
+-- fewer rows prefill long prompts in many steps where the experts' GEMMs are least efficient
 -- (docs/getp.md#slots-and-rows).
 --
 -- Shared prefixes (share_prefix): for each replica, P is the length of the longest common

@@ -12,12 +12,15 @@ local CPU_SLOTS, CPU_ROWS = 16, 64
 local REPLICA_OPTIONS = { "weights", "kv", "slots", "threads", "rows", "chunk", "on_progress" }
 
 -- Rows a GPU step carries beyond one per slot, for prefill: a fraction of the slots, at least
--- PREFILL_ROWS_MIN (getp's header, "Slots", says why).
+-- PREFILL_ROWS_MIN (getp's header, "Slots", says why) ...
 local PREFILL_ROWS, PREFILL_ROWS_MIN = 0.25, 128
+-- ... and STEP_ROWS_MIN in all, where the experts' GEMMs read each expert's weights once for
+-- a few hundred rows (docs/getp.md#slots-and-rows has the measurement) ...
+local STEP_ROWS_MIN = 2048
 
 -- ... and never fewer than the rows one slot may feed in a step (chunk, when given).
 local function gpu_rows(slots, chunk)
-  return math.max(slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS)), chunk or 0)
+  return math.max(slots + math.max(PREFILL_ROWS_MIN, math.floor(slots * PREFILL_ROWS)), STEP_ROWS_MIN, chunk or 0)
 end
 
 --- The most slots a GPU replica of the model can hold for steps positions when `free` bytes
