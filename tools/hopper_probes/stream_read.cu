@@ -35,8 +35,9 @@ __device__ __forceinline__ void bar_expect(uint64_t *b, uint32_t bytes) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(b)) : "memory");
 }
 __device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W_%=;\n}" ::"r"(
-                     smem(b)),
+    asm volatile("{\n.reg .pred p;\nW_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra W_%=;\n}" ::"r"(smem(b)),
                  "r"(parity)
                  : "memory");
 }
@@ -80,8 +81,8 @@ __global__ void __launch_bounds__(32) bulk_read(const uint8_t *src, size_t share
             bar_expect(b, stage_bytes);
         __syncwarp();
         for (int c = threadIdx.x; c < copies; c += 32)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             smem(slots + (j % stages) * stage_bytes + c * size)),
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                         "[%0], [%1], %2, [%3];" ::"r"(smem(slots + (j % stages) * stage_bytes + c * size)),
                          "l"(from + (size_t)j * stage_bytes + (size_t)c * size), "r"(size), "r"(smem(b))
                          : "memory");
     }, sink);
@@ -100,8 +101,8 @@ __global__ void __launch_bounds__(32) tensor_read(const __grid_constant__ CUtens
         uint64_t *b = &bar[j % stages];
         bar_expect(b, stage_bytes);
         const int band = blockIdx.x * bands + j / per_band, x = (j % per_band) * box_k;
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                     "[%4];" ::"r"(smem(slots + (j % stages) * stage_bytes)),
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     "[%0], [%1, {%2, %3}], [%4];" ::"r"(smem(slots + (j % stages) * stage_bytes)),
                      "l"(&map), "r"(x), "r"(band * 16), "r"(smem(b))
                      : "memory");
     }, sink);
