@@ -7,8 +7,11 @@
 // then the latency of a chain of dependent mma.sync m16n8k16 (bf16, fp32
 // sums) and its throughput with more chains and warps, the rate at which one
 // output's single sum can advance. Each read figure is GB/s over 5 launches.
+// The barriers and copies are the engine's own (kernels/hopper.h).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o stream_read stream_read.cu
 //   ./stream_read
+#include "../../kernels/hopper.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -26,22 +29,6 @@
 
 static const int SMEM_MAX = 232448; // the most a block takes on sm_90
 
-__device__ __forceinline__ uint32_t smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void bar_init(uint64_t *b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem(b)));
-}
-__device__ __forceinline__ void bar_expect(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem(b)), "r"(bytes) : "memory");
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(b)) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nW_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra W_%=;\n}" ::"r"(smem(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
 // A warp's share of the ring loop: stage j's copies issued by issue(j), the
 // slot read (one word a lane) once they land, then refilled with stage j + stages.
 template <class Issue>
@@ -49,7 +36,7 @@ __device__ void ring(uint64_t *bar, const uint8_t *slots, int stage_bytes, int s
                      unsigned *sink) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++)
-            bar_init(&bar[s]);
+            mbar_init(&bar[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncwarp();
@@ -57,7 +44,7 @@ __device__ void ring(uint64_t *bar, const uint8_t *slots, int stage_bytes, int s
         issue(s);
     unsigned acc = 0;
     for (int j = 0; j < count; j++) {
-        bar_wait(&bar[j % stages], (j / stages) & 1);
+        mbar_wait(&bar[j % stages], (j / stages) & 1);
         acc += ((const unsigned *)(slots + (j % stages) * stage_bytes))[threadIdx.x];
         __syncwarp();
         if (j + stages < count)
@@ -77,14 +64,14 @@ __global__ void __launch_bounds__(32) bulk_read(const uint8_t *src, size_t share
     const uint8_t *from = src + blockIdx.x * share;
     ring(bar, slots, stage_bytes, stages, (int)(share / stage_bytes), [&](int j) {
         uint64_t *b = &bar[j % stages];
-        if (threadIdx.x == 0)
-            bar_expect(b, stage_bytes);
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(b, stage_bytes);
+            mbar_arrive(b);
+        }
         __syncwarp();
         for (int c = threadIdx.x; c < copies; c += 32)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                         "[%0], [%1], %2, [%3];" ::"r"(smem(slots + (j % stages) * stage_bytes + c * size)),
-                         "l"(from + (size_t)j * stage_bytes + (size_t)c * size), "r"(size), "r"(smem(b))
-                         : "memory");
+            bulk_copy(slots + (j % stages) * stage_bytes + c * size, from + (size_t)j * stage_bytes + (size_t)c * size,
+                      size, b);
     }, sink);
 }
 
@@ -99,12 +86,10 @@ __global__ void __launch_bounds__(32) tensor_read(const __grid_constant__ CUtens
         if (threadIdx.x != 0)
             return;
         uint64_t *b = &bar[j % stages];
-        bar_expect(b, stage_bytes);
-        const int band = blockIdx.x * bands + j / per_band, x = (j % per_band) * box_k;
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                     "[%0], [%1, {%2, %3}], [%4];" ::"r"(smem(slots + (j % stages) * stage_bytes)),
-                     "l"(&map), "r"(x), "r"(band * 16), "r"(smem(b))
-                     : "memory");
+        mbar_expect_tx(b, stage_bytes);
+        mbar_arrive(b);
+        const int band = blockIdx.x * bands + j / per_band;
+        tma_2d(slots + (j % stages) * stage_bytes, &map, (j % per_band) * box_k, band * 16, b);
     }, sink);
 }
 
