@@ -77,7 +77,9 @@ hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, 
  * normalized row lives in shared memory) */
 int gptoss_router_limits(int n_experts, int k, int hidden);
 int gptoss_router_max_hidden(void);
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream);
+/* warp: the device's warp size; multiprocessors decide how many blocks a row takes */
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, int multiprocessors, int warp,
+                                hipStream_t stream);
 
 /* moe_dispatch.hip */
 hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);

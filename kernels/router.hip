@@ -1,16 +1,23 @@
-/* The MoE block's entry for each row, one block per row: the RMSNorm of the
- * residual row (rmsnorm.h, written out for the experts' GEMMs, and in bf16
- * mode rounded as they read it), then the router on that normalized row:
- * the expert logits (one warp per expert, the golden's float products
- * summed in double in both modes: in bf16 mode the products are exact and
- * their double sum nearly always is (while the products' exponents span
- * less than about 25 bits), so the logits, and the routing, match the CPU's
- * bit for bit given equal inputs), the top-k with the golden's tie rule and
- * the course softmax over those k (src/core/course_math.h, softmax.h).
- * (One row a block: blocks of several rows, sharing each router weight
- * load, were slower, their rows' norms running one after another, and no
- * faster with the rows normalized side by side by parts of the block.) */
+/* The MoE block's entry for each row: the RMSNorm of the residual row
+ * (rmsnorm.h, written out for the experts' GEMMs, and in bf16 mode rounded
+ * as they read it), then the router on that normalized row: the expert
+ * logits (one warp per expert, the golden's float products summed in double
+ * in both modes: in bf16 mode the products are exact and their double sum
+ * nearly always is (while the products' exponents span less than about 25
+ * bits), so the logits, and the routing, match the CPU's bit for bit given
+ * equal inputs), the top-k with the golden's tie rule and the course softmax
+ * over those k (src/core/course_math.h, softmax.h).
+ * A row takes one block of 512 threads where the rows fill the GPU; in a
+ * small step it takes several blocks of 256 (the fewest RMSNorm's order
+ * allows), each normalizing the row and summing some experts' logits, and
+ * the last of them to finish takes the top k: one block read the router's
+ * weights alone before (17 us a layer of the 20b at one row, 36 of the
+ * 120b's 128 experts). An expert's logit is the same warp's sum either way.
+ * (Blocks of several rows, sharing each router weight load, were slower,
+ * their rows' norms running one after another.) */
 #include <limits.h>
+
+#include <algorithm>
 
 #include "launchers.h"
 #include "rmsnorm.h"
@@ -18,14 +25,38 @@
 
 namespace {
 
-/* warp w takes experts w, w + 16, .. (two each of the 20b's 32): one block
- * reads the whole router matrix, so it needs many loads in flight: BATCH
- * loads per lane before their sums. Two blocks per multiprocessor (64
- * registers: at 1024 threads, 32 registers spilled the batch), so 256 rows
- * take one wave. */
+/* warp w of a row's block b (of G) takes experts b + G w, b + G (w + warps),
+ * ..: a block of a whole row reads the router matrix alone, so it needs many
+ * loads in flight: BATCH loads per lane before their sums. Two blocks per
+ * multiprocessor (64 registers: at 1024 threads, 32 registers spilled the
+ * batch), so 256 rows take one wave. */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MIN_BLOCKS = 2, BATCH = 4;
+/* a row's blocks in a small step: RMS_THREADS threads each, enough of them
+ * for two blocks a multiprocessor or one warp an expert */
+constexpr int SPLIT_THREADS = RMS_THREADS, SPLIT_BLOCKS_PER_SM = 2;
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
+
+/* Whether this block is the last of row r's G to finish; that one reads the
+ * other blocks' logits into its own and resets the row's counter for the
+ * next launch (call from every thread). */
+__device__ bool last_of_row(const gptoss_router_args &a, int r, int G, float *logits) {
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&a.row_done[r], 1u) == (unsigned)G - 1;
+        if (last)
+            a.row_done[r] = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return false;
+    __threadfence();
+    for (int e = threadIdx.x; e < a.n_experts; e += blockDim.x)
+        if (e % G != (int)blockIdx.y)
+            logits[e] = *(volatile const float *)&a.logits[(size_t)r * a.n_experts + e]; /* not a stale L1 copy */
+    __syncthreads();
+    return true;
+}
 
 template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
@@ -33,20 +64,22 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
     __shared__ double scratch[THREADS / 32];
     T *xs = (T *)normed_row;
     const int r = blockIdx.x, H = a.hidden, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
-    const int warps = blockDim.x / warpSize;
+    const int warps = blockDim.x / warpSize, G = gridDim.y, b = blockIdx.y;
     const size_t at = (size_t)r * H;
     const double scale = rms_row_scale(a.x + at, H, scratch);
     rms_row_apply(a.x + at, a.norm_w, scale, H, [&](int i, float v) {
         T rounded = from_float<T>(v);
-        a.normed[at + i] = v;
-        if (a.normed_bf16)
-            ((T *)a.normed_bf16)[at + i] = rounded;
+        if (b == 0) {
+            a.normed[at + i] = v;
+            if (a.normed_bf16)
+                ((T *)a.normed_bf16)[at + i] = rounded;
+        }
         xs[i] = rounded;
     });
     __syncthreads();
     constexpr int EPV = 16 / sizeof(T); /* values per 16-byte load */
     const bool vec = H % EPV == 0;
-    for (int e = warp; e < a.n_experts; e += warps) {
+    for (int e = b + G * warp; e < a.n_experts; e += G * warps) {
         const T *w = (const T *)a.w + (size_t)e * H;
         double s = 0;
         if (vec) { /* 16 bytes per lane and load, BATCH loads before their sums */
@@ -80,9 +113,12 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
             v += a.bias[e];
             logits[e] = v;
             a.logits[(size_t)r * a.n_experts + e] = v;
+            __threadfence(); /* seen by the row's last block (below) */
         }
     }
     __syncthreads();
+    if (G > 1 && !last_of_row(a, r, G, logits))
+        return;
     if (warp != 0)
         return;
     /* the top k by the first warp: k rounds of take_better over the experts
@@ -128,11 +164,17 @@ int gptoss_router_limits(int n_experts, int k, int hidden) {
     return n_experts <= MAX_EXPERTS && k <= MAX_K && hidden <= gptoss_router_max_hidden();
 }
 
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, hipStream_t stream) {
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, int multiprocessors, int warp,
+                                hipStream_t stream) {
     size_t elem = bf16_mode ? sizeof(bf16) : sizeof(float);
+    /* blocks a row: as many as fill the GPU twice, at most one warp an expert */
+    const int split_warps = SPLIT_THREADS / warp, wanted = SPLIT_BLOCKS_PER_SM * multiprocessors;
+    const int most = (a->n_experts + split_warps - 1) / split_warps;
+    const int G = a->rows >= wanted ? 1 : std::min(most, (wanted + a->rows - 1) / a->rows);
+    const dim3 grid(a->rows, G), block(G > 1 ? SPLIT_THREADS : THREADS);
     if (bf16_mode)
-        hipLaunchKernelGGL(router_kernel<bf16>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
+        hipLaunchKernelGGL(router_kernel<bf16>, grid, block, a->hidden * elem, stream, *a);
     else
-        hipLaunchKernelGGL(router_kernel<float>, dim3(a->rows), dim3(THREADS), a->hidden * elem, stream, *a);
+        hipLaunchKernelGGL(router_kernel<float>, grid, block, a->hidden * elem, stream, *a);
     return hipGetLastError();
 }

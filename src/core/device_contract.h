@@ -164,6 +164,7 @@ typedef struct {
     float *logits;    /* [rows][n_experts] */
     int *topk_idx;    /* [rows][k] */
     float *topk_w;    /* [rows][k] */
+    unsigned *row_done; /* [rows] a row's blocks that finished; zero before and after a launch */
 } gptoss_router_args;
 
 /* moe_dispatch.hip: the (row, expert) pairs sorted by expert into the tile table,

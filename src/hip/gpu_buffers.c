@@ -156,6 +156,7 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     s->bias = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, GPTOSS_MAX_LOGIT_BIAS,
                     sizeof(gptoss_logit_bias), 1);
     s->logprobs = place(b, base, GPTOSS_GPU_SCRATCH, R, sizeof(gptoss_row_logprobs), 1, 1);
+    s->router_done = place(b, base, GPTOSS_GPU_SCRATCH, R, sizeof(unsigned), 1, 1);
     tr->m1 = place(b, base, GPTOSS_GPU_SCRATCH, K, 2 * I, 4, 1);
     tr->y = place(b, base, GPTOSS_GPU_SCRATCH, K, I, 4, 1);
     tr->proj = place(b, base, GPTOSS_GPU_SCRATCH, H, 4, 1, 1);

@@ -46,6 +46,7 @@ typedef struct {
     void *x_perm;         /* bf16 mode: the Hopper GEMM's permuted inputs (kernels/gemm_wgmma.h),
                              [R][max(H, Hq D)] or [P][max(H, I)], widths rounded up to 32 */
     float *router_logits; /* [R][E] */
+    unsigned *router_done; /* [R] the router's per-row counters, zeroed at creation (not in the staging run) */
     float *topk_w;        /* [R][K] */
     int *topk_i;          /* [R][K] */
     int *pair_row;        /* [P] the row of each (row, expert) pair, sorted by expert */

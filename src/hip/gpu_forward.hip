@@ -240,7 +240,8 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     ro.logits = s->router_logits;
     ro.topk_idx = s->topk_i;
     ro.topk_w = s->topk_w;
-    RUN("router", gptoss_launch_router(&ro, bf, st));
+    ro.row_done = s->router_done;
+    RUN("router", gptoss_launch_router(&ro, bf, g->dev.multiprocessors, g->dev.warp, st));
     REC(FFN_NORM, l, 0, H, s->t);
     REC(ROUTER, l, 0, E, s->router_logits);
     REC(TOPK_IDX, l, 0, K, s->topk_i);

@@ -41,6 +41,12 @@ static gptoss_status upload_kv_layers(gptoss_gpu *g, char *err) {
     return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "uploading the KV cache table", e);
 }
 
+/* The router's per-row counters start at zero; each launch leaves them so. */
+static gptoss_status zero_router_counters(gptoss_gpu *g, char *err) {
+    hipError_t e = hipMemset(g->buf.s.router_done, 0, sizeof(unsigned) * (size_t)g->o.rows);
+    return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "zeroing the router's counters", e);
+}
+
 static gptoss_status check_shape(const gptoss_config *c, char *err) {
     if (!gptoss_attention_limits(c->n_attn_heads, c->n_kv_heads, c->head_dim) ||
         !gptoss_router_limits(c->n_experts, c->experts_per_token, c->hidden_dim))
@@ -185,7 +191,8 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, co
         goto fail;
     }
     if ((s = make_ring(g, err)) || (s = gptoss_gpu_upload_weights(g, err)) ||
-        (s = gptoss_gpu_upload_rope(g, err)) || (s = upload_kv_layers(g, err)))
+        (s = gptoss_gpu_upload_rope(g, err)) || (s = upload_kv_layers(g, err)) ||
+        (s = zero_router_counters(g, err)))
         goto fail;
     if (c->sliding_window > 0 && gptoss_kv_positions(c, 0, o->ctx, o->chunk) < o->ctx)
         g->ring_positions = gptoss_kv_positions(c, 0, o->ctx, o->chunk); /* layer 0 is windowed */
