@@ -5,7 +5,8 @@
 -- rewound where harmony drops analysis from history) are checked id by id, and so are
 -- scripts that misbehave (arguments no tool should get, asks from inside an ask, an ask
 -- that raises, a reply cancelled or not in harmony); then a synthetic model on a CPU replica
--- (its slot disturbed between turns too), and every refused option. When the context fills:
+-- (its slot disturbed between turns too, or made unable to go back to the common prefix as a
+-- GPU's can be), and every refused option. When the context fills:
 -- chat_overflow_spec.lua; examples/chat.lua: chat_terminal_spec.lua.
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
@@ -345,6 +346,48 @@ describe("gptoss.chat on a synthetic model", function()
       -- the same replies: the same ids in the slot, greedy again after the other session's sampling
       assert.are.equal(harmony.render(b.messages), harmony.render(a.messages))
       assert.are.equal(r:length(1), #a.held)
+    end
+  end)
+end)
+
+describe("gptoss.chat on a replica that cannot go back to the common prefix", function()
+  it("feeds the whole conversation again from 0 when the limit is above the common prefix, else from it", function()
+    tokenizer(pending)
+    local model = gptoss.synthetic("7m", { seed = 1 })
+    -- A GPU slot past its windowed rings can go back only to r:rewind_limit(slot) or 0; a CPU
+    -- replica goes back anywhere, and the session takes only a gptoss replica. So the replica
+    -- class's own methods are wrapped for this test: rewind_limit answers `limit` (0 again once
+    -- a step starts at 0, as a GPU slot's rings do) and step records where each step starts.
+    local limit, starts = 0, {}
+    local probe <close> = model:replica { device = "cpu", slots = 1, ctx = 8 }
+    local methods = select(2, debug.getupvalue(getmetatable(probe).__index, 1))
+    assert(type(methods) == "table" and methods.rewind_limit and methods.step, "the replica class's methods")
+    local step, rewind_limit = methods.step, methods.rewind_limit
+    finally(function() methods.step, methods.rewind_limit = step, rewind_limit end)
+    function methods.step(r, batch)
+      starts[#starts + 1] = batch.positions[1]
+      if batch.positions[1] == 0 then limit = 0 end
+      return step(r, batch)
+    end
+    function methods.rewind_limit(r, slot) return math.max(limit, rewind_limit(r, slot)) end
+
+    for _, above in ipairs { 0, 1 } do
+      local r <close> = model:replica { device = "cpu", slots = 1, ctx = 256 }
+      local s = chat.new { replica = r, tokenizer = tok, sampling = { temperature = 0 }, max_tokens = 8 }
+      s:ask("Hello")
+      -- the second rendering and its common prefix with what the slot holds, as the session finds it
+      local messages = table.move(s.messages, 1, #s.messages, 1, {})
+      messages[#messages + 1] = harmony.user("Again")
+      local ids, keep = harmony.render_ids(messages, tok), 0
+      while keep < #s.held and keep < #ids - 1 and s.held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
+      assert(keep > 0 and keep < #s.held, "the reply renders otherwise than it was fed: the session goes back")
+      limit, starts = keep + above, {}
+      local _, stats = s:ask("Again")
+      local from = above == 1 and 0 or keep
+      assert.are.equal(from, starts[1])
+      assert.are.equal(#ids - from, stats.prefilled)
+      assert.are.equal(r:length(1), #s.held)
+      assert.are.same(ids, table.move(s.held, 1, #ids, 1, {}))
     end
   end)
 end)

@@ -762,6 +762,38 @@ describe("GPU engine #gpu", function()
       r:close()
       ref:close()
     end)
+
+    it("says how far back a slot can go (r:rewind_limit), the figure its refusals name", function()
+      local r <close> = gptoss.synthetic(RING, { seed = 33 }):replica { device = 1, slots = 2, ctx = 64, rows = 8,
+        chunk = 4 }
+      -- within its ring of 11 positions a slot goes back anywhere
+      feed(r, 1, toks, 1, 11, 4)
+      assert.are.same({ 0, 0 }, { r:rewind_limit(1), r:rewind_limit(2) })
+      -- written up to 29 (steps enqueued, none waited for): the ring holds 19..29, rows may start at 26
+      feed(r, 1, toks, 12, 30, 4)
+      local limit = r:rewind_limit(1)
+      assert.are.equal(19 + 8 - 1, limit)
+      expect_error(function() r:step { slots = { 1 }, positions = { limit - 1 }, tokens = { 5 } } end,
+        "step: positions[1] = 25 needs the keys of positions 18..24 of slot 1, but its windowed layers keep a ring of "
+        .. "the last 11 positions written (sliding_window 8 + chunk 4 - 1), which holds positions from 19 on: rows "
+        .. ("can go back to position %d or start again at 0"):format(limit))
+      expect_error(function() r:fork(1, 2, limit - 1) end,
+        ("forks of length %d or more (or 0) can be copied"):format(limit))
+      -- a fork holds the source's ring, and so its limit; one of length 0, or a reset, none
+      r:fork(1, 2, limit)
+      assert.are.equal(limit, r:rewind_limit(2))
+      r:fork(1, 2, 0)
+      assert.are.equal(0, r:rewind_limit(2))
+      -- going back to the limit keeps it; starting again at 0 clears it
+      r:step { slots = { 1 }, positions = { limit }, tokens = { 5 } }
+      assert.are.same({ limit + 1, limit }, { r:length(1), r:rewind_limit(1) })
+      r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
+      assert.are.same({ 1, 0 }, { r:length(1), r:rewind_limit(1) })
+      feed(r, 1, toks, 1, 30, 4)
+      r:reset(1)
+      assert.are.equal(0, r:rewind_limit(1))
+      expect_error(function() r:rewind_limit(3) end, "rewind_limit: slot 3 is out of range 1..2")
+    end)
   end)
 
   describe("per-slot sampling controls on the device", function()

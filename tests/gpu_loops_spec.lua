@@ -2,11 +2,14 @@
 -- as pending elsewhere. Greedy speculative decoding equals plain greedy decoding (fp32 past
 -- the sliding window, where each rejection steps back into the ring, and bf16); forked
 -- parallel samples equal fresh prefills with their seeds; beam search in fp32 equals the
--- CPU golden's; getp's shared chat prefix leaves the outputs as they are without it.
+-- CPU golden's; getp's shared chat prefix leaves the outputs as they are without it; a chat
+-- whose first reply outran the windowed ring answers its second ask.
 local gptoss = require "gptoss"
 local beam = require "gptoss.beam"
+local chat = require "gptoss.chat"
 local generate = require "gptoss.generate"
 local getp = require "gptoss.getp"
+local harmony = require "gptoss.harmony"
 local speculative = require "gptoss.speculative"
 local H = require "helpers"
 
@@ -74,5 +77,33 @@ describe("generation loops on a GPU #gpu", function()
     assert.are.same(plain.outputs, shared.outputs)
     assert.is_true(shared.prefill_saved > 0 and plain.prefill_saved == 0)
     io.stderr:write(("[gpu-loops] getp chat on a GPU: %d prefill rows saved\n"):format(shared.prefill_saved))
+  end)
+
+  it("answers a chat's second ask after a first reply longer than the windowed ring, feeding it all again", function()
+    local tok = gptoss.tokenizer(H.TOKENIZER)
+    -- a window of 8 and chunks of 4: the windowed layers keep a ring of the last 11 positions
+    local windowed = gptoss.synthetic({ sliding_window = 8 }, { seed = 1 })
+    local r <close> = windowed:replica { device = 1, slots = 1, ctx = 256, rows = 8, chunk = 4 }
+    local s = chat.new { replica = r, tokenizer = tok, sampling = { temperature = 0 }, max_tokens = 40 }
+    s:ask("Tell me about the sea.")
+    -- the slot wrote positions 0..#held - 1 in order: its ring holds those from #held - 11 on
+    local held, limit = #s.held, r:rewind_limit(1)
+    assert.are.equal(held - 11 + 8 - 1, limit)
+    -- the second rendering's common prefix with the slot, as the session finds it, lies below
+    local messages = table.move(s.messages, 1, #s.messages, 1, {})
+    messages[#messages + 1] = harmony.user("And the sky?")
+    local ids, keep = harmony.render_ids(messages, tok), 0
+    while keep < held and keep < #ids - 1 and s.held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
+    assert(keep > 0 and keep < limit, ("the common prefix (%d ids) lies below %d"):format(keep, limit))
+    -- a step there is refused, naming the limit, and changes nothing
+    H.expect_error(function() r:step { slots = { 1 }, positions = { keep }, tokens = { ids[keep + 1] } } end,
+      ("step: positions[1] = %d needs the keys of positions"):format(keep),
+      ("which holds positions from %d on: rows can go back to position %d or start again at 0")
+        :format(held - 11, limit))
+    assert.are.equal(held, r:length(1))
+    local _, stats = s:ask("And the sky?")
+    assert.are.equal(#ids, stats.prefilled)
+    assert.are.equal(r:length(1), #s.held)
+    assert.are.same(ids, table.move(s.held, 1, #ids, 1, {}))
   end)
 end)

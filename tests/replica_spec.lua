@@ -68,6 +68,14 @@ describe("CPU replica", function()
     for i = 1, 3 do assert.are.equal(0, tail[i]:max_abs_diff(fresh[3 + i])) end
   end)
 
+  it("can go back anywhere: rewind_limit is 0 past the window and after going back", function()
+    local r = m:replica { slots = 2, ctx = 32 }
+    run(r, 1, seq) -- 10 positions, past the window of 4
+    assert.are.same({ 0, 0 }, { r:rewind_limit(1), r:rewind_limit(2) })
+    run(r, 1, { 50 }, 1)
+    assert.are.same({ 2, 0 }, { r:length(1), r:rewind_limit(1) })
+  end)
+
   it("reset empties a slot", function()
     local r = m:replica { slots = 2, ctx = 16 }
     run(r, 2, { 1, 2, 3 })
@@ -337,15 +345,21 @@ describe("bad input", function()
     assert.truthy(err:find("device 1: no GPU is available", 1, true), err)
   end)
 
-  it("rejects slots out of range in trace, reset and length", function()
+  it("rejects slots out of range in trace, reset, length and rewind_limit", function()
     assert.has_error(function() r:trace(3, 1, 0) end, "trace: slot 3 is out of range 1..2")
     assert.has_error(function() r:reset(0) end, "reset: slot 0 is out of range 1..2")
     assert.has_error(function() r:length(9) end, "length: slot 9 is out of range 1..2")
+    assert.has_error(function() r:rewind_limit(0) end, "rewind_limit: slot 0 is out of range 1..2")
+    assert.has_error(function() r:rewind_limit(3) end, "rewind_limit: slot 3 is out of range 1..2")
     assert.has_error(function() r:trace(1, 97, 0) end, "trace: tokens[1] = 97 is out of range 0..96")
     -- integers past 32 bits are refused as they are, not wrapped (2^32 + 5 was token 5)
     assert.has_error(function() r:trace(1, 2 ^ 32 + 5, 0) end, "trace: token 4294967301 is out of range (a 32-bit integer)")
     assert.has_error(function() r:trace(1, 5, 1 << 32) end, "trace: position 4294967296 is out of range (a 32-bit integer)")
     assert.has_error(function() r:length(1 << 40) end, "length: slot 1099511627776 is out of range 1..2")
+    assert.has_error(function() r:rewind_limit(1 << 40) end, "rewind_limit: slot 1099511627776 is out of range 1..2")
+    H.expect_error(function() r:length() end, "bad argument #1 to 'length' (number expected, got no value)")
+    H.expect_error(function() r:rewind_limit() end, "bad argument #1 to 'rewind_limit' (number expected, got no value)")
+    H.expect_error(function() r:rewind_limit(1.5) end, "bad argument #1 to 'rewind_limit' (number has no integer")
     usable()
   end)
 
@@ -355,6 +369,7 @@ describe("bad input", function()
     assert.is_true(c.closed)
     assert.has_error(function() c:step { slots = { 1 }, positions = { 0 }, tokens = { 1 } } end,
       "replica: used after close")
+    assert.has_error(function() c:rewind_limit(1) end, "replica: used after close")
     c:close() -- closing twice is harmless
     do
       local scoped <close> = m:replica { slots = 1, ctx = 4 }

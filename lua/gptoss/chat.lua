@@ -151,10 +151,11 @@ end
 -- session fed it: r:reset or r:step by a tool, a callback or between asks, or another
 -- session made on the slot. A length other than #held or another holder tells; the
 -- session's ids up to pos are then fed again from position 0, with its own sampling where
--- another session set its own (r:reset keeps a slot's).
+-- another session set its own (r:reset keeps a slot's). So are they where the slot cannot
+-- go back to pos (a GPU slot whose windowed rings no longer hold the keys before it).
 local function feed(self, ids, pos, stats)
   local r, slot = self.replica, self.slot
-  if r and (holders[r][slot] ~= self or r:length(slot) ~= #self.held) then
+  if r and (holders[r][slot] ~= self or r:length(slot) ~= #self.held or pos < r:rewind_limit(slot)) then
     if holders[r][slot] ~= self then
       r:sampling(slot, self.sampling)
       holders[r][slot] = self

@@ -341,6 +341,9 @@ gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos
 }
 
 int gptoss_engine_length(const gptoss_engine *e, int slot) { return e->i->length(e->ctx, slot); }
+int gptoss_engine_rewind_limit(const gptoss_engine *e, int slot) {
+    return e->i->rewind_limit ? e->i->rewind_limit(e->ctx, slot) : 0;
+}
 void gptoss_engine_reset(gptoss_engine *e, int slot) { e->i->reset(e->ctx, slot); }
 
 gptoss_status gptoss_engine_fork(gptoss_engine *e, int from, int to, int length, char *err) {

@@ -112,6 +112,10 @@ typedef struct {
     gptoss_status (*trace)(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits,
                            char *err);
     int (*length)(const void *ctx, int slot);
+    /* the lowest position above 0 that slot can go back to: where a step's
+     * rows of it may start, or a fork of it may end (0 always may); 0 when
+     * any position up to its length may. NULL where every position is kept */
+    int (*rewind_limit)(const void *ctx, int slot);
     void (*reset)(void *ctx, int slot);
     /* slot to (not from) holds the first length positions of slot from
      * (length <= its length), as if prefilled with their tokens; in step
@@ -225,6 +229,9 @@ gptoss_status gptoss_engine_trace(gptoss_engine *e, int slot, int token, int pos
                                   float *logits, char *err);
 
 int gptoss_engine_length(const gptoss_engine *e, int slot);
+/* gptoss_engine_i.rewind_limit's answer: where slot can go back to, 0 for
+ * anywhere (an engine without the entry keeps every position). */
+int gptoss_engine_rewind_limit(const gptoss_engine *e, int slot);
 void gptoss_engine_reset(gptoss_engine *e, int slot);
 /* Slot to holds the first length positions of slot from (-1: all of them),
  * as if prefilled with the same tokens; it keeps its own sampling. Enqueued

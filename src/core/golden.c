@@ -173,6 +173,7 @@ const gptoss_engine_i gptoss_golden_engine = {
     .logits = NULL, /* host_logits: every result keeps its own */
     .trace = golden_trace,
     .length = golden_length,
+    .rewind_limit = NULL, /* every position is kept */
     .reset = golden_reset,
     .fork = golden_fork,
     .logit_bias = NULL, /* the step's slot_bias lists */

@@ -95,9 +95,10 @@ gptoss_status gptoss_gpu_upload_rope(gptoss_gpu *g, char *err);
  * device holds it (tiled or not). */
 const void *gptoss_gpu_layer_weight(const gptoss_gpu *g, int tensor, int layer);
 
-/* gpu_step.hip: the engine interface's step, wait, forget, logits, trace
- * and fork (gptoss_engine_i), and delivering a ring entry's results into
- * the caller's memory (nothing when they are delivered or forgotten) */
+/* gpu_step.hip: the engine interface's step, wait, forget, logits, trace,
+ * fork and rewind_limit (gptoss_engine_i), and delivering a ring entry's
+ * results into the caller's memory (nothing when they are delivered or
+ * forgotten) */
 gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
                               char *err);
 gptoss_status gptoss_gpu_wait(void *ctx, gptoss_result *res, char *err);
@@ -106,6 +107,7 @@ void gptoss_gpu_forget(void *ctx, gptoss_result *res);
 gptoss_status gptoss_gpu_logits(void *ctx, const gptoss_result *res, float *out, char *err);
 gptoss_status gptoss_gpu_trace(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits, char *err);
 gptoss_status gptoss_gpu_fork(void *ctx, int from, int to, int length, char *err);
+int gptoss_gpu_rewind_limit(const void *ctx, int slot);
 void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r);
 
 /* Enqueues the forward pass of the rows already uploaded (buf.s.upload:

@@ -259,6 +259,7 @@ extern "C" const gptoss_engine_i *gptoss_gpu_engine(void) {
         gptoss_gpu_logits,
         gptoss_gpu_trace,
         gpu_length,
+        gptoss_gpu_rewind_limit,
         gpu_reset,
         gptoss_gpu_fork,
         gpu_logit_bias,

@@ -41,26 +41,32 @@ void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r) {
  * written (sliding_window + chunk - 1): a slot's rings hold the keys of
  * positions ring_from[slot] up to its length, the older ones overwritten.
  * A row at position pos attends to the sliding_window - 1 positions before
- * it: the lowest of them that the rings lost, or -1 when they hold all. */
-static int ring_lacks(const gptoss_gpu *g, int ring_from, int pos) {
-    int need = pos - g->c.sliding_window + 1;
-    need = need > 0 ? need : 0;
-    return g->ring_positions && pos > 0 && need < ring_from ? need : -1;
+ * it: a slot may go back to 0, or to where those are all still held (any
+ * position while its rings hold every one it wrote: 0 then). */
+int gptoss_gpu_rewind_limit(const void *ctx, int slot) {
+    const gptoss_gpu *g = (const gptoss_gpu *)ctx;
+    int from = g->ring_from[slot];
+    return g->ring_positions && from > 0 ? from + g->c.sliding_window - 1 : 0;
 }
 
-/* The error for what (a row, or a fork when fork) at pos of a slot whose
- * rings hold positions from ring_from on, with the least pos that works. */
-static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int ring_from, int pos, const char *what, int fork,
-                                  char *err) {
+/* The lowest position a row of slot at pos attends to that the rings
+ * lost, or -1 when they hold all. */
+static int ring_lacks(const gptoss_gpu *g, int slot, int pos) {
+    int need = pos - g->c.sliding_window + 1;
+    return pos > 0 && pos < gptoss_gpu_rewind_limit(g, slot) ? (need > 0 ? need : 0) : -1;
+}
+
+/* The error for what (a row, or a fork when fork) at pos of slot, with the
+ * least pos that works. */
+static gptoss_status ring_refusal(const gptoss_gpu *g, int slot, int pos, const char *what, int fork, char *err) {
     int chunk = g->ring_positions - g->c.sliding_window + 1;
     return gptoss_fail(err, GPTOSS_E_UNSUPPORTED,
                        "%s needs the keys of positions %d..%d of slot %d, but its windowed layers keep a ring of the "
                        "last %d positions written (sliding_window %d + chunk %d - 1), which holds positions from %d "
                        "on: %s %d %s",
-                       what, ring_lacks(g, ring_from, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window,
-                       chunk, ring_from, fork ? "forks of length" : "rows can go back to position",
-                       ring_from + g->c.sliding_window - 1,
-                       fork ? "or more (or 0) can be copied" : "or start again at 0");
+                       what, ring_lacks(g, slot, pos), pos - 1, slot + 1, g->ring_positions, g->c.sliding_window,
+                       chunk, g->ring_from[slot], fork ? "forks of length" : "rows can go back to position",
+                       gptoss_gpu_rewind_limit(g, slot), fork ? "or more (or 0) can be copied" : "or start again at 0");
 }
 
 /* After a step: its slots' lengths and what their rings hold. Each row
@@ -88,11 +94,11 @@ static gptoss_status check_rings(gptoss_gpu *g, const gptoss_batch *b, char *err
     }
     gptoss_status s = GPTOSS_OK;
     for (int i = 0; i < b->n && !s; i++) {
-        int slot = b->slots[i], lacks = ring_lacks(g, g->ring_from[slot], b->positions[i]);
+        int slot = b->slots[i], lacks = ring_lacks(g, slot, b->positions[i]);
         if (lacks >= 0 && lacks < first[slot] - 1) {
             char what[48];
             snprintf(what, sizeof what, "positions[%d] = %d", i + 1, b->positions[i]);
-            s = ring_refusal(g, slot, g->ring_from[slot], b->positions[i], what, 0, err);
+            s = ring_refusal(g, slot, b->positions[i], what, 0, err);
         }
     }
     for (int i = 0; i < b->n; i++)
@@ -104,10 +110,10 @@ static gptoss_status check_rings(gptoss_gpu *g, const gptoss_batch *b, char *err
 
 gptoss_status gptoss_gpu_fork(void *ctx, int from, int to, int length, char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
-    if (ring_lacks(g, g->ring_from[from], length) >= 0) {
+    if (ring_lacks(g, from, length) >= 0) {
         char what[48];
         snprintf(what, sizeof what, "a fork of length %d", length);
-        return ring_refusal(g, from, g->ring_from[from], length, what, 1, err);
+        return ring_refusal(g, from, length, what, 1, err);
     }
     hipError_t e = hipSetDevice(g->o.device);
     if (e != hipSuccess)

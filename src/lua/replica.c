@@ -231,6 +231,14 @@ static int replica_length(lua_State *L) {
     return 1;
 }
 
+/* r:rewind_limit(slot): the lowest position above 0 the slot can go back to
+ * (a GPU slot past its windowed rings), 0 for any */
+static int replica_rewind_limit(lua_State *L) {
+    gptoss_engine *e = gptoss_check_engine(L, 1);
+    lua_pushinteger(L, gptoss_engine_rewind_limit(e, gptoss_check_slot(L, e, 2, "rewind_limit")));
+    return 1;
+}
+
 /* Ends the replica's life as how says; pending steps get their tokens
  * before the engine goes. Closing again, or after __gc, does nothing. */
 static void end_replica(lua_State *L, gptoss_lua_life how) {
@@ -423,7 +431,7 @@ void gptoss_open_replica(lua_State *L) {
         {"reset", replica_reset},          {"length", replica_length},
         {"close", replica_close},          {"sampling", replica_sampling},
         {"profile", replica_profile},      {"fork", replica_fork},
-        {NULL, NULL},
+        {"rewind_limit", replica_rewind_limit}, {NULL, NULL},
     };
     static const luaL_Reg replica_meta[] = {
         {"__gc", replica_gc}, {"__close", replica_close}, {"__tostring", replica_tostring}, {NULL, NULL},

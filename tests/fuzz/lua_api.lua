@@ -189,7 +189,7 @@ local function use_replica()
   if b == 0 then
     r:fork(maybe(int(1, inf.slots)), maybe(int(1, inf.slots)), byte() >= 128 and maybe(int(0, inf.ctx)) or nil)
   elseif b == 1 then r:reset(maybe(int(1, inf.slots)))
-  elseif b == 2 then r:length(maybe(int(1, inf.slots)))
+  elseif b == 2 then r[pick { "length", "rewind_limit" }](r, maybe(int(1, inf.slots)))
   elseif b == 3 then
     keep(r:trace(maybe(int(1, inf.slots)), maybe(int(0, inf.vocab - 1)), maybe(int(0, inf.ctx - 1))).logits)
   elseif b == 4 then r:profile(maybe(byte() >= 128))
