@@ -1,6 +1,8 @@
 #!/usr/bin/env lua5.4
--- GPU decode throughput: for each batch size B, B sequences prefill a short
--- prompt, then decode greedily until the context reaches --ctx. Each step is
+-- GPU decode throughput: for each batch size B, B sequences prefill a prompt of
+-- --prompt tokens (in steps of at most PREFILL_ROWS rows, so decode can be measured
+-- near any position: --prompt 32700 --ctx 32768), then decode greedily until the
+-- context reaches --ctx. Each step is
 -- fed the tokens of the last on the device (tokens = h) and enqueued before
 -- the host reads those (--feed host: the host reads them, then steps).
 -- Prints a table (tok/s, mean step time, achieved GB/s against a measured
@@ -9,13 +11,15 @@
 -- attention's bandwidth on the cached keys and values it reads, at the first
 -- positions (--profile-at start) or the last ones (end: the full context). --plot draws
 -- throughput against batch size and the profiled step time by kernel (gptoss.plot).
---   gptoss bench_gpu [MODEL] [--batches 1,8,32,64,128,256] [--ctx 1024] [--device N] [--plot FILE.png]
+--   gptoss bench_gpu [MODEL] [--batches 1,8,32,64,128,256] [--ctx 1024] [--prompt 16] [--device N]
+--                    [--plot FILE.png]
 -- MODEL (default 20b, weights of seed 1) and --device as every command names them
 -- (gptoss.naming); the device must be a GPU.
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cli = require "gptoss.cli"
+local generate = require "gptoss.generate"
 local naming = require "gptoss.naming"
 local plot = require "gptoss.plot"
 local script = require "gptoss.script"
@@ -37,6 +41,13 @@ parser:option("--profile-at", "start or end: the profiled steps' positions, the 
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
 local a = script.parse(parser)
 if a.device == "cpu" then script.usage_error(parser, "--device: this benchmark measures a GPU (a number from 1)") end
+if a.prompt >= a.ctx then
+  script.usage_error(parser, ("--prompt (%d) must be less than --ctx (%d): decoding starts after it"):format(a.prompt,
+    a.ctx))
+end
+
+-- the most rows a prompt's prefill step carries (one slot's chunk)
+local PREFILL_ROWS = 2048
 
 script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
@@ -80,7 +91,7 @@ script.run(function()
   print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
   for _, B in ipairs(a.batches) do
     local opts = { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
-      rows = math.max(B, a.prompt), chunk = a.prompt }
+      rows = math.max(B, math.min(a.prompt, PREFILL_ROWS)), chunk = math.min(a.prompt, PREFILL_ROWS) }
     -- a batch the device cannot hold is reported and skipped, so a list may reach past memory
     local plan, free = model:replica_bytes(opts), gptoss.device_memory(a.device)
     if plan.total + plan.headroom > free then
@@ -91,11 +102,10 @@ script.run(function()
     local r = model:replica(opts)
     local last = {}
     for s = 1, B do
-      local slots, positions, tokens = {}, {}, {}
-      for p = 0, a.prompt - 1 do
-        slots[p + 1], positions[p + 1], tokens[p + 1] = s, p, cli.bench_id(s, p, c.vocab_size)
-      end
-      last[s] = r:step({ slots = slots, positions = positions, tokens = tokens }):tokens()[a.prompt]
+      local ids = {}
+      for p = 0, a.prompt - 1 do ids[p + 1] = cli.bench_id(s, p, c.vocab_size) end
+      local tokens = generate.feed(r, s, ids, 0):tokens()
+      last[s] = tokens[#tokens]
     end
     local ds = {}
     for s = 1, B do ds[s] = s end
@@ -119,7 +129,8 @@ script.run(function()
     local secs = gptoss.clock() - t0
     local res = {
       bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.devices()[a.device].name,
-      batch = B, ctx = a.ctx, feed = a.feed, steps = steps, seconds = secs, tok_per_s = B * steps / secs,
+      batch = B, ctx = a.ctx, prompt = a.prompt, feed = a.feed, steps = steps, seconds = secs,
+      tok_per_s = B * steps / secs,
       step_ms = 1000 * secs / steps, gb_per_s = bytes / secs / 1e9, copy_gb_per_s = copy_bw / 1e9,
       memory = r.memory,
     }

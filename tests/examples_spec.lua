@@ -68,6 +68,11 @@ describe("the examples on bad input", function()
     end)
   end
 
+  it("bench_gpu.lua: a prompt that leaves no position to decode is a usage error", function()
+    check(H.runner("examples/bench_gpu.lua", pending), 1, { "--prompt", "1024" },
+      "bench_gpu.lua: --prompt (1024) must be less than --ctx (1024): decoding starts after it", true)
+  end)
+
   it("--help prints the usage and the options, exit 0", function()
     local run = H.runner("examples/demo.lua", pending)
     local code, out, err = run { "--help" }
