@@ -3,7 +3,8 @@
 -- the sliding window, where each rejection steps back into the ring, and bf16); forked
 -- parallel samples equal fresh prefills with their seeds; beam search in fp32 equals the
 -- CPU golden's; getp's shared chat prefix leaves the outputs as they are without it; a chat
--- whose first reply outran the windowed ring answers its second ask.
+-- whose first reply outran the windowed ring answers its second ask; a draft whose chunk cannot
+-- go back k - 1 positions is refused.
 local gptoss = require "gptoss"
 local beam = require "gptoss.beam"
 local chat = require "gptoss.chat"
@@ -40,6 +41,18 @@ describe("generation loops on a GPU #gpu", function()
       end
     end)
   end
+
+  it("refuses a draft whose chunk is too short to go back k - 1 positions", function()
+    local opts = { device = 1, weights = "bf16", kv = "bf16", ctx = 64 }
+    local target <close> = model:replica(H.with(opts, { slots = 1 }))
+    local draft <close> = draft_model:replica(H.with(opts, { slots = 1, rows = 2, chunk = 2 }))
+    H.expect_error(function()
+      speculative.generate { target = target, draft = draft, prompt = PROMPT, k = 4, max_tokens = 4 }
+    end, "speculative.generate: after a rejection the draft goes back up to k - 1 = 3 positions; "
+      .. "it may go back at most 2 (its chunk)")
+    local got = speculative.generate { target = target, draft = draft, prompt = PROMPT, k = 3, max_tokens = 4 }
+    assert.are.equal(4, #got.ids)
+  end)
 
   it("forks parallel samples that equal fresh prefills with their seeds (bf16)", function()
     local opts = { device = 1, weights = "bf16", kv = "bf16", ctx = 64 }

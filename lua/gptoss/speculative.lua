@@ -165,6 +165,12 @@ local function check_options(fn, opts, level)
     error(("%s: a round steps k + 1 = %d rows of the target's slot; it takes at most %d (its chunk)")
       :format(fn, k + 1, generate.chunk(target)), level)
   end
+  -- after a rejection the draft goes back up to k - 1 positions, which a GPU slot's windowed
+  -- rings allow while they reach that far back: up to its chunk
+  if k - 1 > generate.chunk(draft) then
+    error(("%s: after a rejection the draft goes back up to k - 1 = %d positions; it may go back at most %d"
+      .. " (its chunk)"):format(fn, k - 1, generate.chunk(draft)), level)
+  end
   local max_tokens = generate.check_count(fn, opts.max_tokens, "max_tokens", 1, level)
   local temperature, seed = check_sampling(fn, opts.sampling, level)
   local stopper = generate.stopper(fn, opts.stop, level)
