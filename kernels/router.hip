@@ -10,9 +10,9 @@
  * A row takes one block of 512 threads where the rows fill the GPU; in a
  * small step it takes several blocks of 256 (the fewest RMSNorm's order
  * allows), each normalizing the row and summing some experts' logits, and
- * the last of them to finish takes the top k: one block read the router's
- * weights alone before (17 us a layer of the 20b at one row, 36 of the
- * 120b's 128 experts). An expert's logit is the same warp's sum either way.
+ * the last of them to finish takes the top k, so that a step of a few rows
+ * reads the router's weights on many multiprocessors, not a few. An
+ * expert's logit is the same warp's sum either way.
  * (Blocks of several rows, sharing each router weight load, were slower,
  * their rows' norms running one after another.) */
 #include <limits.h>
