@@ -1,6 +1,6 @@
 #!/usr/bin/env lua5.4
 -- GPU decode throughput: for each batch size B, B sequences prefill a prompt of
--- --prompt tokens (in steps of at most PREFILL_ROWS rows, so decode can be measured
+-- --prompt tokens (in steps of at most generate.LONE_PROMPT_ROWS, so decode can be measured
 -- near any position: --prompt 32700 --ctx 32768), then decode greedily until the
 -- context reaches --ctx. Each step is
 -- fed the tokens of the last on the device (tokens = h) and enqueued before
@@ -46,9 +46,6 @@ if a.prompt >= a.ctx then
     a.ctx))
 end
 
--- the most rows a prompt's prefill step carries (one slot's chunk)
-local PREFILL_ROWS = 2048
-
 script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
   local model = naming.open(a.model, a.seed_weights)
@@ -90,8 +87,9 @@ script.run(function()
   local rows = {}
   print(("%6s %10s %10s %10s %9s %10s %10s"):format("B", "tok/s", "step ms", "GB/s", "% copy", "mem GiB", "steps"))
   for _, B in ipairs(a.batches) do
+    local chunk = math.min(a.prompt, generate.LONE_PROMPT_ROWS)
     local opts = { device = a.device, slots = B, ctx = a.ctx, weights = a.weights, kv = kv_mode,
-      rows = math.max(B, math.min(a.prompt, PREFILL_ROWS)), chunk = math.min(a.prompt, PREFILL_ROWS) }
+      rows = math.max(B, chunk), chunk = chunk }
     -- a batch the device cannot hold is reported and skipped, so a list may reach past memory
     local plan, free = model:replica_bytes(opts), gptoss.device_memory(a.device)
     if plan.total + plan.headroom > free then

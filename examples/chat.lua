@@ -20,6 +20,7 @@ local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local chat_commands = require "gptoss.chat_commands"
 local cli = require "gptoss.cli"
+local generate = require "gptoss.generate"
 local line_input = require "gptoss.line_input"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
@@ -40,9 +41,6 @@ parser:option("--max-tokens", "Tokens generated per answer at most (default: unt
   :convert(cli.integer("--max-tokens", 1))
 parser:flag("--demo-tools", "Declare a function tool add(a, b) the model may call.")
 local args = script.parse(parser)
-
--- the most rows of one prefill step on a GPU (the replica's rows and chunk)
-local PREFILL_ROWS = 2048
 
 -- A small function tool for --demo-tools.
 local DEMO_TOOLS = {
@@ -138,9 +136,7 @@ script.run(function()
   local tok = gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
   local device = args.device or gptoss.default_devices()[1]
   local opts = { device = device, slots = 1, ctx = args.ctx or math.min(model.config.seq_len, 8192) }
-  -- a GPU replica's default chunk (128 rows) suits many slots sharing a step; this one slot
-  -- prefills a question in steps of up to PREFILL_ROWS
-  if device ~= "cpu" then opts.rows = math.min(opts.ctx, PREFILL_ROWS); opts.chunk = opts.rows end
+  if device ~= "cpu" then opts.rows = math.min(opts.ctx, generate.LONE_PROMPT_ROWS); opts.chunk = opts.rows end
   local r <close> = model:replica(opts)
   io.stderr:write(dim_err(tostring(r)), "\n")
   local session = chat.new {

@@ -19,6 +19,11 @@ local generate = {}
 -- host; GPU replicas say their own chunk).
 local CPU_CHUNK = 64
 
+--- The rows and chunk to give a GPU replica whose steps carry one slot's prompt alone (a chat,
+-- a benchmark of one sequence): a replica's default chunk (128 rows) suits many slots sharing
+-- a step, and one prompt prefills faster in fewer, larger steps.
+generate.LONE_PROMPT_ROWS = 2048
+
 --- The rows of one slot a step of r may carry.
 function generate.chunk(r)
   return r.chunk or CPU_CHUNK
