@@ -49,11 +49,8 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
         return EX_BM;
     /* the Hopper GEMM's tiles of up to 128 pairs, each multiplied at its
      * own width (32-row steps), where both GEMMs take it: each expert's
-     * weights are then read once whatever its pairs. Coded weights (MXFP4)
-     * are decoded for the block's 128 outputs whatever its rows, which the
-     * staged kernel's 32-row tiles still do faster at 32 rows an expert */
-    const int hopper_from = weights_coded(mlp1) ? 32 : 16;
-    if (rows_per_expert > hopper_from && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
+     * weights are then read (and coded ones decoded) once whatever its pairs */
+    if (rows_per_expert > 16 && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
         return WG_BT;
     /* 16-row streaming tiles up to 16 expected rows per expert (an expert
      * with a few more takes two tiles, its second read of the weights mostly

@@ -7,10 +7,9 @@
  * another, its ring running on from one item to the next.
  *
  * The weights are the A operand (wgmma's M), from registers: each lane
- * reads the same 16-byte pieces the other families multiply (matrix_core.h;
- * a coded format's tiles, MXFP4's, turned into them as gemm_staged.h does)
- * and gives each
- * instruction the words mma32 gives its two mma.sync, so a chunk's sets of
+ * reads the same 16-byte pieces the other families multiply (matrix_core.h)
+ * and gives each instruction the words mma32 gives its two mma.sync, so a
+ * chunk's sets of
  * products are those of gemm_common.h's order. The rows are the B operand
  * (N: the tile's rows rounded up to 32), from shared memory in wgmma's
  * 128-byte-swizzled K-major layout, where an instruction's 16 k must be 32
@@ -23,13 +22,16 @@
  * output gets the bits of the other families, even and odd chunks in two
  * sums included.
  *
- * Weights come as they lie: tiles (bf16, layout.h, or a coded format's) in
- * 1D bulk copies, or [n][k] through a tensor map in boxes of one chunk by
+ * bf16 weights come as they lie: tiles (layout.h) in 1D bulk copies, or
+ * [n][k] through a tensor map in boxes of one chunk by
  * 128 rows, which lands as the tiled layout's 16 x 32 tiles one after
  * another, whose 64-byte rows the lanes read without bank conflicts.
  *
- * This file is the device side (the ring, the producer, the consumers, the
- * epilogue); gemm_wgmma_launch.h picks and launches it. Everything here is
+ * A coded format's experts (MXFP4) run on gemm_wgmma_coded.h's kernel,
+ * which decodes a tile once for all its rows into shared memory and shares
+ * this file's items and epilogue. This file is the device side (the ring,
+ * the producer, the consumers, the epilogue); gemm_wgmma_launch.h picks and
+ * launches both. Everything here is
  * NVIDIA only; elsewhere gemm_wgmma_takes is false. */
 #ifndef GPTOSS_KERNELS_GEMM_WGMMA_H
 #define GPTOSS_KERNELS_GEMM_WGMMA_H
@@ -56,23 +58,28 @@ enum wg_weight_copy { WG_BY_MAP, WG_BY_TILES };
 /* rows of sums per pass of the epilogue through shared memory */
 constexpr int WG_EPI_ROWS = 32;
 
-/* The ring of a weight format: a stage's weights (two chunks of 8 bands of
- * tiles: the bf16 ones 16 KiB, MXFP4's 4.25), their stages 1 KiB-aligned as
- * the rows' swizzle wants, then the rows' stages, the stages' barriers and
- * the epilogue's sums, with as many stages as fit in the 227 KiB a block
- * may have (6 of bf16, 10 of MXFP4). */
+/* The ring: a stage's weights (two chunks of 8 bands of bf16 tiles, 16
+ * KiB), their stages 1 KiB-aligned as the rows' swizzle wants, then the
+ * rows' stages, the stages' barriers and the epilogue's sums, with as many
+ * stages as fit in the 227 KiB a block may have (6). */
 constexpr int WG_SMEM_MAX = 227 * 1024;
-template <class W> struct wg_ring {
-    static constexpr int W_STAGE = WG_BO / 16 * 2 * W::TILE_BYTES;
-    static constexpr int x_at(int stages) { return (stages * W_STAGE + 1023) / 1024 * 1024; }
-    static constexpr int sums_at(int stages) { return x_at(stages) + stages * (WG_X_STAGE + 16); }
-    /* slack to align the ring to 1 KiB */
-    static constexpr int smem(int stages) { return sums_at(stages) + WG_EPI_ROWS * WG_SUMS_STRIDE * 4 + 1024; }
-    static constexpr int fitting(int stages) { return smem(stages + 1) > WG_SMEM_MAX ? stages : fitting(stages + 1); }
-    static constexpr int STAGES = fitting(2);
-    static constexpr int X_AT = x_at(STAGES), BARS_AT = X_AT + STAGES * WG_X_STAGE, SUMS_AT = sums_at(STAGES),
-                         SMEM = smem(STAGES);
+struct wg_ring {
+    static constexpr int W_STAGE = WG_BO / 16 * 2 * GPTOSS_TILE_ELEMS * 2, SUMS = WG_EPI_ROWS * WG_SUMS_STRIDE * 4;
+    /* 1 KiB of slack to align the ring */
+    static constexpr int STAGES = (WG_SMEM_MAX - SUMS - 1024) / (W_STAGE + WG_X_STAGE + 16);
+    static constexpr int X_AT = STAGES * W_STAGE, BARS_AT = X_AT + STAGES * WG_X_STAGE, SUMS_AT = BARS_AT + STAGES * 16,
+                         SMEM = SUMS_AT + SUMS + 1024;
+    static_assert(W_STAGE % 1024 == 0, "the rows' stages are 1 KiB-aligned as their swizzle wants");
 };
+
+#if defined(GPTOSS_WGMMA)
+/* the block's shared memory from its first 1 KiB boundary on (the rows'
+ * swizzle wants it), by pointer arithmetic: through an integer the compiler
+ * loses that it is shared memory and makes every access a generic one */
+__device__ __forceinline__ uint8_t *wgmma_ring(uint8_t *smem) {
+    return smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
+}
+#endif
 
 /* k rounded up to whole chunks: the permuted rows' width */
 __host__ __device__ __forceinline__ int wgmma_k_padded(int k) { return (k + MX_KC - 1) / MX_KC * MX_KC; }
@@ -132,23 +139,13 @@ __global__ void permute_rows_kernel(const bf16 *x, const int *x_rows, int rows, 
 #if defined(GPTOSS_WGMMA)
 
 /* The lane's weight pieces of one stage: tile16 rows g and g + 8, k 8t..8t+7, of each chunk */
-template <class W>
 __device__ __forceinline__ void wg_load_a(uint4 (&lo)[2], uint4 (&hi)[2], const uint8_t *ws, int band, int lane) {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int ch = 0; ch < 2; ch++) {
-        if constexpr (W::CODED) {
-            typename W::pieces mp;
-            mp.load(ws + (2 * band + ch) * W::TILE_BYTES, lane);
-            uint4 w[2];
-            mp.to_bf16(w);
-            lo[ch] = w[0];
-            hi[ch] = w[1];
-        } else {
-            const uint8_t *tile = ws + ch * 8192 + band * 1024;
-            lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
-            hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
-        }
+        const uint8_t *tile = ws + ch * 8192 + band * 1024;
+        lo[ch] = *(const uint4 *)(tile + g * 64 + t * 16);
+        hi[ch] = *(const uint4 *)(tile + (g + 8) * 64 + t * 16);
     }
 }
 
@@ -158,18 +155,18 @@ __device__ __forceinline__ void wg_load_a(uint4 (&lo)[2], uint4 (&hi)[2], const 
  * block's tiles). One stage's group stays in flight while the next stage's
  * pieces load, so its slot is released a stage late and the pieces are
  * double-buffered; the last slot is released once its group is done. */
-template <int G, class W>
+template <int G>
 __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w_st, const uint8_t *x_st,
                                            uint64_t *full, uint64_t *empty, int chunks, int band, int lane,
                                            int ring_at) {
-    typedef wg_ring<W> ring;
+    typedef wg_ring ring;
     const int stages = (chunks + 1) / 2;
     uint4 lo[2][2] = {}, hi[2][2] = {}; /* [buffer][chunk] */
     auto stage = [&](int st, uint4(&l)[2], uint4(&h)[2], uint4(&l_prev)[2], uint4(&h_prev)[2]) {
         const int slot = (ring_at + st) % ring::STAGES;
         mbar_wait(&full[slot], ((ring_at + st) / ring::STAGES) & 1);
         const uint8_t *xs = x_st + slot * WG_X_STAGE;
-        wg_load_a<W>(l, h, w_st + slot * ring::W_STAGE, band, lane);
+        wg_load_a(l, h, w_st + slot * ring::W_STAGE, band, lane);
         wg_fence();
         /* chunk ch's instruction s: the pieces' words 2s and 2s + 1, as mma32 */
         typedef wg_mma<WG_GROUP * G> mma;
@@ -205,12 +202,12 @@ __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w
  * stage's slot. A coded format's stage holds band b's tiles of its two
  * chunks side by side; bf16's holds each chunk's 16-row tiles one after
  * another (as a tensor map box of 128 rows lands). */
-template <class W, int COPY>
+template <int COPY>
 __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_items &items, uint8_t *w_st,
                                            uint8_t *x_st, uint64_t *full, uint64_t *empty, int chunks,
                                            const CUtensorMap *xmap_tile, const CUtensorMap *xmap_group,
                                            const CUtensorMap *wmap) {
-    typedef wg_ring<W> shape;
+    typedef wg_ring shape;
     const int stages = (chunks + 1) / 2;
     int at = 0; /* the ring's stage count so far */
     for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
@@ -220,16 +217,13 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
             continue;
         const int bands = min(WG_BO / 16, (a.n - o0 + 15) / 16);
         const bf16 *w_tiles = bf16_weights::matrix(a, rt.expert);
-        const uint8_t *w_coded = nullptr;
-        if constexpr (W::CODED)
-            w_coded = W::matrix(a, rt.expert);
         for (int st = 0; st < stages; st++, at++) {
             const int slot = at % shape::STAGES, nc = min(2, chunks - 2 * st);
             uint8_t *ws = w_st + slot * shape::W_STAGE;
             if (at >= shape::STAGES)
                 mbar_wait(&empty[slot], (at / shape::STAGES - 1) & 1);
             /* a map copies whole boxes, zeros past its rows */
-            const int w_bytes = (COPY == WG_BY_MAP ? WG_BO / 16 : bands) * nc * W::TILE_BYTES;
+            const int w_bytes = (COPY == WG_BY_MAP ? WG_BO / 16 : bands) * nc * GPTOSS_TILE_ELEMS * 2;
             mbar_expect_tx(&full[slot], groups * WG_GROUP * WG_KS * 2 + w_bytes);
             if (groups * WG_GROUP == WG_BT) /* one box for a whole tile: fewer copies went faster */
                 tma_2d(x_st + slot * WG_X_STAGE, xmap_tile, st * WG_KS, rt.begin, &full[slot]);
@@ -237,19 +231,14 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
                 for (int g = 0; g < groups; g++)
                     tma_2d(x_st + slot * WG_X_STAGE + g * WG_GROUP * WG_KS * 2, xmap_group, st * WG_KS,
                            rt.begin + g * WG_GROUP, &full[slot]);
-            if constexpr (W::CODED)
-                for (int b = 0; b < bands; b++)
-                    bulk_copy(ws + 2 * b * W::TILE_BYTES, W::tile(w_coded, o0 / 16 + b, 2 * st, chunks),
-                              nc * W::TILE_BYTES, &full[slot]);
-            else
-                for (int ch = 0; ch < nc; ch++)
-                    if (COPY == WG_BY_TILES)
-                        for (int b = 0; b < bands; b++)
-                            bulk_copy(ws + ch * 8192 + b * 1024,
-                                      w_tiles + ((size_t)(o0 / 16 + b) * chunks + 2 * st + ch) * GPTOSS_TILE_ELEMS,
-                                      1024, &full[slot]);
-                    else /* the map holds every expert's rows, one after another */
-                        tma_2d(ws + ch * 8192, wmap, (2 * st + ch) * MX_KC, rt.expert * a.n + o0, &full[slot]);
+            for (int ch = 0; ch < nc; ch++)
+                if (COPY == WG_BY_TILES)
+                    for (int b = 0; b < bands; b++)
+                        bulk_copy(ws + ch * 8192 + b * 1024,
+                                  w_tiles + ((size_t)(o0 / 16 + b) * chunks + 2 * st + ch) * GPTOSS_TILE_ELEMS, 1024,
+                                  &full[slot]);
+                else /* the map holds every expert's rows, one after another */
+                    tma_2d(ws + ch * 8192, wmap, (2 * st + ch) * MX_KC, rt.expert * a.n + o0, &full[slot]);
             mbar_arrive(&full[slot]);
         }
     }
@@ -261,13 +250,13 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
  * of KiB of code) whose consecutive threads store consecutive outputs of a
  * row. Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row
  * 8j + 2t + (e & 1). Each thread keeps one pair of outputs, so a tile's bias
- * is loaded once. */
+ * is loaded once; tid: the thread among the consumers' 256. */
 __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const row_tile &rt, int o0,
-                                              const float (&acc)[2][64], float *sums, int band, int g, int t) {
+                                              const float (&acc)[2][64], float *sums, int band, int g, int t,
+                                              int tid) {
     constexpr int pairs = WG_BO / 2;
     static_assert(256 % pairs == 0, "a consumer thread's outputs are the same in every row");
-    const int tid = threadIdx.x;
-    const int o = o0 + 2 * ((tid - 128) % pairs);
+    const int o = o0 + 2 * (tid % pairs);
     const pair_bias bias(a, rt, o < a.n ? o : o0);
     constexpr int JS = WG_EPI_ROWS / 8; /* accumulator rows j a pass */
 #pragma unroll
@@ -286,7 +275,7 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
         }
         asm volatile("bar.sync 1, 256;" ::: "memory");
         if (o < a.n)
-            for (int r = (tid - 128) / pairs; r < min(WG_EPI_ROWS, rt.end - rt.begin - r0); r += 256 / pairs) {
+            for (int r = tid / pairs; r < min(WG_EPI_ROWS, rt.end - rt.begin - r0); r += 256 / pairs) {
                 const float2 v = *(const float2 *)&sums[r * WG_SUMS_STRIDE + o - o0];
                 epilogue<bf16>(a, rt.begin + r0 + r, o, v.x, v.y, bias);
             }
@@ -299,14 +288,14 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
  * first stages overlap the previous item's last products and epilogue.
  * Warpgroup 0 issues the copies (one thread), 1 and 2 multiply 64 outputs
  * each. */
-template <class W, int COPY>
+template <int COPY>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_kernel(gptoss_gemm_args a, int row_blocks, const __grid_constant__ CUtensorMap xmap_tile,
                       const __grid_constant__ CUtensorMap xmap_group, const __grid_constant__ CUtensorMap wmap) {
 #if defined(GPTOSS_WGMMA)
-    typedef wg_ring<W> shape;
+    typedef wg_ring shape;
     extern __shared__ uint8_t wgmma_smem[];
-    uint8_t *ring = (uint8_t *)(((uintptr_t)wgmma_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t *ring = wgmma_ring(wgmma_smem);
     uint8_t *w_st = ring, *x_st = ring + shape::X_AT;
     uint64_t *full = (uint64_t *)(ring + shape::BARS_AT), *empty = full + shape::STAGES;
     float *sums = (float *)(ring + shape::SUMS_AT);
@@ -324,7 +313,7 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0)
-            wg_produce<W, COPY>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
+            wg_produce<COPY>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -344,19 +333,19 @@ __global__ void __launch_bounds__(384, 1)
                 acc[h][v] = 0.0f;
         switch (groups) {
         case 1:
-            wg_consume<1, W>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
+            wg_consume<1>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
             break;
         case 2:
-            wg_consume<2, W>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
+            wg_consume<2>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
             break;
         case 3:
-            wg_consume<3, W>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
+            wg_consume<3>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
             break;
         default:
-            wg_consume<4, W>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
+            wg_consume<4>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
         }
         at += stages;
-        wg_store_item(a, rt, o0, acc, sums, band, g, t);
+        wg_store_item(a, rt, o0, acc, sums, band, g, t, tid - 128);
     }
 #endif
 }

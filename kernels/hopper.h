@@ -1,7 +1,8 @@
 /* sm_90a's asynchronous copies and barriers for the Hopper GEMM
  * (gemm_wgmma.h) and the probes in tools/hopper_probes: mbarriers,
- * 1D bulk copies and 2D TMA loads that complete on them, and the shared
- * memory descriptor of a 128-byte-swizzled K-major wgmma operand. Declared
+ * 1D bulk copies and 2D TMA loads that complete on them, the fence that
+ * hands threads' shared-memory stores to wgmma, and the shared memory
+ * descriptor of a 128-byte-swizzled K-major wgmma operand. Declared
  * for the host pass and for sm_90a device code only: other targets'
  * device code must not see these instructions. */
 #ifndef GPTOSS_KERNELS_HOPPER_H
@@ -44,6 +45,8 @@ __device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x,
                  "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
                  : "memory");
 }
+/* the thread's shared-memory stores made visible to the async proxy (wgmma's reads of its operands) */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 /* a K-major operand with the 128-byte swizzle: rows of 128 bytes, groups of 8 rows 1 KiB apart */
 __device__ __forceinline__ uint64_t swizzled_desc(const void *p) {
     const uint64_t a = smem_addr(p);
