@@ -24,7 +24,8 @@
  *    memory, [n][k] weights only) for the other dense GEMMs of many rows,
  *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
  *    sums) for the dense GEMMs whose 128 x 128 blocks fill a wave and
- *    for the experts beyond 16 rows per expert, in place of the staged.
+ *    for the experts beyond 16 rows per expert, in place of the staged
+ *    (MXFP4 experts: gemm_wgmma_coded.h, codes decoded into shared memory).
  * The matrix-core families are templates over the weights' format
  * (weight_formats.h: bf16, or MXFP4 codes decoded in registers). */
 #include "gemm_exact.h"
