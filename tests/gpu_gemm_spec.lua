@@ -3,8 +3,8 @@
 -- for one step's products twice, once as a device with the Hopper GEMM and once as one
 -- without, and compares the outputs bit for bit. Here it runs on the experts' routings
 -- that uniform routing never makes (empty experts, one-row experts, one expert with every
--- row) and with k that is no multiple of a stage. Pending without the probe, a GPU, or a
--- build and device that have the Hopper GEMM.
+-- row) and with k that is no multiple of a stage, over bf16 and over MXFP4 experts. Pending
+-- without the probe, a GPU, or a build and device that have the Hopper GEMM.
 local gptoss = require "gptoss"
 
 local probe = os.getenv("GPTOSS_GEMM_PROBE")
@@ -37,6 +37,10 @@ describe("the Hopper GEMM #gpu", function()
     { "the 20b's shapes, skewed routing", "--routing skewed 256 1024" },
     { "hidden 200, intermediate 136 (k no multiple of a stage), skewed routing",
       "--hidden 200 --inter 136 --routing skewed 64 256 1024" },
+    -- MXFP4 experts take gemm_wgmma_coded.h, which decodes the codes into shared memory
+    { "MXFP4 experts, skewed routing", "--weights mxfp4 --routing skewed --experts-only 17 100 300 1024" },
+    { "MXFP4 experts, k of 91 and 89 chunks (an odd number: the last stage's box half past k), "
+      .. "partial column blocks", "--weights mxfp4 --hidden 2912 --inter 2848 --experts-only 200 1024" },
   }
   for _, case in ipairs(cases) do
     it("gives the mma.sync families' bits: " .. case[1], function()
