@@ -113,7 +113,8 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
             v += a.bias[e];
             logits[e] = v;
             a.logits[(size_t)r * a.n_experts + e] = v;
-            __threadfence(); /* seen by the row's last block (below) */
+            if (G > 1)
+                __threadfence(); /* seen by the row's last block (below) */
         }
     }
     __syncthreads();
