@@ -75,27 +75,54 @@ __device__ __forceinline__ void add_bias(const gptoss_gemm_args &a, const row_ti
     pair_bias(a, t, o).add(v0, v1);
 }
 
-/* One pair of outputs (o, o + 1) of row p, their bias given; o + 1 may be
- * past n (then v1 is ignored) except for SwiGLU, whose n is even. */
+/* Pairs of outputs (o, o + 1) of U rows, rows[u] for u < count, their bias
+ * given; o + 1 may be past n (then v1 is ignored) except for SwiGLU, whose
+ * n is even. Every row's loads and arithmetic come before the stores, so
+ * the rows' latencies (SwiGLU's double exponential, a residual's loads)
+ * overlap where a thread stores several rows. */
+template <class T, int U>
+__device__ __forceinline__ void epilogue_rows(const gptoss_gemm_args &a, const int (&rows)[U], int count, int o,
+                                              float (&v0)[U], float (&v1)[U], const pair_bias &bias) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        bias.add(v0[u], v1[u]);
+    if (a.epilogue == GPTOSS_GEMM_SWIGLU) {
+        T act[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            act[u] = from_float<T>(gptoss_swiglu(v0[u], v1[u], a.swiglu_limit));
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (u < count)
+                ((T *)a.act)[(size_t)rows[u] * (a.n / 2) + o / 2] = act[u];
+        return;
+    }
+    const bool second = o + 1 < a.n;
+    if (a.epilogue == GPTOSS_GEMM_RESIDUAL)
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (u < count) {
+                const float *y = a.y + (size_t)rows[u] * a.n + o;
+                v0[u] += y[0];
+                if (second)
+                    v1[u] += y[1];
+            }
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < count) {
+            float *y = a.y + (size_t)rows[u] * a.n + o;
+            y[0] = v0[u];
+            if (second)
+                y[1] = v1[u];
+        }
+}
+/* the same for one row p */
 template <class T>
 __device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, int p, int o, float v0, float v1,
                                          const pair_bias &bias) {
-    bias.add(v0, v1);
-    if (a.epilogue == GPTOSS_GEMM_SWIGLU) {
-        T *act = (T *)a.act + (size_t)p * (a.n / 2) + o / 2;
-        *act = from_float<T>(gptoss_swiglu(v0, v1, a.swiglu_limit));
-        return;
-    }
-    float *y = a.y + (size_t)p * a.n + o;
-    if (a.epilogue == GPTOSS_GEMM_RESIDUAL) {
-        y[0] += v0;
-        if (o + 1 < a.n)
-            y[1] += v1;
-    } else {
-        y[0] = v0;
-        if (o + 1 < a.n)
-            y[1] = v1;
-    }
+    const int rows[1] = {p};
+    float v0s[1] = {v0}, v1s[1] = {v1};
+    epilogue_rows<T, 1>(a, rows, 1, o, v0s, v1s, bias);
 }
 template <class T>
 __device__ __forceinline__ void epilogue(const gptoss_gemm_args &a, const row_tile &t, int p, int o,

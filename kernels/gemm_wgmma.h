@@ -244,6 +244,24 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
     }
 }
 
+/* A pass's epilogue for one consumer thread: its rows first, first + 4,
+ * ... of the pass's `rows`, all at once (epilogue_rows), the pair of
+ * outputs o at sums' column 0. Rows past `rows` are read, not stored. */
+__device__ __forceinline__ void wg_epilogue_pass(const gptoss_gemm_args &a, int row0, int rows, int o,
+                                                 const float *sums, int first, const pair_bias &bias) {
+    constexpr int step = 256 / (WG_BO / 2), U = WG_EPI_ROWS / step;
+    int at[U];
+    float v0[U], v1[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const float2 v = *(const float2 *)&sums[(first + u * step) * WG_SUMS_STRIDE];
+        at[u] = row0 + first + u * step;
+        v0[u] = v.x;
+        v1[u] = v.y;
+    }
+    epilogue_rows<bf16, U>(a, at, rows > first ? (rows - first + step - 1) / step : 0, o, v0, v1, bias);
+}
+
 /* An item's sums (acc: the even and odd chunks' of the warp's 16 outputs)
  * through shared memory into the epilogue, WG_EPI_ROWS rows a pass, so that
  * the epilogue is one short loop (unrolled over the registers it was tens
@@ -275,10 +293,8 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
         }
         asm volatile("bar.sync 1, 256;" ::: "memory");
         if (o < a.n)
-            for (int r = tid / pairs; r < min(WG_EPI_ROWS, rt.end - rt.begin - r0); r += 256 / pairs) {
-                const float2 v = *(const float2 *)&sums[r * WG_SUMS_STRIDE + o - o0];
-                epilogue<bf16>(a, rt.begin + r0 + r, o, v.x, v.y, bias);
-            }
+            wg_epilogue_pass(a, rt.begin + r0, min(WG_EPI_ROWS, rt.end - rt.begin - r0), o, sums + o - o0,
+                             tid / pairs, bias);
     }
 }
 #endif
