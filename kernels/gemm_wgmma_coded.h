@@ -31,12 +31,13 @@
 
 namespace {
 
-/* The rings: decoded stages (bf16, 128 outputs by 64 k; 4, as two ran
- * slower), rows' stages (as many as fit), codes' stages (12: they are
- * small and wait on memory), then the barriers (two a stage) and the
- * epilogue's sums. */
+/* The rings: decoded stages (bf16, 128 outputs by 64 k; 6, so that the
+ * decoding warps run on while the consumers store an item: 4 and 2 ran
+ * slower), rows' stages (as many as fit), codes' stages (8: they are small
+ * and wait on memory), then the barriers (two a stage) and the epilogue's
+ * sums. */
 template <class W> struct wc_ring {
-    static constexpr int A_STAGES = 4, CODE_STAGES = 12;
+    static constexpr int A_STAGES = 6, CODE_STAGES = 8;
     static constexpr int A_STAGE = WG_BO * WG_KS * 2, CODE_STAGE = WG_BO / 16 * 2 * W::TILE_BYTES,
                          SUMS = WG_EPI_ROWS * WG_SUMS_STRIDE * 4;
     /* less 1 KiB of slack to align the ring */
@@ -138,13 +139,16 @@ __device__ __forceinline__ void wc_decode(const gptoss_gemm_args &a, const wg_it
                 mbar_wait(b.a_empty(pa.slot), pa.parity ^ 1);
             const uint8_t *codes = ring + shape::CODES_AT + pc.slot * shape::CODE_STAGE;
             uint8_t *out = ring + pa.slot * shape::A_STAGE;
+            /* the 4 tiles' loads first: stored between them, the loads would wait for the stores */
+            typename W::pieces mp[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                mp[j].load(codes + (2 * (2 * warp + j / 2) + j % 2) * W::TILE_BYTES, lane);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int band = 2 * warp + j / 2, ch = j % 2;
-                typename W::pieces mp;
-                mp.load(codes + (2 * band + ch) * W::TILE_BYTES, lane);
                 uint4 w[2];
-                mp.to_bf16(w);
+                mp[j].to_bf16(w);
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     /* row 16 band + g (+ 8): 128 bytes a row, 8 rows a 1 KiB swizzle group */
