@@ -112,6 +112,17 @@ struct wg_items {
         groups = (rt.end - rt.begin + WG_GROUP - 1) / WG_GROUP;
         return true;
     }
+    /* f(rows, first output, 32-row groups) for each of the block's items
+     * that has rows (blockIdx.x, + gridDim.x, ...): every role of a block
+     * walks them alike, so their ring positions agree */
+    template <class F> __device__ __forceinline__ void each(const gptoss_gemm_args &a, F &&f) const {
+        for (int i = blockIdx.x; i < count(); i += gridDim.x) {
+            row_tile rt;
+            int o0, groups;
+            if (at(a, i, rt, o0, groups))
+                f(rt, o0, groups);
+        }
+    }
 };
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -210,11 +221,7 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
     typedef wg_ring shape;
     const int stages = (chunks + 1) / 2;
     int at = 0; /* the ring's stage count so far */
-    for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        row_tile rt;
-        int o0, groups;
-        if (!items.at(a, i, rt, o0, groups))
-            continue;
+    items.each(a, [&](const row_tile &rt, int o0, int groups) {
         const int bands = min(WG_BO / 16, (a.n - o0 + 15) / 16);
         const bf16 *w_tiles = bf16_weights::matrix(a, rt.expert);
         for (int st = 0; st < stages; st++, at++) {
@@ -241,7 +248,7 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
                     tma_2d(ws + ch * 8192, wmap, (2 * st + ch) * MX_KC, rt.expert * a.n + o0, &full[slot]);
             mbar_arrive(&full[slot]);
         }
-    }
+    });
 }
 
 /* A pass's epilogue for one consumer thread: its rows first, first + 4,
@@ -336,17 +343,8 @@ __global__ void __launch_bounds__(384, 1)
     const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int band = (wg - 1) * 4 + warp; /* the warp's 16 outputs within the block */
     int at = 0;
-    for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        row_tile rt;
-        int o0, groups;
-        if (!items.at(a, i, rt, o0, groups))
-            continue;
-        float acc[2][64];
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int v = 0; v < 64; v++)
-                acc[h][v] = 0.0f;
+    items.each(a, [&](const row_tile &rt, int o0, int groups) {
+        float acc[2][64] = {};
         switch (groups) {
         case 1:
             wg_consume<1>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
@@ -362,7 +360,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         at += stages;
         wg_store_item(a, rt, o0, acc, sums, band, g, t, tid - 128);
-    }
+    });
 #endif
 }
 

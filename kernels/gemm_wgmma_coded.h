@@ -86,11 +86,7 @@ __device__ __forceinline__ void wc_produce(int role, const gptoss_gemm_args &a, 
     typedef wc_ring<W> shape;
     const int stages = (chunks + 1) / 2, bands = (a.n + 15) / 16;
     int at = 0;
-    for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        row_tile rt;
-        int o0, groups;
-        if (!items.at(a, i, rt, o0, groups))
-            continue;
+    items.each(a, [&](const row_tile &rt, int o0, int groups) {
         for (int st = 0; st < stages; st++, at++) {
             if (role == 0) {
                 const ring_pos p(at, shape::X_STAGES);
@@ -115,7 +111,7 @@ __device__ __forceinline__ void wc_produce(int role, const gptoss_gemm_args &a, 
                 mbar_arrive(b.code_full(p.slot));
             }
         }
-    }
+    });
 }
 
 /* One decoding warp: for every stage, its 2 bands' tiles of the two chunks
@@ -127,11 +123,7 @@ __device__ __forceinline__ void wc_decode(const gptoss_gemm_args &a, const wg_it
     typedef wc_ring<W> shape;
     const int stages = (chunks + 1) / 2, g = lane / 4, t = lane % 4;
     int at = 0;
-    for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        row_tile rt;
-        int o0, groups;
-        if (!items.at(a, i, rt, o0, groups))
-            continue;
+    items.each(a, [&](const row_tile &rt, int o0, int groups) {
         for (int st = 0; st < stages; st++, at++) {
             const ring_pos pc(at, shape::CODE_STAGES), pa(at, shape::A_STAGES);
             mbar_wait(b.code_full(pc.slot), pc.parity);
@@ -166,7 +158,7 @@ __device__ __forceinline__ void wc_decode(const gptoss_gemm_args &a, const wg_it
                 mbar_arrive(b.a_full(pa.slot));
             }
         }
-    }
+    });
 }
 
 /* A consumer warpgroup's k loop over a tile of G row groups (acc as
@@ -268,21 +260,12 @@ __global__ void __launch_bounds__(512, 1)
     const int half = wg - 2, band = half * 4 + warp; /* the warp's 16 outputs within the block */
     float *sums = (float *)(ring + shape::SUMS_AT);
     int at = 0;
-    for (int i = blockIdx.x; i < items.count(); i += gridDim.x) {
-        row_tile rt;
-        int o0, groups;
-        if (!items.at(a, i, rt, o0, groups))
-            continue;
-        float acc[2][64];
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int v = 0; v < 64; v++)
-                acc[h][v] = 0.0f;
+    items.each(a, [&](const row_tile &rt, int o0, int groups) {
+        float acc[2][64] = {};
         wc_consume_rows<1, W>(groups, acc, ring, b, chunks, half, at);
         at += stages;
         wg_store_item(a, rt, o0, acc, sums, band, lane / 4, lane % 4, tid - 256);
-    }
+    });
 #endif
 }
 #endif
