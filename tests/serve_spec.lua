@@ -321,8 +321,15 @@ describe("gptoss serve's limits", function()
     local long = q('{"model":"7m","prompt":"Hi","max_tokens":1000,"stream":true,'
       .. '"logit_bias":{"199999":-100,"200002":-100,"200012":-100}}')
     local auth = "-H 'Authorization: Bearer sesame' "
-    for _ = 1, 2 do os.execute(("timeout 60 " .. UNSANITIZED .. "curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
-      :format(auth, long, s.port)) end
+    local function long_stream()
+      os.execute(("timeout 60 " .. UNSANITIZED .. "curl -sN %s-d %s http://127.0.0.1:%d/v1/completions >/dev/null &")
+        :format(auth, long, s.port))
+    end
+    -- the second only once the first holds the slot: arriving together, both would wait, and the
+    -- second find the queue of one full
+    long_stream()
+    assert.are.equal(1, metric_reaches(s, "gptoss_slots_in_use", 1), "the first long stream never took the slot")
+    long_stream()
     -- one runs in the slot, one waits: the queue is full
     assert.are.equal(1, metric_reaches(s, "gptoss_queue_length", 1),
       "the second long stream never waited in the queue")
