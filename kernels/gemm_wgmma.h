@@ -334,12 +334,13 @@ __global__ void __launch_bounds__(384, 1)
     }
     __syncthreads();
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        warpgroup_registers<40, launch_registers<384>>();
         if (tid == 0)
             wg_produce<COPY>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    static_assert(40 + 2 * 232 <= 3 * launch_registers<384>, "the roles' registers fit the block's pool");
+    warpgroup_registers<232, launch_registers<384>>();
     const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int band = (wg - 1) * 4 + warp; /* the warp's 16 outputs within the block */
     int at = 0;

@@ -245,18 +245,20 @@ __global__ void __launch_bounds__(512, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    /* registers a thread by role: copying 24, decoding 96, consuming 192 */
+    static_assert(24 + 96 + 2 * 192 <= 4 * launch_registers<512>, "the roles' registers fit the block's pool");
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        warpgroup_registers<24, launch_registers<512>>();
         if (lane == 0 && warp < 2)
             wc_produce<W>(warp, a, items, ring, b, chunks, &xmap_tile, &xmap_group, &code_map);
         return;
     }
     if (wg == 1) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;");
+        warpgroup_registers<96, launch_registers<512>>();
         wc_decode<W>(a, items, ring, b, chunks, warp, lane);
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 192;");
+    warpgroup_registers<192, launch_registers<512>>();
     const int half = wg - 2, band = half * 4 + warp; /* the warp's 16 outputs within the block */
     float *sums = (float *)(ring + shape::SUMS_AT);
     int at = 0;

@@ -1,7 +1,8 @@
 /* sm_90a's asynchronous copies and barriers for the Hopper GEMM
  * (gemm_wgmma.h) and the probes in tools/hopper_probes: mbarriers,
  * 1D bulk copies and 2D TMA loads that complete on them, the fence that
- * hands threads' shared-memory stores to wgmma, and the shared memory
+ * hands threads' shared-memory stores to wgmma, a warpgroup's registers
+ * (setmaxnreg) within its launch's, and the shared memory
  * descriptor of a 128-byte-swizzled K-major wgmma operand. Declared
  * for the host pass and for sm_90a device code only: other targets'
  * device code must not see these instructions. */
@@ -9,6 +10,9 @@
 #define GPTOSS_KERNELS_HOPPER_H
 
 #include <stdint.h>
+
+/* the registers a thread that a launch of THREADS a block, one block an SM, is given */
+template <int THREADS> constexpr int launch_registers = 65536 / THREADS / 8 * 8;
 
 #if defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
 #include <cuda.h>
@@ -44,6 +48,16 @@ __device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x,
                      "r"(smem_addr(dst)),
                  "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
                  : "memory");
+}
+/* A warpgroup's registers a thread, from the launch's LAUNCH to R. The
+ * block's pool is what its launch was given (LAUNCH x threads): a raise
+ * beyond what the other warpgroups released waits forever. */
+template <int R, int LAUNCH> __device__ __forceinline__ void warpgroup_registers() {
+    static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg takes 24 .. 256 in steps of 8");
+    if constexpr (R < LAUNCH)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+    else if constexpr (R > LAUNCH)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
 /* the thread's shared-memory stores made visible to the async proxy (wgmma's reads of its operands) */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
