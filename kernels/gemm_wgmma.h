@@ -58,6 +58,13 @@ enum wg_weight_copy { WG_BY_MAP, WG_BY_TILES };
 /* rows of sums per pass of the epilogue through shared memory */
 constexpr int WG_EPI_ROWS = 32;
 
+/* The dense kernel's block: warpgroup 0 copies, 1 and 2 multiply; their
+ * registers a thread (setmaxnreg) within what the launch gives the block */
+struct wg_roles {
+    static constexpr int THREADS = 384, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 40, MMA_REGS = 232;
+    static_assert(COPY_REGS + 2 * MMA_REGS <= 3 * LAUNCH_REGS, "the roles' registers fit the block's pool");
+};
+
 /* The ring: a stage's weights (two chunks of 8 bands of bf16 tiles, 16
  * KiB), their stages 1 KiB-aligned as the rows' swizzle wants, then the
  * rows' stages, the stages' barriers and the epilogue's sums, with as many
@@ -312,7 +319,7 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
  * Warpgroup 0 issues the copies (one thread), 1 and 2 multiply 64 outputs
  * each. */
 template <int COPY>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(wg_roles::THREADS, 1)
     gemm_wgmma_kernel(gptoss_gemm_args a, int row_blocks, const __grid_constant__ CUtensorMap xmap_tile,
                       const __grid_constant__ CUtensorMap xmap_group, const __grid_constant__ CUtensorMap wmap) {
 #if defined(GPTOSS_WGMMA)
@@ -334,13 +341,12 @@ __global__ void __launch_bounds__(384, 1)
     }
     __syncthreads();
     if (wg == 0) {
-        warpgroup_registers<40, launch_registers<384>>();
+        warpgroup_registers<wg_roles::COPY_REGS, wg_roles::LAUNCH_REGS>();
         if (tid == 0)
             wg_produce<COPY>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
         return;
     }
-    static_assert(40 + 2 * 232 <= 3 * launch_registers<384>, "the roles' registers fit the block's pool");
-    warpgroup_registers<232, launch_registers<384>>();
+    warpgroup_registers<wg_roles::MMA_REGS, wg_roles::LAUNCH_REGS>();
     const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int band = (wg - 1) * 4 + warp; /* the warp's 16 outputs within the block */
     int at = 0;

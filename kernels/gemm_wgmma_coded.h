@@ -49,6 +49,15 @@ template <class W> struct wc_ring {
     static_assert(SMEM <= WG_SMEM_MAX && X_STAGES >= 2, "the rings fit a block's shared memory");
 };
 
+/* The block: warpgroup 0 copies, 1 decodes, 2 and 3 multiply; their
+ * registers a thread (setmaxnreg) within what the launch gives the block */
+struct wc_roles {
+    static constexpr int THREADS = 512, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 24, DECODE_REGS = 96,
+                         MMA_REGS = 192;
+    static_assert(COPY_REGS + DECODE_REGS + 2 * MMA_REGS <= 4 * LAUNCH_REGS,
+                  "the roles' registers fit the block's pool");
+};
+
 /* a ring's slot and the parity of its barriers' phase, at the ring's stage `at` */
 struct ring_pos {
     int slot, parity;
@@ -216,7 +225,7 @@ __device__ __forceinline__ void wc_consume_rows(int groups, float (&acc)[2][64],
 /* A persistent block over items blockIdx.x, + gridDim.x, ... (wg_items),
  * its rings running on from one item to the next. */
 template <class W>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(wc_roles::THREADS, 1)
     gemm_wgmma_coded_kernel(gptoss_gemm_args a, int row_blocks, const __grid_constant__ CUtensorMap xmap_tile,
                             const __grid_constant__ CUtensorMap xmap_group,
                             const __grid_constant__ CUtensorMap code_map) {
@@ -245,20 +254,18 @@ __global__ void __launch_bounds__(512, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    /* registers a thread by role: copying 24, decoding 96, consuming 192 */
-    static_assert(24 + 96 + 2 * 192 <= 4 * launch_registers<512>, "the roles' registers fit the block's pool");
     if (wg == 0) {
-        warpgroup_registers<24, launch_registers<512>>();
+        warpgroup_registers<wc_roles::COPY_REGS, wc_roles::LAUNCH_REGS>();
         if (lane == 0 && warp < 2)
             wc_produce<W>(warp, a, items, ring, b, chunks, &xmap_tile, &xmap_group, &code_map);
         return;
     }
     if (wg == 1) {
-        warpgroup_registers<96, launch_registers<512>>();
+        warpgroup_registers<wc_roles::DECODE_REGS, wc_roles::LAUNCH_REGS>();
         wc_decode<W>(a, items, ring, b, chunks, warp, lane);
         return;
     }
-    warpgroup_registers<192, launch_registers<512>>();
+    warpgroup_registers<wc_roles::MMA_REGS, wc_roles::LAUNCH_REGS>();
     const int half = wg - 2, band = half * 4 + warp; /* the warp's 16 outputs within the block */
     float *sums = (float *)(ring + shape::SUMS_AT);
     int at = 0;

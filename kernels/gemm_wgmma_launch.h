@@ -92,8 +92,8 @@ hipError_t launch_wgmma_coded(const gptoss_gemm_args *a, int row_blocks, const g
     if (e != hipSuccess)
         return e;
     const int items = row_blocks * ((a->n + WG_BO - 1) / WG_BO);
-    hipLaunchKernelGGL(gemm_wgmma_coded_kernel<W>, dim3(min(items, dev->multiprocessors)), dim3(512), smem, stream,
-                       *a, row_blocks, xmap_tile, xmap_group, code_map);
+    hipLaunchKernelGGL(gemm_wgmma_coded_kernel<W>, dim3(min(items, dev->multiprocessors)), dim3(wc_roles::THREADS),
+                       smem, stream, *a, row_blocks, xmap_tile, xmap_group, code_map);
     return hipGetLastError();
 }
 #endif
@@ -144,7 +144,8 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gpt
      * from L2. */
     const int items = row_blocks * col_blocks;
     const int blocks = a->tiles ? items : min(items, dev->multiprocessors);
-    hipLaunchKernelGGL(kernel, dim3(blocks), dim3(384), smem, stream, *a, row_blocks, xmap_tile, xmap_group, wmap);
+    hipLaunchKernelGGL(kernel, dim3(blocks), dim3(wg_roles::THREADS), smem, stream, *a, row_blocks, xmap_tile,
+                       xmap_group, wmap);
     return hipGetLastError();
 #else
     (void)a;

@@ -11,6 +11,10 @@
 
 #include <stdint.h>
 
+/* the registers a thread that a launch of THREADS a block, one block an SM,
+ * is given (the kernels' role constants, read on every target) */
+template <int THREADS> constexpr int launch_registers = 65536 / THREADS / 8 * 8;
+
 #if defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
 #include <cuda.h>
 
@@ -46,8 +50,6 @@ __device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int x,
                  "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
                  : "memory");
 }
-/* the registers a thread that a launch of THREADS a block, one block an SM, is given */
-template <int THREADS> constexpr int launch_registers = 65536 / THREADS / 8 * 8;
 /* A warpgroup's registers a thread, from the launch's LAUNCH to R. The
  * block's pool is what its launch was given (LAUNCH x threads): a raise
  * beyond what the other warpgroups released waits forever. */
