@@ -57,11 +57,14 @@ enum wg_weight_copy { WG_BY_MAP, WG_BY_TILES };
 
 /* rows of sums per pass of the epilogue through shared memory */
 constexpr int WG_EPI_ROWS = 32;
+/* the consumers' threads (two warpgroups of 64 outputs each), a block's last */
+constexpr int WG_CONSUMERS = 256;
 
 /* The dense kernel's block: warpgroup 0 copies, 1 and 2 multiply; their
  * registers a thread (setmaxnreg) within what the launch gives the block */
 struct wg_roles {
-    static constexpr int THREADS = 384, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 40, MMA_REGS = 232;
+    static constexpr int THREADS = 128 + WG_CONSUMERS, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 40,
+                         MMA_REGS = 232;
     static_assert(COPY_REGS + 2 * MMA_REGS <= 3 * LAUNCH_REGS, "the roles' registers fit the block's pool");
 };
 
@@ -263,7 +266,7 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
  * outputs o at sums' column 0. Rows past `rows` are read, not stored. */
 __device__ __forceinline__ void wg_epilogue_pass(const gptoss_gemm_args &a, int row0, int rows, int o,
                                                  const float *sums, int first, const pair_bias &bias) {
-    constexpr int step = 256 / (WG_BO / 2), U = WG_EPI_ROWS / step;
+    constexpr int step = WG_CONSUMERS / (WG_BO / 2), U = WG_EPI_ROWS / step;
     int at[U];
     float v0[U], v1[U];
 #pragma unroll
@@ -282,12 +285,12 @@ __device__ __forceinline__ void wg_epilogue_pass(const gptoss_gemm_args &a, int 
  * of KiB of code) whose consecutive threads store consecutive outputs of a
  * row. Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row
  * 8j + 2t + (e & 1). Each thread keeps one pair of outputs, so a tile's bias
- * is loaded once; tid: the thread among the consumers' 256. */
+ * is loaded once; tid: the thread among the consumers' WG_CONSUMERS. */
 __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const row_tile &rt, int o0,
                                               const float (&acc)[2][64], float *sums, int band, int g, int t,
                                               int tid) {
     constexpr int pairs = WG_BO / 2;
-    static_assert(256 % pairs == 0, "a consumer thread's outputs are the same in every row");
+    static_assert(WG_CONSUMERS % pairs == 0, "a consumer thread's outputs are the same in every row");
     const int o = o0 + 2 * (tid % pairs);
     const pair_bias bias(a, rt, o < a.n ? o : o0);
     constexpr int JS = WG_EPI_ROWS / 8; /* accumulator rows j a pass */
@@ -296,7 +299,7 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
         const int r0 = pass * WG_EPI_ROWS;
         if (r0 >= rt.end - rt.begin)
             break;
-        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the previous pass's sums are read */
+        asm volatile("bar.sync 1, %0;" ::"n"(WG_CONSUMERS) : "memory"); /* the previous pass's sums are read */
 #pragma unroll
         for (int jj = 0; jj < JS; jj++) {
             const int j = pass * JS + jj;
@@ -305,7 +308,7 @@ __device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const r
                 sums[(8 * jj + 2 * t + (e & 1)) * WG_SUMS_STRIDE + 16 * band + g + 8 * (e >> 1)] =
                     acc[0][4 * j + e] + acc[1][4 * j + e];
         }
-        asm volatile("bar.sync 1, 256;" ::: "memory");
+        asm volatile("bar.sync 1, %0;" ::"n"(WG_CONSUMERS) : "memory");
         if (o < a.n)
             wg_epilogue_pass(a, rt.begin + r0, min(WG_EPI_ROWS, rt.end - rt.begin - r0), o, sums + o - o0,
                              tid / pairs, bias);
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(wg_roles::THREADS, 1)
             wg_consume<4>(acc, w_st, x_st, full, empty, chunks, band, lane, at);
         }
         at += stages;
-        wg_store_item(a, rt, o0, acc, sums, band, g, t, tid - 128);
+        wg_store_item(a, rt, o0, acc, sums, band, g, t, tid - (wg_roles::THREADS - WG_CONSUMERS));
     });
 #endif
 }

@@ -52,8 +52,8 @@ template <class W> struct wc_ring {
 /* The block: warpgroup 0 copies, 1 decodes, 2 and 3 multiply; their
  * registers a thread (setmaxnreg) within what the launch gives the block */
 struct wc_roles {
-    static constexpr int THREADS = 512, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 24, DECODE_REGS = 96,
-                         MMA_REGS = 192;
+    static constexpr int THREADS = 2 * 128 + WG_CONSUMERS, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 24,
+                         DECODE_REGS = 96, MMA_REGS = 192;
     static_assert(COPY_REGS + DECODE_REGS + 2 * MMA_REGS <= 4 * LAUNCH_REGS,
                   "the roles' registers fit the block's pool");
 };
@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(wc_roles::THREADS, 1)
         float acc[2][64] = {};
         wc_consume_rows<1, W>(groups, acc, ring, b, chunks, half, at);
         at += stages;
-        wg_store_item(a, rt, o0, acc, sums, band, lane / 4, lane % 4, tid - 256);
+        wg_store_item(a, rt, o0, acc, sums, band, lane / 4, lane % 4,
+                      tid - (wc_roles::THREADS - WG_CONSUMERS));
     });
 #endif
 }

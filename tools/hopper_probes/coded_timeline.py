@@ -64,8 +64,8 @@ KERNEL_EDITS = [
     ("        wc_consume_rows<1, W>(groups, acc, ring, b, chunks, half, at);\n        at += stages;\n",
      "        wc_consume_rows<1, W>(groups, acc, ring, b, chunks, half, at, t0);\n"
      "        if (tid == 256) stamp(TL_EPS, at / stages, t0);\n        at += stages;\n"),
-    ("        wg_store_item(a, rt, o0, acc, sums, band, lane / 4, lane % 4, tid - 256);\n",
-     "        wg_store_item(a, rt, o0, acc, sums, band, lane / 4, lane % 4, tid - 256);\n"
+    ("                      tid - (wc_roles::THREADS - WG_CONSUMERS));\n",
+     "                      tid - (wc_roles::THREADS - WG_CONSUMERS));\n"
      "        if (tid == 256) stamp(TL_EPE, at / stages - 1, t0);\n"),
 ]
 
