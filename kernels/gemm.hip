@@ -25,7 +25,7 @@
  *    and on sm_90a the Hopper GEMM (gemm_wgmma.h: wgmma and TMA, the same
  *    sums) for the dense GEMMs whose 128 x 128 blocks fill a wave and
  *    for the experts beyond 16 rows per expert, in place of the staged
- *    (MXFP4 experts: gemm_wgmma_coded.h, codes decoded into shared memory).
+ *    (MXFP4 experts' codes decoded in registers, as the other families do).
  * The matrix-core families are templates over the weights' format
  * (weight_formats.h: bf16, or MXFP4 codes decoded in registers). */
 #include "gemm_exact.h"
@@ -52,7 +52,7 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
      * own width (32-row steps), where both GEMMs take it: each expert's
      * weights are then read (and coded ones decoded) once whatever its pairs */
     if (rows_per_expert > 16 && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
-        return WG_BT;
+        return WG_TILE_ROWS;
     /* 16-row streaming tiles up to 16 expected rows per expert (an expert
      * with a few more takes two tiles, its second read of the weights mostly
      * from L2); beyond, staged tiles of 32 rows up to 32 expected rows
@@ -85,7 +85,7 @@ static gemm_family choose_family(const gptoss_gemm_args *a, int bm, int row_bloc
         return GEMM_EXACT;
     if (gemm_wgmma_takes(a, dev))
         return GEMM_HOPPER;
-    if (a->tiles && bm == WG_BT)
+    if (a->tiles && bm == WG_TILE_ROWS)
         return GEMM_NONE;
     /* grouped tiles of 32 or 64 rows are staged, so are such tiles over
      * tiled weights (the tiled kernel reads rows of k), and dense 64-row

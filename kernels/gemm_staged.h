@@ -27,14 +27,15 @@
 namespace {
 
 constexpr int ST_BM = 64, ST_BN = 128, ST_WARPS = 8, ST_THREADS = ST_WARPS * GPTOSS_WARP_MAX;
-constexpr int ST_RP = 2 * MX_KC / 8; /* pieces per stage row */
-static_assert(ST_THREADS / ST_RP % GPTOSS_TILE_ROWS == 0, "a copy pass covers whole bands of weight tiles");
+constexpr int ST_ROW_PIECES = 2 * MX_KC / 8; /* pieces per stage row */
+static_assert(ST_THREADS / ST_ROW_PIECES % GPTOSS_TILE_ROWS == 0, "a copy pass covers whole bands of weight tiles");
 constexpr int ST_ODD_LD = ST_BN + 4; /* the odd sums' row stride, in floats */
 /* a coded format's bytes of a stage's weights, two tiles of each band */
 template <class W> __host__ __device__ constexpr int staged_coded_bytes() { return ST_BN / GPTOSS_TILE_ROWS * 2 * W::TILE_BYTES; }
 /* a stage: BM rows of X, then ST_BN rows of W (or a coded format's tiles) */
 template <class W> __host__ __device__ constexpr size_t staged_stage_bytes(int bm) {
-    return (size_t)bm * ST_RP * 16 + (W::CODED ? (size_t)staged_coded_bytes<W>() : (size_t)ST_BN * ST_RP * 16);
+    return (size_t)bm * ST_ROW_PIECES * 16 +
+           (W::CODED ? (size_t)staged_coded_bytes<W>() : (size_t)ST_BN * ST_ROW_PIECES * 16);
 }
 /* the ring, which also holds the odd sums at the end */
 template <class W> __host__ __device__ constexpr size_t staged_ring_bytes(int bm, int stages) {
@@ -43,7 +44,7 @@ template <class W> __host__ __device__ constexpr size_t staged_ring_bytes(int bm
 }
 
 /* Which stage rows a thread copies, and from where. The thread copies
- * piece tid % RP of stage rows tid / RP + PASS i, X rows then W rows (a
+ * piece tid % ROW_PIECES of stage rows tid / ROW_PIECES + PASS i, X rows then W rows (a
  * coded format's tiles are copied apart), each from a source looked up once
  * here: per stage a copy costs an address computation, not the row's lookup
  * (which would be most of the loop's instructions). X rows of groups the
@@ -56,7 +57,7 @@ template <class W> __host__ __device__ constexpr size_t staged_ring_bytes(int bm
  * weights: two tiles). Otherwise the thread keeps row numbers (ZEROS past
  * the tile or n) and checks k. */
 template <class W, int BM> struct staged_copy {
-    static constexpr int RP = ST_RP, PASS = ST_THREADS / RP;
+    static constexpr int ROW_PIECES = ST_ROW_PIECES, PASS = ST_THREADS / ROW_PIECES;
     static constexpr int ROWS = W::CODED ? BM : BM + ST_BN; /* rows copied as rows */
     static constexpr int NI = (ROWS + PASS - 1) / PASS;
     static constexpr uint32_t ZEROS = ~0u;
@@ -70,7 +71,7 @@ template <class W, int BM> struct staged_copy {
     template <bool TILED, bool FULL>
     __device__ static __forceinline__ unsigned sources(const gptoss_gemm_args &a, const row_tile &t, int n0, int groups,
                                                        int chunks, uint32_t (&from)[NI]) {
-        const int piece = threadIdx.x % RP, row0 = threadIdx.x / RP;
+        const int piece = threadIdx.x % ROW_PIECES, row0 = threadIdx.x / ROW_PIECES;
         unsigned copies = 0;
 #pragma unroll
         for (int i = 0; i < NI; i++) {
@@ -132,10 +133,11 @@ __device__ __forceinline__ void staged_store(const gptoss_gemm_args &a, const ro
 
 template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
 __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(gptoss_gemm_args a) {
-    constexpr int P = tile16::PIECES, MT = BM / 16, RP = ST_RP, PASS = ST_THREADS / RP;
+    constexpr int P = tile16::PIECES, MT = BM / 16, ROW_PIECES = ST_ROW_PIECES, PASS = ST_THREADS / ROW_PIECES;
     constexpr bool CODED = W::CODED;
     constexpr int STAGE = (int)(staged_stage_bytes<W>(BM) / 16);
-    extern __shared__ uint4 ring[]; /* [STAGES][STAGE]: X rows [BM][RP], then W rows [ST_BN][RP] or tiles */
+    /* [STAGES][STAGE]: X rows [BM][ROW_PIECES], then W rows [ST_BN][ROW_PIECES] or tiles */
+    extern __shared__ uint4 ring[];
     /* grouped: blockIdx.x is the column block, blockIdx.y the tile (see the launcher) */
     const bool grouped = a.tiles != nullptr;
     row_tile t;
@@ -155,14 +157,14 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     const int bands = (a.n + GPTOSS_TILE_ROWS - 1) / GPTOSS_TILE_ROWS;
     constexpr int NI = staged_copy<W, BM>::NI;
     constexpr uint32_t ZEROS = staged_copy<W, BM>::ZEROS;
-    const int piece = tid % RP, row0 = tid / RP;
+    const int piece = tid % ROW_PIECES, row0 = tid / ROW_PIECES;
     auto is_x = [&](int i) { return staged_copy<W, BM>::is_x(row0, i); };
     uint32_t from[NI]; /* one register each, not a pointer's two: the 64-row kernel spilled */
     const unsigned copies = staged_copy<W, BM>::template sources<TILED, FULL>(a, t, n0, groups, chunks, from);
     /* stage s's copies into its ring buffer (none past the last stage), one group */
     auto issue = [&](int s) {
         if (s < stages) {
-            uint4 *buf = ring + (size_t)(s % STAGES) * STAGE + row0 * RP + (piece ^ ((row0 & 1) << 2));
+            uint4 *buf = ring + (size_t)(s % STAGES) * STAGE + row0 * ROW_PIECES + (piece ^ ((row0 & 1) << 2));
             const int k = s * 2 * MX_KC + 8 * piece;
             const bool k_in = k < a.k, tile_in = 2 * s + piece / 4 < chunks; /* tiled: zeros past k */
 #pragma unroll
@@ -171,7 +173,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
                     continue;
                 const bool tiled_w = TILED && !is_x(i);
                 const bf16 *base = is_x(i) ? (const bf16 *)a.x : w_rows;
-                uint4 *dst = buf + PASS * i * RP;
+                uint4 *dst = buf + PASS * i * ROW_PIECES;
                 if (FULL) {
                     copy16_async(dst, base + (from[i] + s * (tiled_w ? 2 * GPTOSS_TILE_ELEMS : 2 * MX_KC)), true);
                     continue;
@@ -187,7 +189,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
             }
             if constexpr (CODED) { /* band b's tiles 2s and 2s + 1, adjacent in memory */
                 constexpr int PER_BAND = 2 * W::TILE_BYTES / 16;
-                uint4 *w_stage = ring + (size_t)(s % STAGES) * STAGE + BM * RP;
+                uint4 *w_stage = ring + (size_t)(s % STAGES) * STAGE + BM * ROW_PIECES;
                 for (int i = tid; i < staged_coded_bytes<W>() / 16; i += ST_THREADS) {
                     const int band = n0 / GPTOSS_TILE_ROWS + i / PER_BAND, part = i % PER_BAND;
                     const bool valid = band < bands && 2 * s + part / (PER_BAND / 2) < chunks;
@@ -223,13 +225,13 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
         for (int n = 0; n < 2; n++) {
             if constexpr (W::CODED) {
                 typename W::pieces mp;
-                mp.load((const uint8_t *)(buf + BM * RP) + ((2 * wn + n) * 2 + parity) * W::TILE_BYTES, lane);
+                mp.load((const uint8_t *)(buf + BM * ROW_PIECES) + ((2 * wn + n) * 2 + parity) * W::TILE_BYTES, lane);
                 mp.to_bf16(wp[n]);
             } else {
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     int r = BM + 32 * wn + 16 * n + tile16::piece_row(lane, j);
-                    wp[n][j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+                    wp[n][j] = buf[r * ROW_PIECES + (q ^ ((r & 1) << 2))];
                 }
             }
         }
@@ -240,7 +242,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     int r = 16 * m + tile16::piece_row(lane, j);
-                    xp[j] = buf[r * RP + (q ^ ((r & 1) << 2))];
+                    xp[j] = buf[r * ROW_PIECES + (q ^ ((r & 1) << 2))];
                 }
 #pragma unroll
                 for (int n = 0; n < 2; n++)

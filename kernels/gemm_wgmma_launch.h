@@ -7,7 +7,6 @@
 #define GPTOSS_KERNELS_GEMM_WGMMA_LAUNCH_H
 
 #include "gemm_wgmma.h"
-#include "gemm_wgmma_coded.h"
 #include "weight_formats.h"
 
 #include <string.h>
@@ -20,8 +19,9 @@ typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuin
                                        CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
                                        CUtensorMapFloatOOBfill);
 
-/* a [rows][width] matrix of `type` (elements of `bytes`), row stride `stride` elements, in boxes
- * of box_k x box_rows; swizzled: the 128-byte swizzle (bf16: box_k 64) */
+/* a [rows][width] matrix of `type` (elements of `bytes`), row stride `stride`
+ * elements, in boxes of box_k x box_rows; swizzled: the 128-byte swizzle (bf16:
+ * box_k 64) */
 static hipError_t encode_map(CUtensorMap *map, CUtensorMapDataType type, int bytes, const void *base, int64_t rows,
                              int64_t width, int64_t stride, int box_k, int box_rows, bool swizzled) {
     static tensor_map_encoder encode = nullptr;
@@ -36,8 +36,8 @@ static hipError_t encode_map(CUtensorMap *map, CUtensorMapDataType type, int byt
     }
     cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)stride * bytes};
     cuuint32_t box[2] = {(cuuint32_t)box_k, (cuuint32_t)box_rows}, unit[2] = {1, 1};
-    CUresult r = encode(map, type, 2, (void *)base, dims, strides, box, unit,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+    CUresult r = encode(map, type, 2, (void *)base, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? hipSuccess : hipErrorInvalidValue;
 }
@@ -60,8 +60,9 @@ bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
 
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     if (a->tiles)
-        return a->tile_rows == WG_BT && gemm_wgmma_fits(a, dev);
-    const int64_t blocks = (int64_t)((a->n + WG_BO - 1) / WG_BO) * ((a->rows + WG_BT - 1) / WG_BT);
+        return a->tile_rows == WG_TILE_ROWS && gemm_wgmma_fits(a, dev);
+    const int64_t blocks =
+        (int64_t)((a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS) * ((a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS);
     return !a->x_rows && !weights_coded(a) && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
 }
 
@@ -71,30 +72,20 @@ static hipError_t encode_bf16_map(CUtensorMap *map, const void *base, int64_t ro
     return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, width, width, box_k, box_rows, swizzled);
 }
 
-/* A coded format's launch: the map over every expert's tiles, a row a band
- * (its chunks' tiles one after another) in 32-bit words, a box the block's
- * bands by two chunks. One block per multiprocessor, each taking every
- * gridDim.x-th item (persistent: 9% faster than a block per item on the
- * register-decoding kernel before it). */
-template <class W>
-hipError_t launch_wgmma_coded(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
-                              hipStream_t stream, const CUtensorMap &xmap_tile, const CUtensorMap &xmap_group) {
-    static_assert(W::TILE_BYTES % 16 == 0, "a band's row of tiles is whole 16 bytes, as a map's rows must be");
-    const int chunks = (a->k + MX_KC - 1) / MX_KC, bands = (a->n + 15) / 16;
-    CUtensorMap code_map;
-    hipError_t e = encode_map(&code_map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, a->w, (int64_t)a->n_experts * bands,
-                              (int64_t)chunks * W::TILE_BYTES / 4, (int64_t)chunks * W::TILE_BYTES / 4,
-                              2 * W::TILE_BYTES / 4, WG_BO / 16, false);
-    const int smem = wc_ring<W>::SMEM;
-    if (e == hipSuccess)
-        e = hipFuncSetAttribute((const void *)gemm_wgmma_coded_kernel<W>, hipFuncAttributeMaxDynamicSharedMemorySize,
-                                smem);
-    if (e != hipSuccess)
-        return e;
-    const int items = row_blocks * ((a->n + WG_BO - 1) / WG_BO);
-    hipLaunchKernelGGL(gemm_wgmma_coded_kernel<W>, dim3(min(items, dev->multiprocessors)), dim3(wc_roles::THREADS),
-                       smem, stream, *a, row_blocks, xmap_tile, xmap_group, code_map);
-    return hipGetLastError();
+/* The weights' map where they come by one: a coded format's over every
+ * expert's tiles, a row a band (its chunks' tiles one after another) in
+ * 32-bit words, a box the block's bands by two chunks; [n][k] bf16 rows
+ * over every expert's rows, a box a chunk by the block's outputs (read by
+ * the lanes, not by wgmma: the tiles' own layout, unswizzled). */
+template <class W> static hipError_t encode_weight_map(CUtensorMap *map, const gptoss_gemm_args *a) {
+    const int64_t matrices = a->tiles ? a->n_experts : 1;
+    if constexpr (W::CODED) {
+        static_assert(W::TILE_BYTES % 16 == 0, "a band's row of tiles is whole 16 bytes, as a map's rows must be");
+        const int64_t words = (int64_t)((a->k + MX_KC - 1) / MX_KC) * W::TILE_BYTES / 4;
+        return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, a->w, matrices * ((a->n + 15) / GPTOSS_TILE_ROWS),
+                          words, words, 2 * W::TILE_BYTES / 4, WG_BLOCK_BANDS, false);
+    }
+    return encode_bf16_map(map, a->w, matrices * a->n, a->k, MX_KC, WG_BLOCK_OUTPUTS, false);
 }
 #endif
 
@@ -109,36 +100,36 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gpt
                        (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
     CUtensorMap xmap_tile, xmap_group, wmap;
     memset(&wmap, 0, sizeof wmap);
-    hipError_t e = encode_bf16_map(&xmap_tile, a->x_perm, a->rows, kp, WG_KS, WG_BT, true);
+    hipError_t e = encode_bf16_map(&xmap_tile, a->x_perm, a->rows, kp, WG_STAGE_K, WG_TILE_ROWS, true);
     if (e == hipSuccess)
-        e = encode_bf16_map(&xmap_group, a->x_perm, a->rows, kp, WG_KS, WG_GROUP, true);
-    const int col_blocks = (a->n + WG_BO - 1) / WG_BO, row_blocks = a->tiles ? max_tiles : (a->rows + WG_BT - 1) / WG_BT;
+        e = encode_bf16_map(&xmap_group, a->x_perm, a->rows, kp, WG_STAGE_K, WG_ROW_GROUP, true);
+    const int col_blocks = (a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS,
+              row_blocks = a->tiles ? max_tiles : (a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS;
     if (e == hipSuccess && (int64_t)row_blocks * col_blocks > INT32_MAX)
         e = hipErrorInvalidValue;
     if (e != hipSuccess)
         return e;
-    if constexpr (W::CODED) /* grouped only, in tiles */
-        return launch_wgmma_coded<W>(a, row_blocks, dev, stream, xmap_tile, xmap_group);
-    const int64_t matrices = a->tiles ? a->n_experts : 1;
-    auto kernel = gemm_wgmma_kernel<WG_BY_TILES>;
-    if (!gptoss_layout_tiled(a->w_layout)) { /* read by the lanes, not by wgmma: the tiles' own layout */
-        e = encode_bf16_map(&wmap, a->w, matrices * a->n, a->k, MX_KC, WG_BO, false);
+    auto kernel = gemm_wgmma_kernel<W, WG_BY_MAP>;
+    if constexpr (!W::CODED)
+        if (gptoss_layout_tiled(a->w_layout))
+            kernel = gemm_wgmma_kernel<W, WG_BY_TILES>;
+    if (kernel == gemm_wgmma_kernel<W, WG_BY_MAP>) {
+        e = encode_weight_map<W>(&wmap, a);
         if (e != hipSuccess)
             return e;
-        kernel = gemm_wgmma_kernel<WG_BY_MAP>;
     }
-    const int smem = wg_ring::SMEM;
+    const int smem = wg_ring<W>::SMEM;
     e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != hipSuccess)
         return e;
     /* Items in order (wg_items), one block per multiprocessor taking every
-     * gridDim.x-th, except for bf16 experts: bound by memory, they ran 13%
-     * slower that way than with a block per item, which the GPU hands out
+     * gridDim.x-th, except for the experts: bound by memory, bf16 ones ran
+     * 13% slower that way than with a block per item, which the GPU hands out
      * as blocks finish (the unembedding ran 4% faster persistent). Dense:
      * the row blocks of one weight block come one after another, so they run
      * side by side and its weights come from memory once and the rows (a few
      * MiB) from L2. Grouped, all the pairs' rows would not stay in L2 for
-     * every column block: the items go in bands of WG_BAND column blocks,
+     * every column block: the items go in bands of WG_BAND_BLOCKS column blocks,
      * tile after tile within a band, so a tile's rows serve the band from L2
      * and an expert's weight block serves its tiles, adjacent in the table,
      * from L2. */

@@ -37,7 +37,7 @@ describe("the Hopper GEMM #gpu", function()
     { "the 20b's shapes, skewed routing", "--routing skewed 256 1024" },
     { "hidden 200, intermediate 136 (k no multiple of a stage), skewed routing",
       "--hidden 200 --inter 136 --routing skewed 64 256 1024" },
-    -- MXFP4 experts take gemm_wgmma_coded.h, which decodes the codes into shared memory
+    -- MXFP4 experts: the Hopper GEMM decodes each lane's codes in registers, wgmma's A operand
     { "MXFP4 experts, skewed routing", "--weights mxfp4 --routing skewed --experts-only 17 100 300 1024" },
     { "MXFP4 experts, k of 91 and 89 chunks (an odd number: the last stage's box half past k), "
       .. "partial column blocks", "--weights mxfp4 --hidden 2912 --inter 2848 --experts-only 200 1024" },

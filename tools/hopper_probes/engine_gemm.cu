@@ -6,13 +6,18 @@
 // skewed (empty experts, one-row experts, an expert with every row), with
 // the tile table each path asks for (gptoss_moe_tile_rows), the experts'
 // weights as [n][k] rows, bf16 tiles or MXFP4 tiles (layout.h; random codes,
-// scales of 2^-7 .. 2^3), as --weights says. Timings are the
-// mean of 10 launches, each GEMM over weights of its own that L2 cannot
-// hold between launches except qkv's and o's. Exits 1 if any output differs.
+// scales of 2^-7 .. 2^3), as --weights says; --force-hopper gives the
+// Hopper path its 128-row tiles at any rows per expert (where the engine
+// would stream at up to 16). Timings are the mean of 10 launches, each GEMM
+// over weights of its own that L2 cannot hold between launches except
+// qkv's and o's; the experts' TB/s are the routed experts' weight bytes over
+// the time. Exits 1 if any output differs. Built with -DGPTOSS_WG_TIMELINE,
+// it also prints where block 0 of the Hopper GEMM's last launch of each
+// expert GEMM spent its stages (gemm_wgmma.h's stamps; they slow it).
 //   nvcc -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ -isystem <hip headers>
 //        -gencode arch=compute_90a,code=sm_90a -fmad=false -o engine_gemm engine_gemm.cu
 //   ./engine_gemm [--hidden 2880] [--inter 2880] [--routing uniform|skewed]
-//                 [--weights rows|tiled|mxfp4] [--experts-only] [rows ...]
+//                 [--weights rows|tiled|mxfp4] [--experts-only] [--force-hopper] [rows ...]
 #include "../../kernels/gemm.hip"
 
 #include <algorithm>
@@ -64,6 +69,45 @@ static void *device_random_mxfp4(int E, int n, int k, uint32_t seed) {
     CK(hipMemcpy(d, h.data(), h.size(), hipMemcpyHostToDevice));
     return d;
 }
+
+#if defined(GPTOSS_WG_TIMELINE)
+// The median cycles of each part of block 0's stages in the last launch (stamps zeroed before it).
+static void print_timeline(const char *name) {
+    static long long t[WG_EVENTS][WG_TIMELINE_MAX];
+    CK(hipMemcpyFromSymbol(t, HIP_SYMBOL(wg_timeline), sizeof t, 0, hipMemcpyDeviceToHost));
+    std::vector<long long> parts[7];
+    const char *labels[7] = {"consumer waits for the stage", "consumer makes A",
+                             "issue to the stage before done", "a stage, consumer", "producer waits for a slot",
+                             "item's epilogue", "copies issued to stage in"};
+    int stages = 0;
+    while (stages < WG_TIMELINE_MAX && t[WG_EV_PREV_DONE][stages])
+        stages++;
+    for (int at = 1; at < stages; at++) {
+        const bool first_of_item = t[WG_EV_ITEM_DONE][at - 1] != 0;
+        if (!first_of_item) {
+            parts[0].push_back(t[WG_EV_FULL][at] - t[WG_EV_PREV_DONE][at - 1]);
+            parts[3].push_back(t[WG_EV_PREV_DONE][at] - t[WG_EV_PREV_DONE][at - 1]);
+        }
+        parts[1].push_back(t[WG_EV_LOADED][at] - t[WG_EV_FULL][at]);
+        parts[2].push_back(t[WG_EV_PREV_DONE][at] - t[WG_EV_LOADED][at]);
+        parts[4].push_back(t[WG_EV_SLOT_FREE][at] - t[WG_EV_ISSUED][at - 1]);
+        if (t[WG_EV_ITEM_DONE][at])
+            parts[5].push_back(t[WG_EV_ITEM_DONE][at] - t[WG_EV_PREV_DONE][at]);
+        parts[6].push_back(t[WG_EV_FULL][at] - t[WG_EV_ISSUED][at]);
+    }
+    printf("  %s timeline, block 0, %d stages (median cycles):", name, stages);
+    for (int i = 0; i < 7; i++) {
+        auto &v = parts[i];
+        std::sort(v.begin(), v.end());
+        printf(" %s %lld;", labels[i], v.empty() ? -1LL : v[v.size() / 2]);
+    }
+    printf("\n");
+}
+static void clear_timeline() {
+    static long long zeros[WG_EVENTS][WG_TIMELINE_MAX];
+    CK(hipMemcpyToSymbol(HIP_SYMBOL(wg_timeline), zeros, sizeof zeros, 0, hipMemcpyHostToDevice));
+}
+#endif
 
 struct timed {
     float ms;
@@ -131,7 +175,7 @@ static void route(int r, bool skewed, std::mt19937 &rng, int E, int K, std::vect
 int main(int argc, char **argv) {
     const int E = 32, K = 4, Q = 5120, HqD = 4096, V = 201088, reps = 10;
     int H = 2880, I = 2880;
-    bool skewed = false, experts_only = false;
+    bool skewed = false, experts_only = false, force_hopper = false;
     std::string weights = "rows";
     std::vector<int> row_counts;
     for (int i = 1; i < argc; i++) {
@@ -146,6 +190,8 @@ int main(int argc, char **argv) {
             weights = argv[++i];
         else if (arg == "--experts-only")
             experts_only = true;
+        else if (arg == "--force-hopper")
+            force_hopper = true;
         else
             row_counts.push_back(atoi(argv[i]));
     }
@@ -197,6 +243,12 @@ int main(int argc, char **argv) {
     CK(hipMalloc((void **)&tile_count, 4));
 
     printf("%6s %-6s %10s %10s %9s %9s %s\n", "rows", "gemm", "hopper ms", "other ms", "TFLOP/s", "speedup", "bits");
+    // bytes of one expert's matrix of n x k as the experts lie
+    auto expert_bytes = [&](int n, int k) {
+        return weights == "mxfp4"   ? (double)gptoss_mxfp4_tiled_bytes(n, k)
+               : weights == "tiled" ? 2.0 * gptoss_tiled_elems(n, k)
+                                    : 2.0 * n * k;
+    };
     for (int R : row_counts) {
         auto dense = [&](const char *name, int n, int k, const std::vector<const void *> &w) {
             gptoss_gemm_args a = {};
@@ -264,19 +316,38 @@ int main(int argc, char **argv) {
         for (int path = 0; path < 2; path++) {
             const gptoss_gpu_shape &dev = path == 0 ? with : without;
             m1.tile_rows = m2.tile_rows = tile_rows[path] = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, &dev);
+            if (force_hopper && path == 0 && gemm_wgmma_fits(&m1, &dev) && gemm_wgmma_fits(&m2, &dev))
+                m1.tile_rows = m2.tile_rows = tile_rows[path] = WG_TILE_ROWS;
             std::vector<int> table;
             int count = tile_table(experts, E, m1.tile_rows, table);
             CK(hipMemcpy(tiles, table.data(), table.size() * 4, hipMemcpyHostToDevice));
             CK(hipMemcpy(tile_count, &count, 4, hipMemcpyHostToDevice));
             int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, m1.tile_rows);
+#if defined(GPTOSS_WG_TIMELINE)
+            clear_timeline();
+#endif
             res[path][0] = run(m1, w_m1, max_tiles, dev, act, (size_t)P * I * 2, reps);
+#if defined(GPTOSS_WG_TIMELINE)
+            if (path == 0)
+                print_timeline("mlp1");
+            clear_timeline();
+#endif
             res[path][1] = run(m2, w_m2, max_tiles, dev, y, (size_t)P * H * 4, reps);
+#if defined(GPTOSS_WG_TIMELINE)
+            if (path == 0)
+                print_timeline("mlp2");
+#endif
         }
+        int routed = 0; // experts with pairs (the pairs are sorted by expert)
+        for (int p = 0; p < P; p++)
+            routed += p == 0 || experts[p] != experts[p - 1];
+        const double bytes[2] = {routed * expert_bytes(2 * I, H), routed * expert_bytes(H, I)};
         for (int g = 0; g < 2; g++) {
             differ += res[0][g].out != res[1][g].out;
-            printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s (tiles of %d and %d rows)\n", R, g ? "mlp2" : "mlp1",
-                   res[0][g].ms, res[1][g].ms, flops[g] / (res[0][g].ms * 1e-3) / 1e12, res[1][g].ms / res[0][g].ms,
-                   res[0][g].out == res[1][g].out ? "same" : "DIFFER", tile_rows[0], tile_rows[1]);
+            printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s (tiles of %d and %d rows; %.2f and %.2f TB/s)\n", R,
+                   g ? "mlp2" : "mlp1", res[0][g].ms, res[1][g].ms, flops[g] / (res[0][g].ms * 1e-3) / 1e12,
+                   res[1][g].ms / res[0][g].ms, res[0][g].out == res[1][g].out ? "same" : "DIFFER", tile_rows[0],
+                   tile_rows[1], bytes[g] / (res[0][g].ms * 1e-3) / 1e12, bytes[g] / (res[1][g].ms * 1e-3) / 1e12);
         }
 #endif
     }

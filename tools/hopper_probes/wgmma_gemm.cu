@@ -30,7 +30,7 @@ typedef uint16_t bf16;
 constexpr int BO = 128;  // outputs per block: 2 consumer warpgroups x 64
 constexpr int KS = 64;   // k per stage: two 32-chunks
 constexpr int STAGES = 4;
-constexpr int W_STAGE = BO * KS * 2;
+constexpr int WEIGHTS_STAGE = BO * KS * 2;
 
 #define WGMMA_OUTS_64 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), \
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm(const bf16 *__restrict__ W_
   constexpr int X_STAGE = BT * KS * 2, NR = BT / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms: 1 KiB aligned
-  uint8_t *w_st = smem, *x_st = smem + STAGES * W_STAGE;
+  uint8_t *w_st = smem, *x_st = smem + STAGES * WEIGHTS_STAGE;
   uint64_t *full = (uint64_t *)(x_st + STAGES * X_STAGE), *empty = full + STAGES;
   const int chunks = (k + 31) / 32, stages = (chunks + 1) / 2;
   const int o0 = blockIdx.x * BO, t0 = blockIdx.y * BT, tid = threadIdx.x, wg = tid / 128;
@@ -105,13 +105,13 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm(const bf16 *__restrict__ W_
     for (int st = 0; st < stages; st++) {
       int slot = st % STAGES, nc = min(2, chunks - 2 * st);
       if (st >= STAGES) mbar_wait(&empty[slot], ((st / STAGES) - 1) & 1);
-      mbar_expect_tx(&full[slot], X_STAGE + (SS ? W_STAGE : bands * nc * 1024));
+      mbar_expect_tx(&full[slot], X_STAGE + (SS ? WEIGHTS_STAGE : bands * nc * 1024));
       tma_2d(x_st + slot * X_STAGE, &xmap, st * KS, t0, &full[slot]);
       if (SS)
-        tma_2d(w_st + slot * W_STAGE, &wmap, st * KS, o0, &full[slot]);
+        tma_2d(w_st + slot * WEIGHTS_STAGE, &wmap, st * KS, o0, &full[slot]);
       else  // a band's two chunks are 2 KiB in a row
         for (int b = 0; b < bands; b++)
-          bulk_copy(w_st + slot * W_STAGE + b * 2048, W_tiled + ((size_t)(o0 / 16 + b) * chunks + 2 * st) * 512,
+          bulk_copy(w_st + slot * WEIGHTS_STAGE + b * 2048, W_tiled + ((size_t)(o0 / 16 + b) * chunks + 2 * st) * 512,
                     nc * 1024, &full[slot]);
       mbar_arrive(&full[slot]);
     }
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm(const bf16 *__restrict__ W_
   for (int st = 0; st < stages; st++) {
     int slot = st % STAGES;
     mbar_wait(&full[slot], (st / STAGES) & 1);
-    const uint8_t *xs = x_st + slot * X_STAGE, *ws = w_st + slot * W_STAGE;
+    const uint8_t *xs = x_st + slot * X_STAGE, *ws = w_st + slot * WEIGHTS_STAGE;
     const int steps = 2 * min(2, chunks - 2 * st);  // k16 instructions in this stage
     uint4 lo[2], hi[2];                               // RS: rows g and g + 8 of the warp's band, per chunk
     if (!SS)
@@ -235,7 +235,7 @@ static bf16 *upload_permuted(const std::vector<uint16_t> &m, int rows, int k, in
 
 template <int BT, bool SPLIT, bool SS> void run(const char *name) {
   auto kernel = wgmma_gemm<BT, SPLIT, SS>;
-  const int smem = STAGES * (W_STAGE + BT * KS * 2) + 2 * STAGES * 8 + 1024;
+  const int smem = STAGES * (WEIGHTS_STAGE + BT * KS * 2) + 2 * STAGES * 8 + 1024;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   struct Shape { const char *name; int n, k; } shapes[] = {{"qkv", 5120, 2880}, {"o", 2880, 4096}, {"mlp1", 5760, 2880},
                                                           {"mlp2", 2880, 2880}, {"logits", 201088, 2880}, {"odd", 200, 100}};
