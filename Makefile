@@ -107,6 +107,10 @@ GEMM_PROBE := $(BUILD)/engine_gemm
 $(GEMM_PROBE): tools/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
+# the same with the Hopper GEMM's timeline stamps (docs/building.md#benchmarks)
+$(GEMM_PROBE)_timeline: tools/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DGPTOSS_WG_TIMELINE $< -o $@
 else ifeq ($(HIP_PLATFORM),amd)
 $(OBJ)/%.o: %.hip
 	@mkdir -p $(dir $@)
@@ -141,14 +145,16 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') $(if $(RUN_DEB_M
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
 # pictures (--plot, examples/plot.lua), whose spec is pending without it. lua-http,
-# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client.
+# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client,
+# nghttp2-client's h2load its HTTP/2 and load case (tests/serve_hostile_spec.lua, pending without it).
 # libedit-dev gives gptoss chat line editing and history (src/lua/line_edit.c, optional to
 # build and to run: without it lines are read plainly, so the GPU machine's DEPS_DEBS leave it
 # out); tmux runs the chat's terminal spec, pending without it. Open MPI runs getp across
 # ranks (tests/mpi_spec.lua, pending without it; installed before the first build, so that
 # core.so is built with it).
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox lua-http lua-cqueues lua-cjson curl libedit-dev tmux libopenmpi-dev openmpi-bin
+                  gnuplot-nox lua-http lua-cqueues lua-cjson curl nghttp2-client libedit-dev tmux libopenmpi-dev \
+                  openmpi-bin
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
 PCRE2_H := $(or $(PCRE2_INCDIR),/usr/include)/pcre2.h
@@ -156,6 +162,8 @@ SETUP_NODE_PACKAGES := nodejs npm
 # The official openai npm client, which tests/serve_spec.lua drives gptoss serve with (its
 # package-lock pins it); installed by setup where npm is (the spec is pending elsewhere)
 SERVE_CLIENT := tests/serve-client
+# ajv and ajv-formats, the independent validator of tests/grammar_walk_spec.lua (pending without them)
+SCHEMA_CHECK := tests/schema-check
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 setup:
 	@pkgs=; \
@@ -178,6 +186,10 @@ setup:
 	if command -v npm >/dev/null 2>&1 && [ ! -f $(SERVE_CLIENT)/node_modules/openai/package.json ]; then \
 	  echo "== installing the openai client for tests/serve_spec.lua"; \
 	  (cd $(SERVE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error); \
+	fi; \
+	if command -v npm >/dev/null 2>&1 && [ ! -f $(SCHEMA_CHECK)/node_modules/ajv/package.json ]; then \
+	  echo "== installing ajv for tests/grammar_walk_spec.lua"; \
+	  (cd $(SCHEMA_CHECK) && npm ci --no-audit --no-fund --loglevel=error); \
 	fi
 
 # Written by Node from gpt-tokenizer's o200k tables, so no Python is needed.
@@ -334,15 +346,16 @@ gpu-machine-run: gpu-machine-prefix
 	  LUA_CPATH='$(BUILD)/?.so;$(DEB_LIB)/lua/5.4/?.so;;' $(DEB_MPI_ENV) $(or $(COMMAND),$(DEBROOT)/usr/bin/lua5.4 $(SCRIPT))
 
 # luarocks (build.type = "make") installs through these. tokenizer.bin, README.md
-# (bench_tokenizer's default text) and the examples (the gptoss program's commands) go
-# beside the Lua modules, where gptoss.project_file() finds them from gptoss's own folder
+# (bench_tokenizer's default text), the examples (the gptoss program's commands) and docs/
+# (which gptoss help names) go beside the Lua modules, where gptoss.project_file() finds them from gptoss's own folder
 INST_LIBDIR ?= $(BUILD)/install/lib
 INST_LUADIR ?= $(BUILD)/install/lua
 install: $(LIB) | $(TOKENIZER)
-	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss/examples
+	mkdir -p $(INST_LIBDIR)/gptoss $(INST_LUADIR)/gptoss/examples $(INST_LUADIR)/gptoss/docs
 	cp $(LIB) $(INST_LIBDIR)/gptoss/core.so
 	cp lua/gptoss/*.lua $(TOKENIZER) README.md $(INST_LUADIR)/gptoss/
 	cp examples/*.lua $(INST_LUADIR)/gptoss/examples/
+	cp docs/*.md $(INST_LUADIR)/gptoss/docs/
 
 clean:
 	rm -rf $(BUILD)

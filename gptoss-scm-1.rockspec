@@ -11,7 +11,7 @@ A Lua 5.4 extension module written in C with HIP kernels. The Makefile builds
 gptoss/core.so for HIP_PLATFORM=nvidia|amd|cpu (environment variables reach
 make) together with the pure-Lua package gptoss and tokenizer.bin (built with
 npm when build/ lacks it; gptoss.tokenizer() finds the installed copy), and
-installs the examples beside the modules. The commands: gptoss (gptoss help
+installs the examples and docs/ beside the modules. The commands: gptoss (gptoss help
 lists what it runs) and gptoss-run, the course's command line.
 Needs the Lua modules argparse and dkjson (Debian: lua-argparse, lua-dkjson;
 elsewhere: luarocks install argparse dkjson).

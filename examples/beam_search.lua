@@ -9,17 +9,17 @@
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local beam = require "gptoss.beam"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local harmony = require "gptoss.harmony"
 
 local parser = argparse(script.name, "Beam search with forks.")
 naming.add_generation(parser, { prompt = "The capital of France is" })
-parser:option("--width", "Beams kept a step (at most 20).", "4"):convert(cli.integer("--width", 1))
-parser:option("--max-tokens", "Ids a hypothesis may have.", "16"):convert(cli.integer("--max-tokens", 1))
+parser:option("--width", "Beams kept a step (at most 20).", "4"):convert(cmdline.integer("--width", 1))
+parser:option("--max-tokens", "Ids a hypothesis may have.", "16"):convert(cmdline.integer("--max-tokens", 1))
 parser:option("--alpha", "Length normalisation: score = sum of logprobs / length^alpha.", "1")
-  :convert(cli.non_negative)
+  :convert(cmdline.non_negative)
 local a = script.parse(parser)
 
 script.run(function()

@@ -19,23 +19,25 @@
 -- (docs/getp.md#one-host-thread-several-gpus). --profile times every kernel of GPU replicas
 -- and prints two tables a replica, prefill steps and decode steps (gptoss.step_profile; a CPU
 -- replica has no per-kernel timing and says so). --plot draws the throughput and each
--- replica's host and waited time a step (gptoss.plot). --write-requests FILE writes the
+-- replica's host and waited time a step (gptoss.plot); --record appends the JSON line to
+-- examples/results.jsonl (gptoss.results). --write-requests FILE writes the
 -- requests as a course request file and runs nothing, for `gptoss run -m getp` on the same
 -- ones (examples/bench_getp_mpi.sh).
 --   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--devices 1,2]
 --                     [--prompt-tokens N | --chat] [--no-share-prefix] [--replicas-per-device 1]
 --                     [--slots N] [--rows N] [--chunk N]
---                     [--profile] [--plot FILE.png] [--write-requests FILE]
+--                     [--profile] [--plot FILE.png] [--record] [--write-requests FILE]
 -- MODEL (default 20b, weights of seed 1) and --devices as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local files = require "gptoss.files"
 local getp = require "gptoss.getp"
 local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local plot = require "gptoss.plot"
+local results = require "gptoss.results"
 local requests = require "gptoss.requests"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
@@ -43,21 +45,21 @@ local step_profile = require "gptoss.step_profile"
 
 local parser = argparse(script.name, "getp throughput of a synthetic model.")
 naming.add_model(parser, { default = "20b", seed = 1 })
-parser:option("--requests", "Number of requests.", "1024"):convert(cli.integer("--requests", 1))
-parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cli.integer("--steps", 1))
+parser:option("--requests", "Number of requests.", "1024"):convert(cmdline.integer("--requests", 1))
+parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cmdline.integer("--steps", 1))
 parser:option("--prompt-tokens",
   "Every prompt exactly this many tokens of natural text (README.md's, each request another window), "
   .. "not random ids; below --steps (1k in / 1k out: --prompt-tokens 1024 --steps 2048).")
-  :convert(cli.integer("--prompt-tokens", 1))
+  :convert(cmdline.integer("--prompt-tokens", 1))
 naming.add_devices(parser)
 parser:option("--replicas-per-device", "Replicas on each device.", "1")
-  :convert(cli.integer("--replicas-per-device", 1))
+  :convert(cmdline.integer("--replicas-per-device", 1))
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
-  :convert(cli.integer("--slots", 1))
+  :convert(cmdline.integer("--slots", 1))
 parser:option("--rows", "Rows a step of a GPU replica (default: getp's, from the slots).")
-  :convert(cli.integer("--rows", 1))
+  :convert(cmdline.integer("--rows", 1))
 parser:option("--chunk", "Prompt rows one slot feeds a step at most (GPU; default: the replica's).")
-  :convert(cli.integer("--chunk", 1))
+  :convert(cmdline.integer("--chunk", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
 parser:option("--scheduler", ("getp scheduler: %s."):format(table.concat(scheduler.names, ", ")), "continuous")
@@ -68,6 +70,7 @@ parser:flag("--no-share-prefix", "Prefill every prompt whole (getp's share_prefi
 parser:flag("--profile", "Time every kernel of GPU replicas (each step then waits for the device) and print "
   .. "the prefill steps' and the decode steps' apart.")
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
+results.add_option(parser)
 parser:option("--write-requests", "Write the requests to this file (the course's request file) and run nothing.")
 local a = script.parse(parser)
 
@@ -184,10 +187,10 @@ local function profile_report(replicas, times, wall)
     local t = times[k]
     if t then
       for _, kind in ipairs { "prefill", "decode" } do
-        print(table.concat(cli.profile_lines(("%s, %s steps"):format(name, kind), t[kind], wall), "\n"))
+        print(table.concat(cmdline.profile_lines(("%s, %s steps"):format(name, kind), t[kind], wall), "\n"))
       end
     else
-      print(table.concat(cli.profile_lines(name, nil, wall), "\n"))
+      print(table.concat(cmdline.profile_lines(name, nil, wall), "\n"))
     end
     local empty = setmetatable({}, { __jsontype = "array" })
     report[k] = { prefill = t and t.prefill or empty, decode = t and t.decode or empty }
@@ -197,6 +200,7 @@ end
 
 script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
+  local record = results.recorder(a.record)
   local tok = gptoss.tokenizer(a.tokenizer)
   local model = naming.open(a.model, a.seed_weights)
   local prompts = make_prompts(tok, model)
@@ -260,5 +264,6 @@ script.run(function()
     step_split = steps_of_each, profile = profile,
   }
   print(json.encode(res))
+  record({ res }, devices)
   if a.plot then plot.write({ res }, a.plot) end
 end)

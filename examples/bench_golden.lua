@@ -1,25 +1,29 @@
 #!/usr/bin/env lua5.4
 -- CPU golden engine throughput: S slots prefill P tokens each in one step,
--- then D decode steps of S rows. Prints a table and one JSON line.
---   gptoss bench_golden [MODEL] [--slots 4] [--prompt 16] [--decode 8] [--threads 0]
+-- then D decode steps of S rows. Prints a table and one JSON line; --record appends it to
+-- examples/results.jsonl (gptoss.results).
+--   gptoss bench_golden [MODEL] [--slots 4] [--prompt 16] [--decode 8] [--threads 0] [--record]
 -- MODEL (default 7m, weights of seed 1) as every command names it (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
+local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "CPU golden engine throughput.")
 naming.add_model(parser, { default = "7m", seed = 1 })
-parser:option("--slots", "Sequences.", "4"):convert(cli.integer("--slots", 1))
-parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
-parser:option("--decode", "Decode steps.", "8"):convert(cli.integer("--decode", 0))
-parser:option("--threads", "CPU threads (0: all).", "0"):convert(cli.integer("--threads", 0))
-parser:option("--weights", "fp32 or bf16.", "fp32"):choices { "fp32", "bf16" }
+parser:option("--slots", "Sequences.", "4"):convert(cmdline.integer("--slots", 1))
+parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cmdline.integer("--prompt", 1))
+parser:option("--decode", "Decode steps.", "8"):convert(cmdline.integer("--decode", 0))
+parser:option("--threads", "CPU threads (0: all).", "0"):convert(cmdline.integer("--threads", 0))
+parser:option("--weights", "Weight format.", "fp32"):choices(gptoss.weight_format_names())
+results.add_option(parser)
 local a = script.parse(parser)
 
 script.run(function()
+  local record = results.recorder(a.record)
   local t0 = gptoss.clock()
   local model = naming.open(a.model, a.seed_weights)
   local r = model:replica { slots = a.slots, ctx = a.prompt + a.decode, threads = a.threads, weights = a.weights }
@@ -29,7 +33,7 @@ script.run(function()
   for s = 1, a.slots do
     for p = 0, a.prompt - 1 do
       slots[#slots + 1], positions[#positions + 1], tokens[#tokens + 1] =
-        s, p, cli.bench_id(s, p, model.config.vocab_size)
+        s, p, cmdline.bench_id(s, p, model.config.vocab_size)
     end
   end
   t0 = gptoss.clock()
@@ -60,4 +64,5 @@ script.run(function()
   print(("%-10s %8s %6d %7d %12.3f %12.3f %14.1f %14.1f"):format(a.model, a.weights, a.slots, r.threads, prefill,
     decode, result.prefill_rows_per_s, result.decode_rows_per_s))
   print(json.encode(result))
+  record({ result }, { "cpu" })
 end)

@@ -10,35 +10,38 @@
 -- --profile-steps adds a per-kernel table of steps run after the decode and
 -- attention's bandwidth on the cached keys and values it reads, at the first
 -- positions (--profile-at start) or the last ones (end: the full context). --plot draws
--- throughput against batch size and the profiled step time by kernel (gptoss.plot).
+-- throughput against batch size and the profiled step time by kernel (gptoss.plot); --record
+-- appends the JSON lines to examples/results.jsonl (gptoss.results).
 --   gptoss bench_gpu [MODEL] [--batches 1,8,32,64,128,256] [--ctx 1024] [--prompt 16] [--device N]
---                    [--plot FILE.png]
+--                    [--plot FILE.png] [--record]
 -- MODEL (default 20b, weights of seed 1) and --device as every command names them
 -- (gptoss.naming); the device must be a GPU.
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local generate = require "gptoss.generate"
 local naming = require "gptoss.naming"
 local plot = require "gptoss.plot"
+local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "GPU decode throughput of a synthetic model.")
 naming.add_model(parser, { default = "20b", seed = 1 })
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
-  :convert(cli.integer_list("--batches", 1, "batch sizes", "1,8,32"))
-parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cli.integer("--ctx", 1))
-parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cli.integer("--prompt", 1))
+  :convert(cmdline.integer_list("--batches", 1, "batch sizes", "1,8,32"))
+parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cmdline.integer("--ctx", 1))
+parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cmdline.integer("--prompt", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
 naming.add_device(parser, 1)
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
-  :convert(cli.integer("--profile-steps", 0))
+  :convert(cmdline.integer("--profile-steps", 0))
 parser:option("--profile-at", "start or end: the profiled steps' positions, the first ones or the last.", "start")
   :choices { "start", "end" }
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
+results.add_option(parser)
 local a = script.parse(parser)
 if a.device == "cpu" then script.usage_error(parser, "--device: this benchmark measures a GPU (a number from 1)") end
 if a.prompt >= a.ctx then
@@ -48,6 +51,7 @@ end
 
 script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
+  local record = results.recorder(a.record)
   local model = naming.open(a.model, a.seed_weights)
   local c = model.config
   local windowed = model.windowed
@@ -101,7 +105,7 @@ script.run(function()
     local last = {}
     for s = 1, B do
       local ids = {}
-      for p = 0, a.prompt - 1 do ids[p + 1] = cli.bench_id(s, p, c.vocab_size) end
+      for p = 0, a.prompt - 1 do ids[p + 1] = cmdline.bench_id(s, p, c.vocab_size) end
       local tokens = generate.feed(r, s, ids, 0):tokens()
       last[s] = tokens[#tokens]
     end
@@ -175,5 +179,6 @@ script.run(function()
     ::next_batch::
   end
   for _, res in ipairs(rows) do print(json.encode(res)) end
+  record(rows, { a.device })
   if a.plot then plot.write(rows, a.plot) end
 end)

@@ -9,20 +9,22 @@
 -- rate, which a chunk too short to keep the GPU busy runs close to.
 -- The header gives the replica's memory and the KV cache one slot of 131072 positions
 -- would take with these options, planned without making it (model:replica_bytes).
--- Prompt ids: cli.bench_id(1, p, vocab) at position p, bench_gpu's first
+-- Prompt ids: cmdline.bench_id(1, p, vocab) at position p, bench_gpu's first
 -- slot's (the same ids for every length and run; no tokenizer needed).
 --   gptoss bench_prefill [MODEL] [--lengths 512,2048,8192,32768] [--chunk K] [--repeat 3]
---                        [--weights F] [--device N|cpu]
+--                        [--weights F] [--device N|cpu] [--record]
 -- MODEL (default 20b, weights of seed 1) and --device (default: the first GPU, else cpu)
 -- as every command names them (gptoss.naming). The replica holds ctx = the longest
 -- length + 1 positions. --chunk defaults to what getp and serve step: a GPU replica's
--- chunk (128 rows), 64 rows on the CPU.
+-- chunk (128 rows), 64 rows on the CPU. --record appends the JSON lines to
+-- examples/results.jsonl (gptoss.results).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local generate = require "gptoss.generate"
 local naming = require "gptoss.naming"
+local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 -- The context whose KV cache the header plans: gpt-oss's trained context (the published
@@ -32,19 +34,20 @@ local LONG_CTX = 131072
 local parser = argparse(script.name, "Prefill: time to first token and prompt tokens/s of one slot.")
 naming.add_model(parser, { default = "20b", seed = 1 })
 parser:option("--lengths", "Comma-separated prompt lengths in tokens.", "512,2048,8192,32768")
-  :convert(cli.integer_list("--lengths", 1, "prompt lengths", "512,2048"))
+  :convert(cmdline.integer_list("--lengths", 1, "prompt lengths", "512,2048"))
 parser:option("--chunk", "Rows of the prompt a step carries (default: the replica's chunk on a GPU, 64 on the CPU).")
-  :convert(cli.integer("--chunk", 1))
-parser:option("--repeat", "Timed runs of each length, after an untimed one.", "3"):convert(cli.integer("--repeat", 1))
+  :convert(cmdline.integer("--chunk", 1))
+parser:option("--repeat", "Timed runs of each length, after an untimed one.", "3"):convert(cmdline.integer("--repeat", 1))
 parser:option("--weights", "Weight format (default: the replica's choice).")
   :choices(gptoss.weight_format_names())
 naming.add_device(parser, nil, "the first GPU, else cpu")
+results.add_option(parser)
 local a = script.parse(parser)
 
--- The benchmark's prompt: slot 1's ids as bench_gpu and bench_golden prompt (cli.bench_id).
+-- The benchmark's prompt: slot 1's ids as bench_gpu and bench_golden prompt (cmdline.bench_id).
 local function prompt_ids(n, vocab)
   local ids = {}
-  for p = 0, n - 1 do ids[p + 1] = cli.bench_id(1, p, vocab) end
+  for p = 0, n - 1 do ids[p + 1] = cmdline.bench_id(1, p, vocab) end
   return ids
 end
 
@@ -60,6 +63,7 @@ end
 local function gib(bytes) return bytes / 2 ^ 30 end
 
 script.run(function()
+  local record = results.recorder(a.record)
   local device = a.device or gptoss.default_devices()[1]
   local longest = math.max(table.unpack(a.lengths))
   local model = naming.open(a.model, a.seed_weights)
@@ -76,7 +80,7 @@ script.run(function()
   print(("%s: %s, weights %s, KV %s, %s, one slot of ctx %d, %d rows a step"):format(script.name,
     naming.describe(a.model), r.weights, r.kv, device == "cpu" and "cpu" or ("device %d (%s)"):format(device,
       device_name), r.ctx, chunk))
-  print(cli.memory_line(tostring(device), r.memory))
+  print(cmdline.memory_line(tostring(device), r.memory))
   print(("KV cache of one slot of %d positions, planned: %.3f GiB (%d bytes)"):format(LONG_CTX, gib(long_plan.kv),
     long_plan.kv))
   print(("%8s %6s %10s %8s %10s %9s %9s"):format("prompt", "steps", "TTFT ms", "± ms", "tok/s", "± tok/s",
@@ -92,7 +96,7 @@ script.run(function()
     return gptoss.clock() - t0
   end
 
-  local results = {}
+  local by_length = {}
   for _, n in ipairs(a.lengths) do
     time_to_first_token(n)
     local ttft_ms, tok_per_s = {}, {}
@@ -111,9 +115,10 @@ script.run(function()
     if copy_bw then
       res.copy_gb_per_s, res.weights_floor_ms = copy_bw / 1e9, 1000 * steps * r.memory.weights / copy_bw
     end
-    results[#results + 1] = res
+    by_length[#by_length + 1] = res
     print(("%8d %6d %10.2f %8.2f %10.1f %9.1f %9s"):format(n, steps, res.ttft_ms, res.ttft_ms_sd, res.tok_per_s,
       res.tok_per_s_sd, res.weights_floor_ms and ("%.2f"):format(res.weights_floor_ms) or "-"))
   end
-  for _, res in ipairs(results) do print(json.encode(res)) end
+  for _, res in ipairs(by_length) do print(json.encode(res)) end
+  record(by_length, { device })
 end)

@@ -3,21 +3,24 @@
 -- control, on two rows: a synthetic 7m model's logits (nearly flat, the worst
 -- case for top-p, which must then rank almost every token) and the same row
 -- scaled by --sharpen (peaked, like a trained model's). Prints a table and
--- one JSON line.
---   ./gptoss bench_sampler [--draws 200] [--sharpen 40]
+-- one JSON line; --record appends it to examples/results.jsonl (gptoss.results).
+--   ./gptoss bench_sampler [--draws 200] [--sharpen 40] [--record]
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
+local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "CPU sampler cost per draw.")
-parser:option("--draws", "Draws per configuration.", "200"):convert(cli.integer("--draws", 1))
+parser:option("--draws", "Draws per configuration.", "200"):convert(cmdline.integer("--draws", 1))
 parser:option("--sharpen", "Factor applied to the logits for the peaked row.", "40")
-  :convert(script.named("--sharpen", cli.non_negative))
+  :convert(script.named("--sharpen", cmdline.non_negative))
+results.add_option(parser)
 local a = script.parse(parser)
 
 script.run(function()
+  local record = results.recorder(a.record)
   local flat = gptoss.synthetic("7m", { seed = 1 }):replica { slots = 1, ctx = 1 }
     :step { slots = { 1 }, positions = { 0 }, tokens = { 13225 } }:logits()[1]
   local peaked = gptoss.tensor.zeros({ flat.numel })
@@ -32,7 +35,7 @@ script.run(function()
     { name = "course top_p 0.9", opts = { mode = "course", temperature = 1, top_p = 0.9, seed = 1 } },
     { name = "logprobs 5", opts = { temperature = 1, logprobs = 5 } },
   }
-  local result = { bench = "sampler", vocab = flat.numel, draws = a.draws, ms_per_draw = {} }
+  local result = { bench = "sampler", vocab = flat.numel, draws = a.draws, sharpen = a.sharpen, ms_per_draw = {} }
   print(("%-18s %14s %14s"):format("configuration", "flat ms/draw", "peaked ms/draw"))
   for _, c in ipairs(configs) do
     local times = {}
@@ -47,4 +50,5 @@ script.run(function()
     print(("%-18s %14.3f %14.3f"):format(c.name, times[1], times[2]))
   end
   print(json.encode(result))
+  record({ result }, { "cpu" })
 end)

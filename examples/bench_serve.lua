@@ -3,9 +3,11 @@
 -- `bench serve` reports: N streamed completions sent at a Poisson rate or at a fixed
 -- concurrency, each a prompt of random token ids and a max_tokens drawn from a length
 -- distribution; prints TTFT, TPOT and inter-token latency (p50, p90, p99, ms), request and
--- output token throughput, and one JSON line.
+-- output token throughput, and one JSON line; --record appends it to examples/results.jsonl
+-- with this host for the machine (run it beside the server; gptoss.results).
 --   gptoss bench_serve [--url http://127.0.0.1:8000] [--requests 1000] [--rate inf | --concurrency N]
 --                      [--lengths sharegpt | fixed] [--input N --output N] [--seed S] [--api-key KEY]
+--                      [--record]
 -- Lengths (--lengths sharegpt, the default): input and output token counts drawn from
 -- lognormal distributions whose means are those of vLLM's ShareGPT benchmark (ShareGPT_V3's
 -- conversations as it samples them: input about 220 tokens, output about 200), sigma 0.8 for
@@ -17,10 +19,11 @@
 -- Exit status 1 when a request fails or the server cannot be reached, with one message.
 local argparse = require "argparse"
 local cjson = require "cjson"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local gptoss = require "gptoss"
+local results = require "gptoss.results"
 local script = require "gptoss.script"
 require "gptoss.serve_http" -- lua-http on Lua 5.4's path (its header says why)
 local http_request = require "http.request"
@@ -28,7 +31,7 @@ local http_request = require "http.request"
 local parser = argparse(script.name, "Load an OpenAI-compatible server with streamed completions (docs/serve.md).")
 parser:option("--url", "The server.", "http://127.0.0.1:8000")
 parser:option("--model", "The model's name (default: the first /v1/models lists).")
-parser:option("--requests", "Requests to send.", "1000"):convert(cli.integer("--requests", 1))
+parser:option("--requests", "Requests to send.", "1000"):convert(cmdline.integer("--requests", 1))
 parser:option("--rate", "Requests a second, arriving as a Poisson process (inf: all at once).", "inf")
   :convert(function(s)
     if s == "inf" then return math.huge end
@@ -37,13 +40,14 @@ parser:option("--rate", "Requests a second, arriving as a Poisson process (inf: 
     return v
   end)
 parser:option("--concurrency", "Requests in flight at most (default: no bound).")
-  :convert(cli.integer("--concurrency", 1))
+  :convert(cmdline.integer("--concurrency", 1))
 parser:option("--lengths", "Length distribution: sharegpt or fixed.", "sharegpt"):choices { "sharegpt", "fixed" }
-parser:option("--input", "Prompt tokens with --lengths fixed.", "220"):convert(cli.integer("--input", 1))
-parser:option("--output", "Output tokens with --lengths fixed.", "200"):convert(cli.integer("--output", 1))
-parser:option("--max-len", "Longest prompt or output drawn.", "1024"):convert(cli.integer("--max-len", 4))
-parser:option("--seed", "Seed of the lengths and prompts drawn.", "0"):convert(cli.integer("--seed"))
+parser:option("--input", "Prompt tokens with --lengths fixed.", "220"):convert(cmdline.integer("--input", 1))
+parser:option("--output", "Output tokens with --lengths fixed.", "200"):convert(cmdline.integer("--output", 1))
+parser:option("--max-len", "Longest prompt or output drawn.", "1024"):convert(cmdline.integer("--max-len", 4))
+parser:option("--seed", "Seed of the lengths and prompts drawn.", "0"):convert(cmdline.integer("--seed"))
 parser:option("--api-key", "Bearer key (default: $GPTOSS_API_KEY).")
+results.add_option(parser)
 local args = script.parse(parser)
 
 local SHAREGPT = { input = { mean = 220, sigma = 0.8 }, output = { mean = 200, sigma = 0.7 } }
@@ -127,6 +131,7 @@ local function run_one(model, prompt, max_tokens)
 end
 
 script.run(function()
+  local record = results.recorder(args.record)
   math.randomseed(args.seed)
   local cq = cqueues.new()
   local results, failures, in_flight, freed = {}, {}, 0, condition.new()
@@ -166,7 +171,7 @@ script.run(function()
     if r.output > 1 then tpot[#tpot + 1] = (r.latency - r.ttft) / (r.output - 1) end
     table.move(r.itl, 1, #r.itl, #itl + 1, itl)
   end
-  local report = { url = args.url, requests = #results, rate = args.rate < math.huge and args.rate or "inf",
+  local report = { bench = "serve", url = args.url, requests = #results, rate = args.rate < math.huge and args.rate or "inf",
     concurrency = args.concurrency,
     lengths = args.lengths, elapsed = elapsed, output_tokens = output, request_per_s = #results / elapsed,
     output_tok_per_s = output / elapsed, ttft_ms = percentiles(ttft), tpot_ms = percentiles(tpot),
@@ -187,4 +192,5 @@ script.run(function()
       report.server.waited_ms_per_step))
   end
   print(require("dkjson").encode(report))
+  record({ report })
 end)

@@ -9,7 +9,7 @@
 -- MODEL (default 7m) and --device as every command names them (gptoss.naming).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
@@ -17,12 +17,12 @@ local harmony = require "gptoss.harmony"
 
 local parser = argparse(script.name, "Best-of-n sampling from one prefill.")
 naming.add_generation(parser, { prompt = "Write one sentence about the sea:" })
-parser:option("--n", "Samples.", "4"):convert(cli.integer("--n", 1))
-parser:option("--temperature", "Sampling temperature.", "0.8"):convert(cli.non_negative)
-parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(cli.non_negative)
-parser:option("--seed", "Seed of sample 1 (sample i: seed + i - 1).", "1"):convert(cli.integer("--seed"))
-parser:option("--max-tokens", "Ids a sample may have.", "24"):convert(cli.integer("--max-tokens", 1))
-parser:option("--alpha", "Score = summed logprob / length^alpha.", "1"):convert(cli.non_negative)
+parser:option("--n", "Samples.", "4"):convert(cmdline.integer("--n", 1))
+parser:option("--temperature", "Sampling temperature.", "0.8"):convert(cmdline.non_negative)
+parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(cmdline.non_negative)
+parser:option("--seed", "Seed of sample 1 (sample i: seed + i - 1).", "1"):convert(cmdline.integer("--seed"))
+parser:option("--max-tokens", "Ids a sample may have.", "24"):convert(cmdline.integer("--max-tokens", 1))
+parser:option("--alpha", "Score = summed logprob / length^alpha.", "1"):convert(cmdline.non_negative)
 parser:option("--stop", "Stop a sample where its text contains TEXT (repeatable).", {}):count("*")
 local a = script.parse(parser)
 

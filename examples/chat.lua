@@ -19,7 +19,7 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local chat_commands = require "gptoss.chat_commands"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local generate = require "gptoss.generate"
 local line_input = require "gptoss.line_input"
 local naming = require "gptoss.naming"
@@ -31,14 +31,14 @@ parser:option("--reasoning", "Reasoning effort.", "medium"):choices { "low", "me
 parser:option("--system", "Instructions (the developer message).")
 parser:flag("--show-analysis", "Show the model's reasoning (the analysis channel) too.")
 parser:option("--temperature", "Sampling temperature (0: greedy).", "1")
-  :convert(script.named("--temperature", cli.non_negative))
-parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cli.non_negative))
-parser:option("--seed", "Seed of the sampler's draws (default: random)."):convert(cli.integer("--seed"))
+  :convert(script.named("--temperature", cmdline.non_negative))
+parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cmdline.non_negative))
+parser:option("--seed", "Seed of the sampler's draws (default: random)."):convert(cmdline.integer("--seed"))
 naming.add_device(parser, nil, "the first GPU, else cpu")
 parser:option("--ctx", "Context length of the conversation (default: the model's, at most 8192).")
-  :convert(cli.integer("--ctx", 2))
+  :convert(cmdline.integer("--ctx", 2))
 parser:option("--max-tokens", "Tokens generated per answer at most (default: until the context is full).")
-  :convert(cli.integer("--max-tokens", 1))
+  :convert(cmdline.integer("--max-tokens", 1))
 parser:flag("--demo-tools", "Declare a function tool add(a, b) the model may call.")
 local args = script.parse(parser)
 
@@ -114,7 +114,10 @@ end
 local function converse(session, input)
   while true do
     local text = input:read()
-    if not text then return end
+    if not text then
+      if input.terminal then say("\n") end -- Ctrl-D at the prompt: the shell's next line a line of its own
+      return
+    end
     if text:find("%S") then
       local question = chat_commands.question(text)
       local ok, said, quit = pcall(function()
@@ -123,7 +126,7 @@ local function converse(session, input)
       end)
       if not ok then
         if not input.terminal then error(said, 0) end
-        said = "error: " .. cli.message(said)
+        said = "error: " .. cmdline.message(said)
       end
       if said then notice(said) end
       if quit then return end
@@ -135,7 +138,7 @@ script.run(function()
   local model = naming.open(args.model, args.seed_weights)
   local tok = gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
   local device = args.device or gptoss.default_devices()[1]
-  local opts = { device = device, slots = 1, ctx = args.ctx or math.min(model.config.seq_len, 8192) }
+  local opts = { device = device, slots = 1, ctx = assert(naming.context(model, args.ctx, "--ctx")) }
   if device ~= "cpu" then opts.rows = math.min(opts.ctx, generate.LONE_PROMPT_ROWS); opts.chunk = opts.rows end
   local r <close> = model:replica(opts)
   io.stderr:write(dim_err(tostring(r)), "\n")

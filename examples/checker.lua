@@ -16,7 +16,7 @@
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local checker = require "gptoss.checker"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
@@ -53,8 +53,8 @@ dump:option("--format", "File format (default: from the extension, .f32/.bin raw
 local compare = parser:command("compare", "Compares a logits file with a reference.")
 compare:argument("got", "Logits to check.")
 compare:argument("expected", "Reference logits.")
-compare:option("--atol", "Absolute tolerance.", "1e-6"):convert(cli.non_negative)
-compare:option("--rtol", "Relative tolerance (times |expected|).", "1e-5"):convert(cli.non_negative)
+compare:option("--atol", "Absolute tolerance.", "1e-6"):convert(cmdline.non_negative)
+compare:option("--rtol", "Relative tolerance (times |expected|).", "1e-5"):convert(cmdline.non_negative)
 compare:option("--format", "File format of both files (default: from each extension, .f32/.bin raw fp32).")
   :choices { "text", "f32" }
 
@@ -63,15 +63,15 @@ if not COMMANDS[argv[1]] and argv[1] ~= "-h" and argv[1] ~= "--help" then table.
 local name = script.name .. (COMMANDS[argv[1]] and " " .. argv[1] or "")
 
 local ok, a = parser:pparse(argv)
-if not ok then cli.usage_exit(name, a, 2) end
+if not ok then cmdline.usage_exit(name, a, 2) end
 if a.dump then
-  if a.tokens == nil then cli.usage_exit(name, "--tokens is required", 2) end
-  if a.output == nil then cli.usage_exit(name, "-o is required: the logits file to write", 2) end
+  if a.tokens == nil then cmdline.usage_exit(name, "--tokens is required", 2) end
+  if a.output == nil then cmdline.usage_exit(name, "-o is required: the logits file to write", 2) end
 end
 
 -- Feeds every token but the last as one prefill step, then dumps the last one's logits.
 local function run_dump()
-  cli.check_writable("-o", a.output)
+  cmdline.check_writable("-o", a.output)
   local model = naming.open(a.model, a.seed_weights)
   local tokens = a.tokens
   local r <close> = model:replica { device = a.device, slots = 1, ctx = #tokens, weights = a.weights, kv = a.kv }
@@ -98,5 +98,5 @@ end
 
 -- the library raises Lua errors; here they become a message and status 2
 local ran, status = pcall(a.dump and run_dump or run_compare)
-if not ran then cli.exit_with(2, name .. ": " .. cli.message(status)) end
+if not ran then cmdline.exit_with(2, name .. ": " .. cmdline.message(status)) end
 os.exit(status)

@@ -9,16 +9,16 @@
 -- Exit status: 0 done, 1 anything wrong (usage, tokenizer, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local getp = require "gptoss.getp"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "getp with a custom scheduler on the CPU.")
 naming.add_model(parser, { default = "7m" })
-parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cli.integer("--steps", 1))
-parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cli.integer("--slots", 1))
-parser:option("--replicas", "CPU replicas.", "1"):convert(cli.integer("--replicas", 1))
+parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cmdline.integer("--steps", 1))
+parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cmdline.integer("--slots", 1))
+parser:option("--replicas", "CPU replicas.", "1"):convert(cmdline.integer("--replicas", 1))
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 local args = script.parse(parser)
 

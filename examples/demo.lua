@@ -10,19 +10,19 @@
 -- Exit status: 0 done, 1 anything wrong (usage, files, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "Text generation with the CPU golden engine (or a GPU).")
 naming.add_generation(parser, { prompt = "Hello world", old_seed = true })
-parser:option("--steps", "Tokens to generate at most.", "16"):convert(cli.integer("--steps", 1))
+parser:option("--steps", "Tokens to generate at most.", "16"):convert(cmdline.integer("--steps", 1))
 parser:option("--temperature", "Sampling temperature (0: greedy).", "0")
-  :convert(script.named("--temperature", cli.non_negative))
-parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cli.non_negative))
-parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cli.integer("--top-k", 0))
-parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(cli.integer("--sample-seed"))
-parser:option("--threads", "CPU threads (0: all; the CPU only).", "0"):convert(cli.integer("--threads", 0))
+  :convert(script.named("--temperature", cmdline.non_negative))
+parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cmdline.non_negative))
+parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cmdline.integer("--top-k", 0))
+parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(cmdline.integer("--sample-seed"))
+parser:option("--threads", "CPU threads (0: all; the CPU only).", "0"):convert(cmdline.integer("--threads", 0))
 local args = script.parse(parser)
 
 script.run(function()

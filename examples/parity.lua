@@ -15,7 +15,7 @@
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local parity = require "gptoss.parity"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
@@ -53,9 +53,9 @@ parser:option("--tokens", "Token ids, comma-separated."):convert(script.named("-
 parser:option("--prompt", "Text to encode with the tokenizer instead of --tokens.")
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 parser:option("--atol", "Absolute tolerance of every stage (replaces the mode's).")
-  :convert(script.named("--atol", cli.non_negative))
+  :convert(script.named("--atol", cmdline.non_negative))
 parser:option("--rtol", "Tolerance relative to each stage's largest reference value (replaces the mode's).")
-  :convert(script.named("--rtol", cli.non_negative))
+  :convert(script.named("--rtol", cmdline.non_negative))
 parser:flag("--layers", "Print one line per layer and stage as well.")
 parser:flag("--json", "Print the report as one JSON line instead of the table.")
 

@@ -18,10 +18,10 @@
 --   generate  the prompt's first piece and every later one as the course's generate loop
 --             feeds them, one position a step on one slot, then "\n"; on stderr
 --             "achieved tok/s: X" timed from after the first step, as the course does
--- and after them --profile's tables and --json's line. stderr also carries notes (the
--- tokenizer used when it is not the course's default, request-file warnings, the replicas
--- chosen) and, on a terminal, progress lines (a CPU replica's weights being materialised,
--- getp's tokens); --quiet drops all three, not the request file's warnings.
+-- and after them --profile's tables and --json's line (which names the tokenizer file used).
+-- stderr also carries notes (request-file warnings, the replicas chosen) and, on a
+-- terminal, progress lines (a CPU replica's weights being materialised, getp's tokens);
+-- --quiet drops the replicas' and the progress, not the request file's warnings.
 --
 -- Sampling: greedy unless -t > 0. generate then draws with the course's sampler (one
 -- xorshift stream, docs/course.md#the-sampler), exactly as run.cpp, unless --top-k or --min-p
@@ -55,6 +55,7 @@ local function need(module)
 end
 local gptoss = need "gptoss"
 local cli = need "gptoss.cli"
+local cmdline = need "gptoss.cmdline"
 local naming = need "gptoss.naming"
 local getp = need "gptoss.getp"
 local requests = need "gptoss.requests"
@@ -66,9 +67,9 @@ local getp_ranks = need "gptoss.getp_ranks"
 -- docs/course.md#generation-rule-and-token-count: the stop ids the course's loops test
 local STOP = { [199999] = true, [200002] = true }
 -- --json's fields, in the order they are written
-local JSON_ORDER = { "mode", "model", "devices", "weights", "kv", "slots", "scheduler", "partition", "requests",
-  "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "prefill_saved", "elapsed", "tok_per_s", "warm_up",
-  "finish", "ranks" }
+local JSON_ORDER = { "mode", "model", "tokenizer", "devices", "weights", "kv", "slots", "scheduler", "partition",
+  "requests", "prompt_tokens", "steps_limit", "tokens", "generated", "steps", "prefill_saved", "elapsed", "tok_per_s",
+  "warm_up", "finish", "ranks" }
 
 -- the rank mpirun or srun gave this process, nil when none did
 local launched = mpi.launched()
@@ -85,7 +86,7 @@ end
 
 local function usage_error(msg)
   leave_it_to_rank_0()
-  cli.usage_exit(NAME, msg, 1)
+  cmdline.usage_exit(NAME, msg, 1)
 end
 
 local a, why = cli.parse(arg, NAME, os.time())
@@ -109,7 +110,7 @@ if a.mode == "getp" and launched then
   local started, ranks = pcall(getp_ranks.new, mpi)
   if not started then
     leave_it_to_rank_0()
-    fail(cli.message(ranks))
+    fail(cmdline.message(ranks))
   end
   job = ranks
 else
@@ -153,9 +154,9 @@ local function profile_report(replicas, wall)
   local lines = {}
   for k, r in ipairs(replicas) do
     local name = ("replica %d (%s)"):format(k, device_name(r.device))
-    local rows = cli.profile_lines(name, r.device ~= "cpu" and r:profile() or nil, wall)
+    local rows = cmdline.profile_lines(name, r.device ~= "cpu" and r:profile() or nil, wall)
     table.move(rows, 1, #rows, #lines + 1, lines)
-    lines[#lines + 1] = cli.memory_line(name, r.memory)
+    lines[#lines + 1] = cmdline.memory_line(name, r.memory)
   end
   return table.concat(lines, "\n") .. "\n"
 end
@@ -296,12 +297,11 @@ end
 -- the course prints it first, but an error after it reads as a run that started. getp's
 -- request file is the printer's to read (rank 0's), and its output file to write.
 local function open_inputs()
-  if a.mode == "getp" and job.prints then cli.check_writable("-o", a.output) end
+  if a.mode == "getp" and job.prints then cmdline.check_writable("-o", a.output) end
   local model = naming.open(a.model, a.seed_weights)
   local steps = getp.clamp_steps(a.steps, model.config.seq_len)
-  local path, why = cli.tokenizer_path(a.tokenizer, exists)
-  if not path then error(why, 0) end
-  if why then note(why) end
+  local path, missing = cli.tokenizer_path(a.tokenizer, exists)
+  if not path then error(missing, 0) end
   local tok = gptoss.tokenizer(path, { vocab_size = model.config.vocab_size })
   local prompts, prompt
   if a.mode == "generate" then
@@ -311,8 +311,15 @@ local function open_inputs()
     local warnings
     prompts, warnings = requests.read(a.input, { max_token_length = tok.max_token_length, steps = steps })
     for _, w in ipairs(warnings) do io.stderr:write(NAME, ": warning: ", w, "\n") end
+    -- getp stops at an empty prompt, as the course's does: say so before any work, not after the warm-up
+    for i, p in ipairs(prompts) do
+      if p == "" then
+        error(("%s: request %d is empty: it encodes to no tokens, and getp would stop there, as the course's "
+          .. "does (the warning above says why)"):format(a.input, i), 0)
+      end
+    end
   end
-  return model, steps, tok, prompts, prompt
+  return model, steps, tok, prompts, prompt, path
 end
 
 local function devices_of()
@@ -327,7 +334,7 @@ end
 
 local function main()
   local devices = job:agree(devices_of)
-  local model, steps, tok, prompts, prompt = job:agree(open_inputs)
+  local model, steps, tok, prompts, prompt, tokenizer_path = job:agree(open_inputs)
   if job.prints then
     io.write(cli.header(model.config))
     io.flush()
@@ -338,7 +345,7 @@ local function main()
   local weights, kv = a.weights, a.kv
 
   local figures = {
-    mode = a.mode, model = naming.describe(a.model),
+    mode = a.mode, model = naming.describe(a.model), tokenizer = tokenizer_path,
     devices = devices, weights = weights, kv = kv, steps_limit = steps,
   }
   if a.mode == "getp" then
@@ -354,8 +361,8 @@ if not ok then
   for _, bar in ipairs(bars) do bar:close() end
   if job.rank and not getp_ranks.is_failure(err) then
     -- this rank's alone: the others may be waiting for it in a collective
-    mpi.abort(("%s: %s: %s"):format(NAME, job:label(job.rank), cli.message(err)))
+    mpi.abort(("%s: %s: %s"):format(NAME, job:label(job.rank), cmdline.message(err)))
   end
-  if job.prints then fail(cli.message(err)) end
+  if job.prints then fail(cmdline.message(err)) end
   os.exit(1)
 end

@@ -13,7 +13,7 @@
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
@@ -22,13 +22,13 @@ local speculative = require "gptoss.speculative"
 local parser = argparse(script.name, "Speculative decoding against plain decoding.")
 naming.add_generation(parser, { prompt = "Once upon a time, in a land far away," })
 parser:option("--draft-layers", "Layers of the draft model (0: the target itself).", "1")
-  :convert(cli.integer("--draft-layers", 0))
-parser:option("--k", "Ids the draft proposes a round.", "4"):convert(cli.integer("--k", 1))
-parser:option("--max-tokens", "Ids to generate.", "64"):convert(cli.integer("--max-tokens", 1))
-parser:option("--temperature", "0: greedy; else sampling from softmax(logits / T).", "0"):convert(cli.non_negative)
-parser:option("--seed", "Seed of the speculative draws (sampling).", "1"):convert(cli.integer("--seed"))
+  :convert(cmdline.integer("--draft-layers", 0))
+parser:option("--k", "Ids the draft proposes a round.", "4"):convert(cmdline.integer("--k", 1))
+parser:option("--max-tokens", "Ids to generate.", "64"):convert(cmdline.integer("--max-tokens", 1))
+parser:option("--temperature", "0: greedy; else sampling from softmax(logits / T).", "0"):convert(cmdline.non_negative)
+parser:option("--seed", "Seed of the speculative draws (sampling).", "1"):convert(cmdline.integer("--seed"))
 parser:option("--runs", "Runs of each loop; the fastest is reported (the first warms GPU graphs).", "2")
-  :convert(cli.integer("--runs", 1))
+  :convert(cmdline.integer("--runs", 1))
 local a = script.parse(parser)
 
 script.run(function()

@@ -321,6 +321,29 @@ describe("gptoss.chat on a synthetic model", function()
     H.expect_error(function() s:ask("more") end, "session:ask: the conversation is", "the replica's context 96")
   end)
 
+  it("draws a reply again with a new seed after /reset, unless the session has a seed", function()
+    tokenizer(pending)
+    local chat_commands = require "gptoss.chat_commands"
+    local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 1, ctx = 128 }
+    -- the ids of the first reply, asked once and again after /reset
+    local function replies(sampling)
+      local s = chat.new { replica = r, tokenizer = tok, sampling = sampling, max_tokens = 12 }
+      local out = {}
+      for i = 1, 2 do
+        s:ask("Hello")
+        out[i] = harmony.render(s.messages)
+        chat_commands.run(s, "/reset")
+      end
+      return out
+    end
+    local seeded = replies({ temperature = 1, seed = 9 })
+    assert.are.equal(seeded[1], seeded[2])
+    -- 12 ids drawn at temperature 1 from a random model's ~200k-token distribution: a repeat
+    -- under a fresh seed is as likely as one particular 12-id sequence
+    local fresh = replies({ temperature = 1 })
+    assert.are_not.equal(fresh[1], fresh[2])
+  end)
+
   it("feeds the conversation again where its slot was reset or another session used it", function()
     tokenizer(pending)
     local r <close> = gptoss.synthetic("7m", { seed = 1 }):replica { device = "cpu", slots = 2, ctx = 256 }

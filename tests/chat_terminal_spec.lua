@@ -218,7 +218,8 @@ describe("Ctrl-C in gptoss chat", function()
 end)
 
 describe("gptoss chat on a terminal (tmux)", function()
-  it("edits and recalls lines, keeps them in ~/.gptoss_history, joins a paste's, reads Ctrl-C at the prompt", function()
+  it("edits and recalls lines, keeps them in ~/.gptoss_history, joins a paste's, reads Ctrl-C at the prompt, "
+    .. "leaves on Ctrl-D with the shell's next line a line of its own", function()
     if not os.execute("command -v tmux >/dev/null 2>&1") then pending("needs tmux") end
     local dir = H.tmpdir()
     local tmux = "tmux -L " .. q("gptoss-spec-" .. dir:match("[^/]*$"))
@@ -272,11 +273,11 @@ describe("gptoss chat on a terminal (tmux)", function()
     until_shown("a reply and a prompt", function(s) return count(s, " tok/s (") == 3 and prompts(6)(s) end)
     keys("/save pasted.json", "Enter")
     until_shown("the save", function(s) return s:find("saved to pasted.json", 1, true) end)
-    keys("C-c")
+    keys("C-d")
     until_shown("the chat's end", function(s) return s:find("EXIT=", 1, true) end)
     local shown = screen()
     os.execute(tmux .. " kill-server")
-    assert.truthy(shown:find("EXIT=0", 1, true), shown)
+    assert.truthy(shown:find("\nEXIT=0", 1, true), shown)
     assert.are.equal(3, count(shown, " tok/s ("), shown) -- Hello twice, the paste; not typo
     assert.are.equal("pasted one\npasted two", saved(dir, "pasted.json")[6].content)
     assert.truthy(shown:find("> typo^C", 1, true), shown)

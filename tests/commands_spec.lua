@@ -22,7 +22,7 @@ describe("the gptoss program", function()
     end
     local listed = {}
     for _, name in ipairs(commands.names()) do
-      if name ~= "lua" and name ~= "help" then listed[#listed + 1] = name end
+      if name ~= "lua" and name ~= "help" and name ~= "version" then listed[#listed + 1] = name end
     end
     table.sort(listed)
     assert.are.same(examples, listed)
@@ -30,23 +30,43 @@ describe("the gptoss program", function()
 
   it("lists the commands with their lines on help, --help and alone, and prints its version", function()
     local dir = H.tmpdir()
-    for _, args in ipairs { {}, { "help" }, { "--help" }, { "-h" } } do
+    -- the docs' folder as this process and the program each spell it
+    local function docs_named(text) return (text:gsub("Documentation: %S+", "Documentation: DOCS")) end
+    for _, args in ipairs { {}, { "help" }, { "--help" }, { "-h" }, { "help", "--help" } } do
       local code, out, err = gptoss_in(dir, args)
-      assert.are.same({ 0, commands.help(), "" }, { code, out, err }, table.concat(args, " "))
+      assert.are.same({ 0, docs_named(commands.help()), "" }, { code, docs_named(out), err }, table.concat(args, " "))
     end
     local help = commands.help()
     for _, c in ipairs(commands.LIST) do
       assert.truthy(help:find(("\n  %-18s%s\n"):format(c[1], c[2]), 1, true), c[1])
     end
     assert.truthy(help:find("synthetic shape (7m, 20b, 20b-2l, 120b)", 1, true), help)
-    local code, out = gptoss_in(dir, { "--version" })
-    assert.are.same({ 0, ("gptoss %s (%s)\n"):format(gptoss.VERSION, gptoss.platform) }, { code, out })
+    for _, args in ipairs { { "--version" }, { "version" } } do
+      local code, out = gptoss_in(dir, args)
+      assert.are.same({ 0, ("gptoss %s (%s)\n"):format(gptoss.VERSION, gptoss.platform) }, { code, out }, args[1])
+    end
+    -- the docs it names are there, in a source tree or installed beside the modules
+    local docs = help:match("Documentation: (%S+/)\n$")
+    assert.truthy(docs and io.open(docs .. "api.md"), help)
+  end)
+
+  it("answers --help of its own commands (lua, help, version) with their line", function()
+    local dir = H.tmpdir()
+    for _, c in ipairs(commands.LIST) do
+      local name, line = c[1], c[2]
+      if name == "lua" or name == "version" then
+        for _, args in ipairs { { name, "--help" }, { "help", name } } do
+          local code, out, err = gptoss_in(dir, args)
+          assert.are.same({ 0, ("gptoss %s: %s\n"):format(name, line), "" }, { code, out, err }, table.concat(args, " "))
+        end
+      end
+    end
   end)
 
   it("gives each command's help under its own name, also as help COMMAND", function()
     local dir = H.tmpdir()
     for _, name in ipairs(commands.names()) do
-      if name ~= "lua" and name ~= "help" then
+      if name ~= "lua" and name ~= "help" and name ~= "version" then
         local code, out, err = gptoss_in(dir, { name, "--help" })
         assert.are.same({ 0, "" }, { code, err }, name)
         assert.truthy(out:find("^Usage: gptoss " .. name .. " "), out)
@@ -105,7 +125,7 @@ describe("the gptoss program", function()
     assert.are.same({ 1, "", "gptoss: unknown option '-e': gptoss --help lists the commands; gptoss lua -e ... "
       .. "passes it to lua5.4\n" }, { code, out, err })
     code, out, err = gptoss_in(dir, { "help", "chatt" })
-    assert.are.same({ 1, "", ("gptoss: help: 'chatt' is not a command with options (commands: %s)\n"):format(list) },
+    assert.are.same({ 1, "", ("gptoss: help: 'chatt' is not a command (commands: %s)\n"):format(list) },
       { code, out, err })
   end)
 

@@ -34,9 +34,15 @@ local CASES = {
     { { "--tokenizer", "/missing/tokenizer.bin" }, "bench_getp.lua: cannot open tokenizer file '/missing/tokenizer.bin'" } },
   { "bench_sampler.lua", 1,
     { { "--sharpen", "x" }, "bench_sampler.lua: --sharpen: 'x' is not a non-negative number" } }, -- reads no input
+  { "bench_grammar.lua", 1,
+    { { "--walks", "0" }, "bench_grammar.lua: --walks: '0' is not an integer >= 1" },
+    { { "--tokenizer", "/missing/tokenizer.bin" }, "bench_grammar.lua: cannot open tokenizer file '/missing/tokenizer.bin'" } },
   { "bench_tokenizer.lua", 1,
     { { "--mb", "lots" }, "bench_tokenizer.lua: --mb: 'lots' is not a non-negative number" },
     { { "--text", "/missing/text" }, "bench_tokenizer.lua: --text: cannot open '/missing/text': " } },
+  { "results.lua", 1,
+    { { "--frobnicate" }, "results.lua: unknown option '--frobnicate'" },
+    { { "--root", "/missing" }, "results.lua: results.read: cannot open '/missing/examples/results.jsonl': " } },
 }
 
 describe("the examples on bad input", function()

@@ -1,7 +1,8 @@
 -- A replica that runs no model, for driving gptoss serve without a GPU or a model's cost:
--- it acts as one (docs/serve.md's "objects that act as one": step, fork, sampling; slots,
--- ctx, device, rows, chunk; handles with ready, tokens, logprobs) and chooses each row's id
--- at once, so what the server does per id is all that is measured.
+-- it acts as one (docs/serve.md's "objects that act as one": step, fork, sampling,
+-- check_sampling; slots, ctx, device, rows, chunk; handles with ready, tokens and logprobs,
+-- both taking {partial = true}) and chooses each row's id at once, so what the server does
+-- per id is all that is measured. Every row draws: no row of it ever fails.
 --
 --   fake_replica.new{slots =, ctx =, text = ids, delay = seconds, launch = seconds, choose = function}
 --
@@ -34,6 +35,10 @@ end
 
 function Replica:sampling(slot, params)
   self.logprobs[slot] = params and params.logprobs or nil
+end
+
+function Replica:check_sampling()
+  return true
 end
 
 function Replica:fork(from, to, length)
@@ -76,9 +81,11 @@ function Handle:ready()
   return gptoss.clock() >= self.done_at
 end
 
--- Waits as a device's handle does: the rest of its simulated time.
-function Handle:tokens()
+-- Waits as a device's handle does: the rest of its simulated time. {partial = true} adds
+-- the rows that failed: none.
+function Handle:tokens(opts)
   while not self:ready() do end
+  if opts and opts.partial then return self.ids, {} end
   return self.ids
 end
 

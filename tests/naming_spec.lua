@@ -2,10 +2,10 @@
 -- gptoss.SHAPES, --device cpu|N, --devices cpu|1,2, and the spellings before them refused by
 -- every command that took them, naming the new one; the loader naming a checkpoint's file or
 -- a tokenizer.bin given as the model (src/core/model_load.c); and output paths checked
--- before any work (cli.check_writable), without truncating a file that is there.
+-- before any work (cmdline.check_writable), without truncating a file that is there.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local H = require "helpers"
 
@@ -108,6 +108,34 @@ describe("every command that names a model", function()
   end)
 end)
 
+describe("the context a command gives a model", function()
+  after_each(H.cleanup)
+
+  it("is --ctx within the model's max_seq_len, else the model's at most 8192, and a --ctx past it is refused", function()
+    local m = gptoss.synthetic("7m")
+    local limit = m.config.seq_len
+    assert.are.equal(math.min(limit, 8192), naming.context(m))
+    assert.are.equal(limit, naming.context(m, limit, "--ctx"))
+    local ctx, why = naming.context(m, limit + 1, "--ctx")
+    assert.is_nil(ctx)
+    assert.are.equal(("--ctx %d is past the model's context: %d positions (its max_seq_len)"):format(limit + 1, limit),
+      why)
+  end)
+
+  it("is checked by chat and serve before they serve anything, and serve's port before the model loads", function()
+    local chat, serve = H.runner("examples/chat.lua", pending), H.runner("examples/serve.lua", pending)
+    local code, out, err = chat({ "7m", "--device", "cpu", "--ctx", "100000" })
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("--ctx 100000 is past the model's context: 2048 positions", 1, true), err)
+    code, out, err = serve({ "7m", "--device", "cpu", "--ctx", "100000", "--port", "0" })
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("--ctx 100000 is past the model's context: 2048 positions", 1, true), err)
+    code, out, err = serve({ "7m", "--device", "cpu", "--port", "99999" })
+    assert.are.same({ 1, "" }, { code, out })
+    assert.truthy(err:find("--port: '99999' is not an integer in 0..65535", 1, true), err)
+  end)
+end)
+
 describe("a file given as the model that is not one", function()
   after_each(H.cleanup)
 
@@ -139,12 +167,12 @@ describe("output paths", function()
   it("are checked before any work, an existing file left as it is", function()
     local dir = H.tmpdir()
     H.write_file(dir .. "/kept", "kept\n")
-    cli.check_writable("-o", dir .. "/kept")
+    cmdline.check_writable("-o", dir .. "/kept")
     assert.are.equal("kept\n", H.read_file(dir .. "/kept"))
-    cli.check_writable("-o", dir .. "/new")
+    cmdline.check_writable("-o", dir .. "/new")
     assert.are.same({ "kept" }, H.list_dir(dir))
-    H.expect_error(function() cli.check_writable("-o", dir) end, ("-o: cannot write '%s': Is a directory"):format(dir))
-    H.expect_error(function() cli.check_writable("--ids", dir .. "/no/x") end,
+    H.expect_error(function() cmdline.check_writable("-o", dir) end, ("-o: cannot write '%s': Is a directory"):format(dir))
+    H.expect_error(function() cmdline.check_writable("--ids", dir .. "/no/x") end,
       ("--ids: cannot write '%s/no/x': No such file or directory"):format(dir))
   end)
 

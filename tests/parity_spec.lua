@@ -83,6 +83,12 @@ describe("parity helpers", function()
     assert.are.equal(1e-5, parity.TOLERANCES.fp32.rel)
     local m = gptoss.synthetic(TINY, { seed = 1 })
     assert.are.equal("bf16", parity.tolerance(m:replica { ctx = 4, kv = "bf16" }, m:replica { ctx = 4 }).mode)
+    -- every weight format of the core's table, by its arithmetic: mxfp4 computes as bf16
+    for _, f in ipairs(gptoss.weight_formats()) do
+      local mode = parity.tolerance({ weights = f.name, kv = "fp32" }, fp32).mode
+      assert.are.equal(f.bf16_arithmetic and "bf16" or "fp32", mode, f.name)
+    end
+    assert.are.equal("bf16", parity.tolerance({ weights = "mxfp4", kv = "bf16" }, bf16).mode)
     expect_error(function() parity.tolerance({ weights = "fp16", kv = "fp32" }, fp32) end,
       "parity.tolerance: a must be a replica or a table {weights =")
     expect_error(function() parity.tolerance(fp32, 3) end, "parity.tolerance: b must be a replica")

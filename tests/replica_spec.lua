@@ -294,7 +294,7 @@ describe("bad input", function()
     { "string slot", { slots = { "a" }, positions = { 0 }, tokens = { 1 } }, "slots[1] must be an integer" },
     { "missing tokens", { slots = { 1 }, positions = { 0 } }, "tokens must be a table" },
     { "a misspelt key", { slots = { 1 }, positions = { 0 }, tokens = { 1 }, logit = true },
-      "step: unknown option 'logit' (known: slots, positions, tokens, from, logits)" },
+      "step: unknown option 'logit' (known: slots, positions, tokens, from, logits, draw)" },
     -- lengths from __len: 2^32 + 1 once ran as 1 row, -1 as a row of an unread slot
     { "a length past 32 bits", { slots = setmetatable({ 1 }, { __len = function() return (1 << 32) + 1 end }),
       positions = { 0 }, tokens = { 1 } }, "step: slots has length 4294967297, outside 0..2147483647" },

@@ -96,6 +96,52 @@ describe("serve_openai", function()
     end
   end)
 
+  it("refuses what OpenAI refuses: logit_bias keys not in decimal, tool schemas of the wrong type, NaN", function()
+    local function param_and_message(body)
+      local err = refusal(serve_openai.chat, chat(body))
+      assert.are.equal(400, err.status)
+      return err.param, err.message
+    end
+    for _, key in ipairs { "0x10", "1e2", " 5 ", "+5", "5.0", "" } do
+      assert.are.same({ "logit_bias", ("'logit_bias' keys must be token ids 0..201087 in decimal digits (got '%s')")
+        :format(key) }, { param_and_message { logit_bias = { [key] = 1 } } })
+    end
+    assert.are.same({ [5] = 1, [7] = 2 }, serve_openai.chat(chat { logit_bias = { ["5"] = 1, ["007"] = 2 } }, tok,
+      CTX).sampling.logit_bias)
+    local function tool(f) return { tools = { { type = "function", ["function"] = H.with({ name = "f" }, f) } } } end
+    for _, case in ipairs { { { parameters = "object" }, "parameters' must be a JSON schema object (got string)" },
+      { { parameters = { 1, 2 } }, "parameters' must be a JSON schema object (got array)" },
+      { { parameters = true }, "parameters' must be a JSON schema object (got boolean)" },
+      { { description = 5 }, "description' must be a string (got number)" } } do
+      local param, message = param_and_message(tool(case[1]))
+      assert.are.same({ "tools", "'tools[0].function." .. case[2] }, { param, message })
+    end
+    assert.is_true(serve_openai.chat(chat(tool { description = cjson.null, parameters = cjson.null }), tok, CTX).tools)
+    assert.are.same({ "temperature", "'temperature' must be a finite number (got NaN)" },
+      { param_and_message { temperature = 0 / 0 } })
+    assert.are.same({ "top_p", "'top_p' must be a finite number (got Infinity)" },
+      { param_and_message { top_p = math.huge } })
+    assert.are.same({ "logit_bias", "'logit_bias' values must be numbers in -100..100 (got NaN for 3)" },
+      { param_and_message { logit_bias = { ["3"] = 0 / 0 } } })
+  end)
+
+  it("refuses a prompt too long for the context before it is tokenized", function()
+    -- a tokenizer that must not be asked: a prompt of more than (CTX - 1) * 128 bytes is more
+    -- than CTX - 1 tokens of at most 128 bytes
+    local untouched = setmetatable({ vocab_size = tok.vocab_size, max_token_length = tok.max_token_length,
+      special = tok.special }, { __index = function(_, k) error("the tokenizer was asked for " .. k) end })
+    local long = ("x"):rep((CTX - 1) * tok.max_token_length + 1)
+    local err = refusal(serve_openai.completion, { model = "m", prompt = long })
+    assert.are.same({ 400, "prompt", "context_length_exceeded" }, { err.status, err.param, err.code })
+    assert.truthy(err.message:find("the prompt is 38273 bytes of text, more than the 299 tokens", 1, true), err.message)
+    err = refusal(function(body) return serve_openai.chat(body, untouched, CTX) end,
+      chat { messages = { { role = "user", content = long } } })
+    assert.are.same({ 400, "messages", "context_length_exceeded" }, { err.status, err.param, err.code })
+    -- one byte less is tokenized, and then refused by its count of tokens
+    err = refusal(serve_openai.completion, { model = "m", prompt = long:sub(2) })
+    assert.truthy(err.message:find("this server's context is 300, which leaves no room", 1, true), err.message)
+  end)
+
   it("answers an unknown model with 404 and a model that is not a string with 400", function()
     local function check(body)
       local ok, err = pcall(serve_openai.check_model, body, "m")
@@ -106,6 +152,9 @@ describe("serve_openai", function()
       check { model = "x" }.code })
     assert.are.same({ 400, "model" }, { check { model = 3 }.status, check { model = 3 }.param })
     assert.are.same({ 400, "body" }, { check { 1, 2 }.status, check { 1, 2 }.param })
+    -- a name that is not UTF-8 is never echoed as it came: the answer is JSON, UTF-8
+    local message = check({ model = "a\xff\xc3" }).message
+    assert.are.equal("The model 'a\u{FFFD}\u{FFFD}' does not exist; this server serves 'm'", message)
     assert.has_no.errors(function() serve_openai.check_model({ model = "m" }, "m") end)
   end)
 
@@ -228,19 +277,25 @@ describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)",
   local serve_engine = require "gptoss.serve_engine"
 
   it("keeps two steps in flight, hands each id to its sequence, times every step and counts its prompt rows", function()
-    local r = fake_replica.new { slots = 4, ctx = 64, text = { 11, 12, 13, 14, 15 }, delay = 0.002 }
-    -- whether the step before was still running when each was enqueued, and the steps in
+    -- a device counted in the loop's polls, not in seconds: a step is done at its fourth
+    -- look, so the loop finds each one still running after its host work whatever the load
+    local r = fake_replica.new { slots = 4, ctx = 64, text = { 11, 12, 13, 14, 15 } }
+    -- whether the step before was still unread when each was enqueued, and the steps in
     -- flight when each is read
-    local enqueued, read, in_flight, running_before, last = 0, 0, {}, {}, nil
+    local enqueued, read, in_flight, unread_before, last = 0, 0, {}, {}, nil
     local step = r.step
     r.step = function(self, batch)
-      if last then running_before[#running_before + 1] = not last:ready() end
+      if last then unread_before[#unread_before + 1] = not last.was_read end
       local h = step(self, batch)
       enqueued, last = enqueued + 1, h
-      local tokens = h.tokens
+      local tokens, looks = h.tokens, 0
+      h.ready = function()
+        looks = looks + 1
+        return looks > 3
+      end
       h.tokens = function(handle)
         in_flight[#in_flight + 1] = enqueued - read
-        read = read + 1
+        read, handle.was_read = read + 1, true
         return tokens(handle)
       end
       return h
@@ -265,15 +320,15 @@ describe("the serve engine's loop over a fake replica (tests/fake_replica.lua)",
     local cq = cqueues.new()
     cq:wrap(function() engine:run() end)
     assert(cq:loop())
-    -- a prefill step, four decode steps, each enqueued while the one before ran; the last is
-    -- read with nothing after it to build
-    assert.are.same({ true, true, true, true }, running_before)
+    -- a prefill step, four decode steps, each enqueued before the one before was read; the
+    -- last is read with nothing after it to build
+    assert.are.same({ true, true, true, true }, unread_before)
     assert.are.same({ 2, 2, 2, 2, 1 }, in_flight)
     -- the fake's id at a row's position, the first from the prompt's last row (position 1)
     for i = 1, 3 do assert.are.same({ 12, 13, 14, 15, 11 }, outputs[i]) end
     assert.are.same({ 3, 5, 15 }, { ended, steps, generated })
     assert.are.same({ 6, 0, 0, 0, 0 }, prefilled) -- the prompts' rows, in the first step
-    assert.is_true(waited > 0) -- the fake device's 2 ms a step are not all host work
+    assert.is_true(waited > 0) -- the steps still running after the host work are waited for
   end)
 
   it("reports the steps' host and waited seconds per replica and the prompt rows fed in /metrics, and a summary line",

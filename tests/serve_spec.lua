@@ -7,69 +7,17 @@ local dkjson = require "dkjson"
 local getp = require "gptoss.getp"
 local valid_utf8 = require("gptoss.harmony_parser").valid_utf8
 local H = require "helpers"
+local SH = require "serve_helpers"
 
 local q = H.shell_quote
--- a file's contents, or nil when it is not there (yet)
-local function read_or_nil(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return text
-end
-local ROOT = H.TREE.root
+local ROOT = SH.ROOT
 local CLIENT = ROOT and ROOT .. "tests/serve-client/"
-local function have(cmd) return os.execute("command -v " .. cmd .. " >/dev/null 2>&1") end
--- curl and node are not ours: under make test-sanitized they run without its preload (curl hangs under it)
-local UNSANITIZED = H.SANITIZED and "env -u LD_PRELOAD " or ""
-local why_not_http = not ROOT and "gptoss was not loaded from a source tree"
-    or not pcall(require, "gptoss.serve_http") and "lua-http, lua-cqueues or lua-cjson is missing (make setup)"
-    or not have("curl") and "curl is missing (make setup)"
-local why_not = why_not_http or not (have("node") and read_or_nil(CLIENT .. "node_modules/openai/package.json"))
+local UNSANITIZED = SH.UNSANITIZED
+local why_not_http = SH.why_not_http
+local why_not = why_not_http or not (SH.have("node") and SH.read_or_nil(CLIENT .. "node_modules/openai/package.json"))
     and "the openai client is not installed (node, then npm ci in tests/serve-client)"
-
--- A server started as `lua bin/gptoss.lua serve ARGS` (or script, a Lua file of the tree):
--- {port =, pid =, log = path}; stop(s) sends SIGTERM, removes the log and returns the exit
--- code and what the server logged.
-local running = {} -- servers started and not stopped yet, by pid
-
--- the servers a failed test left running, killed (each describe's teardown)
-local function kill_leftovers()
-  for pid in pairs(running) do os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
-  running = {}
-end
-
-local function start(args, script)
-  local log = os.tmpname() -- kept until stop, past helpers.cleanup
-  local words = { q(H.TREE.lua), q(ROOT .. (script or "bin/gptoss.lua")) }
-  if not script then words[#words + 1] = "serve" end
-  for _, a in ipairs(args or {}) do words[#words + 1] = q(a) end
-  local cmd = ("LUA_PATH=%s LUA_CPATH=%s; export LUA_PATH LUA_CPATH; (exec %s >%s 2>&1) & echo $!"):format(
-    q(package.path), q(package.cpath), table.concat(words, " "), q(log))
-  local p = assert(io.popen(cmd))
-  local pid = assert(tonumber(p:read("l")))
-  p:close()
-  local deadline = gptoss.clock() + 60
-  while gptoss.clock() < deadline do
-    local port = (read_or_nil(log) or ""):match("listening on http://127%.0%.0%.1:(%d+)")
-    if port then
-      running[pid] = true
-      return { port = tonumber(port), pid = pid, log = log }
-    end
-    os.execute("sleep 0.1")
-  end
-  os.execute("kill " .. pid)
-  error("the server did not start: " .. (read_or_nil(log) or ""))
-end
-
-local function stop(s)
-  running[s.pid] = nil
-  os.execute("kill -TERM " .. s.pid)
-  local _, _, code = os.execute(("timeout 60 sh -c 'while kill -0 %d 2>/dev/null; do sleep 0.1; done'"):format(s.pid))
-  local log = read_or_nil(s.log)
-  os.remove(s.log)
-  return code, log
-end
+local start, stop, kill_leftovers, curl, metric, metric_reaches = SH.start, SH.stop, SH.kill_leftovers, SH.curl,
+  SH.metric, SH.metric_reaches
 
 -- The openai client's op with params (a table): the decoded JSON line it prints.
 local function client(s, op, params, key)
@@ -83,17 +31,6 @@ local function client(s, op, params, key)
   return v
 end
 
--- curl's response to path (extra: curl's words): the headers and the body.
-local function curl(s, path, extra)
-  local headers = H.tmp()
-  local cmd = ("timeout 60 " .. UNSANITIZED .. "curl -sN -D %s %s %s 2>&1"):format(q(headers), extra or "",
-    q(("http://127.0.0.1:%d%s"):format(s.port, path)))
-  local p = assert(io.popen(cmd))
-  local body = p:read("a")
-  p:close()
-  return H.read_file(headers), body
-end
-
 -- gptoss bench_serve against s with words (a string): its report (the JSON line) and all it printed.
 local function bench_serve(s, words)
   local cmd = ("cd %s && LUA_PATH=%s LUA_CPATH=%s timeout 120 %s bin/gptoss.lua bench_serve --url %s %s 2>&1"):format(
@@ -102,18 +39,6 @@ local function bench_serve(s, words)
   local out = p:read("a")
   p:close()
   return dkjson.decode(out:match("[^\n]*\n?$")), out
-end
-
-local function metric(s, name)
-  local _, text = curl(s, "/metrics")
-  return tonumber(text:match("\n" .. name:gsub("[%-%.%[%]{}\"=]", "%%%0") .. " (%S+)"))
-end
-
--- The metric once it has value, or after 20 seconds without: its value then.
-local function metric_reaches(s, name, value)
-  local deadline = gptoss.clock() + 20
-  while metric(s, name) ~= value and gptoss.clock() < deadline do os.execute("sleep 0.05") end
-  return metric(s, name)
 end
 
 local TOOLS = { { type = "function", ["function"] = { name = "get_weather", description = "The weather in a city.",

@@ -342,9 +342,14 @@ describe("host tensors", function()
             "tensor.load:", p, "has 24 bytes, expected 16")
          expect_error(function() T.load(p, "f32", { 2, 4 }) end, "has 24 bytes, expected 32")
          write_file(p, "abcdef") -- not a multiple of 4
-         expect_error(function() T.load(p, "f32") end, "tensor.load:", "has 6 bytes")
+         expect_error(function() T.load(p, "f32") end, "tensor.load:", "has 6 bytes, not a multiple of 4 (the bytes "
+            .. "of one f32 value)")
+         write_file(p, "abc")
+         expect_error(function() T.load(p, "i32") end, "tensor.load:", "has 3 bytes, not a multiple of 4 (the bytes "
+            .. "of one i32 value)")
+         expect_error(function() T.load(p, "f32", { 1 }) end, "has 3 bytes, expected 4 (1 values of 4 bytes)")
          write_file(p, "")
-         expect_error(function() T.load(p, "f32") end, "tensor.load:", "has 0 bytes")
+         expect_error(function() T.load(p, "f32") end, "tensor.load:", "has 0 bytes: no values to load")
       end)
 
       it("refuses a file of more than 2^31-1 values without a shape, before reading it", function()

@@ -562,6 +562,36 @@ describe("tokenizer", function()
       assert.are.same({ 1, 0 }, t:encode(" aa", { mode = "o200k" }))
     end)
 
+    it("finds special tokens in time linear in the text, however long the vocabulary's longest entry", function()
+      -- Each "<|" is a possible special token up to the first "|>" after it; with an entry of
+      -- 200000 bytes that used to mean reading on to the text's end from every "<|". The same
+      -- text through a vocabulary whose entries are short takes linear time: the long one may
+      -- not take much longer (a generous ratio, and CPU time, the least of three runs).
+      local function tokenizer(special)
+        return gptoss.tokenizer(json_file(bpe({ a = 0, b = 1 }, { { id = 2, content = special, special = true } })),
+          { vocab_size = 3 })
+      end
+      local long, short = tokenizer("<|" .. ("x"):rep(200000) .. "|>"), tokenizer("<|start|>")
+      assert.are.equal(200004, long.max_token_length)
+      local function seconds(t, text)
+        local best = math.huge
+        for _ = 1, 3 do
+          local t0 = os.clock()
+          t:encode(text, { special = true })
+          best = math.min(best, os.clock() - t0)
+        end
+        return best
+      end
+      for _, text in ipairs { ("<|"):rep(50000), ("<|"):rep(50000) .. "|>" } do
+        local t_long, t_short = seconds(long, text), seconds(short, text)
+        assert.is_true(t_long <= 5 * t_short + 0.05, ("%.3f s against %.3f s"):format(t_long, t_short))
+      end
+      -- and what is a special token is still found: the first "|>" after a "<|" ends it
+      assert.are.same({ 2, 0 }, short:encode("<|start|>a", { special = true }))
+      assert.are.equal(4, #short:encode("<|a<|start|>", { special = true }))
+      assert.are.same({ 2 }, long:encode("<|" .. ("x"):rep(200000) .. "|>", { special = true }))
+    end)
+
     it("refuses a malformed tokenizer.json, naming the file and what is wrong", function()
       local cases = {
         { "not json", "is not JSON" },

@@ -43,17 +43,18 @@ end
 
 -- The replica's step on one slot as chat steps are: feed ids at positions pos, pos + 1, ...
 -- (a position below the slot's length truncates it there) and return the id chosen after
--- the last. A GPU replica takes at most r.chunk rows of one slot per step.
+-- the last, the one row drawn. A GPU replica takes at most r.chunk rows of one slot per step.
 local function replica_step(r, slot)
   return function(ids, pos)
     local chunk, h = r.chunk or #ids, nil
     for first = 1, #ids, chunk do
       local slots, positions, tokens = {}, {}, {}
-      for i = first, math.min(first + chunk - 1, #ids) do
+      local last = math.min(first + chunk - 1, #ids)
+      for i = first, last do
         local n = i - first + 1
         slots[n], positions[n], tokens[n] = slot, pos + i - 1, ids[i]
       end
-      h = r:step { slots = slots, positions = positions, tokens = tokens }
+      h = r:step { slots = slots, positions = positions, tokens = tokens, draw = last == #ids and { #slots } or {} }
     end
     local chosen = h:tokens()
     return chosen[#chosen]
@@ -317,6 +318,15 @@ function Session:ask(text, opts)
     error(answer, 0)
   end
   return answer, stats
+end
+
+--- Draws from here on with a new random seed, when the session's sampling gives none (a
+-- conversation started over would otherwise draw the same replies at the same positions);
+-- a session with a seed, or of a step function, keeps its draws.
+function Session:fresh_draws()
+  if self.replica and self.sampling.seed == nil and holders[self.replica][self.slot] == self then
+    self.replica:sampling(self.slot, self.sampling)
+  end
 end
 
 return chat

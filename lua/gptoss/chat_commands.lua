@@ -30,6 +30,7 @@ end
 local function reset(session)
   local messages = session.messages
   for i = #messages, first_turn(messages), -1 do messages[i] = nil end
+  session:fresh_draws()
   return "[the conversation starts over]"
 end
 

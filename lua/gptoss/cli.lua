@@ -27,6 +27,7 @@
 -- --threads (CPU replicas); cli.parse refuses what does not apply to the mode given.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
+local cmdline = require "gptoss.cmdline"
 local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
@@ -51,47 +52,6 @@ local function number(flag)
   end
 end
 
---- An argparse converter for an integer flag (at least min when given): the integer, or
--- nil and a message naming the flag.
-function cli.integer(flag, min)
-  return function(s)
-    local v = math.tointeger(tonumber(s))
-    if v == nil or (min and v < min) then
-      return nil, ("%s: '%s' is not %s"):format(flag, s, min and ("an integer >= %d"):format(min) or "an integer")
-    end
-    return v
-  end
-end
-
---- The benchmarks' prompt id of slot s at position p (bench_gpu, bench_golden, bench_prefill):
--- spread over the vocabulary, different for every slot, no tokenizer needed.
-function cli.bench_id(s, p, vocab)
-  return (s * 7919 + p * 104729) % vocab
-end
-
---- An argparse converter for a comma-separated list of integers >= min ("1,8,32"): the
--- list, or nil and a message naming the flag, what the integers are and an example.
-function cli.integer_list(flag, min, what, example)
-  return function(s)
-    local list = {}
-    for item in (s .. ","):gmatch("([^,]*),") do
-      local v = math.tointeger(tonumber(item))
-      if v == nil or v < min then
-        return nil, ("%s: '%s' is not a list of %s >= %d (\"%s\")"):format(flag, s, what, min, example)
-      end
-      list[#list + 1] = v
-    end
-    return list
-  end
-end
-
---- An argparse converter for tolerances and the like: the number, or nil and a message.
-function cli.non_negative(s)
-  local v = tonumber(s)
-  if v == nil or v ~= v or v < 0 then return nil, ("'%s' is not a non-negative number"):format(s) end
-  return v
-end
-
 -- an argparse converter for a number in [0, 1], naming the flag
 local function fraction(flag)
   return function(s)
@@ -99,20 +59,6 @@ local function fraction(flag)
     if v == nil or v ~= v or v < 0 or v > 1 then return nil, ("%s: '%s' is not a number in [0, 1]"):format(flag, s) end
     return v
   end
-end
-
---- Writes msg on stderr and ends the script with the given exit status.
-function cli.exit_with(status, msg)
-  io.stderr:write(msg, "\n")
-  os.exit(status)
-end
-
---- Ends a script on a usage error: "NAME: message" and where the usage is, on stderr
--- (the usage itself only on --help), then the exit status.
-function cli.usage_exit(name, msg, status)
-  io.stdout:flush()
-  io.stderr:write(("%s: %s\nTry '%s --help' for usage.\n"):format(name, msg, name))
-  os.exit(status)
 end
 
 -- A course flag with its hidden long alias (what cli.rewrite turns "-t value" into); the
@@ -139,9 +85,9 @@ function cli.parser(name)
     :convert(number("-t"))
   course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")
     :convert(number("-p"))
-  course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(cli.integer("-s"))
+  course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(cmdline.integer("-s"))
   course(p, "-n", "Prompt + generated tokens a request may reach (0: the model's max_seq_len).",
-    "1024"):argname("<int>"):convert(cli.integer("-n"))
+    "1024"):argname("<int>"):convert(cmdline.integer("-n"))
   course(p, "-i", "The request file (getp) or the prompt (generate)."):argname("<string>")
   course(p, "-o", "The output file (getp)."):argname("<path>")
   course(p, "-z", ("tokenizer.bin path (default %s, else $GPTOSS_TOKENIZER, build/tokenizer.bin or the "
@@ -151,22 +97,22 @@ function cli.parser(name)
   course(p, "-y", "The course's chat system prompt (accepted, unused)."):argname("<string>")
   p:option("--top-k", "Sample among the K most likely tokens only (with -t > 0; 0: all). generate then uses "
     .. "the default-mode sampler (docs/api.md#default-mode) instead of the course's, seeded with -s.")
-    :argname("<int>"):convert(cli.integer("--top-k", 0))
+    :argname("<int>"):convert(cmdline.integer("--top-k", 0))
   p:option("--min-p", "Sample among tokens at least P times as likely as the most likely one only (with -t > 0; "
     .. "0: all); as --top-k, the default-mode sampler.")
     :argname("<float>"):convert(fraction("--min-p"))
   p:option("--max-new", "generate: at most N tokens after the prompt (-n still bounds prompt + generated).")
-    :argname("<int>"):convert(cli.integer("--max-new", 0))
+    :argname("<int>"):convert(cmdline.integer("--max-new", 0))
   p:option("--stop", "generate: stop where the generated text contains TEXT, which is not printed (repeatable).")
     :argname("<text>"):count("*")
   p:option("--threads", "Threads of a CPU replica (0: all CPUs).")
-    :argname("<int>"):convert(cli.integer("--threads", 0))
+    :argname("<int>"):convert(cmdline.integer("--threads", 0))
   naming.add_devices(p, "every GPU, else cpu; generate uses the first")
   p:option("--weights", "Weight format (default: fp32 on the CPU; on GPUs the smallest the experts are "
     .. "exactly in, mxfp4 for a checkpoint, else bf16)."):choices(gptoss.weight_format_names())
   p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
-    :argname("<int>"):convert(cli.integer("--slots", 1))
+    :argname("<int>"):convert(cmdline.integer("--slots", 1))
   p:option("--scheduler", "getp scheduler.", "continuous"):choices(scheduler.names)
   p:option("--partition", "How getp spreads the requests over the replicas (default: round_robin; "
     .. "under mpirun or srun balanced, by the work each request may take: docs/getp.md#ranks-under-mpi).")
@@ -250,34 +196,15 @@ function cli.sampling(a)
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing, then
--- gptoss.tokenizer_path()'s. Returns the path and, when it is not the course's default nor
--- given, a note saying why; or nil and why none was found. exists(path) -> boolean.
+-- gptoss.tokenizer_path()'s (--json names the one used); or nil and why none was found.
+-- exists(path) -> boolean.
 function cli.tokenizer_path(given, exists)
   if given then return given end
   if exists(COURSE_TOKENIZER) then return COURSE_TOKENIZER end
   local fallback, missing = gptoss.tokenizer_path()
   if not fallback then return nil, ("%s is not in the current directory and %s (-z PATH to choose)")
     :format(COURSE_TOKENIZER, missing:gsub("^no tokenizer.bin found: ", "")) end
-  return fallback, ("%s is not in the current directory: using %s (-z PATH to choose)")
-    :format(COURSE_TOKENIZER, fallback)
-end
-
---- Raises "FLAG: cannot write 'PATH': reason" unless the command will be able to write path, so
--- that a mistyped output path fails before any work rather than after it. An existing file must
--- open for update, which leaves its bytes as they are until the command writes it; else the
--- file is created and removed again (its folder must exist and take it). A named pipe or a
--- device there is written as it is, unopened here (opening a pipe would wait for a reader).
-function cli.check_writable(flag, path)
-  local regular, why = gptoss.regular_file(path)
-  if regular == false and not why:find("is a directory", 1, true) then return end
-  local exists = regular ~= nil
-  local f, msg = io.open(path, exists and "r+b" or "wb")
-  if not f then
-    local reason = tostring(msg):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "")
-    error(("%s: cannot write '%s': %s"):format(flag, path, reason), 0)
-  end
-  f:close()
-  if not exists then os.remove(path) end
+  return fallback
 end
 
 --- The 15 lines run.cpp prints when it opens a model (docs/course.md#header), "\n" ended.
@@ -306,61 +233,6 @@ end
 -- 1000), a run under one millisecond counting as one (the course would divide by zero).
 function cli.tps(tokens, ms)
   return tokens / math.max(ms, 1) * 1000
-end
-
---- An error message without the "file:line: " Lua put in front of it.
-function cli.message(err)
-  return (tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""))
-end
-
--- r.memory's categories in report order: the weights, each format's share, the rest
-local MEMORY_ORDER = { "weights" }
-for _, name in ipairs(gptoss.weight_format_names()) do MEMORY_ORDER[#MEMORY_ORDER + 1] = "weights_" .. name end
-table.move({ "kv", "scratch", "total" }, 1, 3, #MEMORY_ORDER + 1, MEMORY_ORDER)
-
---- "memory, NAME: weights 12.0 MiB, kv 4.0 MiB, ..." from r.memory (bytes by category).
-function cli.memory_line(name, memory)
-  local keys, listed = {}, {}
-  for _, k in ipairs(MEMORY_ORDER) do
-    if memory[k] then keys[#keys + 1], listed[k] = k, true end
-  end
-  local others = {}
-  for k in pairs(memory) do
-    if not listed[k] then others[#others + 1] = k end
-  end
-  table.sort(others)
-  table.move(others, 1, #others, #keys + 1, keys)
-  local parts = {}
-  for i, k in ipairs(keys) do parts[i] = ("%s %.1f MiB"):format(k, memory[k] / 2 ^ 20) end
-  return ("memory, %s: %s"):format(name, table.concat(parts, ", "))
-end
-
---- The per-kernel table of one replica from r:profile() rows {label=, seconds=, calls=},
--- slowest first, with each kernel's share of wall (the inference's seconds). A list of lines;
--- rows nil (a CPU replica, which has no per-kernel timing) gives the one line saying so.
-function cli.profile_lines(name, rows, wall)
-  if rows == nil then return { ("profile, %s: per-kernel timing is for GPU replicas"):format(name) } end
-  local sorted = table.move(rows, 1, #rows, 1, {})
-  table.sort(sorted, function(x, y) return x.seconds > y.seconds end)
-  local total_label = "(all kernels)"
-  local width = #total_label
-  for _, r in ipairs(sorted) do width = math.max(width, #r.label) end
-  local row = "  %-" .. width .. "s %10s %9s %10s %7s"
-  local lines = {
-    ("profile, %s: %d kernels, %.3f s of inference"):format(name, #sorted, wall),
-    row:format("kernel", "total s", "calls", "avg ms", "% wall"),
-  }
-  local total, calls = 0, 0
-  local function line(label, seconds, n)
-    return row:format(label, ("%.4f"):format(seconds), n, ("%.4f"):format(n > 0 and 1000 * seconds / n or 0),
-      ("%.1f"):format(wall > 0 and 100 * seconds / wall or 0))
-  end
-  for _, r in ipairs(sorted) do
-    lines[#lines + 1] = line(r.label, r.seconds, r.calls)
-    total, calls = total + r.seconds, calls + r.calls
-  end
-  lines[#lines + 1] = line(total_label, total, calls)
-  return lines
 end
 
 return cli

@@ -4,8 +4,8 @@
 -- "gptoss COMMAND", which its messages and usage then start with; `gptoss FILE.lua [args]`
 -- runs a script as lua5.4 would; `gptoss lua [args]` is lua5.4 itself (a prompt without
 -- arguments) with this gptoss on the module paths; `gptoss`, `gptoss help` and `gptoss --help`
--- list the commands, `gptoss help COMMAND` is `gptoss COMMAND --help`, and `gptoss --version`
--- prints gptoss.VERSION. Exit status: the command's; 1 for a name that is neither a command
+-- list the commands, `gptoss help COMMAND` is `gptoss COMMAND --help`, and `gptoss version`
+-- (or --version) prints gptoss.VERSION. Exit status: the command's; 1 for a name that is neither a command
 -- nor a file, in one line that lists the commands.
 local gptoss = require "gptoss"
 
@@ -32,20 +32,37 @@ commands.LIST = {
   { "bench_sampler", "benchmark: the CPU sampler's cost a draw" },
   { "bench_tokenizer", "benchmark: tokenizer encode and decode throughput" },
   { "bench_serve", "benchmark: load an OpenAI-compatible server, TTFT/TPOT/ITL and throughput" },
+  { "bench_grammar", "benchmark: structured output's schema compile time and token mask time" },
   { "plot", "draw bench_gpu's and bench_getp's JSON lines as a PNG (through gnuplot)" },
+  { "results", "draw examples/RESULTS.md and README.md's figures from examples/results.jsonl" },
   { "lua", "lua5.4 with this gptoss on its module paths: a prompt, or lua5.4's arguments" },
   { "help", "this list; gptoss help COMMAND: that command's options" },
+  { "version", "gptoss's version and the platform it was built for" },
 }
 
-local BUILT_IN = { lua = true, help = true }
-local KNOWN = {}
-for _, c in ipairs(commands.LIST) do KNOWN[c[1]] = true end
+-- the commands of the program itself, not examples: their help is their line here
+local BUILT_IN = { lua = true, help = true, version = true }
+local KNOWN, DESCRIPTION = {}, {}
+for _, c in ipairs(commands.LIST) do KNOWN[c[1]], DESCRIPTION[c[1]] = true, c[2] end
 
 --- The command names, in the help's order.
 function commands.names()
   local names = {}
   for i, c in ipairs(commands.LIST) do names[i] = c[1] end
   return names
+end
+
+-- Where the docs are: the source tree's docs/ or the copy installed beside the modules, its
+-- "dir/../" steps taken out.
+local function docs_folder()
+  local api = gptoss.project_file("docs/api.md")
+  if not api then return "README.md and docs/ in the source tree" end
+  local folder, before = api:gsub("api%.md$", ""), nil
+  while folder ~= before do
+    before = folder
+    folder = folder:gsub("([^/]+)/%.%./", function(step) return step ~= ".." and "" or nil end, 1)
+  end
+  return folder
 end
 
 --- The text `gptoss help` prints.
@@ -63,8 +80,7 @@ function commands.help()
     ("synthetic shape (%s), whose weights --seed-weights N seeds."):format(table.concat(gptoss.SHAPES, ", ")),
     "Devices: --device cpu|N, or --devices cpu|1,2 where a command runs several replicas.",
     "",
-    ("gptoss %s, built for %s. Documentation: README.md and docs/ in the source tree."):format(gptoss.VERSION,
-      gptoss.platform),
+    ("gptoss %s, built for %s. Documentation: %s"):format(gptoss.VERSION, gptoss.platform, docs_folder()),
   }, 1, 6, #lines + 1, lines)
   return table.concat(lines, "\n") .. "\n"
 end
@@ -135,16 +151,21 @@ end
 function commands.main(argv)
   local first = argv[1]
   local args = table.move(argv, 2, #argv, 1, {})
-  if first == nil or first == "--help" or first == "-h" or (first == "help" and args[1] == nil) then
+  local asks_help = args[1] == "--help" or args[1] == "-h"
+  if first == nil or first == "--help" or first == "-h" or (first == "help" and (args[1] == nil or asks_help)) then
     io.write(commands.help())
     return 0
-  elseif first == "help" then
-    if not KNOWN[args[1]] or BUILT_IN[args[1]] then
-      return fail(("help: '%s' is not a command with options (commands: %s)")
-        :format(args[1], table.concat(commands.names(), ", ")))
+  elseif first == "help" or (BUILT_IN[first] and asks_help) then
+    local name = first == "help" and args[1] or first
+    if not KNOWN[name] then
+      return fail(("help: '%s' is not a command (commands: %s)"):format(name, table.concat(commands.names(), ", ")))
     end
-    return run_command(argv, args[1], { "--help" })
-  elseif first == "--version" then
+    if BUILT_IN[name] then
+      print(("gptoss %s: %s"):format(name, DESCRIPTION[name]))
+      return 0
+    end
+    return run_command(argv, name, { "--help" })
+  elseif first == "--version" or first == "version" then
     print(("gptoss %s (%s)"):format(gptoss.VERSION, gptoss.platform))
     return 0
   elseif first == "lua" then

@@ -71,4 +71,16 @@ function files.write(fn, path, data)
   end
 end
 
+--- The file's lines (a "\r" before each "\n" dropped) with their numbers, for a reader whose
+-- errors name the line: for n, line in files.lines(fn, path) do ... end.
+function files.lines(fn, path)
+  local next_line, n = (files.read(fn, path) .. "\n"):gmatch("(.-)\r?\n"), 0
+  return function()
+    local line = next_line()
+    if line == nil then return nil end
+    n = n + 1
+    return n, line
+  end
+end
+
 return files

@@ -15,8 +15,8 @@ local util = require "gptoss.util"
 
 local generate = {}
 
--- Rows of one slot a CPU step carries here (a CPU step keeps every row's logits on the
--- host; GPU replicas say their own chunk).
+-- Rows of one slot a CPU step carries here (a step's scratch grows with its rows times the
+-- context; GPU replicas say their own chunk).
 local CPU_CHUNK = 64
 
 --- The rows and chunk to give a GPU replica whose steps carry one slot's prompt alone (a chat,
@@ -31,19 +31,22 @@ end
 
 --- Steps ids into `slot` at positions position, position + 1, ... (truncating the slot
 -- there), in chunks of generate.chunk(r) rows; returns the last step's handle, whose last
--- row yields the id after ids. opts: logits = true keeps the last row's logits (h:logits()
--- is then that one row); chunk = n steps n rows at a time instead (at most r.chunk on a GPU);
--- before_step = function(rows) is called before each step with its row count.
+-- row yields the id after ids: the only row drawn (the others' ids are false, and a CPU
+-- replica computes no logits for them). opts: logits = true keeps the last row's logits
+-- (h:logits() is then that one row); chunk = n steps n rows at a time instead (at most
+-- r.chunk on a GPU); before_step = function(rows) is called before each step with its row
+-- count.
 function generate.feed(r, slot, ids, position, opts)
   opts = opts or {}
   local chunk, h = opts.chunk or generate.chunk(r), nil
   for first = 1, #ids, chunk do
     local last = math.min(first + chunk - 1, #ids)
-    local batch = { slots = {}, positions = {}, tokens = {} }
+    local batch = { slots = {}, positions = {}, tokens = {}, draw = {} }
     for i = first, last do
       local n = i - first + 1
       batch.slots[n], batch.positions[n], batch.tokens[n] = slot, position + i - 1, ids[i]
     end
+    if last == #ids then batch.draw[1] = last - first + 1 end
     if last == #ids and opts.logits then batch.logits = { last - first + 1 } end
     if opts.before_step then opts.before_step(last - first + 1) end
     h = r:step(batch)

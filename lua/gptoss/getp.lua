@@ -83,8 +83,8 @@
 -- otherwise, min(#requests, 16) slots on the CPU, and on a GPU as many as its free memory
 -- holds, at most #requests (getp.gpu_slots, from the replica's memory plan; the request
 -- count is known when getp.new is given requests). A step carries at most r.rows rows on a
--- GPU (r.chunk of one slot) and max(64, slots) on the CPU, whose steps keep every row's
--- logits on the host (0.8 MB a row with the real vocabulary). GPU replicas getp builds get,
+-- GPU (r.chunk of one slot) and max(64, slots) on the CPU, whose step scratch grows with its
+-- rows times the context (only the rows whose ids are read compute logits). GPU replicas getp builds get,
 -- unless replica.rows says otherwise, rows = slots + a quarter of them (at least 128) for
 -- prefill, and at least 2048: with rows = slots, a step whose slots all decode has no row left
 -- for a newly admitted prompt, and the last prompts of a full start wait many steps; steps of

@@ -20,12 +20,6 @@ for _, name in ipairs(gptoss.sample_options()) do
     SAMPLING_OPTIONS[#SAMPLING_OPTIONS + 1] = name
   end
 end
--- C lists top_k first; getp's messages, header and describe line have always said top_p first
-for i = 2, #SAMPLING_OPTIONS do
-  if SAMPLING_OPTIONS[i] == "top_p" and SAMPLING_OPTIONS[i - 1] == "top_k" then
-    SAMPLING_OPTIONS[i - 1], SAMPLING_OPTIONS[i] = "top_p", "top_k"
-  end
-end
 
 local kind = util.kind
 

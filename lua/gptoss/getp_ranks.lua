@@ -21,7 +21,7 @@
 --   job.rank, job.size, job:label(r)   across ranks only: this rank, the job's ranks, and
 --                            "rank r of N (host)" as messages name rank r
 local gptoss = require "gptoss"
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 local getp = require "gptoss.getp"
 local partition = require "gptoss.partition"
 
@@ -121,7 +121,7 @@ end
 
 function Ranks:agree(fn, ...)
   local results = table.pack(pcall(fn, ...))
-  local all = self.mpi.allgather(results[1] and "" or "\0" .. cli.message(results[2]))
+  local all = self.mpi.allgather(results[1] and "" or "\0" .. cmdline.message(results[2]))
   local failed = {}
   for r, status in ipairs(all) do
     if #status > 0 then failed[#failed + 1] = r - 1 end

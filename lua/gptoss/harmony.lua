@@ -1,22 +1,21 @@
 --- gptoss.harmony: OpenAI's harmony chat format, the one gpt-oss is trained on
 -- (docs/harmony.md): conversations rendered to text or token ids, and a streaming parser
 -- of the ids a model samples. Pure Lua; the tokenizer is only needed for ids. This file
--- has the special ids, the message builders and the rendering; its pieces are
--- harmony_tools.lua (the "# Tools" sections: parameter schemas as TypeScript-like
--- declarations) and harmony_parser.lua (the streaming parser).
+-- has the message builders and the rendering; its pieces are harmony_special.lua (the
+-- special ids), harmony_tools.lua (the "# Tools" sections: parameter schemas as
+-- TypeScript-like declarations) and harmony_parser.lua (the streaming parser).
+local harmony_parser = require "gptoss.harmony_parser"
+local harmony_special = require "gptoss.harmony_special"
 local harmony_tools = require "gptoss.harmony_tools"
 local util = require "gptoss.util"
 
 local harmony = {}
 
 --- The special ids of o200k_harmony that the format uses.
-harmony.special = {
-  startoftext = 199998, endoftext = 199999, ["return"] = 200002, constrain = 200003,
-  channel = 200005, start = 200006, ["end"] = 200007, message = 200008, call = 200012,
-}
+harmony.special = harmony_special.special
 
 --- The ids that end sampling: <|return|> (answer done), <|call|> (a tool call), <|endoftext|>.
-harmony.stop_ids = { harmony.special["return"], harmony.special.call, harmony.special.endoftext }
+harmony.stop_ids = harmony_special.stop_ids
 
 local ROLES = { "system", "developer", "user", "assistant", "tool" }
 local MESSAGE_FIELDS = { "role", "content", "name", "channel", "recipient", "content_type" }
@@ -261,10 +260,7 @@ function harmony.render_ids(conversation, tokenizer, opts)
 end
 
 --- A streaming parser of sampled ids: harmony.parser(tokenizer [, {role=, strict=}])
--- (gptoss.harmony_parser; docs/harmony.md#parsing). Its module reads harmony.special, so it
--- is loaded here, once this one is.
-function harmony.parser(tokenizer, opts)
-  return require("gptoss.harmony_parser").new(tokenizer, opts)
-end
+-- (gptoss.harmony_parser; docs/harmony.md#parsing).
+harmony.parser = harmony_parser.new
 
 return harmony

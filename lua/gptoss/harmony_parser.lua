@@ -2,13 +2,13 @@
 -- harmony.parser (docs/harmony.md#parsing): each id moves it through a message's header
 -- and content, and returns the events it completes; strict by default, else lenient with
 -- what a model gets wrong (a missing <|message|> or <|end|>, text outside a message).
-local harmony = require "gptoss.harmony"
+local harmony_special = require "gptoss.harmony_special"
 local util = require "gptoss.util"
 
 local harmony_parser = {}
 
 local quoted = util.quoted
-local special = harmony.special
+local special = harmony_special.special
 
 -- ids that end a message, and what the end event reports as its stop
 local ENDINGS = {

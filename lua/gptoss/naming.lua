@@ -109,6 +109,18 @@ function naming.open(name, seed_weights)
   return gptoss.load(name)
 end
 
+--- The positions of a slot that a command gives model's conversations: ctx when given and
+-- within the model's max_seq_len (the positions its RoPE is made for), else the model's, at
+-- most 8192 (a slot's KV cache grows with it). nil and a message saying so for a ctx past
+-- the model's; what names the option in it ("--ctx").
+function naming.context(model, ctx, what)
+  local limit = model.config.seq_len
+  if ctx and ctx > limit then
+    return nil, ("%s %d is past the model's context: %d positions (its max_seq_len)"):format(what, ctx, limit)
+  end
+  return ctx or math.min(limit, 8192)
+end
+
 --- How --json and messages name the model: "synthetic 7m", else the path.
 function naming.describe(name)
   return IS_SHAPE[name] and "synthetic " .. name or name

@@ -60,15 +60,20 @@ stages.TOLERANCES = {
   bf16 = { abs = 0, rel = 2 ^ -3 },
 }
 
---- The (weights, kv) modes of r, a replica or a {weights =, kv =} table; else an error
+-- The arithmetic ("fp32" or "bf16") of each weight format, from the core's format table.
+local ARITHMETIC = {}
+for _, f in ipairs(gptoss.weight_formats()) do ARITHMETIC[f.name] = f.bf16_arithmetic and "bf16" or "fp32" end
+
+--- The arithmetic of r's GEMMs and its KV cache ("fp32" or "bf16" each): r is a replica or a
+-- {weights =, kv =} table, weights any weight format (mxfp4 computes as bf16); else an error
 -- naming fn and what, at level.
 function stages.mode_of(r, fn, what, level)
   local ok, weights, kv = pcall(function() return r.weights, r.kv end)
-  if not ok or (weights ~= "fp32" and weights ~= "bf16") or (kv ~= "fp32" and kv ~= "bf16") then
-    error(("%s: %s must be a replica or a table {weights = \"fp32\"|\"bf16\", kv = \"fp32\"|\"bf16\"}")
-      :format(fn, what), level)
+  if not ok or not ARITHMETIC[weights] or (kv ~= "fp32" and kv ~= "bf16") then
+    error(("%s: %s must be a replica or a table {weights = %s, kv = \"fp32\"|\"bf16\"}"):format(fn, what,
+      '"' .. table.concat(gptoss.weight_format_names(), '"|"') .. '"'), level)
   end
-  return weights, kv
+  return ARITHMETIC[weights], kv
 end
 
 --- parity.tolerance(a, b): the default tolerance for a pair of replicas (or of {weights =,

@@ -21,8 +21,13 @@ local PANEL_HEIGHT, WIDTH = 440, 960
 -- readable (bench_gpu profiles a dozen kernels, half of them a few percent together)
 local MINOR_SHARE = 0.03
 
+--- Whether gnuplot is on PATH.
+function plot.available()
+  return os.execute("command -v gnuplot >/dev/null 2>&1") == true
+end
+
 local function need_gnuplot(option)
-  if not os.execute("command -v gnuplot >/dev/null 2>&1") then
+  if not plot.available() then
     error(("%s needs gnuplot (Debian: gnuplot-nox)"):format(option), 0)
   end
 end
@@ -43,9 +48,8 @@ end
 --- The results in a file of the benchmarks' JSON lines or a saved run's whole output (lines
 -- not starting with "{", the tables, are skipped; JSON of other scripts too), in file order.
 function plot.read(path)
-  local results, n = {}, 0
-  for line in (files.read("plot.read", path) .. "\n"):gmatch("(.-)\r?\n") do
-    n = n + 1
+  local results = {}
+  for n, line in files.lines("plot.read", path) do
     if line:match("^%s*{") then
       local r, _, err = json.decode(line)
       if r == nil then error(("plot.read: %s:%d: not a JSON line: %s"):format(path, n, err), 0) end
@@ -224,7 +228,7 @@ local function throughput_panel(results, labels, shared)
     cmds[#cmds + 1] = datablock("gpu" .. k, points[label])
     series[k] = ("$gpu%d using 1:2 with linespoints lw 2 pt 7 lc %d title %s"):format(k, k, q(label))
     for _, p in ipairs(points[label]) do
-      cmds[#cmds + 1] = ("set label '%.0f' at %g,%.10g center offset char 0,%g tc lt %d"):format(p[2], p[1], p[2],
+      cmds[#cmds + 1] = ("set label '%.1f' at %g,%.10g center offset char 0,%g tc lt %d"):format(p[2], p[1], p[2],
         p[2] == at[p[1]][1] and 1 or -1, k)
     end
   end

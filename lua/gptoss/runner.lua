@@ -23,13 +23,15 @@
 -- slot at once; rows of it in a step already built are dropped as an ended sequence's are).
 --
 -- r:busy() says whether requests wait or run. r:build(pending) admits, asks the hooks and
--- returns the next step's plan {batch = {slots=, positions=, tokens=}, ...}, or nil when
--- every running sequence ends with the pending plan's step (nothing to feed); pending is
--- the plan of the step still running (nil: none), whose decode rows feed the new step's
--- (tokens -j: its row j; the caller sets batch.from to that step); the plan's prefill_rows
--- counts its prompt rows. r:apply(plan, ids)
+-- returns the next step's plan {batch = {slots=, positions=, tokens=, draw=}, ...}, or nil
+-- when every running sequence ends with the pending plan's step (nothing to feed); pending
+-- is the plan of the step still running (nil: none), whose decode rows feed the new step's
+-- (tokens -j: its row j; the caller sets batch.from to that step); batch.draw lists the
+-- rows whose ids are read (r:step draws no other, and a CPU replica computes no other's
+-- logits); the plan's prefill_rows counts its prompt rows. r:apply(plan, ids [, failed])
 -- takes a step's sampled ids and returns how many ids were generated and the list of the
--- sequences that ended.
+-- sequences that ended; failed ({[row] = why}, h:tokens{partial = true}'s) names rows no
+-- id could be drawn for, whose sequences end with finish "error" and error = why.
 local runner = {}
 
 local Runner = {}
@@ -212,8 +214,8 @@ function Runner:build(pending)
     error(("scheduler: prefill_chunk returned 0 for every sequence on replica %d and none "
       .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
   end
-  return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens }, rows = step.rows,
-    seqs = step.seqs, prefill_rows = #step.slots - decode_rows }
+  return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens, draw = step.rows },
+    rows = step.rows, seqs = step.seqs, prefill_rows = #step.slots - decode_rows }
 end
 
 -- Takes the ended sequences out of state.running, their slots back to the free list, and
@@ -258,18 +260,22 @@ function Runner:cancel(seq, finish)
   release(self, { seq })
 end
 
-function Runner:apply(plan, ids)
+function Runner:apply(plan, ids, failed)
   local st = self.state
   local ended, generated = {}, 0
   for i, r in ipairs(plan.rows) do
     local seq, id = plan.seqs[i], ids[r]
     if not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
-      generated = generated + 1
-      seq.output[#seq.output + 1] = id
-      if self.stop[id] then
-        seq.finish = "stop"
-      elseif #seq.output >= seq.limit then
-        seq.finish = "length"
+      if not id then
+        seq.finish, seq.error = "error", "no token could be drawn: " .. failed[r]
+      else
+        generated = generated + 1
+        seq.output[#seq.output + 1] = id
+        if self.stop[id] then
+          seq.finish = "stop"
+        elseif #seq.output >= seq.limit then
+          seq.finish = "length"
+        end
       end
       if seq.finish then ended[#ended + 1] = seq end
     end

@@ -43,7 +43,8 @@
 --   slot             the slot it runs in (nil until admitted, kept after it ends)
 --   position         the next position to feed           replica   the replica object
 --   finish           nil while it runs, then "stop" (it generated a stop id) or "length"
---                    (it generated limit ids)
+--                    (it generated limit ids); under gptoss serve also "error" (no id could
+--                    be drawn for it: seq.error says why)
 --
 -- Rows of a step: first one decode row per running sequence whose prompt is fed (its last
 -- generated id at seq.position), then prefill chunks (consecutive prompt tokens of one

@@ -6,7 +6,7 @@
 -- shape, a device that is not there) is one line too, the script's name and the message
 -- without the "file.lua:12: " position Lua puts in front of it; never a traceback. Each
 -- ends with the exit status the script documents.
-local cli = require "gptoss.cli"
+local cmdline = require "gptoss.cmdline"
 
 local script = {}
 
@@ -24,7 +24,7 @@ end
 -- status `status` (default 1).
 function script.usage_error(parser, msg, status)
   io.stdout:flush()
-  cli.exit_with(status or 1, prefixed(msg) .. "\n" .. parser:get_usage())
+  cmdline.exit_with(status or 1, prefixed(msg) .. "\n" .. parser:get_usage())
 end
 
 --- The arguments argparse parser `parser` reads from the command line (the global arg);
@@ -35,18 +35,18 @@ function script.parse(parser, status)
   return args
 end
 
---- Calls main(); an error it raises ends the script with "NAME: message" (cli.message: no
+--- Calls main(); an error it raises ends the script with "NAME: message" (cmdline.message: no
 -- source position) on stderr and exit status `status` (default 1).
 function script.run(main, status)
   local ok, err = pcall(main)
   if not ok then
     io.stdout:flush()
-    cli.exit_with(status or 1, prefixed(cli.message(err)))
+    cmdline.exit_with(status or 1, prefixed(cmdline.message(err)))
   end
 end
 
 --- An argparse converter whose messages start with the option's name, which argparse
--- leaves out: script.named("--rtol", cli.non_negative).
+-- leaves out: script.named("--rtol", cmdline.non_negative).
 function script.named(flag, convert)
   return function(s)
     local v, err = convert(s)

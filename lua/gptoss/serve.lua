@@ -17,18 +17,24 @@
 --   tokenizer     from gptoss.tokenizer (default: gptoss.tokenizer() for the model's vocabulary)
 --   devices       "cpu" or GPU numbers, one replica each (default: every GPU, else {"cpu"})
 --   replicas      existing replicas to use instead (they stay the caller's), or objects that
---                 act as one (step, fork, sampling; slots, ctx, device, and rows and chunk
---                 when the device is not "cpu"; handles with ready, tokens, logprobs):
+--                 act as one (step, fork, sampling, check_sampling; slots, ctx, device, and
+--                 rows and chunk when the device is not "cpu"; handles with ready, and tokens
+--                 and logprobs that take {partial = true}):
 --                 tests/fake_replica.lua is one, without a model
 --   slots         slots a replica gives requests (default: 16 on the CPU, what memory holds on
 --                 a GPU); a replica has one more for the shared system message
---   ctx           positions a slot holds: prompt and output (default: the model's seq_len, at
---                 most 8192)
+--   ctx           positions a slot holds: prompt and output, at most the model's seq_len
+--                 (default: its seq_len, at most 8192)
 --   scheduler     a scheduler object, or a name of gptoss.scheduler.names (default "continuous")
 --   host, port    where to listen (default 127.0.0.1, 8000; port 0: any free port)
---   api_key       a key every request to /v1/ must send as a Bearer token (default none)
+--   api_key       a key every request to /v1/ must send as a Bearer token (default none; a
+--                 host other than loopback without one is warned of in the log)
 --   max_queue     requests (choices) that may wait for a slot before 429 (default 256)
 --   max_body      the largest request body in bytes before 413 (default 4 MiB)
+--   header_timeout  seconds a request's headers may take from their first byte before 408,
+--                 and a connection may stay idle before its next request (default 10)
+--   body_timeout  seconds a request's body may take before 408 (default 60)
+--   max_connections  connections open at once; more wait to be accepted (default 1024)
 --   log           function(line) for what the server says (default: to stderr)
 --   signals       true: SIGTERM and SIGINT stop the server as s:stop() does (blocked for the
 --                 whole process before any replica starts its threads, which would otherwise
@@ -37,6 +43,7 @@ local cqueues = require "cqueues"
 local gptoss = require "gptoss"
 local getp_replicas = require "gptoss.getp_replicas"
 local harmony = require "gptoss.harmony"
+local naming = require "gptoss.naming"
 local scheduler = require "gptoss.scheduler"
 local serve_api = require "gptoss.serve_api"
 local serve_engine = require "gptoss.serve_engine"
@@ -47,8 +54,9 @@ local util = require "gptoss.util"
 local serve = {}
 
 local OPTIONS = { "model", "model_name", "tokenizer", "devices", "replicas", "slots", "ctx", "scheduler", "host", "port",
-  "api_key", "max_queue", "max_body", "log", "signals" }
-local DEFAULT_CTX, DEFAULT_QUEUE, DEFAULT_BODY = 8192, 256, 4 * 1024 * 1024
+  "api_key", "max_queue", "max_body", "header_timeout", "body_timeout", "max_connections", "log", "signals" }
+local DEFAULT_QUEUE, DEFAULT_BODY = 256, 4 * 1024 * 1024
+local DEFAULT_HEADER_TIMEOUT, DEFAULT_BODY_TIMEOUT, DEFAULT_CONNECTIONS = 10, 60, 1024
 
 local Server = {}
 Server.__index = Server
@@ -57,6 +65,17 @@ local function check_integer(name, v, min, level)
   if v ~= nil and (math.type(v) ~= "integer" or v < min) then
     error(("serve: %s must be an integer >= %d (got %s)"):format(name, min, tostring(v)), level + 1)
   end
+end
+
+local function check_seconds(name, v, level)
+  if v ~= nil and (type(v) ~= "number" or not (v > 0 and v < math.huge)) then
+    error(("serve: %s must be a number of seconds > 0 (got %s)"):format(name, tostring(v)), level + 1)
+  end
+end
+
+-- Whether host is a loopback address, reachable from this machine only.
+local function loopback(host)
+  return host == "localhost" or host == "::1" or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
 end
 
 -- The scheduler option as an object: a built-in's name, or an object with admit.
@@ -102,8 +121,12 @@ function serve.new(opts)
   check_integer("slots", opts.slots, 1, 2)
   check_integer("ctx", opts.ctx, 2, 2)
   check_integer("port", opts.port, 0, 2)
+  if opts.port and opts.port > 65535 then error(("serve: port must be 0..65535 (got %d)"):format(opts.port), 2) end
   check_integer("max_queue", opts.max_queue, 1, 2)
   check_integer("max_body", opts.max_body, 1, 2)
+  check_integer("max_connections", opts.max_connections, 1, 2)
+  check_seconds("header_timeout", opts.header_timeout, 2)
+  check_seconds("body_timeout", opts.body_timeout, 2)
   if opts.api_key ~= nil and (type(opts.api_key) ~= "string" or opts.api_key == "") then
     error("serve.new: api_key must be a non-empty string", 2)
   end
@@ -112,12 +135,16 @@ function serve.new(opts)
   if signal then signal.block(signal.SIGTERM, signal.SIGINT) end
   local model = opts.model
   local tokenizer = opts.tokenizer or gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
-  local ctx = opts.ctx or math.min(model.config.seq_len, DEFAULT_CTX)
+  local ctx, past = naming.context(model, opts.ctx, "ctx")
+  if not ctx then error("serve.new: " .. past, 2) end
   local sched = scheduler_of(opts.scheduler, 2)
   local replicas, owned = replicas_of(opts, ctx, log, 2)
   local self = setmetatable({ model = model, tokenizer = tokenizer, log = log, owned = owned, replicas = replicas,
     model_name = opts.model_name or (model.path and tostring(model.path)) or "gptoss", host = opts.host or "127.0.0.1",
     port = opts.port or 8000, api_key = opts.api_key, max_body = opts.max_body or DEFAULT_BODY,
+    header_timeout = opts.header_timeout or DEFAULT_HEADER_TIMEOUT,
+    body_timeout = opts.body_timeout or DEFAULT_BODY_TIMEOUT,
+    max_connections = opts.max_connections or DEFAULT_CONNECTIONS,
     metrics = serve_metrics.new(), started = os.time(), cq = cqueues.new(), answering = 0,
     signals = signal and signal.listen(signal.SIGTERM, signal.SIGINT) }, Server)
   -- the default system message, which every chat request of default reasoning effort starts with
@@ -134,23 +161,30 @@ end
 function Server:start()
   self.http, self.port = serve_http.listen(self.cq, {
     host = self.host, port = self.port, routes = serve_api.routes(self), api_key = self.api_key,
-    max_body = self.max_body, log = self.log,
+    max_body = self.max_body, header_timeout = self.header_timeout, body_timeout = self.body_timeout,
+    max_connections = self.max_connections, log = self.log,
     on_answered = function(endpoint, status) self.metrics:request(endpoint, status) end,
   })
+  -- the engine loop's error, unlike a request's, ends the server (run raises it)
   self.cq:wrap(function()
-    self.engine:run()
+    local ok, err = pcall(self.engine.run, self.engine)
+    self.engine_error = not ok and tostring(err) or nil
     self.drained = true
   end)
+  if not self.api_key and not loopback(self.host) then
+    self.log(("warning: listening on %s without an API key: anyone who reaches this address can use the server")
+      :format(self.host))
+  end
   self.log(("listening on http://%s:%d (model '%s'%s)"):format(self.host, self.port, self.model_name,
     self.api_key and ", API key required" or ""))
   return self
 end
 
---- Stops accepting and lets what is queued and running finish; run then returns.
+--- Stops admitting requests (new ones get 503, /health says 503 too) and lets what is
+-- queued and running finish; run then returns.
 function Server:stop()
   if self.stopping then return end
   self.stopping = true
-  serve_http.stop_accepting(self.http)
   self.engine:stop()
 end
 
@@ -169,11 +203,14 @@ function Server:run()
     end)
   end
   -- in-flight answers are written by their own coroutines: once the engine has drained,
-  -- the loop goes on until nothing but idle keep-alive connections is left
+  -- the loop goes on until nothing but idle keep-alive connections is left. A request's
+  -- coroutine that fails (serve_http answers or closes what it can) fails alone.
   while not (self.drained and self.answering == 0) do
     local ok, err = self.cq:step(0.5)
-    if not ok then error("serve: " .. tostring(err), 0) end
+    if self.engine_error then error("serve: the engine loop failed: " .. self.engine_error, 0) end
+    if not ok then self.log("a connection's coroutine failed: " .. tostring(err)) end
   end
+  serve_http.stop_accepting(self.http)
   for _, line in ipairs(self.metrics:step_summary()) do self.log(line) end
   self:close()
 end

@@ -25,6 +25,7 @@ local gptoss = require "gptoss"
 local getp_replicas = require "gptoss.getp_replicas"
 local harmony = require "gptoss.harmony"
 local runner = require "gptoss.runner"
+local serve_openai = require "gptoss.serve_openai"
 local util = require "gptoss.util"
 
 local serve_engine = {}
@@ -98,15 +99,39 @@ function Engine:least_loaded()
   return best
 end
 
+-- The sampling option of a table that replica r refuses (r:check_sampling, each option
+-- checked alone so that the answer names it; nil when only their mix is refused) and the
+-- replica's message; nothing when r takes the table.
+local function refused_sampling(r, sampling)
+  local ok, err = pcall(r.check_sampling, r, sampling)
+  if ok then return end
+  for _, name in ipairs(gptoss.sample_options()) do
+    if sampling[name] ~= nil then
+      local alone, why = pcall(r.check_sampling, r, { [name] = sampling[name] })
+      if not alone then return name, why end
+    end
+  end
+  return nil, err
+end
+
 --- Queues the sequences of one request (seq: prompt, limit, sampling, on_id, on_end), all
--- on one replica, or none: returns false when max_queue sequences wait already. The
--- scheduler's on_arrival(self, seq, state), when it has one, says where each joins the
--- queue (an index into state.waiting; default: its end, first come first served).
+-- on one replica, or none: returns false when max_queue sequences wait already, and raises
+-- a 400 error object (serve_openai.fail) naming the option when the replica refuses a
+-- sequence's sampling, which would otherwise fail at its admission. The scheduler's
+-- on_arrival(self, seq, state), when it has one, says where each joins the queue (an index
+-- into state.waiting; default: its end, first come first served).
 function Engine:submit(seqs)
   if self.stopping then return false end
   if self:waiting() + #seqs > self.max_queue then return false end
   local k = self:least_loaded()
   local rn, sched = self.runners[k], self.scheduler
+  for _, seq in ipairs(seqs) do
+    local option, why = refused_sampling(self.replicas[k], seq.sampling)
+    if why then
+      serve_openai.fail(("%s cannot be sampled by this server: %s"):format(option and ("'" .. option .. "'")
+        or "the sampling options", util.bare(why):gsub("^replica:check_sampling: ", "")), option)
+    end
+  end
   for _, seq in ipairs(seqs) do
     self.next_index = self.next_index + 1
     seq.index, seq.replica, seq.position, seq.output = self.next_index, self.replicas[k], 0, {}
@@ -162,17 +187,22 @@ function Engine:fill(k)
 end
 
 -- Replica k's oldest step, done: its ids handed to their sequences, then the steps after
--- it built. Returns how many ids it generated and how many prompt rows it fed.
+-- it built. A row no id could be drawn for ends its own sequence with an error (the rows
+-- fed by it in the step after fail too, and are dropped as an ended sequence's are).
+-- Returns how many ids it generated and how many prompt rows it fed.
 function Engine:advance(k)
   local rn, plan = self.runners[k], table.remove(self.flights[k], 1)
   local h = plan.handle
-  local ids = h:tokens()
-  local logprobs = plan.logprobs and h:logprobs() or {}
+  local ids, failed = h:tokens { partial = true }
+  local logprobs = plan.logprobs and h:logprobs { partial = true } or {}
   local live = {}
   for i, seq in ipairs(plan.seqs) do live[i] = not seq.finish end
-  local generated, ended = rn:apply(plan, ids)
+  local generated, ended = rn:apply(plan, ids, failed)
   for i, row in ipairs(plan.rows) do
-    if live[i] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
+    if live[i] and ids[row] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
+  end
+  for _, seq in ipairs(ended) do
+    if seq.finish == "error" and self.on_error then self.on_error(("request %d: %s"):format(seq.index, seq.error)) end
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
   self:fill(k)

@@ -1,10 +1,20 @@
---- gptoss.serve_http (internal, gptoss.serve's): the HTTP front on lua-http. Each request
--- runs in its own cqueues coroutine: the bearer key is checked on /v1/ (in constant time), the body
--- read up to the limit (413 past it; a client that sent Expect: 100-continue is told to go
--- on first, RFC 9110 10.1.1), JSON decoded (400 when malformed), and the route's handler
--- called with a response object that writes JSON, OpenAI error objects or server-sent
--- events. A handler's Lua error is a 500 with its message; a raised error object
--- (serve_openai.fail) is answered as it says.
+--- gptoss.serve_http (internal, gptoss.serve's): the HTTP front on lua-http, HTTP/1.1 only
+-- (docs/serve.md#limits).
+-- Each request runs in its own cqueues coroutine: its headers read within a deadline (408),
+-- its framing checked (one Content-Length; 400 otherwise, 411 for a chunked body), the
+-- bearer key checked on /v1/ (in constant time), the body read up to the limit (413 past it)
+-- and within a deadline (408), a client that sent Expect: 100-continue told to go on first
+-- (RFC 9110 10.1.1), JSON decoded (400 when malformed), and the route's handler called with
+-- a response object that writes JSON, OpenAI error objects or server-sent events. A
+-- handler's Lua error is a 500 with its message; a raised error object (serve_openai.fail)
+-- is answered as it says.
+--
+-- lua-http is held to this from our side of its API (docs/decisions.md, "The HTTP layer
+-- under gptoss serve"): a request whose body was not read to its end (refused, cut, or of
+-- broken framing) gets `connection: close`, and its connection is taken from lua-http
+-- (take_socket) and closed here: lua-http's stream shutdown would read the rest itself, and
+-- spins forever once the client has closed (issue 59's wedge). Headers lua-http cannot read are
+-- answered on the taken socket.
 --
 -- Debian 12 packages lua-http for Lua 5.1 to 5.3 only; its code is plain Lua that runs on
 -- 5.4 (upstream supports 5.4 since 0.4), so when http.server is not on 5.4's path the
@@ -23,16 +33,19 @@ local function require_http()
     end
     package.path = package.path .. ";" .. table.concat(extra, ";")
   end
-  return require "http.server", require "http.headers"
+  return require "http.server", require "http.headers", require "http.h1_reason_phrases"
 end
-local http_server, http_headers = require_http()
+local http_server, http_headers, reason_phrases = require_http()
 
 local serve_http = {}
 
--- Bodies are decoded by lua-cjson (C, strict, nesting bounded: they come from the network)
--- and answers encoded by dkjson, which writes an empty list as [] (OpenAI's "choices": [])
+-- Bodies are decoded by a lua-cjson instance of our own (C, nesting bounded: they come from
+-- the network), strict where the module's default is not: no hex numbers, NaN or Infinity.
+-- Answers are encoded by dkjson, which writes an empty list as [] (OpenAI's "choices": [])
 -- where Debian 12's lua-cjson writes {}. serve_http.null is null in an answer. Keys come
 -- in the order OpenAI's answers have them (the rest after, sorted).
+local json = cjson.new()
+json.decode_invalid_numbers(false)
 serve_http.null = dkjson.null
 local KEY_ORDER = { keyorder = { "id", "object", "created", "model", "choices", "index", "message", "delta", "role",
   "content", "reasoning_content", "tool_calls", "text", "logprobs", "finish_reason", "usage", "error" } }
@@ -48,6 +61,12 @@ end
 
 -- Seconds a client may take to take a chunk of the response before it counts as gone.
 local WRITE_TIMEOUT = 30
+-- A request line or header line longer than this (CRLF included) is refused: cqueues' line
+-- buffer, where lua-http reads them.
+local MAX_LINE = 4096
+-- A closed connection's unread input is drained for this long (and at most this much) after
+-- its last answer, so that the client reads that answer rather than a reset.
+local LINGER, LINGER_BYTES = 2, 1024 * 1024
 
 --- Whether two strings are equal, in time that depends only on the expected one's length.
 function serve_http.same_key(given, expected)
@@ -56,6 +75,54 @@ function serve_http.same_key(given, expected)
     diff = diff | ((given:byte(i) or 0) ~ expected:byte(i))
   end
   return diff == 0
+end
+
+-- Raises the error object of a refused request.
+local function refuse(status, message)
+  error({ status = status, type = "invalid_request_error", message = message }, 0)
+end
+
+-- Text from the client, fit to quote in an answer (JSON strings are UTF-8).
+local function printable(text)
+  return (text:gsub("[^\32-\126]", "?"))
+end
+
+local function error_body(err)
+  return { error = { message = err.message, type = err.type, param = err.param or serve_http.null,
+    code = err.code or serve_http.null } }
+end
+
+-- Socket errors returned, not raised (cqueues' default raises most), and a timed-out read
+-- not kept as the socket's error.
+local function returned(socket, _, why)
+  if why == errno.ETIMEDOUT then socket:clearerr("r") end
+  return why
+end
+
+-- The socket of stream's connection, taken from lua-http (nil when it was taken before):
+-- its errors returned, and those lua-http left on it (a parse error on the read side) cleared.
+local function take_socket(stream)
+  local socket = stream.connection:take_socket()
+  if socket then
+    socket:onerror(returned)
+    socket:clearerr()
+  end
+  return socket
+end
+
+-- Closes a socket taken from lua-http: no more output, then its input drained until the
+-- client closes, LINGER or LINGER_BYTES, so that the kernel does not answer the client's
+-- unread bytes with a reset that would discard the answer written before.
+local function close_lingering(socket)
+  socket:shutdown("w")
+  local deadline, drained = cqueues.monotime() + LINGER, 0
+  while drained < LINGER_BYTES do
+    local left = deadline - cqueues.monotime()
+    local data = left > 0 and socket:xread(-65536, "b", left)
+    if not data then break end
+    drained = drained + #data
+  end
+  socket:close()
 end
 
 local Response = {}
@@ -69,50 +136,58 @@ local function headers_of(status, content_type, extra)
   return h
 end
 
---- Writes a whole response: a string body, or a table as JSON.
+-- ok, after noting a failed write: the client has gone.
+local function wrote(res, ok)
+  if not ok then res.gone = true end
+  return ok
+end
+
+--- Writes a whole response: a string body, or a table as JSON (to a HEAD request, only its
+-- headers). False when the client is gone.
 function Response:send(status, body, extra, content_type)
   self.status = status
   local text = type(body) == "string" and body or encode(body)
-  local ok = self.stream:write_headers(headers_of(status, content_type or "application/json", extra), false,
-    WRITE_TIMEOUT)
-  return ok and self.stream:write_chunk(text, true, WRITE_TIMEOUT)
+  local h = headers_of(status, content_type or "application/json", extra)
+  h:append("content-length", tostring(#text))
+  if self.unread then h:append("connection", "close") end -- handle closes it
+  if self.head then return wrote(self, self.stream:write_headers(h, true, WRITE_TIMEOUT)) end
+  return wrote(self, self.stream:write_headers(h, false, WRITE_TIMEOUT)
+    and self.stream:write_chunk(text, true, WRITE_TIMEOUT))
 end
 
 --- An OpenAI error object with its status (err: serve_openai.fail's).
 function Response:error(err, extra)
-  return self:send(err.status, { error = { message = err.message, type = err.type, param = err.param or serve_http.null,
-    code = err.code or serve_http.null } }, extra)
+  return self:send(err.status, error_body(err), extra)
 end
 
 --- Starts a server-sent event stream; false when the client is gone.
 function Response:open_events()
   self.status = 200
-  return self.stream:write_headers(headers_of(200, "text/event-stream", { ["cache-control"] = "no-cache" }), false,
-    WRITE_TIMEOUT) ~= nil
+  return wrote(self, self.stream:write_headers(headers_of(200, "text/event-stream", { ["cache-control"] = "no-cache" }),
+    false, WRITE_TIMEOUT))
 end
 
 --- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
 -- False when the client is gone.
 function Response:write_events(text, last)
-  return self.stream:write_chunk(text, last, WRITE_TIMEOUT) ~= nil
+  return wrote(self, self.stream:write_chunk(text, last, WRITE_TIMEOUT))
 end
 
 --- Waits for cond to be signalled, or for the client to go: false once it has gone (then
--- without waiting). An HTTP/1 client that has sent its whole request and closes its
--- connection (or resets it) gives end of file there, seen without reading past it; one
--- that sends more first (a pipelined request, lua-http's to read) is no longer watched,
--- nor is an HTTP/2 connection, whose frames lua-http's reader owns.
+-- without waiting). A client that has sent its whole request and closes its connection (or
+-- resets it) gives end of file there, seen without reading past it. Not watched: one that
+-- sends more first (a pipelined request, lua-http's to read), and one that sent
+-- `Connection: close`, whose read side lua-http shuts once the request is read (end of
+-- file there says nothing of the client): their departure shows when the answer is written.
 function Response:wait(cond)
-  if self.watched == nil then
-    local connection = self.stream.connection
-    self.watched = connection.version < 2 and connection.socket or false
-  end
+  if self.watched == nil then self.watched = self.watch and self.stream.connection.socket or false end
   local socket = self.watched
   if socket then
     local more, _, why = socket:fill(1, 0) -- also asks the controller to wake us when it is readable
     if more then
       self.watched = false
     elseif why ~= errno.ETIMEDOUT then
+      self.gone = true
       return false
     end
   end
@@ -126,8 +201,7 @@ local function meet_expectation(stream, headers)
   local expect = headers:get("expect")
   if not expect then return end
   if expect:lower():match("^%s*(.-)%s*$") ~= "100-continue" then
-    error({ status = 417, type = "invalid_request_error",
-      message = ("this server meets no expectation but 100-continue (Expect: %s)"):format(expect) }, 0)
+    refuse(417, ("this server meets no expectation but 100-continue (Expect: %s)"):format(printable(expect)))
   end
   if stream.peer_version >= 1.1 then
     local continue = http_headers.new()
@@ -136,83 +210,179 @@ local function meet_expectation(stream, headers)
   end
 end
 
--- The request's body, at most limit bytes: nil and an error object past it.
-local function read_body(stream, headers, limit)
-  local too_big = { status = 413, type = "invalid_request_error",
-    message = ("the request body is over this server's limit of %d bytes"):format(limit) }
-  local declared = headers:get("content-length")
-  local length = declared and tonumber(declared)
-  if length and length > limit then return nil, too_big end
+-- The length of a request's body as RFC 9112 6.3 frames it: one Content-Length of digits
+-- (none: no body). Transfer-Encoding is refused: with a Content-Length (400), the length is
+-- ambiguous; alone (411), because lua-http holds a whole chunk (up to 4 GiB) before it hands
+-- any of it over, past any limit of ours.
+local function body_length(headers)
+  local lengths = headers:get_as_sequence("content-length")
+  if headers:has("transfer-encoding") then
+    if lengths.n > 0 then
+      refuse(400, "Content-Length and Transfer-Encoding together: the body's length is ambiguous (RFC 9112 6.3)")
+    end
+    refuse(411, "this server reads a body of a Content-Length only, not Transfer-Encoding")
+  end
+  if lengths.n > 1 then refuse(400, "more than one Content-Length (RFC 9112 6.3)") end
+  local text = lengths[1] or "0"
+  if not text:match("^%d+$") or #text > 15 then refuse(400, "Content-Length must be a number of bytes") end
+  return tonumber(text)
+end
+
+-- The request's body of length bytes, at most opts.max_body and within opts.body_timeout
+-- seconds (an error object past either); nil when the client closed before sending it whole.
+local function read_body(res, length, headers, opts)
+  local stream, limit = res.stream, opts.max_body
+  if length > limit then refuse(413, ("the request body is over this server's limit of %d bytes"):format(limit)) end
   meet_expectation(stream, headers)
+  local deadline = cqueues.monotime() + opts.body_timeout
   local parts, size = {}, 0
-  while true do
-    local chunk, err = stream:get_next_chunk(WRITE_TIMEOUT)
+  while size < length do
+    local chunk, why, code = stream:get_next_chunk(math.max(deadline - cqueues.monotime(), 0))
     if not chunk then
-      if err then return nil, { status = 400, type = "invalid_request_error", message = "reading the body: " .. err } end
-      break
+      if code == errno.ETIMEDOUT then
+        refuse(408, ("the request's body did not arrive within %g s"):format(opts.body_timeout))
+      end
+      if why and code ~= errno.ECONNRESET and code ~= errno.EPIPE then refuse(400, "reading the body: " .. why) end
+      return nil
     end
     size = size + #chunk
-    if size > limit then return nil, too_big end
     parts[#parts + 1] = chunk
   end
+  res.unread = false
   return table.concat(parts)
 end
 
 --- A request's JSON body decoded (an error object when it is not JSON).
 function serve_http.decode(text)
-  local ok, body = pcall(cjson.decode, text)
-  if not ok then
-    error({ status = 400, type = "invalid_request_error",
-      message = "the body is not valid JSON: " .. tostring(body):gsub("^.-: ", "") }, 0)
-  end
+  local ok, body = pcall(json.decode, text)
+  if not ok then refuse(400, "the body is not valid JSON: " .. tostring(body):gsub("^.-: ", "")) end
   return body
 end
 
--- Answers one request: routes[method .. " " .. path] = function(res, body_text, headers).
-local function handle(opts, stream)
-  local res = setmetatable({ stream = stream }, Response)
-  local headers = stream:get_headers(WRITE_TIMEOUT)
-  if not headers then return end
+-- Whether a request asks for its connection to be closed after the answer.
+local function asks_close(headers)
+  return (headers:get_comma_separated("connection") or ""):lower():find("%f[%w]close%f[^%w]") ~= nil
+end
+
+-- Answers a request whose headers were read: routes[method .. " " .. path] =
+-- function(res, body_text, headers); HEAD is answered as GET without the body.
+local function answer(opts, res, headers)
   local method, path = headers:get(":method"), (headers:get(":path") or ""):match("^[^?]*")
-  res.endpoint = opts.paths[path] and path or "other" -- /metrics' labels stay a bounded set
-  local route = opts.routes[method .. " " .. path]
-  local ok, err = pcall(function()
-    if opts.api_key and path:find("^/v1/") then -- as vLLM: /health and /metrics stay open
-      local given = (headers:get("authorization") or ""):match("^Bearer%s+(.-)%s*$") or ""
-      if not serve_http.same_key(given, opts.api_key) then
-        error({ status = 401, type = "invalid_request_error", code = "invalid_api_key",
-          message = "a valid API key is needed: Authorization: Bearer KEY" }, 0)
-      end
+  res.endpoint = opts.allow[path] and path or "other" -- /metrics' labels stay a bounded set
+  res.head, res.watch = method == "HEAD", not asks_close(headers)
+  local route = opts.routes[(res.head and "GET" or method) .. " " .. path]
+  local length = body_length(headers) -- a request of broken framing is refused whatever it asks
+  res.unread = length > 0
+  if opts.api_key and path:find("^/v1/") then -- as vLLM: /health and /metrics stay open
+    local given = (headers:get("authorization") or ""):match("^Bearer%s+(.-)%s*$") or ""
+    if not serve_http.same_key(given, opts.api_key) then
+      error({ status = 401, type = "invalid_request_error", code = "invalid_api_key",
+        message = "a valid API key is needed: Authorization: Bearer KEY" }, 0)
     end
-    if not route then
-      local known = opts.paths[path]
-      error({ status = known and 405 or 404, type = "invalid_request_error",
-        message = known and ("%s does not take %s"):format(path, method) or ("no such endpoint: %s %s"):format(method, path) },
-        0)
+  end
+  if not route then
+    local allow = opts.allow[path]
+    if allow then
+      res.allow = allow
+      refuse(405, ("%s takes %s, not %s"):format(path, allow, printable(method)))
     end
-    local body, why = read_body(stream, headers, opts.max_body)
-    if not body then error(why, 0) end
-    route(res, body, headers)
-  end)
+    refuse(404, ("no such endpoint: %s %s"):format(printable(method), printable(path)))
+  end
+  local body = read_body(res, length, headers, opts)
+  if body then route(res, body, headers) else res.gone = true end
+end
+
+-- What to answer to a request whose headers lua-http could not read (code: the errno it
+-- gave, why: its message): a status and a message, or nil when the client left.
+-- request_line: whether the request line itself was not read.
+local function header_failure(socket, why, code, request_line, opts)
+  if code == errno.ETIMEDOUT then
+    return 408, ("the request's headers did not arrive within %g s"):format(opts.header_timeout)
+  elseif code == errno.E2BIG then
+    return 431, "more than 100 header fields"
+  elseif code == errno.EILSEQ then
+    local what = request_line and "request line" or "header line"
+    local line = socket:xread("*L", "b", 0) or "" -- lua-http puts back the line it could not parse
+    if not line:find("\n$") then
+      return request_line and 414 or 431, ("a %s longer than %d bytes"):format(what, MAX_LINE)
+    elseif request_line and line:match("^%S+ %S+ HTTP/%d") and not line:match(" HTTP/1%.[01]\r\n$") then
+      return 505, "this server speaks HTTP/1.1 only"
+    end
+    return 400, "a malformed " .. what
+  elseif code == nil and why then
+    return 400, "malformed headers: " .. why
+  end
+end
+
+-- Answers, on the connection's socket taken from lua-http, a request whose headers it could
+-- not read, and closes the connection; after any answer before it on the connection (a
+-- pipelining client's), which lua-http writes in order.
+local function refuse_headers(opts, stream, why, code)
+  local connection = stream.connection
+  if connection.pipeline:peek() ~= stream then cqueues.poll(stream.pipeline_cond, WRITE_TIMEOUT) end
+  local request_line = stream.state == "idle"
+  local socket = take_socket(stream)
+  if not socket then return end
+  local status, message = header_failure(socket, why, code, request_line, opts)
+  if status then
+    local body = encode(error_body { type = "invalid_request_error", message = message })
+    local head = "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    socket:xwrite(head:format(status, reason_phrases[tostring(status)], #body) .. body, "n", WRITE_TIMEOUT)
+    opts.on_answered("other", status)
+  end
+  close_lingering(socket)
+end
+
+-- Answers one request on stream.
+local function handle(opts, stream)
+  local read, headers, why, code = pcall(stream.get_headers, stream, opts.header_timeout)
+  if not read then headers, why, code = nil, "a field lua-http could not parse", nil end -- it raised on one
+  if not headers then return refuse_headers(opts, stream, why, code) end
+  local res = setmetatable({ stream = stream, endpoint = "other", unread = true }, Response)
+  local ok, err = pcall(answer, opts, res, headers)
   if not ok then
     if type(err) ~= "table" then
-      opts.log("error answering " .. path .. ": " .. tostring(err))
+      opts.log("error answering " .. res.endpoint .. ": " .. tostring(err))
       err = { status = 500, type = "server_error", message = tostring(err) }
     end
-    if not res.status then res:error(err, err.retry_after and { ["retry-after"] = tostring(err.retry_after) }) end
+    local extra = { ["retry-after"] = err.retry_after and tostring(err.retry_after), allow = res.allow }
+    if not res.status then res:error(err, extra) end
   end
-  opts.on_answered(res.endpoint, res.status or 499)
+  opts.on_answered(res.endpoint, res.gone and 499 or res.status or 499)
+  if res.unread or res.gone then -- a departed client's connection too: lua-http would write it a bare 503
+    local socket = take_socket(stream)
+    if socket then close_lingering(socket) end
+  end
 end
 
 --- Listens on opts.host:opts.port (0: any free port) in controller cq: opts.routes,
--- opts.api_key (nil: none), opts.max_body, opts.log(line), opts.on_answered(endpoint,
--- status). Returns the lua-http server and the port it took.
+-- opts.api_key (nil: none), opts.max_body, opts.header_timeout and opts.body_timeout
+-- (seconds), opts.max_connections, opts.log(line), opts.on_answered(endpoint, status).
+-- Returns the lua-http server and the port it took.
 function serve_http.listen(cq, opts)
-  opts.paths = {}
-  for key in pairs(opts.routes) do opts.paths[key:match(" (.*)$")] = true end
+  local methods = {}
+  for key in pairs(opts.routes) do
+    local method, path = key:match("^(%S+) (.*)$")
+    methods[path] = methods[path] or {}
+    table.insert(methods[path], method)
+    if method == "GET" then table.insert(methods[path], "HEAD") end
+  end
+  opts.allow = {}
+  for path, list in pairs(methods) do
+    table.sort(list)
+    opts.allow[path] = table.concat(list, ", ")
+  end
   local server, err = http_server.listen {
-    host = opts.host, port = opts.port, tls = false, cq = cq, reuseaddr = true,
-    onstream = function(_, stream) handle(opts, stream) end,
+    host = opts.host, port = opts.port, tls = false, cq = cq, reuseaddr = true, version = 1.1,
+    max_concurrent = opts.max_connections, intra_stream_timeout = opts.header_timeout,
+    onstream = function(_, stream)
+      local ok, why = pcall(handle, opts, stream)
+      if not ok then
+        opts.log("error answering a request: " .. tostring(why))
+        local socket = take_socket(stream)
+        if socket then socket:close() end
+      end
+    end,
     onerror = function(_, _, op, why) opts.log(("http: %s: %s"):format(op, tostring(why))) end,
   }
   if not server then error(("cannot listen on %s:%s: %s"):format(opts.host, opts.port, err), 0) end

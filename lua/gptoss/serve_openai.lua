@@ -7,6 +7,7 @@
 -- field; docs/serve.md lists what is and is not supported.
 local cjson = require "cjson"
 local harmony = require "gptoss.harmony"
+local valid_utf8 = require("gptoss.harmony_parser").valid_utf8
 local util = require "gptoss.util"
 
 local serve_openai = {}
@@ -15,9 +16,11 @@ local MAX_N, MAX_STOPS, MAX_TOP_LOGPROBS, MAX_COMPLETION_LOGPROBS = 16, 4, 20, 5
 local EFFORTS = { "low", "medium", "high" }
 
 --- Raises an OpenAI error object; status 400 and type invalid_request_error by default.
+-- What a request sent and the message quotes (a model name, a field's name) may be any
+-- bytes: an answer is JSON, UTF-8, so an invalid byte is shown as U+FFFD.
 function serve_openai.fail(message, param, status, type_, code)
-  error({ status = status or 400, message = message, param = param, type = type_ or "invalid_request_error",
-    code = code }, 0)
+  error({ status = status or 400, message = valid_utf8(message), param = param and valid_utf8(param),
+    type = type_ or "invalid_request_error", code = code }, 0)
 end
 local fail = serve_openai.fail
 
@@ -41,11 +44,22 @@ local function boolean(body, param, default)
   return v
 end
 
+-- A number as JSON would spell it, NaN and the infinities as the JSON5 words a decoder
+-- that takes them reads.
+local function number_text(v)
+  if v ~= v then return "NaN" end
+  if v == math.huge or v == -math.huge then return v > 0 and "Infinity" or "-Infinity" end
+  return tostring(v)
+end
+
+local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
+
 -- A number field in [lo, hi]; integer = true asks for an integer (JSON numbers decode as floats).
 local function number(body, param, lo, hi, integer)
   local v = body[param]
   if is_null(v) then return nil end
-  want(type(v) == "number" and v == v, param, integer and "an integer" or "a number", v)
+  want(type(v) == "number", param, integer and "an integer" or "a number", v)
+  if not finite(v) then fail(("'%s' must be a finite number (got %s)"):format(param, number_text(v)), param) end
   if integer then
     v = math.tointeger(v)
     if not v then fail(("'%s' must be an integer"):format(param), param) end
@@ -86,19 +100,23 @@ local function stop_strings(body)
   return v
 end
 
--- logit_bias: {"token id": bias in -100..100} as r:sampling's {[id] = bias}.
+-- logit_bias: {"token id": bias in -100..100} as r:sampling's {[id] = bias}. A key is a
+-- token id in decimal digits, as OpenAI's are (not "0x10", "1e2" or " 5 ", which Lua's
+-- tonumber would read).
 local function logit_bias(body, vocab)
   local v = body.logit_bias
   if is_null(v) then return nil end
   want(type(v) == "table", "logit_bias", "an object of token ids to biases", v)
   local bias, count = {}, 0
   for k, b in pairs(v) do
-    local id = math.tointeger(tonumber(k))
-    if type(k) ~= "string" or not id or id < 0 or id >= vocab then
-      fail(("'logit_bias' keys must be token ids 0..%d (got %s)"):format(vocab - 1, util.quoted(k)), "logit_bias")
+    local id = type(k) == "string" and k:find("^%d+$") and math.tointeger(tonumber(k))
+    if not id or id >= vocab then
+      fail(("'logit_bias' keys must be token ids 0..%d in decimal digits (got %s)"):format(vocab - 1, util.quoted(k)),
+        "logit_bias")
     end
-    if type(b) ~= "number" or b ~= b or b < -100 or b > 100 then
-      fail(("'logit_bias' values must be numbers in -100..100 (got %s for %s)"):format(json_type(b), k), "logit_bias")
+    if type(b) ~= "number" or not finite(b) or b < -100 or b > 100 then
+      fail(("'logit_bias' values must be numbers in -100..100 (got %s for %s)"):format(
+        type(b) == "number" and number_text(b) or json_type(b), k), "logit_bias")
     end
     bias[id], count = b, count + 1
   end
@@ -156,7 +174,8 @@ local function text_of(content, param)
 end
 
 -- Function tools [{type = "function", function = {name, description, parameters}}] as
--- harmony's developer tools.
+-- harmony's developer tools: description a string and parameters a JSON schema object,
+-- when given.
 local function function_tools(tools)
   want(type(tools) == "table" and #tools > 0, "tools", "a non-empty list of tools", tools)
   local out = {}
@@ -167,8 +186,16 @@ local function function_tools(tools)
       fail(("'tools[%d]' must be {\"type\": \"function\", \"function\": {\"name\": letters, digits, _ or -, ...}}")
         :format(i - 1), "tools")
     end
-    out[i] = { name = f.name, description = type(f.description) == "string" and f.description or nil,
-      parameters = type(f.parameters) == "table" and f.parameters or nil }
+    local description, parameters = f.description, f.parameters
+    if not (is_null(description) or type(description) == "string") then
+      fail(("'tools[%d].function.description' must be a string (got %s)"):format(i - 1, json_type(description)), "tools")
+    end
+    if not (is_null(parameters) or type(parameters) == "table" and #parameters == 0) then
+      fail(("'tools[%d].function.parameters' must be a JSON schema object (got %s)"):format(i - 1,
+        json_type(parameters)), "tools")
+    end
+    out[i] = { name = f.name, description = not is_null(description) and description or nil,
+      parameters = not is_null(parameters) and parameters or nil }
   end
   return out
 end
@@ -233,6 +260,19 @@ local function conversation(body, effort, tools)
   return table.move(turns, 1, #turns, #out + 1, out)
 end
 
+-- Refuses a prompt of `bytes` bytes of text before it is tokenized when it cannot fit the
+-- context with room to generate: a token stands for at most the vocabulary's longest entry
+-- (max_token_length bytes), so such a prompt is more than ctx - 1 tokens. Tokenizing
+-- megabytes only to refuse them would hold up every other request.
+local function check_prompt_bytes(bytes, tokenizer, ctx, param)
+  local most = (ctx - 1) * tokenizer.max_token_length
+  if bytes > most then
+    fail(("the prompt is %d bytes of text, more than the %d tokens this server's context of %d leaves for a prompt "
+      .. "can hold (%d bytes at the most, %d a token)"):format(bytes, ctx - 1, ctx, most, tokenizer.max_token_length),
+      param, 400, nil, "context_length_exceeded")
+  end
+end
+
 -- The job's limit from the body's max tokens (param), checked against the context left
 -- after the prompt.
 local function limit_of(body, params, job, ctx)
@@ -277,7 +317,11 @@ function serve_openai.chat(body, tokenizer, ctx)
   local tools = not is_null(body.tools) and function_tools(body.tools) or nil
   if choice == "none" then tools = nil end
   job.tools = tools ~= nil
-  local ok, ids = pcall(function() return harmony.render_ids(conversation(body, effort, tools), tokenizer) end)
+  local ok, ids = pcall(function()
+    local turns = conversation(body, effort, tools)
+    check_prompt_bytes(#harmony.render(turns), tokenizer, ctx, "messages")
+    return harmony.render_ids(turns, tokenizer)
+  end)
   if not ok then
     if type(ids) == "table" then error(ids, 0) end
     fail("the conversation cannot be rendered: " .. util.bare(ids), tools and "tools" or "messages")
@@ -298,6 +342,7 @@ function serve_openai.completion(body, tokenizer, ctx)
   if boolean(body, "echo", false) then fail("'echo' is not supported", "echo") end
   local prompt = body.prompt
   if type(prompt) == "string" then
+    check_prompt_bytes(#prompt, tokenizer, ctx, "prompt")
     job.prompt = tokenizer:encode(prompt)
   else
     want(type(prompt) == "table" and #prompt > 0, "prompt", "a string or a non-empty list of token ids", prompt)

@@ -1,6 +1,7 @@
 /* Reading a checkpoint directory (docs/checkpoints.md): its shards, checked
  * against the index when there is one, and each course tensor's parts taken
  * from them into the model's sources, which stay in the mapped files. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "checkpoint.h"
 
 #include <jansson.h>
@@ -25,18 +26,61 @@ static gptoss_status out_of_memory(char *err, const char *what) {
     return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for %s", what);
 }
 
+/* Whether path is dir or lies below it (both real paths). */
+static int below(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == 0 || (n == 1 && dir[0] == '/'));
+}
+
+/* Refuses path, a file of the checkpoint in dir, when it is a link to a file
+ * outside the checkpoint (docs/checkpoints.md#links): its real path must lie
+ * below dir's, or, for a checkpoint in a Hugging Face cache (a folder below a
+ * repository's snapshots/REVISION/), below that repository's blobs/, where
+ * huggingface_hub keeps the files its snapshots link to. A path that does
+ * not resolve is left for the opening to report. */
+static gptoss_status inside_checkpoint(const char *dir, const char *path, const char *what, char *err) {
+    char *real = realpath(path, NULL), *root = real ? realpath(dir, NULL) : NULL;
+    gptoss_status s = GPTOSS_OK;
+    if (real && root && !below(real, root)) {
+        char *snapshots = NULL; /* the last "/snapshots/" of root, followed by a revision */
+        for (char *at = strstr(root, "/snapshots/"); at; at = strstr(at + 1, "/snapshots/"))
+            snapshots = at[11] ? at : snapshots;
+        if (snapshots)
+            memcpy(snapshots, "/blobs", 7); /* no longer than what it replaces */
+        if (!snapshots || !below(real, root))
+            s = gptoss_fail(err, GPTOSS_E_INVALID,
+                            "%s '%s' is a link to '%s', outside the checkpoint's directory: gptoss reads no file "
+                            "a checkpoint links to outside it (docs/checkpoints.md#links)",
+                            what, path, real);
+    }
+    free(real);
+    free(root);
+    return s;
+}
+
+/* dir/name (malloc'd into *path), refused unless it lies in the checkpoint. */
+static gptoss_status checkpoint_file(const char *dir, const char *name, const char *what, char **path, char *err) {
+    if (!(*path = gptoss_path_join(dir, name)))
+        return out_of_memory(err, "the path of a checkpoint's file");
+    gptoss_status s = inside_checkpoint(dir, *path, what, err);
+    if (s) {
+        free(*path);
+        *path = NULL;
+    }
+    return s;
+}
+
 /* Adds the safetensors file dir/name to m->shards. */
 static gptoss_status add_shard(gptoss_model *m, const char *dir, const char *name, char *err) {
     gptoss_st_file **grown = realloc(m->shards, sizeof *grown * (size_t)(m->n_shards + 1));
-    char *path = gptoss_path_join(dir, name);
-    if (!grown || !path) {
-        if (grown)
-            m->shards = grown;
-        free(path);
+    if (!grown)
         return out_of_memory(err, "the list of a checkpoint's shards");
-    }
     m->shards = grown;
-    gptoss_status s = gptoss_st_open(path, &m->shards[m->n_shards], err);
+    char *path;
+    gptoss_status s = checkpoint_file(dir, name, "checkpoint shard", &path, err);
+    if (s)
+        return s;
+    s = gptoss_st_open(path, &m->shards[m->n_shards], err);
     free(path);
     if (!s)
         m->n_shards++;
@@ -119,7 +163,9 @@ static gptoss_status open_shards(gptoss_model *m, const char *dir, char **where,
     if (!index || !single) {
         s = out_of_memory(err, "the paths of a checkpoint's files");
     } else if (stat(index, &st) == 0) {
-        s = open_indexed(m, dir, index, err);
+        s = inside_checkpoint(dir, index, "checkpoint index", err);
+        if (!s)
+            s = open_indexed(m, dir, index, err);
         *where = index, index = NULL;
     } else if (stat(single, &st) == 0) {
         s = add_shard(m, dir, GPTOSS_CHECKPOINT_SINGLE_FILE, err);
@@ -251,13 +297,14 @@ static gptoss_status check_count(const gptoss_model *m, const char *config_path,
 }
 
 gptoss_status gptoss_checkpoint_open(const char *dir, gptoss_model **out, char *err) {
-    char *config_path = gptoss_path_join(dir, "config.json");
-    if (!config_path)
-        return out_of_memory(err, "the path of a checkpoint's config.json");
+    char *config_path;
+    gptoss_status s = checkpoint_file(dir, "config.json", "checkpoint config", &config_path, err);
+    if (s)
+        return s;
     gptoss_format f;
     gptoss_config c;
     const char *names[GPTOSS_N_FIELDS];
-    gptoss_status s = gptoss_checkpoint_config_read(config_path, &f, &c, names, err);
+    s = gptoss_checkpoint_config_read(config_path, &f, &c, names, err);
     gptoss_model *m = NULL;
     char why[GPTOSS_ERR_LEN];
     if (!s && (s = gptoss_model_new(&c, names, f, &m, why)))

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "step_rows.h"
+
 struct gptoss_engine {
     const gptoss_engine_i *i;
     void *ctx;
@@ -108,16 +110,23 @@ void gptoss_engine_memory(const gptoss_engine *e, gptoss_memory *out) {
 
 uint64_t gptoss_engine_steps(const gptoss_engine *e) { return e->steps; }
 
+gptoss_status gptoss_engine_sampling_check(const gptoss_engine *e, const gptoss_slot_sampling *s, char *err) {
+    gptoss_status st = gptoss_sample_params_check(&s->params, err);
+    if (st || (st = gptoss_logit_bias_check(s->bias, s->n_bias, e->vocab, err)))
+        return st;
+    if (s->logprobs < -1 || s->logprobs > GPTOSS_MAX_LOGPROBS)
+        return gptoss_fail(err, GPTOSS_E_INVALID, "logprobs must be within 0..%d (got %d)", GPTOSS_MAX_LOGPROBS,
+                           s->logprobs);
+    return GPTOSS_OK;
+}
+
 gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_slot_sampling *s, char *err) {
     gptoss_logit_bias *bias = NULL;
     int n_bias = s ? s->n_bias : 0;
     if (s) {
-        gptoss_status st = gptoss_sample_params_check(&s->params, err);
-        if (st || (st = gptoss_logit_bias_check(s->bias, n_bias, e->vocab, err)))
+        gptoss_status st = gptoss_engine_sampling_check(e, s, err);
+        if (st)
             return st;
-        if (s->logprobs < -1 || s->logprobs > GPTOSS_MAX_LOGPROBS)
-            return gptoss_fail(err, GPTOSS_E_INVALID, "logprobs must be within 0..%d (got %d)", GPTOSS_MAX_LOGPROBS,
-                               s->logprobs);
         if (n_bias && !(bias = malloc(sizeof *bias * (size_t)n_bias)))
             return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
         if (n_bias)
@@ -165,9 +174,10 @@ static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b
 /* Fed tokens as ids, for an engine that takes ids only: *tokens is a copy of
  * b's where each fed token naming a row of fed_by is the id fed_by drew
  * there, or NULL when b holds none. Other fed tokens stay for the batch
- * check to refuse. A reference to a row fed_by could not draw fails as
- * reading fed_by's tokens does; the other rows of fed_by do not matter. */
-static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by,
+ * check to refuse. A row fed by a row of fed_by that could not draw is
+ * given token 0 and the fate GPTOSS_ROW_FED_FAILED in res: it runs (a
+ * batch does not stop for one row) and fails to draw. */
+static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss_result *fed_by, gptoss_result *res,
                                  int **tokens, char *err) {
     *tokens = NULL;
     int refs = 0;
@@ -178,50 +188,19 @@ static gptoss_status resolve_fed(gptoss_engine *e, const gptoss_batch *b, gptoss
     gptoss_status s = fed_by->delivered ? GPTOSS_OK : e->i->wait(e->ctx, fed_by, err);
     if (s)
         return s;
+    gptoss_step_rows_settle(fed_by);
     if (!(*tokens = malloc(sizeof(int) * (size_t)b->n)))
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     for (int r = 0; r < b->n; r++) {
         int t = b->tokens[r], j = gptoss_fed_row(t), fed = gptoss_token_is_fed(t) && j < fed_by->rows;
         (*tokens)[r] = fed ? fed_by->tokens[j] : t;
-        if (fed && fed_by->tokens[j] < 0) {
-            free(*tokens);
-            *tokens = NULL;
-            if (j == fed_by->bad_row)
-                return gptoss_fail(err, GPTOSS_E_DRAW, "%s", fed_by->why);
-            return gptoss_fail(err, GPTOSS_E_DRAW, "row %d: its logits allowed no token to be drawn", j + 1);
-        }
+        if (!fed || fed_by->tokens[j] >= 0)
+            continue;
+        (*tokens)[r] = 0;
+        if ((s = gptoss_step_rows_fed_failed(res, r, fed_by, j, err)))
+            return s;
     }
     return GPTOSS_OK;
-}
-
-/* The rows a step keeps the logits of: keep (0-based) checked against the
- * batch's n rows and copied into res, or every row when keep is NULL. */
-static gptoss_status keep_rows(const int *keep, int n_keep, int n, gptoss_result *res, char *err) {
-    if (!keep)
-        return GPTOSS_OK;
-    if (n_keep < 1)
-        return gptoss_fail(err, GPTOSS_E_INVALID, "logits names no row (keep none with logits = false)");
-    int *first = calloc((size_t)(n > 0 ? n : 1), sizeof *first); /* per row: 1 + where keep names it first */
-    if (!first || !(res->logit_rows = malloc(sizeof(int) * (size_t)n_keep))) {
-        free(first);
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    }
-    gptoss_status s = GPTOSS_OK;
-    for (int i = 0; i < n_keep && !s; i++) {
-        int r = keep[i];
-        if (r < 0 || r >= n)
-            s = gptoss_fail(err, GPTOSS_E_INVALID, "logits[%d] = %d is out of range 1..%d (the step's rows)", i + 1,
-                            r + 1, n);
-        else if (first[r])
-            s = gptoss_fail(err, GPTOSS_E_INVALID, "logits[%d] = %d repeats logits[%d]", i + 1, r + 1, first[r]);
-        else
-            first[r] = i + 1;
-        res->logit_rows[i] = r;
-    }
-    free(first);
-    if (!s)
-        res->logits_rows = n_keep;
-    return s;
 }
 
 static gptoss_storage *logits_storage(size_t rows, int vocab, char *err) {
@@ -242,14 +221,15 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     gptoss_batch batch = *b;
     batch.fed_rows = 0;
     int *fed_tokens = NULL, logprobs = 0;
-    gptoss_step_args a = {NULL, (const gptoss_logit_bias *const *)e->slot_bias, NULL, NULL, 0};
     gptoss_row_sampling *sampling = NULL;
-    /* an engine with host logits computes every row's; they are cut to the kept rows after */
-    gptoss_storage *every = NULL;
-    gptoss_status s = q->keep_logits ? keep_rows(q->keep, q->n_keep, b->n, res, err) : GPTOSS_OK;
+    gptoss_status s = q->keep_logits ? gptoss_step_rows_keep(q->keep, q->n_keep, b->n, res, err) : GPTOSS_OK;
+    if (!s)
+        s = gptoss_step_rows_draw(q->draw, q->n_draw, b->n, res, err);
+    if (!s && fed_by)
+        s = gptoss_step_rows_check_fed(b, fed_by, err);
     if (!s && fed_by && e->i->reads_fed_tokens)
         batch.fed_rows = fed_by->rows;
-    else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, &fed_tokens, err)) && fed_tokens)
+    else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, res, &fed_tokens, err)) && fed_tokens)
         batch.tokens = fed_tokens;
     if (!s)
         s = rows_sampling(e, &batch, &sampling, &logprobs, err);
@@ -258,22 +238,14 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     if (!s && logprobs && !(res->logprobs = malloc(sizeof *res->logprobs * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-    if (!s && (q->keep_logits || e->i->host_logits) &&
-        !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
-        s = GPTOSS_E_HOST_MEMORY;
-    if (!s && e->i->host_logits && res->logit_rows && !(every = logits_storage((size_t)b->n, e->vocab, err)))
+    if (!s && q->keep_logits && !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;
     if (!s) {
-        a.sampling = sampling;
-        a.logits = every ? (float *)every->data : res->logits ? (float *)res->logits->data : NULL;
-        a.logit_rows = every ? NULL : res->logit_rows;
-        a.n_logit_rows = every ? b->n : res->logits_rows;
+        gptoss_step_args a = {sampling, (const gptoss_logit_bias *const *)e->slot_bias,
+                              res->logits ? (float *)res->logits->data : NULL, res->logit_rows, res->logits_rows,
+                              res->fate};
         s = e->i->step(e->ctx, &batch, &a, res, err);
     }
-    for (int i = 0; !s && every && i < res->logits_rows; i++)
-        memcpy((float *)res->logits->data + (size_t)i * e->vocab,
-               (const float *)every->data + (size_t)res->logit_rows[i] * e->vocab, sizeof(float) * (size_t)e->vocab);
-    gptoss_storage_release(every);
     free(fed_tokens);
     free(sampling);
     if (s) {
@@ -293,6 +265,7 @@ gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *e
         if (s)
             return s;
     }
+    gptoss_step_rows_settle(res);
     if (res->bad_row >= 0)
         return gptoss_fail(err, GPTOSS_E_DRAW, "%s", res->why);
     return GPTOSS_OK;
@@ -330,6 +303,8 @@ void gptoss_result_release(gptoss_engine *e, gptoss_result *res) {
     res->logprobs = NULL;
     free(res->logit_rows);
     res->logit_rows = NULL;
+    free(res->fate);
+    res->fate = NULL;
     gptoss_storage_release(res->logits);
     res->logits = NULL;
 }

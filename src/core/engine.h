@@ -44,21 +44,33 @@ typedef struct {
     } part[GPTOSS_MEMORY_PARTS];
 } gptoss_memory;
 
+/* What becomes of a row's token: drawn (the default), not drawn (the step
+ * was told which rows to draw and this is not one), or failed because the
+ * token fed to the row is one the step before could not draw (an engine
+ * that reads fed tokens on the host; the row is not drawn). */
+enum { GPTOSS_ROW_DRAWS = 0, GPTOSS_ROW_UNDRAWN, GPTOSS_ROW_FED_FAILED };
+
+/* gptoss_result.tokens of a row that was not drawn; any other negative
+ * value is a row no token could be drawn for */
+#define GPTOSS_TOKEN_UNDRAWN INT32_MIN
+
 /* One step's results, owned by the caller from gptoss_engine_step until
  * gptoss_result_release. Tokens (and log-probabilities, where rows asked)
  * arrive when the step is done (delivered); logits are on the host when the
- * engine keeps them or the step was asked to, else readable from the engine
- * while no later step has run. */
+ * step was asked to keep them, else readable from the engine while no later
+ * step has run. */
 typedef struct {
     uint64_t seq;            /* the engine's step number (1, 2, ...) */
     uint64_t ticket;         /* the engine's own handle on the step */
     int rows, vocab;
-    int *tokens;             /* [rows], valid once delivered */
+    int *tokens;             /* [rows], valid once delivered (and settled: gptoss_engine_tokens) */
     gptoss_row_logprobs *logprobs; /* [rows] where a row's slot asks, valid once delivered; else NULL */
     gptoss_storage *logits;  /* [logits_rows][vocab] on the host, or NULL */
     int logits_rows;         /* rows logits holds: the step's, or those it was asked to keep */
     int *logit_rows;         /* which rows (0-based, in that order) when asked for some; NULL: all */
+    unsigned char *fate;     /* [rows] GPTOSS_ROW_*, or NULL: every row draws */
     int delivered;
+    int settled;             /* the fates applied to tokens, bad_row and why */
     int bad_row;             /* >= 0: the first row no token could be drawn for */
     char why[GPTOSS_ERR_LEN]; /* bad_row's reason */
 } gptoss_result;
@@ -70,6 +82,9 @@ typedef struct {
     float *logits;         /* NULL, or room for the logits of the rows below, filled before step returns */
     const int *logit_rows; /* those rows (0-based, in order); NULL: every row */
     int n_logit_rows;
+    /* per row GPTOSS_ROW_*, or NULL: every row draws. A row that does not
+     * draw needs no token (an engine may leave its logits uncomputed) */
+    const unsigned char *fate;
 } gptoss_step_args;
 
 /* What an engine implements. ctx is its own state. Every function that can
@@ -78,8 +93,6 @@ typedef struct {
     /* 1 if the engine's steps read fed tokens (gptoss_batch.fed_rows) on the
      * device; else they are resolved to ids on the host before a step */
     int reads_fed_tokens;
-    /* 1 if every step's logits are computed on the host (kept with it) */
-    int host_logits;
     /* checks the options it takes and fills in its defaults */
     gptoss_status (*resolve)(gptoss_model *m, gptoss_engine_opts *o, char *err);
     /* the bytes a replica of these (resolved) options takes, before making it;
@@ -93,10 +106,13 @@ typedef struct {
                             void **ctx, char *err);
     /* delivers the results of steps still running, then frees everything */
     void (*destroy)(void *ctx);
-    /* runs or enqueues one checked batch (an engine with host_logits gets
-     * room for every row's logits). Rows draw as a->sampling says, and fill
-     * res->logprobs where they ask. On success res->ticket is the engine's
-     * and res is delivered into later (wait), or already */
+    /* runs or enqueues one checked batch. Rows draw as a->sampling says
+     * (those a->fate lets draw), and fill res->logprobs where they ask; the
+     * logits of a->logit_rows go into a->logits when it is given. res->bad_row
+     * may name a row fed a token that could not be drawn already: a row that
+     * cannot draw replaces it only when it comes first. On success
+     * res->ticket is the engine's and res is delivered into later (wait), or
+     * already */
     gptoss_status (*step)(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
                           char *err);
     /* waits for res's step and delivers its tokens */
@@ -106,7 +122,8 @@ typedef struct {
     int (*ready)(void *ctx, const gptoss_result *res);
     /* res's memory is going away: never deliver into it */
     void (*forget)(void *ctx, gptoss_result *res);
-    /* the logits of res's step into out, while no later step has run */
+    /* the logits of res's step into out, while no later step has run
+     * (GPTOSS_E_STATE when they are gone, or were not all computed) */
     gptoss_status (*logits)(void *ctx, const gptoss_result *res, float *out, char *err);
     /* one row run like a step with every stage recorded */
     gptoss_status (*trace)(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits,
@@ -179,6 +196,10 @@ typedef struct {
     int logprobs;
 } gptoss_slot_sampling;
 
+/* Whether e would take s for a slot (gptoss_engine_sampling's checks,
+ * without setting anything): GPTOSS_E_INVALID with err saying why. */
+gptoss_status gptoss_engine_sampling_check(const gptoss_engine *e, const gptoss_slot_sampling *s, char *err);
+
 /* How slot (0-based, in range) draws its rows' tokens from now on: as s
  * says (its bias list copied), or greedy without bias or logprobs when s is
  * NULL. A refused setting changes nothing. */
@@ -198,18 +219,30 @@ typedef struct {
     int keep_logits;
     const int *keep;
     int n_keep;
+    /* NULL: every row draws a token; else only the n_draw rows draw lists
+     * (0-based, distinct; none when n_draw is 0): the others' tokens are
+     * GPTOSS_TOKEN_UNDRAWN and no later step may be fed them */
+    const int *draw;
+    int n_draw;
 } gptoss_step_request;
 
 /* Runs or enqueues the step q asks for (its batch checked as a whole
  * first: a refused batch changes nothing). Rows draw as their slots'
- * sampling says, keyed by the position the token will take. res is
- * initialised here; release it with gptoss_result_release. */
+ * sampling says, keyed by the position the token will take. A row fed a
+ * token the step before could not draw runs, and fails to draw itself. res
+ * is initialised here; release it with gptoss_result_release. */
 gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q, gptoss_result *res, char *err);
 
 /* The step's tokens (and res->logprobs), waiting for them (e may be NULL
  * once the engine is freed: its results were delivered then). GPTOSS_E_DRAW
- * when a row's logits allowed no draw (res->why says which and why). */
+ * when a row's logits allowed no draw (res->why says which and why); the
+ * tokens of the other rows are in res->tokens even then. */
 gptoss_status gptoss_engine_tokens(gptoss_engine *e, gptoss_result *res, char *err);
+
+/* After gptoss_engine_tokens: 1 when no token could be drawn for row
+ * (0-based), with why (GPTOSS_ERR_LEN bytes) saying why, without the "row
+ * N: " that res->why begins with; else 0. */
+int gptoss_result_row_failed(const gptoss_result *res, int row, char *why);
 
 /* 1 when gptoss_engine_tokens would return without waiting for the
  * device: res is delivered, or its step has finished (an event loop polls

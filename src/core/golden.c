@@ -55,6 +55,7 @@ static void golden_destroy(void *ctx) {
     gptoss_pool_free(g->pool);
     gptoss_rope_free(&g->rope);
     gptoss_sampler_free(g->sampler);
+    free(g->latest);
     free(g->kcache);
     free(g->vcache);
     free(g->length);
@@ -133,18 +134,64 @@ static gptoss_status golden_fork(void *ctx, int from, int to, int length, char *
     return GPTOSS_OK;
 }
 
+/* The rows whose logits a step computes into *order: those that draw
+ * (ascending, n_draw of them), then those kept that do not draw; at[r] is
+ * where row r is in it (-1: nowhere). */
+static int logit_order(const gptoss_batch *b, const gptoss_step_args *a, int *order, int *at, int *n_draw) {
+    int n = 0;
+    for (int r = 0; r < b->n; r++) {
+        int draws = !a->fate || a->fate[r] == GPTOSS_ROW_DRAWS;
+        at[r] = draws ? n : -1;
+        if (draws)
+            order[n++] = r;
+    }
+    *n_draw = n;
+    for (int i = 0; a->logits && i < a->n_logit_rows; i++) {
+        int r = a->logit_rows ? a->logit_rows[i] : i;
+        if (at[r] < 0) {
+            at[r] = n;
+            order[n++] = r;
+        }
+    }
+    return n;
+}
+
 /* Tokens are drawn at once: the host has the logits, and a step's result
- * then needs nothing of the engine later. */
+ * then needs nothing of the engine later. The logits of the rows that draw
+ * or are kept are computed, the others' not; they stay in g->latest until
+ * the next step (a refused one leaves the last one's). */
 static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_step_args *a, gptoss_result *res,
                                  char *err) {
     gptoss_golden *g = ctx;
-    gptoss_status st = gptoss_golden_forward(g, b, a->logits, NULL, err);
-    if (st)
-        return st;
-    res->bad_row = gptoss_draw_rows(&g->sampler, a->logits, b->n, g->c.vocab_size, a->sampling, a->slot_bias,
-                                    res->tokens, res->logprobs, res->why);
-    res->delivered = 1;
-    return GPTOSS_OK;
+    size_t V = (size_t)g->c.vocab_size, rows = (size_t)(b->n > 0 ? b->n : 1);
+    int *order = malloc(sizeof(int) * rows), *at = malloc(sizeof(int) * rows), n_draw = 0;
+    int n = order && at ? logit_order(b, a, order, at, &n_draw) : 0;
+    float *logits = order && at ? malloc(sizeof(float) * V * (size_t)(n > 0 ? n : 1)) : NULL;
+    gptoss_status st = logits ? gptoss_golden_forward(g, b, order, n, logits, NULL, err)
+                              : gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "cannot allocate %.1f MiB for logits",
+                                            (double)n * (double)V * 4 / 1048576.0);
+    char why[GPTOSS_ERR_LEN];
+    int bad = st ? -1 : gptoss_draw_rows(&g->sampler, logits, order, n_draw, (int)V, a->sampling, a->slot_bias,
+                                         res->tokens, res->logprobs, why);
+    if (bad >= 0 && (res->bad_row < 0 || bad < res->bad_row)) { /* a row fed a failed token may come first */
+        res->bad_row = bad;
+        memcpy(res->why, why, sizeof why);
+    }
+    if (!st) {
+        for (int i = 0; a->logits && i < a->n_logit_rows; i++)
+            memcpy(a->logits + (size_t)i * V, logits + (size_t)at[a->logit_rows ? a->logit_rows[i] : i] * V,
+                   sizeof(float) * V);
+        res->ticket = g->latest_ticket = ++g->tickets;
+        res->delivered = 1;
+        free(g->latest);
+        g->latest = logits;
+        g->latest_all = n_draw == b->n;
+    } else {
+        free(logits);
+    }
+    free(order);
+    free(at);
+    return st;
 }
 
 static gptoss_status golden_wait(void *ctx, gptoss_result *res, char *err) {
@@ -154,14 +201,23 @@ static gptoss_status golden_wait(void *ctx, gptoss_result *res, char *err) {
 
 static void golden_forget(void *ctx, gptoss_result *res) { (void)ctx, (void)res; }
 
+static gptoss_status golden_logits(void *ctx, const gptoss_result *res, float *out, char *err) {
+    const gptoss_golden *g = ctx;
+    if (res->ticket != g->latest_ticket)
+        return gptoss_fail(err, GPTOSS_E_STATE, "a later step on this replica has replaced these logits");
+    if (!g->latest_all)
+        return gptoss_fail(err, GPTOSS_E_STATE, "this step computed the logits of the rows it drew (draw) only");
+    memcpy(out, g->latest, sizeof(float) * (size_t)res->rows * (size_t)g->c.vocab_size);
+    return GPTOSS_OK;
+}
+
 static gptoss_status golden_trace(void *ctx, const gptoss_batch *b, gptoss_trace *trace, float *logits,
                                   char *err) {
-    return gptoss_golden_forward(ctx, b, logits, trace, err);
+    return gptoss_golden_forward(ctx, b, NULL, b->n, logits, trace, err);
 }
 
 const gptoss_engine_i gptoss_golden_engine = {
     .reads_fed_tokens = 0,
-    .host_logits = 1,
     .resolve = golden_resolve,
     .plan = golden_plan,
     .create = golden_create,
@@ -170,7 +226,7 @@ const gptoss_engine_i gptoss_golden_engine = {
     .wait = golden_wait,
     .ready = NULL, /* every result is delivered by its step */
     .forget = golden_forget,
-    .logits = NULL, /* host_logits: every result keeps its own */
+    .logits = golden_logits,
     .trace = golden_trace,
     .length = golden_length,
     .rewind_limit = NULL, /* every position is kept */

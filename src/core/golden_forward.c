@@ -394,17 +394,22 @@ static void moe_block(pass *p, int l) {
     record(p, GPTOSS_STAGE_RESID_FFN, l, 0, H, s->x);
 }
 
-/* The final norm, in place, and the logits. */
-static void unembed(pass *p, float *logits) {
+/* The final norm and the logits of the n rows listed (NULL: every row), the
+ * normed rows gathered into t. */
+static void unembed(pass *p, const int *rows, int n, float *logits) {
     const scratch *s = &p->s;
-    const int R = p->R, H = p->H, V = p->g->c.vocab_size;
-    rmsnorm_rows(p, s->x, s->x, p->W[GPTOSS_T_RMS_OUT]);
-    record(p, GPTOSS_STAGE_FINAL_NORM, -1, 0, H, s->x);
-    matmul(p->g, logits, gemm_input(p->g, s->tin, s->x, (size_t)R * H), R, p->W[GPTOSS_T_OUT], H, V);
+    const int H = p->H, V = p->g->c.vocab_size;
+    for (int k = 0; k < n; k++) {
+        const float *x = s->x + (size_t)(rows ? rows[k] : k) * H;
+        rmsnorm(s->t + (size_t)k * H, x, p->W[GPTOSS_T_RMS_OUT], H);
+    }
+    record(p, GPTOSS_STAGE_FINAL_NORM, -1, 0, H, s->t);
+    if (n > 0)
+        matmul(p->g, logits, gemm_input(p->g, s->tin, s->t, (size_t)n * H), n, p->W[GPTOSS_T_OUT], H, V);
     record(p, GPTOSS_STAGE_LOGITS, -1, 0, V, logits);
 }
 
-gptoss_status gptoss_golden_forward(gptoss_golden *g, const gptoss_batch *b, float *logits,
+gptoss_status gptoss_golden_forward(gptoss_golden *g, const gptoss_batch *b, const int *rows, int n, float *logits,
                                     gptoss_trace *trace, char *err) {
     const gptoss_config *c = &g->c;
     gptoss_status st = gptoss_batch_check(b, g->o.slots, g->o.ctx, c->vocab_size, g->length, err);
@@ -423,7 +428,7 @@ gptoss_status gptoss_golden_forward(gptoss_golden *g, const gptoss_batch *b, flo
         attention_block(&p, l);
         moe_block(&p, l);
     }
-    unembed(&p, logits);
+    unembed(&p, rows, rows ? n : p.R, logits);
     free(mem);
     return GPTOSS_OK;
 }

@@ -91,17 +91,19 @@ gptoss_status gptoss_logit_bias_check(const gptoss_logit_bias *b, int n, int voc
 gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int n, const gptoss_logit_bias *b,
                               int n_bias, const float **out, char *err);
 
-/* One token per row of logits [rows][vocab], as the GPU sampler draws
- * them: each row's logits plus its slot's bias (slot_bias[slot], n_bias
- * entries; slot_bias may be NULL when no row has any); then a row without
- * sampling (sampling NULL) or at temperature 0 takes the first maximum,
- * NaN never winning; any other follows gptoss_sample_with. A row that
- * cannot be drawn gets -1. logprobs (NULL, or [rows]) receives each row's
- * gptoss_logprobs where it asks (n_top -1 elsewhere). Returns the first row
- * that cannot be drawn with why set ("row N: ..." in 1-based rows), or -1.
- * *scratch is made when the first row needs it and may be reused by later
- * calls. */
-int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
+/* One token for each of the n rows of a batch that rows lists (0-based,
+ * ascending; NULL: rows 0..n-1), from logits [n][vocab] (row k of logits is
+ * rows[k]'s), as the GPU sampler draws them: each row's logits plus its
+ * slot's bias (slot_bias[slot], n_bias entries; slot_bias may be NULL when
+ * no row has any); then a row without sampling (sampling NULL) or at
+ * temperature 0 takes the first maximum, NaN never winning; any other
+ * follows gptoss_sample_with. A row that cannot be drawn gets -1. sampling,
+ * tokens and logprobs are indexed by the batch's rows; logprobs (NULL, or
+ * [rows]) receives each row's gptoss_logprobs where it asks (n_top -1
+ * elsewhere). Returns the first row that cannot be drawn with why set ("row
+ * N: ..." in 1-based rows), or -1. *scratch is made when the first row
+ * needs it and may be reused by later calls. */
+int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
                      int *tokens, gptoss_row_logprobs *logprobs, char *why);
 

@@ -90,15 +90,16 @@ static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const
     return scratch_of(scratch, err) ? gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err) : -1;
 }
 
-int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, int rows, int vocab,
+int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
                      int *tokens, gptoss_row_logprobs *logprobs, char *why) {
     int bad = -1;
-    for (int r = 0; r < rows; r++) {
+    for (int k = 0; k < n; k++) {
+        int r = rows ? rows[k] : k;
         const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
         const float *seen;
-        char err[GPTOSS_ERR_LEN - 16];
-        tokens[r] = draw_row(scratch, logits + (size_t)r * vocab, vocab, rs, slot_bias, &seen, err);
+        char err[GPTOSS_ERR_LEN - 24]; /* room for "row N: " */
+        tokens[r] = draw_row(scratch, logits + (size_t)k * vocab, vocab, rs, slot_bias, &seen, err);
         if (tokens[r] < 0 && bad < 0) {
             bad = r;
             snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);

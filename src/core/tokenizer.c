@@ -188,9 +188,10 @@ gptoss_status gptoss_tokenizer_from_records(uint8_t *file, size_t size, int voca
         t->length = malloc(sizeof *t->length * (size_t)vocab_size);
         t->score = malloc(sizeof *t->score * (size_t)vocab_size);
         t->special = malloc((size_t)vocab_size);
+        t->special_length = calloc((size_t)read_i32(file) + 1, 1); /* validate saw a positive max_token_length */
         t->table = calloc(slots, sizeof *t->table);
     }
-    if (!t || !t->offset || !t->length || !t->score || !t->special || !t->table) {
+    if (!t || !t->offset || !t->length || !t->score || !t->special || !t->special_length || !t->table) {
         if (t)
             gptoss_tokenizer_free(t);
         else
@@ -208,6 +209,7 @@ gptoss_status gptoss_tokenizer_from_records(uint8_t *file, size_t size, int voca
         t->length[id] = read_i32(file + pos + 4);
         t->offset[id] = pos + 8;
         t->special[id] = t->score[id] <= GPTOSS_SPECIAL_SCORE;
+        t->special_length[t->length[id]] |= t->special[id];
         pos += 8 + (size_t)t->length[id];
     }
     for (int id = 0; id < vocab_size; id++)
@@ -236,6 +238,7 @@ void gptoss_tokenizer_free(gptoss_tokenizer *t) {
     free(t->length);
     free(t->score);
     free(t->special);
+    free(t->special_length);
     free(t->table);
     free(t);
 }

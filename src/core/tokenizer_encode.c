@@ -227,26 +227,35 @@ static gptoss_status encode_text(const gptoss_tokenizer *t, bpe_work *w, gptoss_
     return gptoss_o200k_split(s, len, encode_o200k_piece, &e, err);
 }
 
-/* the special token spelled at s[0..), or -1 */
-static int special_at(const gptoss_tokenizer *t, const uint8_t *s, size_t left) {
-    size_t limit = left < (size_t)t->max_token_length ? left : (size_t)t->max_token_length;
-    for (size_t k = 2; k + 1 < limit; k++)
-        if (s[k] == '|' && s[k + 1] == '>') {
-            int id = gptoss_tokenizer_find(t, s, k + 2);
-            return id >= 0 && t->special[id] ? id : -1;
-        }
-    return -1;
+/* The special token spelled from the "<|" at text[i]: the text up to the
+ * first "|>" after it, when a special token has that length and those
+ * bytes; else -1. *close is where that "|>" starts (len: none): the search
+ * for it starts where the one for an earlier "<|" ended, and a lookup is
+ * made only for the lengths special tokens have, so that a text of many
+ * "<|" costs time linear in its length, however long the vocabulary's
+ * entries are. */
+static int special_at(const gptoss_tokenizer *t, const uint8_t *text, size_t len, size_t i, size_t *close) {
+    if (*close < i + 2)
+        for (*close = i + 2; *close + 1 < len && !(text[*close] == '|' && text[*close + 1] == '>'); ++*close)
+            ;
+    if (*close + 1 >= len)
+        return -1;
+    size_t n = *close + 2 - i;
+    if (n > (size_t)t->max_token_length || !t->special_length[n])
+        return -1;
+    int id = gptoss_tokenizer_find(t, text + i, n);
+    return id >= 0 && t->special[id] ? id : -1;
 }
 
 gptoss_status gptoss_tokenizer_encode(const gptoss_tokenizer *t, const uint8_t *text, size_t len,
                                       int special, gptoss_split split, gptoss_ids *out, char *err) {
     bpe_work w = {0};
     gptoss_status rc = GPTOSS_OK;
-    size_t start = 0;
+    size_t start = 0, close = 0;
     for (size_t i = 0; special && !rc && i + 1 < len; i++) {
         if (text[i] != '<' || text[i + 1] != '|')
             continue;
-        int id = special_at(t, text + i, len - i);
+        int id = special_at(t, text, len, i, &close);
         if (id < 0)
             continue;
         size_t n;

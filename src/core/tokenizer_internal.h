@@ -17,6 +17,7 @@ struct gptoss_tokenizer {
     int32_t *length;
     float *score;
     uint8_t *special;
+    uint8_t *special_length; /* [max_token_length + 1]: 1 where a special token has that many bytes */
     /* open addressing: (hash tag << 32) | (id + 1); 0 is an empty slot */
     uint64_t *table;
     uint64_t mask;

@@ -247,7 +247,6 @@ static gptoss_status gpu_logit_bias(void *ctx, int slot, const gptoss_logit_bias
 extern "C" const gptoss_engine_i *gptoss_gpu_engine(void) {
     static const gptoss_engine_i engine = {
         /* reads_fed_tokens */ 1,
-        /* host_logits */ 0,
         gptoss_gpu_resolve,
         gptoss_gpu_plan,
         gpu_create,

@@ -25,7 +25,7 @@ void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r) {
     const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(r->upload_host + g->buf.sampling_at);
     res->bad_row = -1;
     for (int i = 0; i < r->rows && res->bad_row < 0; i++)
-        if (res->tokens[i] < 0) {
+        if (res->tokens[i] < 0 && (!res->fate || res->fate[i] == GPTOSS_ROW_DRAWS)) { /* the rows asked to draw */
             res->bad_row = i;
             snprintf(res->why, sizeof res->why, "row %d: %s", i + 1,
                      res->tokens[i] == -1 ? "a logit is NaN or +inf"

@@ -194,6 +194,8 @@ int gptoss_lua_named_config(lua_State *L);
 int gptoss_lua_replica(lua_State *L);       /* replica.c: model:replica */
 int gptoss_lua_replica_bytes(lua_State *L); /* model:replica_bytes */
 int gptoss_lua_replica_step(lua_State *L);  /* step.c: r:step */
+int gptoss_lua_replica_sampling(lua_State *L);       /* sampler.c: r:sampling */
+int gptoss_lua_replica_check_sampling(lua_State *L); /* r:check_sampling */
 int gptoss_lua_replica_trace(lua_State *L); /* trace.c: r:trace */
 int gptoss_lua_trace_stages(lua_State *L);
 int gptoss_lua_tensor_new(lua_State *L);    /* tensor.c */

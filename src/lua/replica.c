@@ -1,9 +1,10 @@
 /* gptoss.replica: a model placed on a device with a pool of KV slots, run by
  * an engine (src/core/engine.h: the CPU golden engine or the GPU engine):
  * model:replica and its options, and the replica's methods but r:step
- * (step.c) and r:trace (trace.c). The binding speaks to the engine
- * interface only: it reads Lua arguments, names the Lua function in errors
- * and turns results into Lua values. */
+ * (step.c), r:trace (trace.c), r:sampling and r:check_sampling
+ * (sampler.c). The binding speaks to the engine interface only: it reads
+ * Lua arguments, names the Lua function in errors and turns results into
+ * Lua values. */
 #include <stdio.h>
 #include <string.h>
 
@@ -168,37 +169,6 @@ int gptoss_lua_replica_bytes(lua_State *L) {
 }
 
 /* ---- the replica's methods ---- */
-
-/* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=, logit_bias=,
- * logprobs=}) sets how the slot's rows draw their tokens (the default mode);
- * r:sampling(slot) makes it greedy again, without bias or logprobs. */
-static int replica_sampling(lua_State *L) {
-    gptoss_engine *e = gptoss_check_engine(L, 1);
-    int slot = gptoss_check_slot(L, e, 2, "sampling");
-    char err[GPTOSS_ERR_LEN];
-    gptoss_status st;
-    if (lua_isnoneornil(L, 3)) {
-        if ((st = gptoss_engine_sampling(e, slot, NULL, err)))
-            return gptoss_raise_status(L, "replica:sampling", st, err);
-        return 0;
-    }
-    luaL_checktype(L, 3, LUA_TTABLE);
-    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, NULL};
-    gptoss_opt_known(L, 3, "replica:sampling", known);
-    gptoss_slot_sampling s;
-    gptoss_read_sample_params(L, 3, "replica:sampling", &s.params);
-    if (s.params.mode != GPTOSS_SAMPLE_DEFAULT)
-        return luaL_error(L, "replica:sampling: per-slot sampling has the default mode only; the "
-                             "course sampler is one stream shared by all requests: use "
-                             "gptoss.sampler{mode=\"course\"} on h:logits()");
-    s.logprobs = gptoss_read_logprobs(L, 3, "replica:sampling");
-    int vocab = gptoss_engine_model(gptoss_check_engine(L, 1))->config.vocab_size;
-    s.bias = gptoss_read_logit_bias(L, 3, "replica:sampling", vocab, &s.n_bias);
-    e = gptoss_check_engine(L, 1); /* the table's metamethods ran */
-    if ((st = gptoss_engine_sampling(e, slot, &s, err)))
-        return gptoss_raise_status(L, "replica:sampling", st, err);
-    return 0;
-}
 
 /* r:fork(from, to [, length]): slot to holds the first length positions of
  * slot from (default: all it holds), as if prefilled with their tokens */
@@ -429,9 +399,10 @@ void gptoss_open_replica(lua_State *L) {
     static const luaL_Reg replica_methods[] = {
         {"step", gptoss_lua_replica_step}, {"trace", gptoss_lua_replica_trace},
         {"reset", replica_reset},          {"length", replica_length},
-        {"close", replica_close},          {"sampling", replica_sampling},
+        {"close", replica_close},          {"sampling", gptoss_lua_replica_sampling},
         {"profile", replica_profile},      {"fork", replica_fork},
-        {"rewind_limit", replica_rewind_limit}, {NULL, NULL},
+        {"rewind_limit", replica_rewind_limit}, {"check_sampling", gptoss_lua_replica_check_sampling},
+        {NULL, NULL},
     };
     static const luaL_Reg replica_meta[] = {
         {"__gc", replica_gc}, {"__close", replica_close}, {"__tostring", replica_tostring}, {NULL, NULL},

@@ -1,4 +1,5 @@
-/* gptoss.sampler{...}: the course's sampler and ours over one logits row. */
+/* gptoss.sampler{...}: the course's sampler and ours over one logits row;
+ * and a replica's per-slot sampling, r:sampling and r:check_sampling. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -107,6 +108,60 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
         p->seed = (uint64_t)(unsigned)time(NULL);
     else if (!course && !seeded)
         p->seed = fresh_seed();
+}
+
+/* The sampling table at idx (r:sampling's options) read into s as fn, its
+ * bias list left on the stack; the table's metamethods may run, so the
+ * replica at 1 is taken again after. */
+static void read_slot_sampling(lua_State *L, int idx, const char *fn, gptoss_slot_sampling *s) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    static const char *const known[] = {GPTOSS_SAMPLE_OPTIONS, NULL};
+    gptoss_opt_known(L, idx, fn, known);
+    gptoss_read_sample_params(L, idx, fn, &s->params);
+    if (s->params.mode != GPTOSS_SAMPLE_DEFAULT)
+        luaL_error(L, "%s: per-slot sampling has the default mode only; the course sampler is one stream "
+                      "shared by all requests: use gptoss.sampler{mode=\"course\"} on h:logits()",
+                   fn);
+    s->logprobs = gptoss_read_logprobs(L, idx, fn);
+    int vocab = gptoss_engine_model(gptoss_check_engine(L, 1))->config.vocab_size;
+    s->bias = gptoss_read_logit_bias(L, idx, fn, vocab, &s->n_bias);
+}
+
+/* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=, logit_bias=,
+ * logprobs=}) sets how the slot's rows draw their tokens (the default mode);
+ * r:sampling(slot) makes it greedy again, without bias or logprobs. */
+int gptoss_lua_replica_sampling(lua_State *L) {
+    gptoss_engine *e = gptoss_check_engine(L, 1);
+    int slot = gptoss_check_slot(L, e, 2, "sampling");
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status st;
+    if (lua_isnoneornil(L, 3)) {
+        if ((st = gptoss_engine_sampling(e, slot, NULL, err)))
+            return gptoss_raise_status(L, "replica:sampling", st, err);
+        return 0;
+    }
+    gptoss_slot_sampling s;
+    read_slot_sampling(L, 3, "replica:sampling", &s);
+    e = gptoss_check_engine(L, 1); /* the table's metamethods ran */
+    if ((st = gptoss_engine_sampling(e, slot, &s, err)))
+        return gptoss_raise_status(L, "replica:sampling", st, err);
+    return 0;
+}
+
+/* r:check_sampling({...}) -> true when r:sampling would take these options
+ * for a slot, raising as it would (naming replica:check_sampling) when it
+ * would not; no slot changes. A server checks a request's sampling with it
+ * before the request is queued. */
+int gptoss_lua_replica_check_sampling(lua_State *L) {
+    gptoss_check_engine(L, 1);
+    gptoss_slot_sampling s;
+    read_slot_sampling(L, 2, "replica:check_sampling", &s);
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status st = gptoss_engine_sampling_check(gptoss_check_engine(L, 1), &s, err);
+    if (st)
+        return gptoss_raise_status(L, "replica:check_sampling", st, err);
+    lua_pushboolean(L, 1);
+    return 1;
 }
 
 /* gptoss.core.sample_options() -> {"mode", "temperature", ...}: GPTOSS_SAMPLE_OPTIONS in

@@ -75,7 +75,7 @@ static lua_step *feeding_step(lua_State *L, int idx, const char *field) {
  * one h drew for its row j (1-based), passed on as the core's fed token. */
 static int read_batch(lua_State *L, int tbl, gptoss_batch *b, const char **field) {
     luaL_checktype(L, tbl, LUA_TTABLE);
-    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", NULL};
+    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", "draw", NULL};
     gptoss_opt_known(L, tbl, "step", known);
     int n = -1, fed = 0;
     int *slots = int_array(L, tbl, "slots", &n);
@@ -132,6 +132,24 @@ static int read_batch(lua_State *L, int tbl, gptoss_batch *b, const char **field
     return fed;
 }
 
+/* The list of 1-based rows at the stack top (t[field]), kept 0-based in a
+ * userdata pushed on the stack; *n rows. */
+static int *row_list(lua_State *L, const char *field, int *n) {
+    int len = list_length(L, field);
+    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
+    for (int i = 1; i <= len; i++) {
+        int ok;
+        lua_geti(L, -2, i);
+        lua_Integer row = lua_tointegerx(L, -1, &ok);
+        if (!ok || row < INT32_MIN + 1 || row > INT32_MAX) /* the engine checks the batch's range */
+            luaL_error(L, "step: %s[%d] must be a row number (got %s)", field, i, luaL_tolstring(L, -1, NULL));
+        rows[i - 1] = (int)row - 1;
+        lua_pop(L, 1);
+    }
+    *n = len;
+    return rows;
+}
+
 /* The step's logits option at tbl into q: false/nil (keep none), true
  * (every row) or a table of 1-based rows, kept 0-based in a userdata left
  * on the stack. */
@@ -144,22 +162,34 @@ static void read_keep(lua_State *L, int tbl, gptoss_step_request *q) {
         return;
     if (!lua_istable(L, -1))
         luaL_error(L, "step: logits must be true, false or a table of row numbers (got %s)", luaL_typename(L, -1));
-    int len = list_length(L, "logits");
-    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(len ? len : 1), 0);
-    for (int i = 1; i <= len; i++) {
-        int ok;
-        lua_geti(L, -2, i);
-        lua_Integer row = lua_tointegerx(L, -1, &ok);
-        if (!ok || row < INT32_MIN + 1 || row > INT32_MAX) /* the engine checks the batch's range */
-            luaL_error(L, "step: logits[%d] must be a row number (got %s)", i, luaL_tolstring(L, -1, NULL));
-        rows[i - 1] = (int)row - 1;
-        lua_pop(L, 1);
-    }
-    q->keep = rows;
-    q->n_keep = len;
+    q->keep = row_list(L, "logits", &q->n_keep);
 }
 
-/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}]}:
+/* The step's draw option at tbl into q: nil (every row draws) or a table of
+ * 1-based rows, possibly empty, kept 0-based in a userdata left on the
+ * stack. */
+static void read_draw(lua_State *L, int tbl, gptoss_step_request *q) {
+    lua_getfield(L, tbl, "draw");
+    q->draw = NULL;
+    q->n_draw = 0;
+    if (lua_isnil(L, -1))
+        return;
+    if (!lua_istable(L, -1))
+        luaL_error(L, "step: draw must be a table of row numbers (got %s)", luaL_typename(L, -1));
+    q->draw = row_list(L, "draw", &q->n_draw);
+}
+
+/* Tells the collector of the logits a step's handle now holds (NULL: none),
+ * bytes its small userdata does not show: it then collects at the pace
+ * they are allocated, as if Lua had allocated them (unless the script
+ * stopped it). */
+static void collect_for(lua_State *L, const gptoss_storage *logits) {
+    size_t kib = logits ? logits->count * sizeof(float) / 1024 : 0;
+    if (kib && lua_gc(L, LUA_GCISRUNNING))
+        lua_gc(L, LUA_GCSTEP, kib > INT32_MAX ? INT32_MAX : (int)kib);
+}
+
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}, draw={rows}]}:
  * the batch read and the handle allocated (each may run Lua) before the
  * replica and the feeding step are taken for the engine */
 int gptoss_lua_replica_step(lua_State *L) {
@@ -170,6 +200,7 @@ int gptoss_lua_replica_step(lua_State *L) {
     int fed = read_batch(L, 2, &b, &fed_field);
     gptoss_step_request q = {.batch = &b};
     read_keep(L, 2, &q);
+    read_draw(L, 2, &q);
     lua_step *h = gptoss_lua_new(L, GPTOSS_STEP_MT, sizeof *h, 1);
     h->res.delivered = 1; /* nothing to forget until the engine has it */
     lua_pushvalue(L, 1);
@@ -180,6 +211,7 @@ int gptoss_lua_replica_step(lua_State *L) {
     gptoss_status s = gptoss_engine_step(h->replica->e, &q, &h->res, err);
     if (s)
         return gptoss_raise_status(L, "step", s, err);
+    collect_for(L, h->res.logits);
     return 1;
 }
 
@@ -196,43 +228,60 @@ static int step_logits(lua_State *L) {
     lua_tensor *t = gptoss_push_tensor(L);
     lua_step *h = check_step(L, 1);
     char err[GPTOSS_ERR_LEN];
+    int copied = !h->res.logits;
     gptoss_status s = gptoss_engine_logits(h->replica->e, &h->res, err);
-    if (s == GPTOSS_E_STATE) /* gone from the device: how to keep them next time */
-        return luaL_error(L, "step:logits: %s; read them before the next step, or pass logits = true "
-                             "to r:step", err);
+    if (s == GPTOSS_E_STATE) /* gone from the engine: how to keep them next time */
+        return luaL_error(L, "step:logits: %s; pass logits = true (or the rows) to r:step to keep them", err);
     if (s)
         return gptoss_raise_status(L, "step:logits", s, err);
     int64_t shape[2] = {h->res.logits_rows, h->res.vocab};
     gptoss_tensor_view(t, h->res.logits, 0, 2, shape);
+    collect_for(L, copied ? h->res.logits : NULL);
     return 1;
 }
 
+/* Whether the options table at idx (none: no) says partial = true: a step
+ * whose rows could not all be drawn answers with what was drawn. */
+static int read_partial(lua_State *L, int idx, const char *fn) {
+    if (lua_isnoneornil(L, idx))
+        return 0;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    static const char *const known[] = {"partial", NULL};
+    gptoss_opt_known(L, idx, fn, known);
+    lua_getfield(L, idx, "partial");
+    int partial = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return partial;
+}
+
 /* The step at idx with its tokens in, waiting for them; raises (as fn) where
- * a row could not be drawn. */
-static lua_step *check_delivered(lua_State *L, int idx, const char *fn) {
+ * a row could not be drawn, unless partial. */
+static lua_step *check_delivered(lua_State *L, int idx, const char *fn, int partial) {
     lua_step *h = check_step(L, idx);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
-    if (s)
+    if (s && !(partial && s == GPTOSS_E_DRAW))
         gptoss_raise_status(L, fn, s, err);
     return h;
 }
 
-/* h:logprobs() -> per row {id =, logprob =, top = {{id =, logprob =}, ...}}
- * where the row's slot asked (r:sampling's logprobs), false elsewhere. Each
- * row is copied before it is pushed: pushing allocates, and a finaliser may
- * collect the step meanwhile. */
+/* h:logprobs([{partial = true}]) -> per row {id =, logprob =, top = {{id =,
+ * logprob =}, ...}} where the row's slot asked (r:sampling's logprobs),
+ * false elsewhere (and where no token was drawn). Each row is copied before
+ * it is pushed: pushing allocates, and a finaliser may collect the step
+ * meanwhile. */
 static int step_logprobs(lua_State *L) {
+    int partial = read_partial(L, 2, "step:logprobs");
     if (!check_step(L, 1)->res.logprobs)
         return luaL_error(L, "step:logprobs: no row of this step asked for logprobs (r:sampling(slot, "
                              "{logprobs = n}) before the step)");
-    int rows = check_delivered(L, 1, "step:logprobs")->res.rows;
+    int rows = check_delivered(L, 1, "step:logprobs", partial)->res.rows;
     lua_createtable(L, rows, 0);
     for (int i = 0; i < rows; i++) {
-        const lua_step *h = check_delivered(L, 1, "step:logprobs");
+        const lua_step *h = check_delivered(L, 1, "step:logprobs", partial);
         gptoss_row_logprobs lp = h->res.logprobs[i];
         int id = h->res.tokens[i];
-        if (lp.n_top < 0) {
+        if (lp.n_top < 0 || id < 0) {
             lua_pushboolean(L, 0);
         } else {
             lua_createtable(L, 0, 3);
@@ -248,16 +297,39 @@ static int step_logprobs(lua_State *L) {
     return 1;
 }
 
-/* h:tokens() -> the id each row drew: greedy (the first maximum, as the
- * course's argmax) or as its slot's sampling was when the step was taken */
-static int step_tokens(lua_State *L) {
-    lua_createtable(L, check_delivered(L, 1, "step:tokens")->res.rows, 0);
-    const lua_step *h = check_delivered(L, 1, "step:tokens"); /* after the allocation */
-    for (int i = 0; i < h->res.rows; i++) {
-        lua_pushinteger(L, h->res.tokens[i]);
+/* Pushes {[row] = why} for the rows of the step at 1 that no token could be
+ * drawn for (1-based rows; why without the "row N: " of an error). */
+static void push_failures(lua_State *L) {
+    lua_newtable(L);
+    for (int i = 0; i < check_step(L, 1)->res.rows; i++) {
+        char why[GPTOSS_ERR_LEN];
+        if (!gptoss_result_row_failed(&check_delivered(L, 1, "step:tokens", 1)->res, i, why))
+            continue;
+        lua_pushstring(L, why);
         lua_rawseti(L, -2, i + 1);
     }
-    return 1;
+}
+
+/* h:tokens([{partial = true}]) -> the id each row drew: greedy (the first
+ * maximum, as the course's argmax) or as its slot's sampling was when the
+ * step was taken; false for a row the step was not asked to draw (draw).
+ * partial: a row no token could be drawn for is false too, and a second
+ * table says why, {[row] = why}, where h:tokens() would raise. */
+static int step_tokens(lua_State *L) {
+    int partial = read_partial(L, 2, "step:tokens");
+    lua_createtable(L, check_delivered(L, 1, "step:tokens", partial)->res.rows, 0);
+    const lua_step *h = check_delivered(L, 1, "step:tokens", partial); /* after the allocation */
+    for (int i = 0; i < h->res.rows; i++) {
+        if (h->res.tokens[i] >= 0)
+            lua_pushinteger(L, h->res.tokens[i]);
+        else
+            lua_pushboolean(L, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    if (!partial)
+        return 1;
+    push_failures(L);
+    return 2;
 }
 
 /* h:ready() -> true once h:tokens() (and h:logprobs()) would not wait for

@@ -154,6 +154,13 @@ int gptoss_lua_tensor_load(lua_State *L) {
         return luaL_error(L, "tensor.load: '%s' has %I bytes, more than 2^31-1 values of 4 bytes: give a shape",
                           path, (lua_Integer)bytes);
     }
+    if (ndim == 0 && (bytes == 0 || bytes % 4 != 0)) { /* no shape to say how many values were meant */
+        fclose(f);
+        if (bytes == 0)
+            return luaL_error(L, "tensor.load: '%s' has 0 bytes: no values to load", path);
+        return luaL_error(L, "tensor.load: '%s' has %I bytes, not a multiple of 4 (the bytes of one %s value)",
+                          path, (lua_Integer)bytes, dtype_names[dtype]);
+    }
     if (ndim == 0) {
         ndim = 1;
         shape[0] = bytes / 4;

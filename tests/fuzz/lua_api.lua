@@ -70,7 +70,7 @@ end
 I.MAKE["gptoss.tokenizer"] = function() return gptoss.tokenizer(TOKENIZER, { vocab_size = TINY.vocab_size }) end
 I.MAKE["gptoss.decoder"] = function() return obj("gptoss.tokenizer"):decoder() end
 I.MAKE["gptoss.sampler"] = function() return gptoss.sampler { seed = 1 } end
-I.MAKE["gptoss.tensor"] = function() return obj("gptoss.step"):logits()[1] end
+I.MAKE["gptoss.tensor"] = function() return I.MAKE["gptoss.step"]():logits()[1] end -- the latest step's
 
 -- The path a save may write: p where the binding refuses it (no string or number) or
 -- cannot write it ("", a missing folder), or where it is in out/; any other (a relative
@@ -163,15 +163,21 @@ local function step()
   if rows == 1 then batch.logits = true
   elseif rows == 2 then batch.logits = maybe({ maybe(int(1, n + 1)) })
   elseif rows == 3 then batch.logits = { n, 1 } end
+  local draw = byte() % 4
+  if draw == 1 then batch.draw = {}
+  elseif draw == 2 then batch.draw = maybe({ maybe(int(1, n + 1)), maybe(int(1, n)) }) end
   local h = keep(r:step(maybe(batch)))
   if byte() >= 128 then h:tokens() end
 end
 
+-- h:tokens() and h:logprobs()'s options: none, or partial
+local function partial() return byte() >= 128 and maybe({ partial = maybe(true) }) or nil end
+
 local function use_step()
   local h, b = obj("gptoss.step"), byte() % 5
-  if b == 0 then h:tokens()
+  if b == 0 then h:tokens(partial())
   elseif b == 1 then keep(h:logits())
-  elseif b == 2 then h:logprobs()
+  elseif b == 2 then h:logprobs(partial())
   elseif b == 3 then return h.rows
   else return tostring(h) end
 end
@@ -180,6 +186,7 @@ local function sampling()
   local r = obj("gptoss.replica")
   local inf = info(r)
   if byte() < 32 then return r:sampling(maybe(int(1, inf.slots))) end
+  if byte() < 64 then return r:check_sampling(maybe(sample_opts(inf.vocab, false))) end
   r:sampling(maybe(int(1, inf.slots)), maybe(sample_opts(inf.vocab, false)))
 end
 
@@ -315,8 +322,8 @@ local function module_fn() return pick(MODULE)(value(), value()) end
 
 -- A method of one object's class called on any pool object (none whose cost grows with
 -- a model's size: their caps could not hold).
-local METHODS = { "step", "trace", "reset", "length", "close", "sampling", "fork", "tokens", "logits", "logprobs",
-  "encode", "decode", "piece", "decoder", "add", "flush", "sample", "argmax", "totable" }
+local METHODS = { "step", "trace", "reset", "length", "close", "sampling", "check_sampling", "fork", "tokens",
+  "logits", "logprobs", "encode", "decode", "piece", "decoder", "add", "flush", "sample", "argmax", "totable" }
 local function cross()
   local f = I.any()[pick(METHODS)]
   return f(I.any(), value(), value())
