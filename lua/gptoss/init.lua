@@ -143,6 +143,15 @@ function gptoss.sampler(opts)
   return (from_core(core.sampler, util.options("sampler", opts, nil, 2)))
 end
 
+--- Structured output (docs/structured.md): a grammar from a JSON schema (a table, or its JSON
+-- text; {whitespace = N} bounds the whitespace allowed), a regex or an EBNF text, whose
+-- g:matcher(tokenizer [, {end_ids = {...}}]) says which tokens may come next.
+gptoss.grammar = {
+  json_schema = core.grammar_json_schema,
+  regex = core.grammar_regex,
+  ebnf = core.grammar_ebnf,
+}
+
 --- The option names a sampler table may hold (gptoss.sampler's, r:sampling's), in order:
 -- a fresh list of the C binding's one list, which getp and speculative derive theirs from.
 gptoss.sample_options = core.sample_options

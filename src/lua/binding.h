@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "../core/engine.h"
+#include "../core/grammar.h"
 #include "../core/model.h"
 #include "../core/sampler.h"
 #include "../core/tensor.h"
@@ -38,6 +39,9 @@
 #define GPTOSS_TOKENIZER_MT "gptoss.tokenizer"
 #define GPTOSS_DECODER_MT "gptoss.decoder"
 #define GPTOSS_SAMPLER_MT "gptoss.sampler"
+#define GPTOSS_GRAMMAR_MT "gptoss.grammar"
+#define GPTOSS_MATCHER_MT "gptoss.matcher"
+#define GPTOSS_TOKEN_SET_MT "gptoss.token_set"
 
 /* ---- class.c: classes and the lives of their objects ---- */
 
@@ -176,6 +180,24 @@ void gptoss_push_top_logprobs(lua_State *L, const int *ids, const double *logpro
  * else the function it was given to (gptoss_lua_check). */
 gptoss_tokenizer *gptoss_check_tokenizer(lua_State *L, int idx, const char *fn);
 
+/* ---- grammar_json.c ---- */
+
+/* Pushes the JSON text of the value at idx (a table, string, number,
+ * boolean, or a NULL light userdata such as cjson.null): tables with keys
+ * 1..n are arrays, others (the empty one too) objects with their keys in
+ * sorted order. Raises "<fn>: <what>.<path>: ..." for what JSON cannot say. */
+const char *gptoss_lua_json_text(lua_State *L, int idx, const char *fn, const char *what, size_t *len);
+
+/* ---- matcher.c ---- */
+
+/* Pushes a new matcher object with user values grammar (at grammar_idx) and
+ * tokenizer (at tokenizer_idx); returns where its core matcher goes (NULL
+ * until set). */
+gptoss_matcher **gptoss_lua_new_matcher(lua_State *L, int grammar_idx, int tokenizer_idx);
+/* The matcher at idx, alive; fn NULL for the object a method was called on,
+ * else the function it was given to (gptoss_lua_check). */
+gptoss_matcher *gptoss_check_matcher(lua_State *L, int idx, const char *fn);
+
 /* ---- the classes' open functions and the module's functions ---- */
 
 void gptoss_open_tensor(lua_State *L);
@@ -185,6 +207,8 @@ int gptoss_lua_weight_formats(lua_State *L);
 void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
+void gptoss_open_grammar(lua_State *L);
+void gptoss_open_matcher(lua_State *L);
 /* mpi.c: adds the mpi_* functions to the module table on top of the stack */
 void gptoss_open_mpi(lua_State *L);
 
@@ -204,6 +228,10 @@ int gptoss_lua_bf16_round(lua_State *L);
 int gptoss_lua_tokenizer(lua_State *L);     /* tokenizer.c */
 int gptoss_lua_sampler(lua_State *L);       /* sampler.c */
 int gptoss_lua_sample_options(lua_State *L);
+int gptoss_lua_grammar_json_schema(lua_State *L); /* grammar.c */
+int gptoss_lua_grammar_regex(lua_State *L);
+int gptoss_lua_grammar_ebnf(lua_State *L);
+int gptoss_lua_pcre2_full_match(lua_State *L);
 int gptoss_lua_devices(lua_State *L);       /* device.c */
 int gptoss_lua_device_memory(lua_State *L);
 int gptoss_lua_copy_bandwidth(lua_State *L);

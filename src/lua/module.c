@@ -9,6 +9,8 @@ int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_step(L);
     gptoss_open_tokenizer(L);
     gptoss_open_sampler(L);
+    gptoss_open_grammar(L);
+    gptoss_open_matcher(L);
     static const luaL_Reg fns[] = {
         {"load", gptoss_lua_load},
         {"synthetic", gptoss_lua_synthetic},
@@ -20,6 +22,10 @@ int luaopen_gptoss_core(lua_State *L) {
         {"tokenizer", gptoss_lua_tokenizer},
         {"sampler", gptoss_lua_sampler},
         {"sample_options", gptoss_lua_sample_options},
+        {"grammar_json_schema", gptoss_lua_grammar_json_schema},
+        {"grammar_regex", gptoss_lua_grammar_regex},
+        {"grammar_ebnf", gptoss_lua_grammar_ebnf},
+        {"pcre2_full_match", gptoss_lua_pcre2_full_match},
         {"weight_formats", gptoss_lua_weight_formats},
         {"devices", gptoss_lua_devices},
         {"device_memory", gptoss_lua_device_memory},
