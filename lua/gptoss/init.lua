@@ -164,6 +164,12 @@ gptoss.clock = core.clock
 gptoss.realtime_ms = core.realtime_ms
 --- Whether a file descriptor (0, 1, 2, ...) is a terminal.
 gptoss.isatty = core.isatty
+--- Lua's garbage collected, then the C allocator's free memory given back to the system where
+-- it can (glibc): true then. What a long process calls once idle (gptoss serve does).
+function gptoss.trim_memory()
+  collectgarbage("collect")
+  return core.trim_memory()
+end
 --- Whether path is a regular file, looked at without opening it (io.open waits for a writer
 -- on a named pipe): true; false and why ("'p' is a named pipe, not a regular file"); nil and
 -- the system's reason when nothing can be looked at there.

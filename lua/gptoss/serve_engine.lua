@@ -30,6 +30,9 @@ local util = require "gptoss.util"
 
 local serve_engine = {}
 
+-- seconds without work after which the engine gives freed memory back (gptoss.trim_memory)
+local IDLE_TRIM = 1
+
 local STOP = {}
 for _, id in ipairs(harmony.stop_ids) do STOP[id] = true end
 
@@ -266,17 +269,23 @@ function Engine:poll()
 end
 
 --- The loop (a cqueues coroutine's body): steps while there is work, yielding between
--- polls; sleeps on arrivals when there is none; returns once stop() was called and every
+-- polls; sleeps on arrivals when there is none, giving the memory a burst left back to the
+-- system once idle for IDLE_TRIM seconds; returns once stop() was called and every
 -- sequence has ended.
 function Engine:run()
+  local trimmed = true
   while true do
     self.turn = self.turn + 1
     if self:poll() then
+      trimmed = false
       cqueues.sleep(0)
     elseif self.stopping then
       return
-    else
+    elseif trimmed then
       self.wake:wait()
+    elseif not self.wake:wait(IDLE_TRIM) then
+      gptoss.trim_memory()
+      trimmed = true
     end
   end
 end

@@ -238,6 +238,7 @@ int gptoss_lua_copy_bandwidth(lua_State *L);
 int gptoss_lua_clock(lua_State *L);         /* host.c */
 int gptoss_lua_realtime_ms(lua_State *L);
 int gptoss_lua_isatty(lua_State *L);
+int gptoss_lua_trim_memory(lua_State *L);
 int gptoss_lua_regular_file(lua_State *L);
 int gptoss_lua_catch_interrupts(lua_State *L);
 int gptoss_lua_interrupted(lua_State *L);

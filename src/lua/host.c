@@ -1,5 +1,5 @@
-/* Clocks, terminals, interrupts and files of the host, for benchmarks, the course's
- * command line, the terminal chat and the readers written in Lua. */
+/* Clocks, terminals, interrupts, files and memory of the host, for benchmarks, the
+ * course's command line, the terminal chat, the server and the readers written in Lua. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,8 +9,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "../core/regular_file.h"
 #include "binding.h"
+
+/* gptoss.core.trim_memory() -> whether the C allocator was asked to give its free memory
+ * back to the system (glibc keeps what a burst freed: a server gone idle returns it) */
+int gptoss_lua_trim_memory(lua_State *L) {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    return 1;
+}
 
 /* gptoss.core.clock() -> seconds on a monotonic clock, for benchmarks */
 int gptoss_lua_clock(lua_State *L) {

@@ -33,6 +33,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"clock", gptoss_lua_clock},
         {"realtime_ms", gptoss_lua_realtime_ms},
         {"isatty", gptoss_lua_isatty},
+        {"trim_memory", gptoss_lua_trim_memory},
         {"regular_file", gptoss_lua_regular_file},
         {"catch_interrupts", gptoss_lua_catch_interrupts},
         {"interrupted", gptoss_lua_interrupted},
