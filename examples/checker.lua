@@ -47,7 +47,7 @@ naming.add_device(dump, "cpu")
 dump:option("--weights", "Weight format (default: the replica's).")
   :choices(gptoss.weight_format_names())
 dump:option("--kv", "KV cache precision (default: the replica's).")
-  :choices { "fp32", "bf16" }
+  :choices(gptoss.kv_formats())
 dump:option("--format", "File format (default: from the extension, .f32/.bin raw fp32, else text).")
   :choices { "text", "f32" }
 local compare = parser:command("compare", "Compares a logits file with a reference.")

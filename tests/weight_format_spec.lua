@@ -1,5 +1,6 @@
 -- The weight formats' one table (src/core/weight_format.c) as Lua sees it:
--- gptoss.weight_formats(), the names every weights option takes, and the memory plan,
+-- gptoss.weight_formats(), the names every weights option takes, the KV formats
+-- (gptoss.kv_formats()), and the memory plan,
 -- which reads the table for each format's share and for a block format's tile bytes.
 -- CPU only; the GPU plan needs no device.
 local gptoss = require "gptoss"
@@ -39,6 +40,19 @@ describe("gptoss.weight_formats", function()
     for _, name in ipairs(gptoss.weight_format_names()) do
       local r = m:replica { slots = 1, ctx = 8, weights = name }
       assert.are.equal(name, r.weights)
+      r:close()
+    end
+  end)
+end)
+
+describe("gptoss.kv_formats", function()
+  it("is what the kv option takes and what a replica reports", function()
+    assert.are.same({ "fp32", "bf16" }, gptoss.kv_formats())
+    local m = gptoss.synthetic(tiny, { seed = 3 })
+    H.expect_error(function() m:replica { kv = "fp8" } end, "kv must be one of fp32, bf16 (got fp8)")
+    for _, name in ipairs(gptoss.kv_formats()) do
+      local r = m:replica { slots = 1, ctx = 8, kv = name }
+      assert.are.equal(name, r.kv)
       r:close()
     end
   end)

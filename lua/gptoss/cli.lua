@@ -110,7 +110,7 @@ function cli.parser(name)
   naming.add_devices(p, "every GPU, else cpu; generate uses the first")
   p:option("--weights", "Weight format (default: fp32 on the CPU; on GPUs the smallest the experts are "
     .. "exactly in, mxfp4 for a checkpoint, else bf16)."):choices(gptoss.weight_format_names())
-  p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices { "fp32", "bf16" }
+  p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices(gptoss.kv_formats())
   p:option("--slots", "Sequences a replica runs at once (default: getp's choice, see its describe line).")
     :argname("<int>"):convert(cmdline.integer("--slots", 1))
   p:option("--scheduler", "getp scheduler.", "continuous"):choices(scheduler.names)

@@ -199,6 +199,9 @@ function gptoss.weight_format_names()
   return names
 end
 
+--- How a replica may hold its KV cache (the kv option): {"fp32", "bf16"}.
+gptoss.kv_formats = core.kv_formats
+
 --- Host tensors (f32, i32), 1-based indexing.
 gptoss.tensor = {
   --- zeros of a shape: tensor.zeros({2, 3}, "f32")

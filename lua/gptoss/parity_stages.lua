@@ -69,9 +69,10 @@ for _, f in ipairs(gptoss.weight_formats()) do ARITHMETIC[f.name] = f.bf16_arith
 -- naming fn and what, at level.
 function stages.mode_of(r, fn, what, level)
   local ok, weights, kv = pcall(function() return r.weights, r.kv end)
-  if not ok or not ARITHMETIC[weights] or (kv ~= "fp32" and kv ~= "bf16") then
-    error(("%s: %s must be a replica or a table {weights = %s, kv = \"fp32\"|\"bf16\"}"):format(fn, what,
-      '"' .. table.concat(gptoss.weight_format_names(), '"|"') .. '"'), level)
+  if not ok or not ARITHMETIC[weights] or not util.listed(gptoss.kv_formats(), kv) then
+    error(("%s: %s must be a replica or a table {weights = %s, kv = %s}"):format(fn, what,
+      '"' .. table.concat(gptoss.weight_format_names(), '"|"') .. '"', '"' .. table.concat(gptoss.kv_formats(), '"|"')
+      .. '"'), level)
   end
   return ARITHMETIC[weights], kv
 end

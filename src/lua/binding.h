@@ -204,6 +204,7 @@ void gptoss_open_tensor(lua_State *L);
 void gptoss_open_model(lua_State *L);
 void gptoss_open_replica(lua_State *L);
 int gptoss_lua_weight_formats(lua_State *L);
+int gptoss_lua_kv_formats(lua_State *L);
 void gptoss_open_step(lua_State *L);
 void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);

@@ -27,6 +27,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"grammar_ebnf", gptoss_lua_grammar_ebnf},
         {"pcre2_full_match", gptoss_lua_pcre2_full_match},
         {"weight_formats", gptoss_lua_weight_formats},
+        {"kv_formats", gptoss_lua_kv_formats},
         {"devices", gptoss_lua_devices},
         {"device_memory", gptoss_lua_device_memory},
         {"copy_bandwidth", gptoss_lua_copy_bandwidth},

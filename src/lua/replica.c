@@ -14,6 +14,7 @@
 /* in gptoss_weights order */
 /* the weights option's choices: the format table's names, in its order */
 static const char *weight_names[GPTOSS_N_WEIGHT_FORMATS + 1];
+/* the kv option's choices, the index its kv_bf16 (gptoss.kv_formats() lists them) */
 static const char *const kv_modes[] = {"fp32", "bf16", NULL};
 
 int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const char *err) {
@@ -389,6 +390,16 @@ int gptoss_lua_weight_formats(lua_State *L) {
         lua_pushstring(L, f->summary);
         lua_setfield(L, -2, "summary");
         lua_rawseti(L, -2, w + 1);
+    }
+    return 1;
+}
+
+/* gptoss.core.kv_formats() -> {"fp32", "bf16"}: the kv option's choices */
+int gptoss_lua_kv_formats(lua_State *L) {
+    lua_newtable(L);
+    for (int i = 0; kv_modes[i]; i++) {
+        lua_pushstring(L, kv_modes[i]);
+        lua_rawseti(L, -2, i + 1);
     }
     return 1;
 }
