@@ -220,10 +220,15 @@ local function run_of(lines, keys, last, kind)
   return run
 end
 
--- A row's key: its benchmark, configuration and GPU (a recorded line's: a figure of one GPU
--- does not replace another's).
+-- The GPU model a line ran on ("H100", "H200"), from its gpu field or its machine's words;
+-- "" for a CPU's: a figure of one GPU does not replace another's.
+local function gpu_model(line)
+  return (line.gpu or line.machine or ""):match("NVIDIA (H%d+)") or ""
+end
+
+-- A row's key: its benchmark, configuration and GPU model.
 local function row_key(benchmark, configuration, gpu)
-  return benchmark .. "\0" .. configuration .. "\0" .. (gpu or "")
+  return benchmark .. "\0" .. configuration .. "\0" .. gpu
 end
 
 --- The rows drawn from lines: for each benchmark, configuration and GPU the latest run (the
@@ -233,7 +238,7 @@ function results.rows(lines)
   local keys, latest, named = {}, {}, {}
   for i, line in ipairs(lines) do
     local benchmark, configuration, kind = describe(line)
-    keys[i] = row_key(benchmark, configuration, line.gpu)
+    keys[i] = row_key(benchmark, configuration, gpu_model(line))
     named[keys[i]] = { benchmark, configuration, kind }
     local last = latest[keys[i]]
     if not last or line.date:sub(1, 10) >= lines[last].date:sub(1, 10) then latest[keys[i]] = i end
@@ -244,7 +249,7 @@ function results.rows(lines)
     local line, run = lines[last], run_of(lines, keys, last, kind)
     local figures = {}
     for i, l in ipairs(run) do figures[i] = l.figure end
-    rows[#rows + 1] = { benchmark = benchmark, configuration = configuration, gpu = lines[last].gpu,
+    rows[#rows + 1] = { benchmark = benchmark, configuration = configuration, gpu = gpu_model(lines[last]),
       figure = kind and kind.figure(run) or table.concat(figures, "; "), machine = line.machine, date = line.date,
       -- a benchmark's command line as code; a row's cell as the table wrote it
       command = kind and "`" .. line.command:gsub("|", "\\|") .. "`" or line.command,
@@ -253,7 +258,7 @@ function results.rows(lines)
   table.sort(rows, function(x, y)
     if x.benchmark ~= y.benchmark then return x.benchmark < y.benchmark end
     if x.configuration ~= y.configuration then return x.configuration < y.configuration end
-    return (x.gpu or "") < (y.gpu or "")
+    return x.gpu < y.gpu
   end)
   return rows
 end
@@ -304,26 +309,27 @@ function results.table_text(lines)
   return table.concat(out, "\n") .. "\n"
 end
 
--- README.md's table: what a row says, and the benchmark, configuration and GPU (recorded
--- lines only) whose latest run gives its figure; the first FIGURE_ROWS (bench_gpu's) are what
--- the picture draws, both of one GPU.
+-- README.md's table: what a row says, and the benchmark, configuration and GPU model ("" for
+-- a CPU) whose latest run gives its figure; the first FIGURE_ROWS (bench_gpu's) are what the
+-- picture draws, both of one GPU.
 local README_ROWS = {
   { "GPU decode, 20b with MXFP4 experts (the GPU default), context 1024 (`bench_gpu`)", "bench_gpu",
-    "ctx 1024, mxfp4", "NVIDIA H100 80GB HBM3" },
-  { "GPU decode, 20b in bf16, context 1024 (`bench_gpu`)", "bench_gpu", "ctx 1024, bf16", "NVIDIA H100 80GB HBM3" },
-  { "getp, 20b with MXFP4 experts, 2048 requests (`bench_getp`)", "bench_getp", "2048 requests, one GPU, mxfp4" },
+    "ctx 1024, mxfp4", "H100" },
+  { "GPU decode, 20b in bf16, context 1024 (`bench_gpu`)", "bench_gpu", "ctx 1024, bf16", "H100" },
+  { "getp, 20b with MXFP4 experts, 2048 requests (`bench_getp`)", "bench_getp", "2048 requests, one GPU, mxfp4",
+    "H100" },
   { "getp, 20b in bf16, 1024 requests of about 15 tokens, steps 1024 (`bench_getp`)", "bench_getp",
-    "1024 requests, one GPU, bf16" },
-  { "getp, 20b in bf16, 2048 requests on two GPUs", "bench_getp", "2048 requests, two GPUs, bf16" },
+    "1024 requests, one GPU, bf16", "H100" },
+  { "getp, 20b in bf16, 2048 requests on two GPUs", "bench_getp", "2048 requests, two GPUs, bf16", "H200" },
   { "GPU decode, 20b MXFP4, one sequence at positions 8k / 32k / 128k (`bench_gpu --prompt`)",
     "bench_gpu, long positions", "20b, mxfp4, B=1, decoding at positions 8000..8191 / 32512..32767 / "
-    .. "130816..131071 after a prefill in 2048-row steps" },
+    .. "130816..131071 after a prefill in 2048-row steps", "H100" },
   { "CPU golden engine, 20b-2l, 4 slots (`bench_golden`)", "bench_golden",
-    "20b-2l, fp32, 4 slots, 16 threads, prompt 16, decode 4" },
+    "20b-2l, fp32, 4 slots, 16 threads, prompt 16, decode 4", "" },
   { "tokenizer encode and decode, course mode (`bench_tokenizer`)", "bench_tokenizer",
-    "course mode, README.md repeated to 8 MB" },
+    "course mode, README.md repeated to 8 MB", "" },
   { "tokenizer encode and decode, o200k mode (`bench_tokenizer --mode o200k`)", "bench_tokenizer",
-    "o200k mode, README.md repeated to 8 MB" },
+    "o200k mode, README.md repeated to 8 MB", "" },
 }
 local FIGURE_ROWS = 2
 
