@@ -14,7 +14,9 @@ function cmdline.integer(flag, min, max)
     or "an integer"
   return function(s)
     local v = math.tointeger(tonumber(s))
-    if v == nil or (min and v < min) or (max and v > max) then return nil, ("%s: '%s' is not %s"):format(flag, s, what) end
+    if v == nil or (min and v < min) or (max and v > max) then
+      return nil, ("%s: '%s' is not %s"):format(flag, s, what)
+    end
     return v
   end
 end
