@@ -1,4 +1,4 @@
--- gptoss serve against hostile and broken clients (issue 59): each case is a client that
+-- gptoss serve against hostile and broken clients: each case is a client that
 -- once wedged, killed or starved the server, or was answered wrongly, and ends with /health
 -- answering and a normal request served. The raw clients are cqueues sockets of this
 -- process, every read and write bounded; the servers are child processes (serve_helpers).

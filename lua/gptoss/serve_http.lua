@@ -13,7 +13,7 @@
 -- under gptoss serve"): a request whose body was not read to its end (refused, cut, or of
 -- broken framing) gets `connection: close`, and its connection is taken from lua-http
 -- (take_socket) and closed here: lua-http's stream shutdown would read the rest itself, and
--- spins forever once the client has closed (issue 59's wedge). Headers lua-http cannot read are
+-- spins forever once the client has closed (a wedged process). Headers lua-http cannot read are
 -- answered on the taken socket.
 --
 -- Debian 12 packages lua-http for Lua 5.1 to 5.3 only; its code is plain Lua that runs on
