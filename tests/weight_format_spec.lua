@@ -11,6 +11,18 @@ local tiny = {
   n_layers = 2, head_dim = 8, n_attn_heads = 4, n_kv_heads = 2, seq_len = 64, sliding_window = 4,
 }
 
+-- A replica's option takes each of names and reports it back, and refuses another.
+local function takes_and_reports(option, names, other)
+  local m = gptoss.synthetic(tiny, { seed = 3 })
+  H.expect_error(function() m:replica { [option] = other } end,
+    ("%s must be one of %s (got %s)"):format(option, table.concat(names, ", "), other))
+  for _, name in ipairs(names) do
+    local r = m:replica { slots = 1, ctx = 8, [option] = name }
+    assert.are.equal(name, r[option])
+    r:close()
+  end
+end
+
 describe("gptoss.weight_formats", function()
   it("lists fp32, bf16 and mxfp4 with their bits, blocks and exactness against bf16", function()
     local by_name = {}
@@ -34,27 +46,14 @@ describe("gptoss.weight_formats", function()
   end)
 
   it("is what the weights option takes and what a replica reports", function()
-    local m = gptoss.synthetic(tiny, { seed = 3 })
-    H.expect_error(function() m:replica { weights = "fp16" } end,
-      ("weights must be one of %s (got fp16)"):format(table.concat(gptoss.weight_format_names(), ", ")))
-    for _, name in ipairs(gptoss.weight_format_names()) do
-      local r = m:replica { slots = 1, ctx = 8, weights = name }
-      assert.are.equal(name, r.weights)
-      r:close()
-    end
+    takes_and_reports("weights", gptoss.weight_format_names(), "fp16")
   end)
 end)
 
 describe("gptoss.kv_formats", function()
   it("is what the kv option takes and what a replica reports", function()
     assert.are.same({ "fp32", "bf16" }, gptoss.kv_formats())
-    local m = gptoss.synthetic(tiny, { seed = 3 })
-    H.expect_error(function() m:replica { kv = "fp8" } end, "kv must be one of fp32, bf16 (got fp8)")
-    for _, name in ipairs(gptoss.kv_formats()) do
-      local r = m:replica { slots = 1, ctx = 8, kv = name }
-      assert.are.equal(name, r.kv)
-      r:close()
-    end
+    takes_and_reports("kv", gptoss.kv_formats(), "fp8")
   end)
 end)
 
