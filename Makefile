@@ -104,11 +104,11 @@ $(LIB): $(OBJS)
 	$(NVCC) -shared -cudart static $(NV_GENCODE) -Xcompiler -fPIC $(OBJS) -o $@ $(LIBS)
 # the engine's GEMM dispatch with and without the Hopper GEMM, bit for bit (tests/gpu_gemm_spec.lua)
 GEMM_PROBE := $(BUILD)/engine_gemm
-$(GEMM_PROBE): tools/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
+$(GEMM_PROBE): tools/hopper_probes/engine_gemm.cu $(wildcard contract/*.h kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 # the same with the Hopper GEMM's timeline stamps (docs/building.md#benchmarks)
-$(GEMM_PROBE)_timeline: tools/hopper_probes/engine_gemm.cu $(wildcard kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
+$(GEMM_PROBE)_timeline: tools/hopper_probes/engine_gemm.cu $(wildcard contract/*.h kernels/*.h kernels/*.hip src/hip/*.h src/core/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -DGPTOSS_WG_TIMELINE $< -o $@
 else ifeq ($(HIP_PLATFORM),amd)
@@ -145,7 +145,8 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') $(if $(RUN_DEB_M
 # luarocks (docs/building.md#luarocks) only when make setup is asked for by
 # name: test and demo, which run setup first, do not use it. gnuplot-nox draws the benchmarks'
 # pictures (--plot, examples/plot.lua), whose spec is pending without it. lua-http,
-# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), curl its specs' raw client,
+# lua-cqueues and lua-cjson are gptoss serve's (docs/serve.md), lua-http and lua-filesystem
+# gptoss pull's (docs/getting-models.md), curl serve's specs' raw client,
 # nghttp2-client's h2load its HTTP/2 and load case (tests/serve_hostile_spec.lua, pending without it).
 # libedit-dev gives gptoss chat line editing and history (src/lua/line_edit.c, optional to
 # build and to run: without it lines are read plainly, so the GPU machine's DEPS_DEBS leave it
@@ -153,7 +154,7 @@ RUN_ENV = $(if $(RUN_LD_PATH),LD_LIBRARY_PATH='$(RUN_LD_PATH)') $(if $(RUN_DEB_M
 # ranks (tests/mpi_spec.lua, pending without it; installed before the first build, so that
 # core.so is built with it).
 SETUP_PACKAGES := build-essential lua5.4 liblua5.4-dev lua-busted lua-argparse lua-dkjson libjansson-dev libpcre2-dev \
-                  gnuplot-nox lua-http lua-cqueues lua-cjson curl nghttp2-client libedit-dev tmux libopenmpi-dev \
+                  gnuplot-nox lua-http lua-cqueues lua-cjson lua-filesystem curl nghttp2-client libedit-dev tmux libopenmpi-dev \
                   openmpi-bin
 SETUP_LUAROCKS := $(if $(filter setup,$(MAKECMDGOALS)),luarocks)
 JANSSON_H := $(or $(JANSSON_INCDIR),/usr/include)/jansson.h
@@ -208,16 +209,27 @@ tokenizer:
 # TESTS picks spec files (default: all of tests/).
 TESTS ?= tests
 test: setup | $(TOKENIZER)
-	$(MAKE) all $(GEMM_PROBE) $(AMD_ASM)
+	$(MAKE) all $(GEMM_PROBE) $(AMD_ASM) $(NV_PTX)
 	$(RUN_ENV) $(if $(GEMM_PROBE),GPTOSS_GEMM_PROBE='$(GEMM_PROBE)') $(if $(AMD_ASM),GPTOSS_AMD_ASM='$(AMD_ASM)') \
-	  $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
+	  $(if $(NV_PTX),GPTOSS_NV_PTX='$(NV_PTX)') $(LUA) $(BUSTED) --output=tests/summary.lua $(TESTS)
 
 # Where hipcc is installed: the gfx90a device assembly of the matrix-core
 # kernels, which tests/amd_build_spec.lua reads (no AMD GPU runs them here)
 AMD_ASM := $(if $(shell command -v $(HIPCC) 2>/dev/null),$(BUILD)/amd-asm/gemm.s $(BUILD)/amd-asm/attention.s)
-$(BUILD)/amd-asm/%.s: kernels/%.hip $(wildcard kernels/*.h src/hip/*.h src/core/*.h)
+$(BUILD)/amd-asm/%.s: kernels/%.hip $(wildcard contract/*.h kernels/*.h src/hip/*.h src/core/*.h)
 	@mkdir -p $(dir $@)
 	$(HIPCC) $(AMD_COMMON) -Wno-pass-failed -Wno-unused-command-line-argument --offload-arch=gfx90a --cuda-device-only -S $< -o $@
+
+# Where nvcc is installed: the PTX of the kernels a step launches, for sm_90a and (one file) for
+# sm_80, which tests/programmatic_launch_spec.lua reads for their programmatic waits
+NV_PTX := $(if $(NVCC),$(foreach k,embedding rmsnorm rope_kv router moe_dispatch attention gemm,$(BUILD)/nv-ptx/$(k).sm_90a.ptx) \
+            $(BUILD)/nv-ptx/rmsnorm.sm_80.ptx)
+$(BUILD)/nv-ptx/%.sm_90a.ptx: kernels/%.hip $(wildcard contract/*.h kernels/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu -std=c++17 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) -arch=compute_90a -ptx $< -o $@
+$(BUILD)/nv-ptx/%.sm_80.ptx: kernels/%.hip $(wildcard contract/*.h kernels/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu -std=c++17 -D__HIP_PLATFORM_NVIDIA__ $(HIP_INC) -arch=compute_80 -ptx $< -o $@
 
 demo: setup | $(TOKENIZER)
 	$(MAKE) all
@@ -271,8 +283,8 @@ FUZZ_FLAGS := -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer,addres
 FUZZ_API_SRC := $(wildcard src/lua/*.c src/hip/*.c)
 FUZZ_EXTRA_SRC = src/lua/host.c
 $(BUILD)/fuzz/lua_api: FUZZ_EXTRA_SRC := $(FUZZ_API_SRC)
-$(BUILD)/fuzz/lua_api: $(FUZZ_API_SRC) $(wildcard src/lua/*.h src/hip/*.h)
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h src/core/*.c src/core/*.h) src/lua/host.c
+$(BUILD)/fuzz/lua_api: $(FUZZ_API_SRC) $(wildcard contract/*.h src/lua/*.h src/hip/*.h)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h contract/*.h src/core/*.c src/core/*.h) src/lua/host.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) $< $(wildcard src/core/*.c) $(FUZZ_EXTRA_SRC) -o $@ $(LIBS) $(FUZZ_LUA_LIB)
 # Every target runs, whatever another found, and the failures are listed at the end.

@@ -50,35 +50,32 @@ int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim) {
 }
 
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
-                                   hipStream_t stream) {
-    if (exact) {
-        dim3 grid(a->rows, a->n_heads);
-        if (kv_bf16)
-            hipLaunchKernelGGL(attention_exact_kernel<bf16>, grid, dim3(EXACT_THREADS), 0, stream, *a);
-        else
-            hipLaunchKernelGGL(attention_exact_kernel<float>, grid, dim3(EXACT_THREADS), 0, stream, *a);
-        return hipGetLastError();
-    }
+                                   const gptoss_gpu_shape *dev, hipStream_t stream) {
+    const bool pdl = dev->programmatic;
+    if (exact)
+        return launch_kernel(kv_bf16 ? attention_exact_kernel<bf16> : attention_exact_kernel<float>,
+                             dim3(a->rows, a->n_heads), dim3(EXACT_THREADS), 0, stream, pdl, *a);
     dim3 partial_grid(a->rows, a->n_kv_heads, a->splits);
     dim3 combine_grid(a->rows, (a->n_heads + COMBINE_HEADS - 1) / COMBINE_HEADS);
     size_t shared = partial_shape(a->n_heads, a->n_kv_heads, a->head_dim).floats() * sizeof(float);
     const mma_shape mma(a->n_heads, a->n_kv_heads, a->head_dim);
+    hipError_t e;
     if (kv_bf16 && mma.fits()) {
         /* a block takes several splits where the grid would hold more than
          * MMA_GRID_BLOCKS: q is staged once for them (the bits do not change) */
         const int64_t blocks = (int64_t)a->rows * a->n_kv_heads * a->splits;
         const int spb = (int)std::max<int64_t>(1, std::min<int64_t>(a->splits, blocks / MMA_GRID_BLOCKS));
         dim3 grid(a->rows, a->n_kv_heads, (a->splits + spb - 1) / spb);
-        if (mma.G == 8 && a->head_dim == 64)
-            hipLaunchKernelGGL((attention_mma_kernel<8, 64>), grid, dim3(THREADS), mma.bytes(), stream, *a);
-        else
-            hipLaunchKernelGGL((attention_mma_kernel<0, 0>), grid, dim3(THREADS), mma.bytes(), stream, *a);
-        if (a->splits == 1) /* the partials were the outputs */
-            return hipGetLastError();
-    } else if (kv_bf16)
-        hipLaunchKernelGGL(attention_partial_kernel<bf16>, partial_grid, dim3(THREADS), shared, stream, *a);
-    else
-        hipLaunchKernelGGL(attention_partial_kernel<float>, partial_grid, dim3(THREADS), shared, stream, *a);
-    hipLaunchKernelGGL(attention_combine_kernel, combine_grid, dim3(COMBINE_LANES * COMBINE_HEADS), 0, stream, *a);
-    return hipGetLastError();
+        e = launch_kernel(mma.G == 8 && a->head_dim == 64 ? attention_mma_kernel<8, 64> : attention_mma_kernel<0, 0>,
+                          grid, dim3(THREADS), mma.bytes(), stream, pdl, *a);
+        if (e != hipSuccess || a->splits == 1) /* one split: the partials were the outputs */
+            return e;
+    } else {
+        e = launch_kernel(kv_bf16 ? attention_partial_kernel<bf16> : attention_partial_kernel<float>, partial_grid,
+                          dim3(THREADS), shared, stream, pdl, *a);
+        if (e != hipSuccess)
+            return e;
+    }
+    return launch_kernel(attention_combine_kernel, combine_grid, dim3(COMBINE_LANES * COMBINE_HEADS), 0, stream, pdl,
+                         *a);
 }

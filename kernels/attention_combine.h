@@ -38,6 +38,7 @@ constexpr int COMBINE_LANES = 64, COMBINE_HEADS = 4;
 
 __global__ void __launch_bounds__(COMBINE_LANES * COMBINE_HEADS) attention_combine_kernel(gptoss_attention_args a) {
     int r = blockIdx.x, h = blockIdx.y * COMBINE_HEADS + threadIdx.x / COMBINE_LANES, D = a.head_dim;
+    pdl_wait();
     if (h >= a.n_heads)
         return;
     size_t base = ((size_t)r * a.n_heads + h) * a.splits;
@@ -46,6 +47,7 @@ __global__ void __launch_bounds__(COMBINE_LANES * COMBINE_HEADS) attention_combi
     float M = sink;
     for (int s = 0; s < a.splits; s++)
         M = fmaxf(M, ml[2 * s]);
+    pdl_launch_dependents();
     for (int d = threadIdx.x % COMBINE_LANES; d < D; d += COMBINE_LANES) {
         split_fold fold(sink, M);
         for (int s = 0; s < a.splits; s++)

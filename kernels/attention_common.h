@@ -9,7 +9,8 @@
 #include <math.h>
 
 #include "device.h"
-#include "launchers.h"
+#include "launch.h"
+#include "../contract/launchers.h"
 
 namespace {
 

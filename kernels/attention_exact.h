@@ -23,6 +23,7 @@ attention_exact_kernel(gptoss_attention_args a) {
     __shared__ double slot_d[EXACT_THREADS / 32];
     int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, n = blockDim.x;
     int D = a.head_dim, kvd = a.n_kv_heads * D, kvh = h / (a.n_heads / a.n_kv_heads);
+    pdl_wait();
     int pos = a.positions[r], P = a.positions_per_slot;
     int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     const float *q = a.q + ((size_t)r * a.n_heads + h) * D;
@@ -54,6 +55,7 @@ attention_exact_kernel(gptoss_attention_args a) {
         }
         __syncthreads();
     }
+    pdl_launch_dependents();
     for (int j = 0; j < EXACT_PER_THREAD && tid + j * n < D; j++)
         a.out[((size_t)r * a.n_heads + h) * D + tid + j * n] = o[j];
 }

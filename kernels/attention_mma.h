@@ -51,6 +51,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, FIXED_G ? 6 : 5) attention_mma_ker
     float *S = (float *)(vs + sh.v_bytes() / 2), *rescale = S + MMA_CHUNK * SS;
     const int r = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
     const int lane = tid % warpSize, warp = tid / warpSize, warps = THREADS / warpSize;
+    pdl_wait();
     const int pos = a.positions[r], Pn = a.positions_per_slot;
     const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     const int spb = (a.splits + gridDim.z - 1) / gridDim.z, s_begin = blockIdx.z * spb;
@@ -135,6 +136,8 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, FIXED_G ? 6 : 5) attention_mma_ker
                 }
             }
         }
+        if (s + 1 == s_end)
+            pdl_launch_dependents();
         if (a.splits == 1) { /* the row's only split: fold it here, no combine */
             fold_only_split(a, r, kvh, G, D, acc, out_tiles, m_run, l_run, S, tt, sm.h, sm.seg, sm.live);
             return;

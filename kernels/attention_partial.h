@@ -216,6 +216,7 @@ attention_partial_kernel(gptoss_attention_args a) {
     float *qs = (float *)smem4, *S = qs + sh.G8 * D4, *ks = S + G * CHUNK;
     float *m_run = ks + sh.chunk * stride, *l_run = m_run + G, *scale = l_run + G;
     int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    pdl_wait();
     int pos = a.positions[r], P = a.positions_per_slot;
     int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     int lo = first + s * a.split_len, hi = min(pos + 1, lo + a.split_len);
@@ -270,6 +271,7 @@ attention_partial_kernel(gptoss_attention_args a) {
         }
         __syncthreads(); /* the next chunk may overwrite the staging rows */
     }
+    pdl_launch_dependents();
     size_t base = ((size_t)r * a.n_heads + (size_t)kvh * G) * a.splits + s;
     store_outputs(a, base, sh, quads, acc);
     if (tid < G) {

@@ -18,9 +18,9 @@
 #define GPTOSS_KERNELS_BF16_H
 
 #include "device.h"
-#include "layout.h"
+#include "../contract/layout.h"
 #include "matrix_core.h"
-#include "../src/core/device_contract.h"
+#include "../contract/device_contract.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "../src/core/bf16.h"
-#include "platform.h"
+#include "../contract/platform.h"
 
 /* bf16 in memory: the upper half of a float's bits, rounded to nearest even */
 struct bf16 {

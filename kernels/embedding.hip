@@ -4,11 +4,13 @@
  * drew for that row, read from fed; where that draw failed (-1) the row is
  * NaN, so this step's own sampling fails on it too. */
 #include "device.h"
-#include "launchers.h"
+#include "launch.h"
+#include "../contract/launchers.h"
 
 template <class T>
 __global__ void embedding_kernel(const T *table, const int *tokens, const int *fed, int vocab, int hidden,
                                  float *x) {
+    pdl_wait();
     int token = tokens[blockIdx.x];
     if (gptoss_token_is_fed(token))
         token = fed[gptoss_fed_row(token)];
@@ -19,17 +21,17 @@ __global__ void embedding_kernel(const T *table, const int *tokens, const int *f
         return;
     }
     const T *e = table + (size_t)token * hidden;
+    pdl_launch_dependents();
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         out[i] = to_float(e[i]);
 }
 
 hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, const int *fed,
-                                   int vocab, int rows, int hidden, float *x, hipStream_t stream) {
+                                   int vocab, int rows, int hidden, float *x, const gptoss_gpu_shape *dev,
+                                   hipStream_t stream) {
     if (bf16_mode)
-        hipLaunchKernelGGL(embedding_kernel<bf16>, dim3(rows), dim3(256), 0, stream,
-                           (const bf16 *)table, tokens, fed, vocab, hidden, x);
-    else
-        hipLaunchKernelGGL(embedding_kernel<float>, dim3(rows), dim3(256), 0, stream,
-                           (const float *)table, tokens, fed, vocab, hidden, x);
-    return hipGetLastError();
+        return launch_kernel(embedding_kernel<bf16>, dim3(rows), dim3(256), 0, stream, dev->programmatic,
+                             (const bf16 *)table, tokens, fed, vocab, hidden, x);
+    return launch_kernel(embedding_kernel<float>, dim3(rows), dim3(256), 0, stream, dev->programmatic,
+                         (const float *)table, tokens, fed, vocab, hidden, x);
 }

@@ -112,7 +112,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
         return hipSuccess;
     const gemm_family family = choose_family(a, bm, row_blocks, dev);
     if (family == GEMM_EXACT)
-        return launch_gemm_exact(a, row_blocks, stream);
+        return launch_gemm_exact(a, row_blocks, dev, stream);
     return with_weight_format(a->w_layout, [&](auto format) -> hipError_t {
         typedef decltype(format) W;
         switch (family) {
@@ -132,15 +132,7 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
 
 int gptoss_gemm_wgmma_built(hipStream_t stream) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
-    int *flag = nullptr, built = 0;
-    if (hipMalloc(&flag, sizeof *flag) != hipSuccess)
-        return 0;
-    hipLaunchKernelGGL(wgmma_built_kernel, dim3(1), dim3(1), 0, stream, flag);
-    if (hipMemcpyAsync(&built, flag, sizeof built, hipMemcpyDeviceToHost, stream) != hipSuccess ||
-        hipStreamSynchronize(stream) != hipSuccess)
-        built = 0;
-    (void)hipFree(flag);
-    return built;
+    return gptoss_device_flag(wgmma_built_kernel, stream);
 #else
     (void)stream;
     return 0;

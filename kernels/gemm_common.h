@@ -8,7 +8,8 @@
 
 #include "bf16.h"
 #include "device.h"
-#include "launchers.h"
+#include "launch.h"
+#include "../contract/launchers.h"
 #include "mxfp4.h"
 #include "../src/core/course_math.h"
 

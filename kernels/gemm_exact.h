@@ -13,6 +13,7 @@ namespace {
 constexpr int EX_BM = 32, EX_BN = 64, EX_BK = 32, EX_THREADS = 256;
 
 __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args a) {
+    pdl_wait();
     row_tile t;
     if (!block_rows(a, blockIdx.x, EX_BM, t))
         return;
@@ -47,6 +48,7 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
         }
         __syncthreads();
     }
+    pdl_launch_dependents();
     for (int i = 0; i < 2; i++) {
         int p = t.begin + ty + 16 * i;
         if (p >= t.end)
@@ -60,10 +62,10 @@ __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(gptoss_gemm_args
 }
 
 /* row_blocks tiles of EX_BM rows (grouped: entries of the tile table) */
-hipError_t launch_gemm_exact(const gptoss_gemm_args *a, int row_blocks, hipStream_t stream) {
+hipError_t launch_gemm_exact(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
+                             hipStream_t stream) {
     dim3 grid(row_blocks, (a->n + EX_BN - 1) / EX_BN);
-    hipLaunchKernelGGL(gemm_exact_kernel, grid, dim3(EX_THREADS), 0, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(gemm_exact_kernel, grid, dim3(EX_THREADS), 0, stream, dev->programmatic, *a);
 }
 
 } // namespace

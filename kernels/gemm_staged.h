@@ -140,6 +140,7 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
     extern __shared__ uint4 ring[];
     /* grouped: blockIdx.x is the column block, blockIdx.y the tile (see the launcher) */
     const bool grouped = a.tiles != nullptr;
+    pdl_wait();
     row_tile t;
     if (!block_rows(a, grouped ? blockIdx.y : blockIdx.x, BM, t))
         return;
@@ -249,13 +250,14 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(ST_THREADS, MIN_BLOCKS) gemm_staged_kernel(
                     tile16::mma32(acc[m][n], xp, wp[n], lane);
             }
     }
+    pdl_launch_dependents();
     copy_wait<0>();
     __syncthreads(); /* the ring is free: the odd sums go through it */
     staged_store<BM>(a, t, acc, (float *)ring, groups, n0, wn, parity, lane, computes);
 }
 
 template <class W, int BM, int STAGES, int MIN_BLOCKS, bool VEC, bool TILED, bool FULL>
-hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t stream) {
+hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, bool programmatic, hipStream_t stream) {
     const void *kernel = (const void *)gemm_staged_kernel<W, BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>;
     size_t bytes = staged_ring_bytes<W>(BM, STAGES);
     if (bytes > 48 * 1024) {
@@ -263,9 +265,8 @@ hipError_t launch_staged(const gptoss_gemm_args *a, dim3 grid, hipStream_t strea
         if (e != hipSuccess)
             return e;
     }
-    hipLaunchKernelGGL((gemm_staged_kernel<W, BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>), grid, dim3(ST_THREADS), bytes,
-                       stream, *a);
-    return hipGetLastError();
+    return launch_kernel(gemm_staged_kernel<W, BM, STAGES, MIN_BLOCKS, VEC, TILED, FULL>, grid, dim3(ST_THREADS), bytes,
+                         stream, programmatic, *a);
 }
 
 /* shared memory a block may take, from the multiprocessor's */
@@ -279,27 +280,30 @@ size_t shared_limit(int shared_per_sm) {
  * them (six stages, or 64-row tiles where 32 suffice, were slower), else
  * one of two stages */
 template <class W, int BM, bool TILED>
-hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+hipError_t launch_staged_fit(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, bool programmatic,
+                             hipStream_t stream) {
     /* the kernel's FULL conditions: whole stages (two chunks), 32-bit offsets */
     const uint64_t w_elems = TILED ? gptoss_tiled_elems(a->n, a->k) : (uint64_t)a->n * a->k;
     const bool full = vec && a->k % (2 * MX_KC) == 0 && (uint64_t)a->rows * a->k < UINT32_MAX && w_elems < UINT32_MAX;
     if (2 * staged_ring_bytes<W>(BM, 4) <= limit)
-        return full  ? launch_staged<W, BM, 4, 2, true, TILED, true>(a, grid, stream)
-               : vec ? launch_staged<W, BM, 4, 2, true, TILED, false>(a, grid, stream)
-                     : launch_staged<W, BM, 4, 2, false, TILED, false>(a, grid, stream);
-    return full  ? launch_staged<W, BM, 2, 1, true, TILED, true>(a, grid, stream)
-           : vec ? launch_staged<W, BM, 2, 1, true, TILED, false>(a, grid, stream)
-                 : launch_staged<W, BM, 2, 1, false, TILED, false>(a, grid, stream);
+        return full  ? launch_staged<W, BM, 4, 2, true, TILED, true>(a, grid, programmatic, stream)
+               : vec ? launch_staged<W, BM, 4, 2, true, TILED, false>(a, grid, programmatic, stream)
+                     : launch_staged<W, BM, 4, 2, false, TILED, false>(a, grid, programmatic, stream);
+    return full  ? launch_staged<W, BM, 2, 1, true, TILED, true>(a, grid, programmatic, stream)
+           : vec ? launch_staged<W, BM, 2, 1, true, TILED, false>(a, grid, programmatic, stream)
+                 : launch_staged<W, BM, 2, 1, false, TILED, false>(a, grid, programmatic, stream);
 }
 
 /* a coded format's matrices lie in tiles only */
 template <class W, int BM>
-hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, hipStream_t stream) {
+hipError_t launch_staged_rows(const gptoss_gemm_args *a, dim3 grid, bool vec, size_t limit, bool programmatic,
+                             hipStream_t stream) {
     if constexpr (W::CODED)
-        return launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream);
+        return launch_staged_fit<W, BM, true>(a, grid, vec, limit, programmatic, stream);
     else
-        return gptoss_layout_tiled(a->w_layout) ? launch_staged_fit<W, BM, true>(a, grid, vec, limit, stream)
-                                                : launch_staged_fit<W, BM, false>(a, grid, vec, limit, stream);
+        return gptoss_layout_tiled(a->w_layout)
+                   ? launch_staged_fit<W, BM, true>(a, grid, vec, limit, programmatic, stream)
+                   : launch_staged_fit<W, BM, false>(a, grid, vec, limit, programmatic, stream);
 }
 
 /* row_blocks tiles of bm rows, 32 or ST_BM (grouped: entries of the tile table) */
@@ -315,8 +319,8 @@ hipError_t launch_gemm_staged(const gptoss_gemm_args *a, int row_blocks, int bm,
     dim3 grid = a->tiles ? dim3(col_blocks, row_blocks) : dim3(row_blocks, col_blocks);
     const bool vec = a->k % 8 == 0;
     size_t limit = shared_limit(dev->shared_per_sm);
-    return bm == 32 ? launch_staged_rows<W, 32>(a, grid, vec, limit, stream)
-                    : launch_staged_rows<W, ST_BM>(a, grid, vec, limit, stream);
+    return bm == 32 ? launch_staged_rows<W, 32>(a, grid, vec, limit, dev->programmatic, stream)
+                    : launch_staged_rows<W, ST_BM>(a, grid, vec, limit, dev->programmatic, stream);
 }
 
 } // namespace

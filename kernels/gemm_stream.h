@@ -90,8 +90,14 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
     constexpr bool CODED = W::CODED;
     typedef typename W::pieces WP;
+    /* a dense GEMM's first weights are loaded before the kernel before it
+     * ends (launch.h); a grouped one learns its expert, and gathered rows
+     * their index, from what that kernel wrote */
+    const bool weights_first = !a.tiles && !a.x_rows;
+    if (!weights_first)
+        pdl_wait();
     row_tile t;
-    if (!block_rows(a, blockIdx.x, 16, t))
+    if (!block_rows(a, blockIdx.x, 16, t)) /* grouped tiles past the table's count only */
         return;
     __shared__ float even[16 * BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
@@ -117,17 +123,29 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
         w_tiles = n0 < a.n ? W::tile(W::matrix(a, t.expert), n0 / 16, 0, chunks) : nullptr;
     /* tiled weights: a chunk further is a tile further, zeros past k */
     const int w_step = w_tiled ? GPTOSS_TILE_ELEMS : MX_KC, w_end = w_tiled ? chunks * MX_KC : a.k - kofs;
-    /* chunk c0 + ahead, ahead known when the ring is unrolled: FULL loads
-     * then address from one offset per round of the ring */
-    auto fetch = [&](int c0, int ahead, uint4 (&xb)[P], WP &wb) {
-        const uint4 zero = make_uint4(0, 0, 0, 0);
+    /* chunk c0 + ahead of X, then of W, ahead known when the ring is
+     * unrolled: FULL loads then address from one offset per round of the
+     * ring, and skip the ring's fetches past the end (never multiplied) */
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    auto fetch_x = [&](int c0, int ahead, uint4 (&xb)[P]) {
         const int c = c0 + ahead;
         if constexpr (FULL) {
-            if (c >= chunks) /* the ring's fetches past the end: never multiplied */
+            if (c >= chunks)
                 return;
 #pragma unroll
             for (int j = 0; j < P; j++)
                 xb[j] = *(const uint4 *)(src[0][j] + (size_t)c0 * MX_KC + ahead * MX_KC);
+        } else {
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
+        }
+    };
+    auto fetch_w = [&](int c0, int ahead, WP &wb) {
+        const int c = c0 + ahead;
+        if constexpr (FULL) {
+            if (c >= chunks)
+                return;
             if constexpr (CODED)
                 wb.load(w_tiles + (size_t)c0 * W::TILE_BYTES + ahead * W::TILE_BYTES, lane);
             else
@@ -135,9 +153,6 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
                 for (int j = 0; j < P; j++)
                     wb.v[j] = *(const uint4 *)(src[1][j] + (size_t)c * w_step);
         } else {
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
             if constexpr (CODED) {
                 if (w_tiles && c < chunks)
                     wb.load(w_tiles + (size_t)c * W::TILE_BYTES, lane);
@@ -160,7 +175,12 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     WP w_ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        fetch(parity, 2 * d, x_ring[d], w_ring[d]);
+        fetch_w(parity, 2 * d, w_ring[d]);
+    if (weights_first)
+        pdl_wait();
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++)
+        fetch_x(parity, 2 * d, x_ring[d]);
     for (int c = parity; c < chunks; c += 2 * DEPTH) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
@@ -169,9 +189,11 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
             uint4 w[P];
             w_ring[d].to_bf16(w);
             tile16::mma32(acc, x_ring[d], w, lane);
-            fetch(c, 2 * (d + DEPTH), x_ring[d], w_ring[d]);
+            fetch_x(c, 2 * (d + DEPTH), x_ring[d]);
+            fetch_w(c, 2 * (d + DEPTH), w_ring[d]);
         }
     }
+    pdl_launch_dependents();
     stream_store(a, t, acc, even, n0, rope);
 }
 
@@ -204,8 +226,7 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
         kernel = blocks <= fit                                        ? stream_kernel<W, 8>(vec, full)
                  : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<W, 3>(vec, full)
                                                                       : stream_kernel<W, 5>(vec, full);
-    hipLaunchKernelGGL(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, dev->programmatic, *a);
 }
 
 } // namespace

@@ -24,6 +24,7 @@ template <int MT, bool VEC>
 __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_gemm_args a) {
     constexpr int BM = 16 * MT, WN = MX_BN / (4 / MT), NT = WN / 16, P = tile16::PIECES, STAGES = 4;
     constexpr int ROWS = BM + MX_BN, PIECES = ROWS * (MX_KC / 8), PER = (PIECES + 127) / 128;
+    pdl_wait();
     row_tile t;
     if (!block_rows(a, blockIdx.x, BM, t))
         return;
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(4 * GPTOSS_WARP_MAX) gemm_tiled_kernel(gptoss_
                 tile16::mma32(acc[h][n], xp, wp[n], lane);
         }
     }
+    pdl_launch_dependents();
     if (!active)
         return;
 #pragma unroll
@@ -127,8 +129,7 @@ hipError_t launch_gemm_tiled(const gptoss_gemm_args *a, int row_blocks, int bm, 
         kernel = vec ? gemm_tiled_kernel<2, true> : gemm_tiled_kernel<2, false>;
     else
         kernel = vec ? gemm_tiled_kernel<4, true> : gemm_tiled_kernel<4, false>;
-    hipLaunchKernelGGL(kernel, grid, dim3(4 * dev->warp), 0, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(kernel, grid, dim3(4 * dev->warp), 0, stream, dev->programmatic, *a);
 }
 
 } // namespace

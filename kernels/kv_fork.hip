@@ -3,7 +3,7 @@
  * the replica's stream. Position p lies at p % positions in both slots, so
  * a ring's entries stay where a prefill would have put them. */
 #include "device.h"
-#include "launchers.h"
+#include "../contract/launchers.h"
 
 constexpr int FORK_THREADS = 256;
 constexpr int FORK_BLOCKS_PER_LAYER = 64;

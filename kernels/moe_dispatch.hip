@@ -12,7 +12,8 @@
  * golden's order, which makes the result independent of the batch. The
  * block owns the updated row, so it also applies the RMSNorm that follows
  * (rmsnorm.h: the same bits as rmsnorm.hip), saving that kernel. */
-#include "launchers.h"
+#include "../contract/launchers.h"
+#include "launch.h"
 #include "rmsnorm.h"
 
 namespace {
@@ -32,9 +33,11 @@ __global__ void __launch_bounds__(DISPATCH_THREADS) moe_dispatch_kernel(gptoss_m
     const int warp = threadIdx.x / warpSize, warps = blockDim.x / warpSize;
     for (int e = threadIdx.x; e < a.n_experts; e += blockDim.x)
         start[e] = 0;
+    pdl_wait();
     __syncthreads();
     for (int i = threadIdx.x; i < P; i += blockDim.x)
         atomicAdd(&start[a.topk_idx[i]], 1);
+    pdl_launch_dependents(); /* one block: the GEMMs after it may begin */
     __syncthreads();
     /* counts to first pairs and tiles by the first warp, warpSize experts a
      * round (faster than one thread's loop over the experts) */
@@ -95,6 +98,7 @@ template <int KT> __global__ void __launch_bounds__(RMS_THREADS) moe_combine_ker
     constexpr int KK = KT ? KT : MAX_K, BATCH = KT ? RMS_BATCH : 1;
     __shared__ double scratch[RMS_THREADS / 32];
     const int r = blockIdx.x, K = KT ? KT : a.k;
+    pdl_wait();
     /* the row's pairs in ascending expert id (a row's experts are distinct):
      * pair j goes to place rank[j], the experts below its own */
     int expert[KK], rank[KK], pair[KK];
@@ -152,6 +156,7 @@ template <int KT> __global__ void __launch_bounds__(RMS_THREADS) moe_combine_ker
             ss += (double)(v * v);
         }
     }
+    pdl_launch_dependents();
     if (!a.norm_w)
         return;
     double scale = gptoss_rms_scale(block_all(ss, op_add(), scratch), a.hidden);
@@ -166,15 +171,16 @@ template <int KT> __global__ void __launch_bounds__(RMS_THREADS) moe_combine_ker
 
 } // namespace
 
-hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream) {
+hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, const gptoss_gpu_shape *dev,
+                                      hipStream_t stream) {
     size_t shared = sizeof(int) * ((size_t)a->n_experts + DISPATCH_CHUNK);
-    hipLaunchKernelGGL(moe_dispatch_kernel, dim3(1), dim3(DISPATCH_THREADS), shared, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(moe_dispatch_kernel, dim3(1), dim3(DISPATCH_THREADS), shared, stream, dev->programmatic, *a);
 }
 
-hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream) {
+hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, const gptoss_gpu_shape *dev,
+                                     hipStream_t stream) {
     /* gpt-oss routes each token to 4 experts */
     void (*kernel)(gptoss_moe_combine_args) = a->k == 4 ? moe_combine_kernel<4> : moe_combine_kernel<0>;
-    hipLaunchKernelGGL(kernel, dim3(a->rows), dim3(RMS_THREADS), sizeof(float) * (size_t)a->hidden, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(kernel, dim3(a->rows), dim3(RMS_THREADS), sizeof(float) * (size_t)a->hidden, stream,
+                         dev->programmatic, *a);
 }

@@ -7,7 +7,7 @@
 #define GPTOSS_KERNELS_ROPE_H
 
 #include "device.h"
-#include "launchers.h"
+#include "../contract/launchers.h"
 #include "../src/core/course_math.h"
 
 /* row r's rotation of the pair (x0, x1) at index i of its head */

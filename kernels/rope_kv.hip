@@ -2,6 +2,7 @@
  * (rope.h), for qkv projections whose GEMM did not take it in its epilogue
  * (gemm.hip). k_trace, when given, receives the rotated k before any
  * rounding (the tracer's k_rope). */
+#include "launch.h"
 #include "rope.h"
 
 constexpr int ROPE_THREADS = 128;
@@ -16,6 +17,8 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(gptoss_rope_kv_ar
     int hqd = a.n_heads * a.head_dim, kvd = a.n_kv_heads * a.head_dim;
     int e = blockIdx.y * ROPE_THREADS + threadIdx.x, pairs = (a.n_heads + a.n_kv_heads) * half;
     const float *qkv = a.qkv + (size_t)r * (hqd + 2 * kvd);
+    pdl_wait();
+    pdl_launch_dependents(); /* a thread has one round of loads and stores left */
     if (e >= pairs) {
         if (e - pairs < kvd)
             rope_store_v<KV>(a, r, e - pairs, qkv[hqd + kvd + e - pairs]);
@@ -28,12 +31,9 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(gptoss_rope_kv_ar
     rope_store_pair<KV>(a, r, h, i, y0, y1);
 }
 
-hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, hipStream_t stream) {
+hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, const gptoss_gpu_shape *dev, hipStream_t stream) {
     int items = (a->n_heads + a->n_kv_heads) * (a->head_dim / 2) + a->n_kv_heads * a->head_dim;
     dim3 grid(a->rows, (items + ROPE_THREADS - 1) / ROPE_THREADS);
-    if (a->kv_bf16)
-        hipLaunchKernelGGL(rope_kv_kernel<bf16>, grid, dim3(ROPE_THREADS), 0, stream, *a);
-    else
-        hipLaunchKernelGGL(rope_kv_kernel<float>, grid, dim3(ROPE_THREADS), 0, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(a->kv_bf16 ? rope_kv_kernel<bf16> : rope_kv_kernel<float>, grid, dim3(ROPE_THREADS), 0,
+                         stream, dev->programmatic, *a);
 }

@@ -19,7 +19,8 @@
 
 #include <algorithm>
 
-#include "launchers.h"
+#include "../contract/launchers.h"
+#include "launch.h"
 #include "rmsnorm.h"
 #include "../src/core/softmax.h"
 
@@ -66,6 +67,7 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
     const int r = blockIdx.x, H = a.hidden, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
     const int warps = blockDim.x / warpSize, G = gridDim.y, b = blockIdx.y;
     const size_t at = (size_t)r * H;
+    pdl_wait();
     const double scale = rms_row_scale(a.x + at, H, scratch);
     rms_row_apply(a.x + at, a.norm_w, scale, H, [&](int i, float v) {
         T rounded = from_float<T>(v);
@@ -117,6 +119,7 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
                 __threadfence(); /* seen by the row's last block (below) */
         }
     }
+    pdl_launch_dependents();
     __syncthreads();
     if (G > 1 && !last_of_row(a, r, G, logits))
         return;
@@ -165,17 +168,14 @@ int gptoss_router_limits(int n_experts, int k, int hidden) {
     return n_experts <= MAX_EXPERTS && k <= MAX_K && hidden <= gptoss_router_max_hidden();
 }
 
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, int multiprocessors, int warp,
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, const gptoss_gpu_shape *dev,
                                 hipStream_t stream) {
     size_t elem = bf16_mode ? sizeof(bf16) : sizeof(float);
     /* blocks a row: as many as fill the GPU twice, at most one warp an expert */
-    const int split_warps = SPLIT_THREADS / warp, wanted = SPLIT_BLOCKS_PER_SM * multiprocessors;
+    const int split_warps = SPLIT_THREADS / dev->warp, wanted = SPLIT_BLOCKS_PER_SM * dev->multiprocessors;
     const int most = (a->n_experts + split_warps - 1) / split_warps;
     const int G = a->rows >= wanted ? 1 : std::min(most, (wanted + a->rows - 1) / a->rows);
     const dim3 grid(a->rows, G), block(G > 1 ? SPLIT_THREADS : THREADS);
-    if (bf16_mode)
-        hipLaunchKernelGGL(router_kernel<bf16>, grid, block, a->hidden * elem, stream, *a);
-    else
-        hipLaunchKernelGGL(router_kernel<float>, grid, block, a->hidden * elem, stream, *a);
-    return hipGetLastError();
+    return launch_kernel(bf16_mode ? router_kernel<bf16> : router_kernel<float>, grid, block, a->hidden * elem, stream,
+                         dev->programmatic, *a);
 }

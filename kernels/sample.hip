@@ -22,11 +22,14 @@
  * sum, less than the CPU's sequential double sums may be
  * (docs/api.md#default-mode lets sums associate differently).
  *
+ * A constrained row reads the tokens its mask leaves out as -inf in every
+ * load (its logits stay the model's); an unconstrained row reads no mask.
+ *
  * A row that asks for log-probabilities gets gptoss_logprobs' values: the
  * log-sum-exp in double (summed in another order than the CPU's), and the
  * top ranks found by the same radix selection as top_k. */
 #include "device.h"
-#include "launchers.h"
+#include "../contract/launchers.h"
 #include "../src/core/counter_rng.h"
 #include "../src/core/course_math.h"
 
@@ -63,6 +66,7 @@ struct Shared {
 
 struct Row {
     const float *x;
+    const uint32_t *mask; /* the tokens it allows, or nullptr: all */
     int n, id_bytes; /* bytes of the reversed id that can differ */
     float m, t;      /* the maximum logit, the temperature */
     double scale;    /* 2^Q */
@@ -79,15 +83,15 @@ struct Row {
     __device__ uint64_t fixed(float w) const { return (uint64_t)rint((double)w * scale); }
 };
 
-/* Visits x[i] for i = begin + first, + stride, ... < end, issuing UNROLL
- * loads before using them. Each thread sees its ids in increasing order. */
+/* Visits x[i] (gptoss_masked_logit) for i = begin + first, + stride, ... < end,
+ * issuing UNROLL loads before using them. Each thread sees its ids in increasing order. */
 template <class F>
-__device__ void sweep(const float *x, int begin, int end, int first, int stride, F f) {
+__device__ void sweep(const float *x, const uint32_t *mask, int begin, int end, int first, int stride, F f) {
     for (int b = begin + first; b < end; b += stride * UNROLL) {
         float v[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; u++)
-            v[u] = u * stride < end - b ? x[b + u * stride] : 0.0f;
+            v[u] = u * stride < end - b ? gptoss_masked_logit(x, mask, b + u * stride) : 0.0f;
 #pragma unroll
         for (int u = 0; u < UNROLL; u++)
             if (u * stride < end - b)
@@ -143,7 +147,7 @@ __device__ uint64_t radix_cut(Shared &sh, const Row &r, uint64_t floor, uint64_t
         for (int j = tid; j < RADIX * COPIES; j += blockDim.x)
             sh.count[j] = sh.sum_lo[j] = sh.sum_hi[j] = 0;
         __syncthreads();
-        sweep(r.x, 0, r.n, tid, blockDim.x, [&](int i, float v) {
+        sweep(r.x, r.mask, 0, r.n, tid, blockDim.x, [&](int i, float v) {
             uint64_t key = r.key(i, v);
             if (key < floor || (key & mask) != prefix)
                 return;
@@ -196,7 +200,7 @@ __device__ void write_logprobs(Shared &sh, const Row &r, int k, int token, gptos
     const int tid = threadIdx.x;
     __syncthreads(); /* the draw is done with sh */
     double sum = 0;
-    sweep(r.x, 0, r.n, tid, blockDim.x, [&](int, float v) { sum += exp((double)v - (double)r.m); });
+    sweep(r.x, r.mask, 0, r.n, tid, blockDim.x, [&](int, float v) { sum += exp((double)v - (double)r.m); });
     const double lse = (double)r.m + log(block_all(sum, op_add(), sh.slotd));
     k = k < r.n ? k : r.n;
     const uint64_t cut = k > 0 && k < r.n ? radix_cut<false>(sh, r, 0, (uint64_t)k, 0) : 0;
@@ -204,7 +208,7 @@ __device__ void write_logprobs(Shared &sh, const Row &r, int k, int token, gptos
         sh.n_found = 0;
     __syncthreads();
     if (k > 0)
-        sweep(r.x, 0, r.n, tid, blockDim.x, [&](int i, float v) {
+        sweep(r.x, r.mask, 0, r.n, tid, blockDim.x, [&](int i, float v) {
             uint64_t key = r.key(i, v);
             if (key >= cut)
                 sh.found[atomicAdd(&sh.n_found, 1)] = key;
@@ -240,9 +244,9 @@ __device__ __forceinline__ void apply_bias(Shared &sh, float *x, const gptoss_lo
 /* The thread's share of the first pass over the row: its first maximum,
  * its flags (1: a NaN or +inf, 2: a logit above -inf) and its sum of
  * exp((v - own_max) / t), taken online: only a bound for Q */
-__device__ __forceinline__ void scan_row(const float *x, int n, float t, float &top, int &top_i, int &flags,
-                                         float &own_max, float &own_sum) {
-    sweep(x, 0, n, threadIdx.x, blockDim.x, [&](int i, float v) {
+__device__ __forceinline__ void scan_row(const float *x, const uint32_t *mask, int n, float t, float &top, int &top_i,
+                                         int &flags, float &own_max, float &own_sum) {
+    sweep(x, mask, 0, n, threadIdx.x, blockDim.x, [&](int i, float v) {
         take_better(top, top_i, v, i);
         flags |= (v != v || v == INFINITY) | (v != -INFINITY) << 1;
         if (t > 0 && v > -INFINITY) {
@@ -271,7 +275,7 @@ __device__ __forceinline__ uint64_t filter_cut(Shared &sh, const Row &r, const g
     }
     if ((have_k || have_p) && p.min_p > 0) {
         uint64_t least = UINT64_MAX;
-        sweep(r.x, 0, r.n, threadIdx.x, blockDim.x, [&](int i, float v) {
+        sweep(r.x, r.mask, 0, r.n, threadIdx.x, blockDim.x, [&](int i, float v) {
             uint64_t key = r.key(i, v);
             if (key >= cut && key < least && (double)r.weight(v) >= p.min_p)
                 least = key;
@@ -304,7 +308,7 @@ __device__ __forceinline__ void sum_ranges(Shared &sh, const Row &r, const kept_
         int begin = q * len < n ? q * len : n, end = n - begin < len ? n : begin + len;
         int last = -1;
         uint64_t sum = 0;
-        sweep(r.x, begin, end, lane, warpSize, [&](int i, float v) {
+        sweep(r.x, r.mask, begin, end, lane, warpSize, [&](int i, float v) {
             float w = kept_w(i, v);
             if (w > 0) {
                 sum += r.fixed(w);
@@ -327,18 +331,17 @@ __device__ __forceinline__ void sum_ranges(Shared &sh, const Row &r, const kept_
 __device__ __forceinline__ int walk_range(Shared &sh, const Row &r, const kept_weight &kept_w, int len,
                                           double target) {
     const int tid = threadIdx.x, n = r.n;
-    const float *x = r.x;
     int begin = sh.range * len, end = n - begin < len ? n : begin + len;
     int piece = (end - begin + (int)blockDim.x - 1) / (int)blockDim.x;
     int a = end - begin < tid * piece ? end : begin + tid * piece;
     int b = end - a < piece ? end : a + piece;
     uint64_t own = 0, unused;
     for (int i = a; i < b; i++)
-        own += r.fixed(kept_w(i, x[i]));
+        own += r.fixed(kept_w(i, gptoss_masked_logit(r.x, r.mask, i)));
     uint64_t run = sh.range_before + block_scan(own, &unused, sh.slot64);
     int hit = INT_MAX;
     for (int i = a; i < b; i++) {
-        run += r.fixed(kept_w(i, x[i]));
+        run += r.fixed(kept_w(i, gptoss_masked_logit(r.x, r.mask, i)));
         if ((double)run > target) {
             hit = i;
             break;
@@ -385,12 +388,13 @@ __device__ __forceinline__ int draw_token(Shared &sh, Row &r, const gptoss_row_s
 } // namespace
 
 __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, const gptoss_row_sampling *params,
-                                                         const gptoss_logit_bias *bias, int *tokens,
-                                                         gptoss_row_logprobs *logprobs) {
+                                                         const gptoss_logit_bias *bias, const uint32_t *masks,
+                                                         int *tokens, gptoss_row_logprobs *logprobs) {
     __shared__ Shared sh;
     const int tid = threadIdx.x;
     float *x = logits + (size_t)blockIdx.x * n;
     const gptoss_row_sampling p = params[blockIdx.x];
+    const uint32_t *mask = p.mask ? masks + (size_t)(p.mask - 1) * gptoss_mask_words(n) : nullptr;
     const gptoss_logit_bias *b = bias + (size_t)p.slot * GPTOSS_MAX_LOGIT_BIAS;
     apply_bias(sh, x, b, p.n_bias);
     __syncthreads();
@@ -398,7 +402,7 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
     float top = -INFINITY;
     int top_i = INT_MAX, flags = 0;
     float own_max = -INFINITY, own_sum = 0.0f;
-    scan_row(x, n, p.temperature, top, top_i, flags, own_max, own_sum);
+    scan_row(x, mask, n, p.temperature, top, top_i, flags, own_max, own_sum);
     warp_best(top, top_i); /* the block's first maximum, in every thread */
     if (tid % warpSize == 0) {
         sh.slotf[tid / warpSize] = top;
@@ -409,12 +413,8 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
         take_better(top, top_i, sh.slotf[w], sh.slot32[w]);
     __syncthreads();
     flags = block_all(flags, op_or(), sh.slot32);
-    Row r;
-    r.x = x;
-    r.n = n;
-    r.id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
-    r.m = top;
-    r.t = p.temperature;
+    const int id_bytes = n - 1 < (1 << 8) ? 1 : n - 1 < (1 << 16) ? 2 : n - 1 < (1 << 24) ? 3 : 4;
+    Row r{x, mask, n, id_bytes, top, p.temperature, 0.0};
     int token;
     if (flags != 2) /* a NaN or +inf (-1), or nothing above -inf (-2): no token, greedy or not (as the CPU) */
         token = flags & 1 ? -1 : -2;
@@ -434,14 +434,14 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
 }
 
 hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
-                                const gptoss_logit_bias *bias, int *tokens, gptoss_row_logprobs *logprobs,
-                                hipStream_t stream) {
+                                const gptoss_logit_bias *bias, const uint32_t *masks, int *tokens,
+                                gptoss_row_logprobs *logprobs, hipStream_t stream) {
     /* the bound keeps every index of a sweep within int */
     if (rows < 0 || vocab < 1 || vocab > (1 << 30))
         return hipErrorInvalidValue;
     if (rows == 0)
         return hipSuccess;
-    hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params, bias, tokens,
-                       logprobs);
+    hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params, bias, masks,
+                       tokens, logprobs);
     return hipGetLastError();
 }

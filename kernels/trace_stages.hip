@@ -8,7 +8,7 @@
 
 #include "attention_score.h"
 #include "device.h"
-#include "launchers.h"
+#include "../contract/launchers.h"
 #include "../src/core/course_math.h"
 #include "../src/core/softmax.h"
 

@@ -6,7 +6,7 @@
  * (layout.h) where asked. A block format's matrices (MXFP4) go into their
  * tiles from the host codec's rows or from the recipe. */
 #include "device.h"
-#include "launchers.h"
+#include "../contract/launchers.h"
 #include "mxfp4.h"
 #include "../src/core/mxfp4.h"
 

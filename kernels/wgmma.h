@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "platform.h"
+#include "../contract/platform.h"
 
 #if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GPTOSS_WGMMA 1

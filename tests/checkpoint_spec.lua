@@ -860,11 +860,11 @@ describe("the command line on a checkpoint", function()
     for _, model in ipairs { dir, bin } do
       local out = tmp()
       local code, stdout, err = run { model, "-m", "getp", "-i", input, "-o", out, "-n", "12", "-z", tokenizer,
-        "--devices", "cpu", "--quiet" }
+        "--device", "cpu", "--quiet" }
       assert.are.equal(0, code, err)
       assert.truthy(stdout:find("max_seq_len: 2048\n", 1, true), stdout)
       outputs[#outputs + 1] = read_file(out)
-      local gcode, text, gerr = run { model, "-i", "Hello", "-n", "8", "-z", tokenizer, "--devices", "cpu",
+      local gcode, text, gerr = run { model, "-i", "Hello", "-n", "8", "-z", tokenizer, "--device", "cpu",
         "--quiet" }
       assert.are.equal(0, gcode, gerr)
       outputs[#outputs + 1] = text
@@ -876,7 +876,7 @@ describe("the command line on a checkpoint", function()
     local whole = saved(m, { format = "hf", tokenizer = gptoss.tokenizer(tokenizer) })
     local out = tmp()
     local code, _, err = run { whole, "-m", "getp", "-i", input, "-o", out, "-n", "12", "-z", whole .. "/",
-      "--devices", "cpu", "--quiet" }
+      "--device", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     assert.are.equal(outputs[1], read_file(out))
   end)

@@ -26,8 +26,8 @@ describe("model:replica_bytes", function()
   end)
 
   it("plans a GPU replica without a device: weights by type, KV rings, scratch, headroom", function()
-    local fp32 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "fp32" }
-    local bf16 = m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "bf16" }
+    local fp32 = m:replica_bytes { device = 0, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "fp32" }
+    local bf16 = m:replica_bytes { device = 0, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = "bf16" }
     assert.are.equal(0, fp32.weights_bf16)
     assert.are.equal(0, bf16.weights_mxfp4)
     assert.is_true(bf16.weights_bf16 > 0 and bf16.weights_fp32 < fp32.weights_fp32)
@@ -39,12 +39,12 @@ describe("model:replica_bytes", function()
     assert.are.equal(2 * (rounded(2 * 4 * kvd * 4) + rounded(2 * 32 * kvd * 4)), fp32.kv)
     assert.are.equal(256 << 20, fp32.headroom)
     -- more rows a step, more scratch; the defaults are the replica's (rows 256, chunk 128)
-    local defaults = m:replica_bytes { device = 1, slots = 2, ctx = 32 }
+    local defaults = m:replica_bytes { device = 0, slots = 2, ctx = 32 }
     assert.is_true(defaults.scratch > fp32.scratch)
   end)
 
   it("plans the experts of an mxfp4 replica in tiles of 16 rows by 32 inputs, 272 bytes each", function()
-    local opts = { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local opts = { device = 0, slots = 2, ctx = 32, chunk = 1, rows = 2 }
     local function with(weights)
       local o = { weights = weights }
       for k, v in pairs(opts) do o[k] = v end
@@ -73,18 +73,18 @@ describe("model:replica_bytes", function()
     expect_error(function() wide:replica(huge) end, "replica: the KV cache for 1048576 slots", "2^64")
     local wider = gptoss.synthetic({ head_dim = 4096, n_attn_heads = 2, n_kv_heads = 2, vocab_size = 1000,
       sliding_window = 0 }, { seed = 1 })
-    expect_error(function() wider:replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 29, kv = "fp32" } end,
+    expect_error(function() wider:replica_bytes { device = 0, slots = 1 << 20, ctx = 1 << 29, kv = "fp32" } end,
       "replica_bytes: 1048576 slots of 536870912 positions with 1048576 rows a step need more than 2^64 bytes")
     -- tiles pad each [2][1] expert matrix to 16 x 32 bf16: 2^54 of them once took 2^64 bytes, wrapped to 0
     local many = gptoss.synthetic({ vocab_size = 8, hidden_dim = 1, n_experts = 1 << 30, experts_per_token = 1,
       intermediate_dim = 1, n_layers = 1 << 24, head_dim = 2, n_attn_heads = 1, n_kv_heads = 1, seq_len = 16,
       rope_scaling_factor = 1 }, { seed = 1 })
-    expect_error(function() many:replica_bytes { device = 1, slots = 1, ctx = 16, weights = "bf16" } end,
+    expect_error(function() many:replica_bytes { device = 0, slots = 1, ctx = 16, weights = "bf16" } end,
       "replica_bytes: 1 slots of 16 positions with 256 rows a step need more than 2^64 bytes")
     assert.are.equal(1, wide:replica { slots = 1, ctx = 4 }.slots) -- still usable
     -- below 2^64 but past what a Lua integer holds
     expect_error(function()
-      gptoss.synthetic("20b"):replica_bytes { device = 1, slots = 1 << 20, ctx = 1 << 28, rows = 1 << 20, kv = "fp32" }
+      gptoss.synthetic("20b"):replica_bytes { device = 0, slots = 1 << 20, ctx = 1 << 28, rows = 1 << 20, kv = "fp32" }
     end, "replica_bytes: these options need more than 2^63 bytes")
   end)
 
@@ -92,7 +92,7 @@ describe("model:replica_bytes", function()
     assert.are.same({ "fp32", "fp32" }, { m:replica { ctx = 4 }.weights, m:replica { ctx = 4 }.kv })
     assert.are.equal("bf16", m:replica { ctx = 4, weights = "bf16" }.kv)
     assert.are.equal("fp32", m:replica { ctx = 4, weights = "bf16", kv = "fp32" }.kv)
-    local gpu = { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2 }
+    local gpu = { device = 0, slots = 2, ctx = 32, chunk = 1, rows = 2 }
     local function kv_bytes(extra)
       local o = {}
       for k, v in pairs(gpu) do o[k] = v end
@@ -105,13 +105,14 @@ describe("model:replica_bytes", function()
   end)
 
   it("refuses options as model:replica does, naming replica_bytes", function()
-    expect_error(function() m:replica_bytes { device = 1, threads = 2 } end,
+    expect_error(function() m:replica_bytes { device = 0, threads = 2 } end,
       "replica_bytes: threads applies to CPU replicas only")
     expect_error(function() m:replica_bytes { rows = 8 } end,
       "replica_bytes: rows and chunk size a GPU replica's buffers")
-    expect_error(function() m:replica_bytes { device = 1, rows = 4, chunk = 5 } end,
+    expect_error(function() m:replica_bytes { device = 0, rows = 4, chunk = 5 } end,
       "replica_bytes: chunk = 5 must be in 1..rows (4)")
-    expect_error(function() m:replica_bytes { device = 0 } end, "replica_bytes: device 0 is not a GPU number")
+    expect_error(function() m:replica_bytes { device = -1 } end,
+      "replica_bytes: device -1 is not a GPU number (they count from 0)")
     expect_error(function() m:replica_bytes { slots = 0 } end, "replica_bytes: slots = 0 must be in 1..")
     expect_error(function() m:replica_bytes { slot = 2 } end, "replica_bytes: unknown option 'slot'")
   end)

@@ -1,14 +1,14 @@
 -- A step's rows one by one: which rows draw a token (draw), what a row that cannot draw does
 -- to the others (nothing: h:tokens{partial = true} gives the rest), a row fed a token that
 -- could not be drawn, logits kept only where asked, and r:check_sampling. On the CPU, and on
--- GPU 1 when there is one.
+-- GPU 0 when there is one.
 local gptoss = require "gptoss"
 local H = require "helpers"
 
 local expect_error = H.expect_error
 local m = gptoss.synthetic(H.TINY, { seed = 5 })
 local ENGINES = { { name = "the CPU", opts = { slots = 3, ctx = 16 } } }
-if #gptoss.devices() > 0 then ENGINES[2] = { name = "GPU 1", opts = { device = 1, slots = 3, ctx = 16 } } end
+if #gptoss.devices() > 0 then ENGINES[2] = { name = "GPU 0", opts = { device = 0, slots = 3, ctx = 16 } } end
 
 -- a logit bias that bans every token of the tiny vocabulary
 local BAN_ALL = {}

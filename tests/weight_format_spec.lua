@@ -60,7 +60,7 @@ end)
 describe("the GPU memory plan by weight format", function()
   local m = gptoss.synthetic(tiny, { seed = 3 })
   local function plan(weights)
-    return m:replica_bytes { device = 1, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = weights }
+    return m:replica_bytes { device = 0, slots = 2, ctx = 32, chunk = 1, rows = 2, weights = weights }
   end
 
   it("reports every format's share, summed as the weights", function()

@@ -6,7 +6,7 @@
 #ifndef GPTOSS_BATCH_H
 #define GPTOSS_BATCH_H
 
-#include "device_contract.h" /* fed tokens */
+#include "../../contract/device_contract.h" /* fed tokens */
 #include "status.h"
 
 #ifdef __cplusplus

@@ -147,25 +147,32 @@ gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sl
 }
 
 /* The rows' sampling as their slots say, keyed by the position each row's
- * token will take; NULL (and no error) when every row is greedy without
- * bias or logprobs. *logprobs: whether some row asks for them. Slots out of
- * range are left greedy: the engine's batch check refuses them. */
-static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b, gptoss_row_sampling **out,
-                                   int *logprobs, char *err) {
+ * token will take, and the masks of q's constrained rows; NULL (and no
+ * error) when every row is greedy without bias, logprobs or mask.
+ * *logprobs: whether some row asks for them. Slots out of range are left
+ * greedy: the engine's batch check refuses them. */
+static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b, const gptoss_step_request *q,
+                                   gptoss_row_sampling **out, int *logprobs, char *err) {
     *out = NULL;
     *logprobs = 0;
+    if (q->n_masks > 0 && !(*out = calloc((size_t)b->n, sizeof **out)))
+        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+    for (int k = 0; k < q->n_masks; k++)
+        (*out)[q->mask_rows[k]].mask = k + 1;
     for (int r = 0; r < b->n; r++) {
         int slot = b->slots[r];
         if (slot < 0 || slot >= e->o.slots || !e->slot_sampled[slot])
             continue;
         if (!*out && !(*out = calloc((size_t)b->n, sizeof **out)))
             return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+        int mask = (*out)[r].mask;
         gptoss_row_sampling *rs = &(*out)[r];
         *rs = gptoss_row_sampling_of(&e->slot_params[slot], (uint64_t)b->positions[r] + 1);
         rs->slot = slot;
         rs->n_bias = e->slot_n_bias[slot];
         rs->want_logprobs = e->slot_logprobs[slot] >= 0;
         rs->top_logprobs = rs->want_logprobs ? e->slot_logprobs[slot] : 0;
+        rs->mask = mask;
         *logprobs |= rs->want_logprobs;
     }
     return GPTOSS_OK;
@@ -225,6 +232,8 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     gptoss_status s = q->keep_logits ? gptoss_step_rows_keep(q->keep, q->n_keep, b->n, res, err) : GPTOSS_OK;
     if (!s)
         s = gptoss_step_rows_draw(q->draw, q->n_draw, b->n, res, err);
+    if (!s)
+        s = gptoss_step_rows_masked(q->mask_rows, q->n_masks, b->n, res, err);
     if (!s && fed_by)
         s = gptoss_step_rows_check_fed(b, fed_by, err);
     if (!s && fed_by && e->i->reads_fed_tokens)
@@ -232,7 +241,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, res, &fed_tokens, err)) && fed_tokens)
         batch.tokens = fed_tokens;
     if (!s)
-        s = rows_sampling(e, &batch, &sampling, &logprobs, err);
+        s = rows_sampling(e, &batch, q, &sampling, &logprobs, err);
     size_t rows = (size_t)(b->n > 0 ? b->n : 1);
     if (!s && !(res->tokens = malloc(sizeof(int) * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
@@ -241,7 +250,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     if (!s && q->keep_logits && !(res->logits = logits_storage((size_t)res->logits_rows, e->vocab, err)))
         s = GPTOSS_E_HOST_MEMORY;
     if (!s) {
-        gptoss_step_args a = {sampling, (const gptoss_logit_bias *const *)e->slot_bias,
+        gptoss_step_args a = {sampling, (const gptoss_logit_bias *const *)e->slot_bias, q->n_masks ? q->masks : NULL,
                               res->logits ? (float *)res->logits->data : NULL, res->logit_rows, res->logits_rows,
                               res->fate};
         s = e->i->step(e->ctx, &batch, &a, res, err);

@@ -79,6 +79,9 @@ typedef struct {
 typedef struct {
     const gptoss_row_sampling *sampling;       /* per row; NULL: every row greedy, no bias, no logprobs */
     const gptoss_logit_bias *const *slot_bias; /* per slot: the list a row's n_bias counts (host) */
+    /* the constrained rows' masks, gptoss_mask_words(vocab) words each (row
+     * r's is mask sampling[r].mask - 1); NULL when no row has one (host) */
+    const uint32_t *masks;
     float *logits;         /* NULL, or room for the logits of the rows below, filled before step returns */
     const int *logit_rows; /* those rows (0-based, in order); NULL: every row */
     int n_logit_rows;
@@ -224,6 +227,13 @@ typedef struct {
      * GPTOSS_TOKEN_UNDRAWN and no later step may be fed them */
     const int *draw;
     int n_draw;
+    /* the n_masks rows (0-based, distinct, each one that draws) that draw
+     * under a constraint, mask_rows[k] taking only the tokens masks' k-th
+     * mask of gptoss_mask_words(vocab) words allows (the caller's memory,
+     * read before the step returns) */
+    const int *mask_rows;
+    const uint32_t *masks;
+    int n_masks;
 } gptoss_step_request;
 
 /* Runs or enqueues the step q asks for (its batch checked as a whole

@@ -35,11 +35,12 @@ static gptoss_status golden_resolve(gptoss_model *m, gptoss_engine_opts *o, char
     return GPTOSS_OK;
 }
 
-/* host bytes: the KV pool is the replica's own; weights are the model's, shared */
+/* host bytes: the KV pool is the replica's own; weights are the model's, shared, in the form
+ * the weight format holds them (gptoss_model_held_bytes: a checkpoint's mapped bytes) */
 static gptoss_status golden_plan(const gptoss_model *m, const gptoss_engine_opts *o, gptoss_memory *out,
                                  uint64_t *headroom, char *err) {
     int overflow = 0;
-    uint64_t kv = kv_bytes(&m->config, o, &overflow), w = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
+    uint64_t kv = kv_bytes(&m->config, o, &overflow), w = gptoss_model_held_bytes(m, o->weights);
     uint64_t total = gptoss_checked_add(kv, w, &overflow);
     if (overflow)
         return gptoss_fail(err, GPTOSS_E_INVALID,
@@ -59,7 +60,7 @@ static void golden_destroy(void *ctx) {
     free(g->kcache);
     free(g->vcache);
     free(g->length);
-    free(g->wround);
+    free(g->tiles);
     free(g);
 }
 
@@ -92,23 +93,21 @@ static gptoss_status golden_create(gptoss_model *m, const gptoss_engine_opts *o,
                         kv / 1073741824.0);
         goto fail;
     }
-    if (gptoss_weights_bf16(&g->o)) {
-        const gptoss_config *c = &g->c;
-        size_t widest = (size_t)c->hidden_dim;
-        if ((size_t)c->n_attn_heads * c->head_dim > widest)
-            widest = (size_t)c->n_attn_heads * c->head_dim;
-        if ((size_t)c->intermediate_dim > widest)
-            widest = (size_t)c->intermediate_dim;
-        g->wround_row = widest;
-        g->wround = malloc(sizeof(float) * widest * 4 * GPTOSS_GOLDEN_MM_TASKS_PER_THREAD *
-                           (size_t)g->o.threads);
-        if (!g->wround) {
-            s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
-            goto fail;
-        }
-    }
-    if ((s = gptoss_model_weights(m, progress, err)))
+    const gptoss_config *c = &g->c;
+    size_t widest = (size_t)c->hidden_dim; /* every matmul's input: H, Hq*D or I */
+    if ((size_t)c->n_attn_heads * c->head_dim > widest)
+        widest = (size_t)c->n_attn_heads * c->head_dim;
+    if ((size_t)c->intermediate_dim > widest)
+        widest = (size_t)c->intermediate_dim;
+    g->tile_row = widest;
+    g->tiles = malloc(sizeof(float) * widest * 4 * GPTOSS_GOLDEN_MM_TASKS_PER_THREAD * (size_t)g->o.threads);
+    if (!g->tiles) {
+        s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
         goto fail;
+    }
+    if ((s = gptoss_model_hold(m, g->o.weights, g->pool, progress, err)))
+        goto fail;
+    g->w = gptoss_model_held(m, g->o.weights);
     *out = g;
     return GPTOSS_OK;
 fail:
@@ -172,7 +171,7 @@ static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_
                                             (double)n * (double)V * 4 / 1048576.0);
     char why[GPTOSS_ERR_LEN];
     int bad = st ? -1 : gptoss_draw_rows(&g->sampler, logits, order, n_draw, (int)V, a->sampling, a->slot_bias,
-                                         res->tokens, res->logprobs, why);
+                                         a->masks, res->tokens, res->logprobs, why);
     if (bad >= 0 && (res->bad_row < 0 || bad < res->bad_row)) { /* a row fed a failed token may come first */
         res->bad_row = bad;
         memcpy(res->why, why, sizeof why);

@@ -1,6 +1,6 @@
 /* A golden replica's forward pass (golden.h says whose arithmetic): the
- * course helpers, the batched matmul and attention on the thread pool, and
- * one function per block, as gpu_forward.hip has. */
+ * course helpers, attention on the thread pool (the matmul is
+ * golden_matmul.c's), and one function per block, as gpu_forward.hip has. */
 #include "golden_replica.h"
 
 #include <math.h>
@@ -23,78 +23,6 @@ static void rmsnorm(float *o, const float *x, const float *w, int n) {
         o[j] = gptoss_rms_apply(w[j], scale, x[j]);
 }
 
-/* ---- batched matmul: Y[r][o] = sum_i W[o][i] * X[r][i] ----------------------
- * Each (r, o) is one double accumulator fed float products in ascending i,
- * as run.cpp's matmul. Four output rows run side by side for instruction
- * parallelism; tasks split the output rows, never a sum. */
-
-typedef struct {
-    const float *w;
-    int n, d;
-    const float *x;
-    int rows;
-    float *y;
-    float *wround; /* NULL in fp32 mode */
-    size_t wround_row;
-    int per_task; /* output rows per task, a multiple of 4 */
-} mm_job;
-
-static void mm_task(void *ctx, int task) {
-    const mm_job *j = ctx;
-    int o0 = task * j->per_task, o1 = o0 + j->per_task;
-    if (o1 > j->d)
-        o1 = j->d;
-    size_t n = (size_t)j->n;
-    float *rounded = j->wround ? j->wround + (size_t)task * 4 * j->wround_row : NULL;
-    for (int o = o0; o < o1; o += 4) {
-        int k = o1 - o < 4 ? o1 - o : 4;
-        const float *wr[4]; /* a tail block repeats row o in its unused lanes */
-        for (int q = 0; q < 4; q++) {
-            int lane = q < k ? q : 0;
-            const float *src = j->w + (size_t)(o + lane) * n;
-            if (rounded) {
-                if (q < k)
-                    for (size_t i = 0; i < n; i++)
-                        rounded[q * n + i] = gptoss_bf16_round(src[i]);
-                src = rounded + lane * n;
-            }
-            wr[q] = src;
-        }
-        for (int r = 0; r < j->rows; r++) {
-            const float *x = j->x + (size_t)r * n;
-            double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-            for (size_t i = 0; i < n; i++) {
-                float xv = x[i];
-                a0 += wr[0][i] * xv;
-                a1 += wr[1][i] * xv;
-                a2 += wr[2][i] * xv;
-                a3 += wr[3][i] * xv;
-            }
-            float *y = j->y + (size_t)r * j->d + o;
-            const double acc[4] = {a0, a1, a2, a3};
-            for (int q = 0; q < k; q++)
-                y[q] = (float)acc[q];
-        }
-    }
-}
-
-/* x must already be bf16-rounded in bf16 mode (see gemm_input) */
-static void matmul(gptoss_golden *g, float *y, const float *x, int rows, const float *w, int n, int d) {
-    int threads = gptoss_pool_threads(g->pool);
-    int blocks = (d + 3) / 4;
-    int tasks = threads * GPTOSS_GOLDEN_MM_TASKS_PER_THREAD < blocks ? threads * GPTOSS_GOLDEN_MM_TASKS_PER_THREAD : blocks;
-    mm_job j = {w, n, d, x, rows, y, g->wround, g->wround_row, 0};
-    j.per_task = ((blocks + tasks - 1) / tasks) * 4;
-    tasks = (d + j.per_task - 1) / j.per_task;
-    /* a single thread for tiny products: waking workers costs more */
-    if ((double)rows * n * d < 65536.0) {
-        j.per_task = ((d + 3) / 4) * 4;
-        mm_task(&j, 0);
-        return;
-    }
-    gptoss_pool_run(g->pool, tasks, mm_task, &j);
-}
-
 /* The activations a GEMM reads: themselves, or a bf16-rounded copy. */
 static const float *gemm_input(const gptoss_golden *g, float *scratch, const float *x, size_t count) {
     if (!gptoss_weights_bf16(&g->o))
@@ -102,10 +30,6 @@ static const float *gemm_input(const gptoss_golden *g, float *scratch, const flo
     for (size_t i = 0; i < count; i++)
         scratch[i] = gptoss_bf16_round(x[i]);
     return scratch;
-}
-
-static float weight_value(const gptoss_golden *g, float w) {
-    return gptoss_weights_bf16(&g->o) ? gptoss_bf16_round(w) : w;
 }
 
 /* ---- attention: one task per (row, query head) --------------------------- */
@@ -215,10 +139,15 @@ static void swiglu(float *y, const float *m1, int rows, int I, float limit) {
                                                  m1[(size_t)j * 2 * I + 2 * i + 1], limit);
 }
 
+/* Weight matrix `tensor` of the held weights from element first. */
+static gptoss_golden_matrix matrix(const gptoss_golden *g, int tensor, uint64_t first) {
+    return (gptoss_golden_matrix){&g->w->matrix[tensor], first};
+}
+
 /* A linear layer: the matmul, then the bias added to each row's outputs. */
-static void linear(gptoss_golden *g, float *y, const float *x, int rows, const float *w, const float *bias,
+static void linear(gptoss_golden *g, float *y, const float *x, int rows, gptoss_golden_matrix w, const float *bias,
                    int n, int d) {
-    matmul(g, y, x, rows, w, n, d);
+    gptoss_golden_matmul(g, y, x, rows, w, n, d);
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < d; i++)
             y[(size_t)r * d + i] += bias[i];
@@ -226,13 +155,14 @@ static void linear(gptoss_golden *g, float *y, const float *x, int rows, const f
 
 /* ---- the forward pass, a function per block ---------------------------------- */
 
-/* One forward's state: the replica, the batch, the model's fp32 tensors,
- * the step's buffers, the trace (NULL unless tracing one row), and the
- * sizes the blocks share: rows R, then the config's. */
+/* One forward's state: the replica, the batch, the weights' vectors (norm
+ * scales, biases, sinks) in fp32, the step's buffers, the trace (NULL
+ * unless tracing one row), and the sizes the blocks share: rows R, then the
+ * config's. */
 typedef struct {
     gptoss_golden *g;
     const gptoss_batch *b;
-    float *const *W;
+    const float *const *W;
     scratch s;
     gptoss_trace *trace;
     int R, H, Q, D, Hq, HqD, kvd, E, K, I, half;
@@ -255,9 +185,9 @@ static void embed(pass *p) {
     const scratch *s = &p->s;
     const int H = p->H, half = p->half;
     for (int r = 0; r < p->R; r++) {
-        const float *e = p->W[GPTOSS_T_EMBEDDING] + (size_t)p->b->tokens[r] * H;
-        for (int i = 0; i < H; i++)
-            s->x[(size_t)r * H + i] = weight_value(p->g, e[i]);
+        (gptoss_weights_bf16(&p->g->o) ? gptoss_source_read_bf16 : gptoss_source_read)(
+            &p->g->w->matrix[GPTOSS_T_EMBEDDING], (uint64_t)p->b->tokens[r] * (uint64_t)H, (uint64_t)H,
+            s->x + (size_t)r * H);
         gptoss_rope_cos_sin(&p->g->rope, p->b->positions[r], s->cos_v + (size_t)r * half,
                             s->sin_v + (size_t)r * half);
     }
@@ -297,11 +227,11 @@ static void rope_into_cache(pass *p, int l) {
 static void attention_block(pass *p, int l) {
     gptoss_golden *g = p->g;
     const scratch *s = &p->s;
-    float *const *W = p->W;
+    const float *const *W = p->W;
     const int R = p->R, H = p->H, Q = p->Q, Hq = p->Hq, HqD = p->HqD;
     rmsnorm_rows(p, s->t, s->x, W[GPTOSS_T_RMS_ATTN] + (size_t)l * H);
     record(p, GPTOSS_STAGE_ATTN_NORM, l, 0, H, s->t);
-    linear(g, s->qkv, gemm_input(g, s->tin, s->t, (size_t)R * H), R, W[GPTOSS_T_W_QKV] + (size_t)l * Q * H,
+    linear(g, s->qkv, gemm_input(g, s->tin, s->t, (size_t)R * H), R, matrix(g, GPTOSS_T_W_QKV, (uint64_t)l * Q * H),
            W[GPTOSS_T_B_QKV] + (size_t)l * Q, H, Q);
     record(p, GPTOSS_STAGE_QKV, l, 0, Q, s->qkv);
     rope_into_cache(p, l);
@@ -317,7 +247,7 @@ static void attention_block(pass *p, int l) {
     }
     record(p, GPTOSS_STAGE_ATTN_OUT, l, 0, HqD, s->attn);
     linear(g, s->proj, gemm_input(g, s->tin, s->attn, (size_t)R * HqD), R,
-           W[GPTOSS_T_W_O] + (size_t)l * H * HqD, W[GPTOSS_T_B_O] + (size_t)l * H, HqD, H);
+           matrix(g, GPTOSS_T_W_O, (uint64_t)l * H * HqD), W[GPTOSS_T_B_O] + (size_t)l * H, HqD, H);
     record(p, GPTOSS_STAGE_ATTN_PROJ, l, 0, H, s->proj);
     for (size_t i = 0; i < (size_t)R * H; i++)
         s->x[i] += s->proj[i];
@@ -344,10 +274,10 @@ static void run_expert(pass *p, int l, int e, const float *tin) {
     if (n == 0)
         return;
     size_t le = (size_t)l * p->E + e;
-    linear(g, s->m1, s->gathered, n, p->W[GPTOSS_T_W_MLP1] + le * 2 * I * H, p->W[GPTOSS_T_B_MLP1] + le * 2 * I,
+    linear(g, s->m1, s->gathered, n, matrix(g, GPTOSS_T_W_MLP1, le * 2 * I * H), p->W[GPTOSS_T_B_MLP1] + le * 2 * I,
            H, 2 * I);
     swiglu(s->y, s->m1, n, I, g->c.swiglu_limit);
-    linear(g, s->m2, gemm_input(g, s->yin, s->y, (size_t)n * I), n, p->W[GPTOSS_T_W_MLP2] + le * H * I,
+    linear(g, s->m2, gemm_input(g, s->yin, s->y, (size_t)n * I), n, matrix(g, GPTOSS_T_W_MLP2, le * H * I),
            p->W[GPTOSS_T_B_MLP2] + le * H, I, H);
     for (int j = 0; j < n; j++) {
         float *agg = s->agg + (size_t)s->members[j] * H;
@@ -368,13 +298,13 @@ static void run_expert(pass *p, int l, int e, const float *tin) {
 static void moe_block(pass *p, int l) {
     gptoss_golden *g = p->g;
     const scratch *s = &p->s;
-    float *const *W = p->W;
+    const float *const *W = p->W;
     const int R = p->R, H = p->H, E = p->E, K = p->K, I = p->I;
     rmsnorm_rows(p, s->t, s->x, W[GPTOSS_T_RMS_FFN] + (size_t)l * H);
     record(p, GPTOSS_STAGE_FFN_NORM, l, 0, H, s->t);
     const float *tin = gemm_input(g, s->tin, s->t, (size_t)R * H);
-    linear(g, s->router, tin, R, W[GPTOSS_T_W_ROUTER] + (size_t)l * E * H, W[GPTOSS_T_B_ROUTER] + (size_t)l * E,
-           H, E);
+    linear(g, s->router, tin, R, matrix(g, GPTOSS_T_W_ROUTER, (uint64_t)l * E * H),
+           W[GPTOSS_T_B_ROUTER] + (size_t)l * E, H, E);
     record(p, GPTOSS_STAGE_ROUTER, l, 0, E, s->router);
     for (int r = 0; r < R; r++) {
         gptoss_topk(s->router + (size_t)r * E, E, K, s->topk_w + (size_t)r * K, s->topk_i + (size_t)r * K);
@@ -405,7 +335,8 @@ static void unembed(pass *p, const int *rows, int n, float *logits) {
     }
     record(p, GPTOSS_STAGE_FINAL_NORM, -1, 0, H, s->t);
     if (n > 0)
-        matmul(p->g, logits, gemm_input(p->g, s->tin, s->t, (size_t)n * H), n, p->W[GPTOSS_T_OUT], H, V);
+        gptoss_golden_matmul(p->g, logits, gemm_input(p->g, s->tin, s->t, (size_t)n * H), n,
+                             matrix(p->g, GPTOSS_T_OUT, 0), H, V);
     record(p, GPTOSS_STAGE_LOGITS, -1, 0, V, logits);
 }
 
@@ -415,7 +346,7 @@ gptoss_status gptoss_golden_forward(gptoss_golden *g, const gptoss_batch *b, con
     gptoss_status st = gptoss_batch_check(b, g->o.slots, g->o.ctx, c->vocab_size, g->length, err);
     if (st)
         return st;
-    pass p = {.g = g, .b = b, .W = (float *const *)g->m->tensor, .trace = trace, .R = b->n,
+    pass p = {.g = g, .b = b, .W = g->w->vector, .trace = trace, .R = b->n,
               .H = c->hidden_dim, .Q = gptoss_qkv_dim(c), .D = c->head_dim, .Hq = c->n_attn_heads,
               .HqD = c->n_attn_heads * c->head_dim, .kvd = gptoss_kv_dim(c), .E = c->n_experts,
               .K = c->experts_per_token, .I = c->intermediate_dim, .half = c->head_dim / 2};

@@ -19,8 +19,9 @@ typedef struct {
     gptoss_pool *pool;
     float *kcache, *vcache; /* [slot][layer][ctx][kv_dim] */
     int *length;            /* positions held per slot */
-    float *wround;          /* bf16 mode: per task, 4 rounded weight rows */
-    size_t wround_row;      /* floats per weight row in wround (the widest input) */
+    const gptoss_held *w;   /* the weights, as the model holds them for this format */
+    float *tiles;           /* per matmul task, 4 weight rows widened to fp32 */
+    size_t tile_row;        /* floats per weight row in tiles (the widest input) */
     gptoss_sampler *sampler; /* buffers for drawing sampled rows, made on the first */
     /* the latest step's logits, of the rows it drew, for gptoss_engine_i.logits:
      * the step whose ticket is latest_ticket (0: none), every row's when all drew */
@@ -29,9 +30,20 @@ typedef struct {
     int latest_all;
 } gptoss_golden;
 
-/* The matmul's tasks per pool thread; each rounds its 4 weight rows into
- * its own part of wround, which is sized by it. */
+/* The matmul's tasks per pool thread; each widens its 4 weight rows into
+ * its own part of tiles, which is sized by it. */
 enum { GPTOSS_GOLDEN_MM_TASKS_PER_THREAD = 4 };
+
+/* A weight matrix [d][n] of the held weights: its tensor's source, from
+ * element first (a layer's or an expert's slice). */
+typedef struct {
+    const gptoss_source *src;
+    uint64_t first;
+} gptoss_golden_matrix;
+
+/* Y[r][o] = sum_i W[o][i] * X[r][i] for rows rows of x (golden_matmul.c);
+ * x must already be bf16-rounded in bf16 mode. */
+void gptoss_golden_matmul(gptoss_golden *g, float *y, const float *x, int rows, gptoss_golden_matrix w, int n, int d);
 
 /* Position pos of slot's layer in a KV cache. */
 static inline float *gptoss_golden_kv_at(const gptoss_golden *g, float *cache, int slot, int layer, int pos) {

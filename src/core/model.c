@@ -125,68 +125,6 @@ uint64_t gptoss_host_memory_available(void) {
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
-/* Asks for transparent huge pages over a large allocation: where the kernel gives them
- * on request only, faulting fresh 4 KiB pages in one by one is a large part of
- * materialising a big model's weights. */
-static void want_huge_pages(void *p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (end > start)
-        (void)madvise((void *)start, end - start, MADV_HUGEPAGE); /* advice: failing changes nothing */
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
-/* weight values decoded between two progress reports (16 MiB of fp32) */
-enum { WEIGHTS_REPORT_VALUES = 1 << 22 };
-
-gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progress, char *err) {
-    if (m->tensor[0]) /* a course file's mapping, or materialised before */
-        return GPTOSS_OK;
-    uint64_t bytes = m->layout.total_bytes - GPTOSS_HEADER_BYTES;
-    uint64_t avail = gptoss_host_memory_available();
-    const char *what = gptoss_format_name(m->format);
-    if (bytes > avail || bytes > SIZE_MAX)
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
-                           "the fp32 weights of a %s model need %.2f GiB of host memory, %.2f GiB "
-                           "available",
-                           what, bytes / 1073741824.0, avail / 1073741824.0);
-    float *data = malloc((size_t)bytes);
-    if (!data)
-        return gptoss_fail(err, GPTOSS_E_HOST_MEMORY,
-                           "cannot allocate %.2f GiB of host memory for the fp32 weights of a %s "
-                           "model",
-                           bytes / 1073741824.0, what);
-    want_huge_pages(data, (size_t)bytes);
-    uint64_t total = 0, done = 0;
-    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
-        total += m->layout.t[t].count;
-    int report = progress && progress->fn;
-    int stopped = report && progress->fn(progress->arg, 0, total);
-    for (int t = 0; t < GPTOSS_N_TENSORS && !stopped; t++) {
-        float *dst = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
-        uint64_t count = m->layout.t[t].count;
-        for (uint64_t first = 0; first < count && !stopped; first += WEIGHTS_REPORT_VALUES) {
-            uint64_t n = count - first < WEIGHTS_REPORT_VALUES ? count - first : WEIGHTS_REPORT_VALUES;
-            gptoss_model_read(m, t, first, n, dst + first);
-            done += n;
-            stopped = report && progress->fn(progress->arg, done, total);
-        }
-    }
-    /* stopped, or materialised meanwhile by a replica the callback made: keep theirs */
-    if (stopped || m->tensor[0]) {
-        free(data);
-        return stopped ? gptoss_fail(err, GPTOSS_E_STOPPED, "stopped while materialising the weights")
-                       : GPTOSS_OK;
-    }
-    for (int t = 0; t < GPTOSS_N_TENSORS; t++)
-        m->tensor[t] = data + (m->layout.t[t].offset - GPTOSS_HEADER_BYTES) / 4;
-    m->owned = data;
-    return GPTOSS_OK;
-}
-
 const gptoss_piece *gptoss_model_piece_at(const gptoss_source *src, uint64_t i) {
     int lo = 0, hi = src->n - 1;
     while (lo < hi) {
@@ -199,16 +137,22 @@ const gptoss_piece *gptoss_model_piece_at(const gptoss_source *src, uint64_t i) 
     return &src->piece[lo];
 }
 
-static void read_piece(const gptoss_piece *p, uint64_t at, uint64_t n, float *out) {
+/* Values [at, at + n) of piece p as fp32, rounded to bf16 when bf16 is set:
+ * a bf16 value rounds to itself but for a NaN's quiet bit, and an MXFP4 one
+ * (at most two significant bits times a power of two) to itself. */
+static void read_piece(const gptoss_piece *p, uint64_t at, uint64_t n, int bf16, float *out) {
     switch (p->kind) {
     case GPTOSS_PIECE_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            const unsigned char *b = p->data + 2 * (at + i);
-            out[i] = gptoss_bf16_float((uint16_t)(b[0] | b[1] << 8));
+        for (uint64_t i = 0; i < n; i++) { /* little-endian, as this host (checked above) */
+            uint16_t bits;
+            memcpy(&bits, p->data + 2 * (at + i), 2);
+            out[i] = bf16 ? gptoss_bf16_round(gptoss_bf16_float(bits)) : gptoss_bf16_float(bits);
         }
         break;
     case GPTOSS_PIECE_F32:
         memcpy(out, p->data + 4 * at, (size_t)n * 4);
+        for (uint64_t i = 0; bf16 && i < n; i++)
+            out[i] = gptoss_bf16_round(out[i]);
         break;
     case GPTOSS_PIECE_MXFP4: {
         int64_t blocks = gptoss_mxfp4_blocks(p->row);
@@ -231,14 +175,25 @@ void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64
         gptoss_synth_param p = gptoss_synth_params(&m->config, m->seed, tensor);
         gptoss_synth_fill(&p, first, count, out);
     } else {
-        const gptoss_source *src = &m->source[tensor];
-        for (const gptoss_piece *p = gptoss_model_piece_at(src, first); count; p++) {
-            uint64_t at = first - p->first;
-            uint64_t n = count < p->count - at ? count : p->count - at;
-            read_piece(p, at, n, out);
-            first += n, count -= n, out += n;
-        }
+        gptoss_source_read(&m->source[tensor], first, count, out);
     }
+}
+
+static void source_read(const gptoss_source *src, uint64_t first, uint64_t count, int bf16, float *out) {
+    for (const gptoss_piece *p = gptoss_model_piece_at(src, first); count; p++) {
+        uint64_t at = first - p->first;
+        uint64_t n = count < p->count - at ? count : p->count - at;
+        read_piece(p, at, n, bf16, out);
+        first += n, count -= n, out += n;
+    }
+}
+
+void gptoss_source_read(const gptoss_source *src, uint64_t first, uint64_t count, float *out) {
+    source_read(src, first, count, 0, out);
+}
+
+void gptoss_source_read_bf16(const gptoss_source *src, uint64_t first, uint64_t count, float *out) {
+    source_read(src, first, count, 1, out);
 }
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
@@ -302,7 +257,7 @@ void gptoss_model_free(gptoss_model *m) {
         gptoss_st_close(m->shards[i]);
     free(m->shards);
     free(m->source[0].piece); /* one allocation holds every tensor's pieces */
-    free(m->owned);
+    gptoss_model_free_held(m);
     free(m->path);
     free(m);
 }

@@ -1,8 +1,8 @@
 /* A model: a validated config plus its 16 course tensors, each read from
  * where it lives: a course .bin mapped read-only, a checkpoint's safetensors
  * files mapped read-only (bf16, f32 or MXFP4 pieces), or the synthetic
- * recipe; decoded to fp32 range by range, or materialised for engines that
- * want plain arrays. */
+ * recipe; decoded to fp32 range by range, or held for a CPU replica in the
+ * form its weight format computes with (gptoss_held, model_held.c). */
 #ifndef GPTOSS_MODEL_H
 #define GPTOSS_MODEL_H
 
@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "pool.h"
 #include "safetensors.h"
 #include "weight_format.h"
 
@@ -48,6 +49,19 @@ typedef struct {
     gptoss_piece *piece;
 } gptoss_source;
 
+/* What a CPU replica of one weight format reads (gptoss_model_hold): each
+ * matrix as a source, where the model keeps it (a course file's or a
+ * checkpoint's mapping) or made once in host memory in the format's narrow
+ * form (a synthetic model's: fp32, bf16, or the experts as MXFP4 blocks),
+ * which the golden widens to fp32 a few rows at a time; and each vector
+ * (norm scales, biases, sinks) as fp32. */
+typedef struct {
+    gptoss_source matrix[GPTOSS_N_TENSORS];  /* matrices only */
+    const float *vector[GPTOSS_N_TENSORS];   /* vectors only */
+    gptoss_piece piece[GPTOSS_N_TENSORS];    /* a matrix's one piece, where it is not a checkpoint's */
+    void *owned[GPTOSS_N_TENSORS];           /* what was made */
+} gptoss_held;
+
 /* an answer computed once and kept (the model is otherwise read-only) */
 typedef struct {
     int checked;
@@ -67,9 +81,8 @@ typedef struct gptoss_model {
     gptoss_st_file **shards;   /* checkpoints: their safetensors files */
     int n_shards;
     gptoss_source source[GPTOSS_N_TENSORS]; /* checkpoints: each tensor's pieces */
-    float *owned;              /* materialised tensors */
-    const float *tensor[GPTOSS_N_TENSORS]; /* fp32 arrays: a course file's, or NULL until
-                                            * gptoss_model_weights */
+    const float *tensor[GPTOSS_N_TENSORS]; /* a course file's fp32 arrays, else NULL */
+    gptoss_held *held[GPTOSS_N_WEIGHT_FORMATS]; /* made by gptoss_model_hold, or NULL */
     gptoss_model_answer experts_exact[GPTOSS_N_WEIGHT_FORMATS]; /* per weight format:
                                                                   gptoss_model_experts_in's */
     int refs;                  /* references besides its maker's (gptoss_model_retain) */
@@ -98,14 +111,32 @@ gptoss_status gptoss_model_synthetic(const gptoss_config *c, uint64_t seed, gpto
 gptoss_status gptoss_model_new(const gptoss_config *c, const char *const *names, gptoss_format f,
                                gptoss_model **out, char *err);
 
-/* Makes m->tensor[] valid: a course file's are its mapping; any other model
- * is decoded into host memory (refusing with the sizes when it is short),
- * reported to progress (NULL: not reported) in weight values. */
-gptoss_status gptoss_model_weights(gptoss_model *m, const gptoss_progress *progress, char *err);
-
 /* Copies elements [first, first+count) of a tensor into out as fp32,
  * without materialising the rest. The range must lie in the tensor. */
 void gptoss_model_read(const gptoss_model *m, int tensor, uint64_t first, uint64_t count, float *out);
+/* The same of a source's pieces: each widened exactly (bf16, MXFP4) or copied. */
+void gptoss_source_read(const gptoss_source *src, uint64_t first, uint64_t count, float *out);
+/* The same, each value rounded to bf16: what a bf16 replica multiplies by. */
+void gptoss_source_read_bf16(const gptoss_source *src, uint64_t first, uint64_t count, float *out);
+
+/* ---- weights held for a CPU replica (model_held.c) ---- */
+
+/* Makes what a CPU replica of weight format `format` (resolved, its
+ * experts checked) reads, once per model and format: a course file's and a
+ * checkpoint's matrices stay in their mappings (a checkpoint's vectors are
+ * widened), a synthetic model's are made in the format's form, split over
+ * pool's threads and reported to progress (NULL: not reported) in weight
+ * values made. GPTOSS_E_HOST_MEMORY with the sizes when host memory is
+ * short, GPTOSS_E_STOPPED when progress stopped it (nothing kept). */
+gptoss_status gptoss_model_hold(gptoss_model *m, int format, gptoss_pool *pool,
+                                const gptoss_progress *progress, char *err);
+/* The weights gptoss_model_hold made for format. */
+const gptoss_held *gptoss_model_held(const gptoss_model *m, int format);
+/* Bytes of host memory a CPU replica of format reads its weights from:
+ * what gptoss_model_hold makes plus the mapped bytes it reads in place. */
+uint64_t gptoss_model_held_bytes(const gptoss_model *m, int format);
+/* Frees what gptoss_model_hold made (the model's last reference does). */
+void gptoss_model_free_held(gptoss_model *m);
 
 /* GPTOSS_OK when every expert weight (w_mlp1, w_mlp2) is exactly
  * representable in the block format `format` (a weight format with an

@@ -4,11 +4,38 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Scale bytes whose power of two times any e2m1 value is a normal float:
+ * the product is then exact, as ldexpf is everywhere. */
+enum { PLAIN_SCALE_MIN = 2, PLAIN_SCALE_MAX = 252 };
+
+/* the 16 values of scale byte s's block, as ldexpf gives them */
+static void block_values(int s, float value[16]) {
+    for (unsigned c = 0; c < 16; c++)
+        value[c] = s >= PLAIN_SCALE_MIN && s <= PLAIN_SCALE_MAX ? gptoss_e2m1_value(c) * gptoss_pow2f(s - 127)
+                                                                 : ldexpf(gptoss_e2m1_value(c), s - 127);
+}
+
 void gptoss_mxfp4_decode(const uint8_t *codes, const uint8_t *scales, int64_t first, int64_t n,
                          float *out) {
-    for (int64_t k = first; k < first + n; k++)
-        out[k - first] = ldexpf(gptoss_e2m1_value(gptoss_mxfp4_code(codes, k)),
-                                (int)scales[k / GPTOSS_MXFP4_BLOCK] - 127);
+    float value[16];
+    int last = -1; /* the scale value[] holds: neighbouring blocks often share one */
+    for (int64_t k = first; k < first + n;) { /* a block at a time */
+        int64_t b = k / GPTOSS_MXFP4_BLOCK, end = (b + 1) * GPTOSS_MXFP4_BLOCK;
+        if (scales[b] != last)
+            block_values(last = scales[b], value);
+        if (k == b * GPTOSS_MXFP4_BLOCK && end <= first + n) { /* a whole block: two codes a byte */
+            const uint8_t *c = codes + b * GPTOSS_MXFP4_BLOCK_BYTES;
+            float *o = out + (k - first);
+            for (int i = 0; i < GPTOSS_MXFP4_BLOCK_BYTES; i++) {
+                o[2 * i] = value[c[i] & 15u];
+                o[2 * i + 1] = value[c[i] >> 4];
+            }
+            k = end;
+            continue;
+        }
+        for (; k < end && k < first + n; k++)
+            out[k - first] = value[gptoss_mxfp4_code(codes, k)];
+    }
 }
 
 /* the e2m1 code of v, or -1 when v is none */

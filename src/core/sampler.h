@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "counter_rng.h"
-#include "device_contract.h" /* the rows' sampling, logit bias and logprobs */
+#include "../../contract/device_contract.h" /* the rows' sampling, logit bias and logprobs */
 #include "status.h"
 
 #ifdef __cplusplus
@@ -51,6 +51,8 @@ typedef struct {
 
 /* why a row cannot be drawn when its bias is to blame */
 #define GPTOSS_BIAS_BANS_ALL "logit_bias bans every token that could be chosen (every logit is -inf after the bias)"
+/* why a row cannot be drawn when its constraint's mask is to blame */
+#define GPTOSS_MASK_BANS_ALL "the constraint allows no token whose logit is above -inf (after any logit_bias)"
 
 /* A slot's default-mode parameters (checked) as one row's sampling, keyed
  * by the position the row's token will take. */
@@ -91,11 +93,20 @@ gptoss_status gptoss_logit_bias_check(const gptoss_logit_bias *b, int n, int voc
 gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int n, const gptoss_logit_bias *b,
                               int n_bias, const float **out, char *err);
 
+/* The row a constrained draw sees: *row (logits, or the biased copy
+ * gptoss_bias_row made) with every token mask does not allow at -inf, in
+ * scratch's buffer; the draw's filters and logprobs then see only the
+ * allowed tokens. GPTOSS_E_DRAW (GPTOSS_MASK_BANS_ALL) when no allowed
+ * token's logit is above -inf. */
+gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n, const uint32_t *mask, char *err);
+
 /* One token for each of the n rows of a batch that rows lists (0-based,
  * ascending; NULL: rows 0..n-1), from logits [n][vocab] (row k of logits is
  * rows[k]'s), as the GPU sampler draws them: each row's logits plus its
  * slot's bias (slot_bias[slot], n_bias entries; slot_bias may be NULL when
- * no row has any); then a row without sampling (sampling NULL) or at
+ * no row has any), masked where its sampling names a mask (row r's is
+ * masks + (sampling[r].mask - 1) * gptoss_mask_words(vocab); masks may be
+ * NULL when no row has any); then a row without sampling (sampling NULL) or at
  * temperature 0 takes the first maximum, NaN never winning; any other
  * follows gptoss_sample_with. A row that cannot be drawn gets -1. sampling,
  * tokens and logprobs are indexed by the batch's rows; logprobs (NULL, or
@@ -105,7 +116,7 @@ gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int 
  * needs it and may be reused by later calls. */
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
-                     int *tokens, gptoss_row_logprobs *logprobs, char *why);
+                     const uint32_t *masks, int *tokens, gptoss_row_logprobs *logprobs, char *why);
 
 /* log-softmax of the raw logits (temperature 1, before any filter), in
  * double: fills lp with the value for id, and the top_n highest-logit ids

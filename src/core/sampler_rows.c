@@ -53,6 +53,22 @@ gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int 
     return GPTOSS_OK;
 }
 
+gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n, const uint32_t *mask, char *err) {
+    gptoss_status s = gptoss_sampler_reserve(scratch, n, err);
+    if (s)
+        return s;
+    float *x = scratch->biased;
+    if (*row != x)
+        memcpy(x, *row, sizeof *x * (size_t)n);
+    *row = x;
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = gptoss_masked_logit(x, mask, i);
+        any |= x[i] != -INFINITY;
+    }
+    return any ? GPTOSS_OK : gptoss_fail(err, GPTOSS_E_DRAW, "sampler: " GPTOSS_MASK_BANS_ALL);
+}
+
 gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64_t position) {
     gptoss_row_sampling rs;
     memset(&rs, 0, sizeof rs);
@@ -74,13 +90,19 @@ static gptoss_sampler *scratch_of(gptoss_sampler **scratch, char *err) {
 }
 
 /* row's token under rs (NULL: greedy), -1 with err when none can be drawn;
- * *seen: the row the draw saw (biased), for its logprobs */
+ * *seen: the row the draw saw (biased, masked), for its logprobs */
 static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const gptoss_row_sampling *rs,
-                    const gptoss_logit_bias *const *slot_bias, const float **seen, char *err) {
+                    const gptoss_logit_bias *const *slot_bias, const uint32_t *masks, const float **seen,
+                    char *err) {
     *seen = row;
     if (rs && rs->n_bias &&
         (!scratch_of(scratch, err) ||
          gptoss_bias_row(*scratch, row, vocab, slot_bias[rs->slot], rs->n_bias, seen, err)))
+        return -1;
+    /* a masked token's logit is never read, as on the GPU */
+    if (rs && rs->mask &&
+        (!scratch_of(scratch, err) ||
+         gptoss_mask_row(*scratch, seen, vocab, masks + (size_t)(rs->mask - 1) * gptoss_mask_words(vocab), err)))
         return -1;
     row = *seen;
     if (!rs || rs->temperature == 0) /* greedy refuses the rows sampling refuses (a NaN would otherwise win) */
@@ -92,14 +114,14 @@ static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const
 
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
-                     int *tokens, gptoss_row_logprobs *logprobs, char *why) {
+                     const uint32_t *masks, int *tokens, gptoss_row_logprobs *logprobs, char *why) {
     int bad = -1;
     for (int k = 0; k < n; k++) {
         int r = rows ? rows[k] : k;
         const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
         const float *seen;
         char err[GPTOSS_ERR_LEN - 24]; /* room for "row N: " */
-        tokens[r] = draw_row(scratch, logits + (size_t)k * vocab, vocab, rs, slot_bias, &seen, err);
+        tokens[r] = draw_row(scratch, logits + (size_t)k * vocab, vocab, rs, slot_bias, masks, &seen, err);
         if (tokens[r] < 0 && bad < 0) {
             bad = r;
             snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);

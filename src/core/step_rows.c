@@ -56,6 +56,15 @@ gptoss_status gptoss_step_rows_draw(const int *draw, int n_draw, int n, gptoss_r
     return GPTOSS_OK;
 }
 
+gptoss_status gptoss_step_rows_masked(const int *mask_rows, int n_masks, int n, const gptoss_result *res, char *err) {
+    gptoss_status s = check_rows("constraint", mask_rows, n_masks, n, err);
+    for (int k = 0; !s && k < n_masks; k++)
+        if (res->fate && res->fate[mask_rows[k]] == GPTOSS_ROW_UNDRAWN)
+            s = gptoss_fail(err, GPTOSS_E_INVALID, "constraint names row %d, which does not draw a token (draw)",
+                            mask_rows[k] + 1);
+    return s;
+}
+
 gptoss_status gptoss_step_rows_check_fed(const gptoss_batch *b, const gptoss_result *fed_by, char *err) {
     for (int r = 0; fed_by->fate && r < b->n; r++) {
         int t = b->tokens[r], j = gptoss_fed_row(t);

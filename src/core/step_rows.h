@@ -16,6 +16,11 @@ gptoss_status gptoss_step_rows_keep(const int *keep, int n_keep, int n, gptoss_r
  * NULL. */
 gptoss_status gptoss_step_rows_draw(const int *draw, int n_draw, int n, gptoss_result *res, char *err);
 
+/* The rows that draw under a constraint: mask_rows (0-based) checked
+ * against the batch's n rows, each one that draws (after
+ * gptoss_step_rows_draw). */
+gptoss_status gptoss_step_rows_masked(const int *mask_rows, int n_masks, int n, const gptoss_result *res, char *err);
+
 /* Refuses a batch fed a token of a row fed_by was not asked to draw. */
 gptoss_status gptoss_step_rows_check_fed(const gptoss_batch *b, const gptoss_result *fed_by, char *err);
 

@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "device_contract.h"
+#include "../../contract/device_contract.h"
 #include "mxfp4.h"
 
 static const gptoss_block_codec mxfp4 = {

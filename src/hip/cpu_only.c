@@ -14,7 +14,7 @@ int gptoss_hip_device_info(int index, gptoss_device_info *out) {
 /* every device call: the binding checks the device number first, so this
  * answers only a caller that does not */
 static gptoss_status no_device(int device, char *err) {
-    return gptoss_fail(err, GPTOSS_E_UNSUPPORTED, "device %d: this is a CPU-only build", device + 1);
+    return gptoss_fail(err, GPTOSS_E_UNSUPPORTED, "device %d: this is a CPU-only build", device);
 }
 
 gptoss_status gptoss_hip_device_free(int index, uint64_t *free_bytes, char *err) {

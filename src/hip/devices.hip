@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "../../kernels/platform.h"
+#include "../../contract/platform.h"
 
 extern "C" const char *gptoss_hip_platform(void) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -47,7 +47,7 @@ extern "C" gptoss_status gptoss_hip_device_free(int index, uint64_t *free_bytes,
         e = hipMemGetInfo(&free_b, &total_b);
     if (e != hipSuccess) {
         (void)hipGetLastError();
-        return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: cannot read free memory: %s", index + 1,
+        return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: cannot read free memory: %s", index,
                            hipGetErrorString(e));
     }
     *free_bytes = free_b;
@@ -93,7 +93,7 @@ extern "C" gptoss_status gptoss_hip_copy_bandwidth(int device, size_t bytes, dou
     if (e != hipSuccess) {
         (void)hipGetLastError();
         return gptoss_fail(err, e == hipErrorOutOfMemory ? GPTOSS_E_DEVICE_MEMORY : GPTOSS_E_DEVICE,
-                           "device %d: copy bandwidth: %s", device + 1, hipGetErrorString(e));
+                           "device %d: copy bandwidth: %s", device, hipGetErrorString(e));
     }
     *out = 2.0 * (double)bytes * reps / (ms / 1000.0);
     return GPTOSS_OK;

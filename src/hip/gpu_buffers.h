@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../kernels/layout.h"
-#include "../core/device_contract.h"
+#include "../../contract/layout.h"
+#include "../../contract/device_contract.h"
 #include "../core/engine.h"
 
 #ifdef __cplusplus

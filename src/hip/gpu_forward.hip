@@ -30,7 +30,7 @@ static gptoss_status record(gptoss_gpu *g, gptoss_trace *tr, gptoss_stage_id id,
     if (e != hipSuccess) {
         free(host);
         return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: reading stage %s back (after %s): %s",
-                           g->o.device + 1, gptoss_stage_names[id], g->last_kernel, hipGetErrorString(e));
+                           g->o.device, gptoss_stage_names[id], g->last_kernel, hipGetErrorString(e));
     }
     gptoss_trace_add(tr, id, layer, rows, cols, host);
     free(host);
@@ -62,7 +62,7 @@ static gptoss_status record_experts(gptoss_gpu *g, gptoss_trace *tr, int layer, 
     }
     if (e != hipSuccess)
         return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: reading the experts' outputs back: %s",
-                           g->o.device + 1, hipGetErrorString(e));
+                           g->o.device, hipGetErrorString(e));
     return GPTOSS_OK;
 }
 
@@ -86,12 +86,15 @@ static int plan_splits(const gptoss_gpu *g, const gptoss_batch *b, int windowed)
 }
 
 /* What every block of one forward pass reads: the batch on the device, its
- * attention splits, and the trace when one row is traced. */
+ * attention splits, the trace when one row is traced, and how its kernels
+ * are launched (programmatic launches only into a captured graph: launched
+ * one by one, as while profiling, each kernel runs alone). */
 typedef struct {
     const gptoss_batch *b;
     const int *tokens, *slots, *positions; /* the upload, on the device */
     int splits_full, splits_window;
     gptoss_trace *trace;
+    gptoss_gpu_shape dev;
 } pass;
 
 static gptoss_status embed(gptoss_gpu *g, const pass *p, char *err) {
@@ -100,7 +103,7 @@ static gptoss_status embed(gptoss_gpu *g, const pass *p, char *err) {
     /* s.tokens still holds the previous step's draws (this step's come last) */
     RUN("embedding", gptoss_launch_embedding(g->buf.w.w[GPTOSS_T_EMBEDDING], gptoss_weights_bf16(&g->o), p->tokens,
                                              g->buf.s.tokens, c->vocab_size, p->b->n, c->hidden_dim,
-                                             g->buf.s.x, g->stream));
+                                             g->buf.s.x, &p->dev, g->stream));
     REC(EMBEDDING, -1, 0, c->hidden_dim, g->buf.s.x);
     return GPTOSS_OK;
 }
@@ -141,7 +144,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     hipStream_t st = g->stream;
     if (l == 0 || trace)
         RUN("rmsnorm", gptoss_launch_rmsnorm(s->x, (const float *)g->buf.w.w[GPTOSS_T_RMS_ATTN] + (size_t)l * H,
-                                             R, H, s->t, bf ? s->t_in : NULL, st));
+                                             R, H, s->t, bf ? s->t_in : NULL, &p->dev, st));
     REC(ATTN_NORM, l, 0, H, s->t);
 
     /* traced steps record the projection before RoPE */
@@ -158,10 +161,10 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     qkv.x_perm = s->x_perm;
     qkv.rope = rk;
     qkv.epilogue = !trace && gptoss_gemm_takes_rope(&qkv) ? GPTOSS_GEMM_ROPE_KV : GPTOSS_GEMM_STORE;
-    RUN("gemm_qkv", gptoss_launch_gemm(&qkv, 0, &g->dev, st));
+    RUN("gemm_qkv", gptoss_launch_gemm(&qkv, 0, &p->dev, st));
     if (qkv.epilogue == GPTOSS_GEMM_STORE) {
         REC(QKV, l, 0, Q, s->qkv);
-        RUN("rope_kv", gptoss_launch_rope_kv(&rk, st));
+        RUN("rope_kv", gptoss_launch_rope_kv(&rk, &p->dev, st));
     }
     REC(Q_ROPE, l, 0, HqD, s->q);
     REC(K_ROPE, l, 0, gptoss_kv_dim(c), g->buf.trace.k);
@@ -191,7 +194,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
         REC(SCORES, l, Hq, p->b->positions[0] + 2, tb->scores);
         REC(PROBS, l, Hq, p->b->positions[0] + 2, tb->probs);
     }
-    RUN("attention", gptoss_launch_attention(&at, g->o.kv_bf16, !bf, st));
+    RUN("attention", gptoss_launch_attention(&at, g->o.kv_bf16, !bf, &p->dev, st));
     REC(ATTN_OUT, l, 0, HqD, s->attn);
 
     gptoss_gemm_args o = {};
@@ -205,7 +208,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     o.epilogue = trace ? GPTOSS_GEMM_STORE : GPTOSS_GEMM_RESIDUAL;
     o.y = trace ? g->buf.trace.proj : s->x;
     o.x_perm = s->x_perm;
-    RUN("gemm_o", gptoss_launch_gemm(&o, 0, &g->dev, st));
+    RUN("gemm_o", gptoss_launch_gemm(&o, 0, &p->dev, st));
     if (trace) {
         REC(ATTN_PROJ, l, 0, H, g->buf.trace.proj);
         RUN("trace_add", gptoss_launch_trace_add(s->x, g->buf.trace.proj, (size_t)H, st));
@@ -241,7 +244,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     ro.topk_idx = s->topk_i;
     ro.topk_w = s->topk_w;
     ro.row_done = s->router_done;
-    RUN("router", gptoss_launch_router(&ro, bf, g->dev.multiprocessors, g->dev.warp, st));
+    RUN("router", gptoss_launch_router(&ro, bf, &p->dev, st));
     REC(FFN_NORM, l, 0, H, s->t);
     REC(ROUTER, l, 0, E, s->router_logits);
     REC(TOPK_IDX, l, 0, K, s->topk_i);
@@ -274,7 +277,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     m2.k = I;
     m2.epilogue = GPTOSS_GEMM_STORE;
     m2.y = s->m2;
-    m1.tile_rows = m2.tile_rows = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, &g->dev);
+    m1.tile_rows = m2.tile_rows = gptoss_moe_tile_rows(&m1, &m2, (P + E - 1) / E, &p->dev);
     gptoss_moe_dispatch_args md = {};
     md.topk_idx = s->topk_i;
     md.rows = R;
@@ -285,13 +288,13 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     md.pair_of = s->pair_of;
     md.tiles = s->tiles;
     md.tile_count = s->tile_count;
-    RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, st));
+    RUN("moe_dispatch", gptoss_launch_moe_dispatch(&md, &p->dev, st));
     int max_tiles = (int)gptoss_moe_max_tiles(R, K, E, md.tile_rows);
-    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, max_tiles, &g->dev, st));
+    RUN("gemm_mlp1", gptoss_launch_gemm(&m1, max_tiles, &p->dev, st));
     if (trace)
         RUN("trace_swiglu", gptoss_launch_trace_swiglu(g->buf.trace.m1, P, I, c->swiglu_limit, g->buf.trace.y,
                                                        s->act, bf, st));
-    RUN("gemm_mlp2", gptoss_launch_gemm(&m2, max_tiles, &g->dev, st));
+    RUN("gemm_mlp2", gptoss_launch_gemm(&m2, max_tiles, &p->dev, st));
     if (trace) {
         gptoss_status rs = record_experts(g, trace, l, err);
         if (rs)
@@ -314,7 +317,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
         mc.norm_out = last ? s->x : s->t;
         mc.norm_out_bf16 = bf ? s->t_in : NULL;
     }
-    RUN("moe_combine", gptoss_launch_moe_combine(&mc, st));
+    RUN("moe_combine", gptoss_launch_moe_combine(&mc, &p->dev, st));
     REC(MOE_OUT, l, 0, H, g->buf.trace.agg);
     REC(RESID_FFN, l, 0, H, s->x);
     return GPTOSS_OK;
@@ -328,7 +331,7 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     const int R = p->b->n, H = c->hidden_dim, bf = gptoss_weights_bf16(&g->o);
     if (trace || c->n_layers == 0)
         RUN("rmsnorm", gptoss_launch_rmsnorm(s->x, (const float *)g->buf.w.w[GPTOSS_T_RMS_OUT], R, H, s->x,
-                                             bf ? s->t_in : NULL, g->stream));
+                                             bf ? s->t_in : NULL, &p->dev, g->stream));
     REC(FINAL_NORM, -1, 0, H, s->x);
     gptoss_gemm_args un = {};
     un.x = bf ? s->t_in : (const void *)s->x;
@@ -340,20 +343,27 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     un.epilogue = GPTOSS_GEMM_STORE;
     un.y = s->logits;
     un.x_perm = s->x_perm;
-    RUN("gemm_logits", gptoss_launch_gemm(&un, 0, &g->dev, g->stream));
+    RUN("gemm_logits", gptoss_launch_gemm(&un, 0, &p->dev, g->stream));
     REC(LOGITS, -1, 0, c->vocab_size, s->logits);
     return GPTOSS_OK;
 }
 
-gptoss_status gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err) {
+/* captured: the kernels go into a graph, with programmatic launches where
+ * the replica has them */
+static gptoss_status forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, int captured, char *err) {
     const int *tokens = (const int *)g->buf.s.upload;
     pass p = {b, tokens, tokens + g->o.rows, tokens + 2 * g->o.rows, plan_splits(g, b, 0),
-              plan_splits(g, b, g->c.sliding_window > 0), trace};
+              plan_splits(g, b, g->c.sliding_window > 0), trace, g->dev};
+    p.dev.programmatic = captured && g->dev.programmatic;
     gptoss_status s = embed(g, &p, err);
     for (int l = 0; l < g->c.n_layers && !s; l++)
         if (!(s = attention_block(g, &p, l, err)))
             s = moe_block(g, &p, l, err);
     return s ? s : unembed(g, &p, err);
+}
+
+gptoss_status gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err) {
+    return forward(g, b, trace, 0, err);
 }
 
 /* ---- graphs ----------------------------------------------------------------- */
@@ -383,7 +393,7 @@ gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char
         (void)hipGetLastError(); /* no capture here: launch kernel by kernel */
         return gptoss_gpu_forward(g, b, NULL, err);
     }
-    gptoss_status rc = gptoss_gpu_forward(g, b, NULL, err);
+    gptoss_status rc = forward(g, b, NULL, 1, err);
     hipGraph_t graph = NULL;
     hipError_t e = hipStreamEndCapture(g->stream, &graph);
     if (rc || e != hipSuccess) {

@@ -6,7 +6,7 @@
 #ifndef GPTOSS_HIP_GPU_REPLICA_H
 #define GPTOSS_HIP_GPU_REPLICA_H
 
-#include "../../kernels/launchers.h"
+#include "../../contract/launchers.h"
 #include "backend.h"
 #include "gpu_buffers.h"
 
@@ -19,6 +19,8 @@ struct ring_entry {
     int *tokens_host;      /* pinned: the ids drawn */
     gptoss_row_logprobs *logprobs_host; /* pinned: their logprobs, made on a step's first need */
     int has_logprobs;      /* the step copies them back */
+    uint32_t *masks_host;  /* pinned: the constrained rows' masks on their way up, grown on need */
+    size_t masks_bytes;
     hipEvent_t done;
     uint64_t ticket;       /* 0: unused */
     int rows;
@@ -79,6 +81,7 @@ struct gptoss_gpu {
     gptoss_logit_bias *bias_host;  /* pinned: each slot's bias list on its way up, made on first use */
     unsigned char *bias_pending;   /* per slot: its upload may not have run yet */
     hipEvent_t bias_sent;          /* recorded after the latest bias upload */
+    uint32_t *masks;               /* device: room for a step's masks, o.rows of them, made on first need */
     const char *last_kernel;
     int sync_launches;      /* GPTOSS_SYNC_LAUNCHES: wait after each kernel, no graphs */
     gptoss_gpu_ring ring;
@@ -115,7 +118,8 @@ void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r);
  * each stage and records it. Fills buf.s.logits. */
 gptoss_status gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err);
 /* The same without a trace, from the graph of its shape (captured on first
- * use), or launched kernel by kernel while profiling or syncing launches. */
+ * use, its kernels launched programmatically where g->dev says so), or
+ * launched kernel by kernel while profiling or syncing launches. */
 gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err);
 void gptoss_gpu_free_graphs(gptoss_gpu *g);
 

@@ -14,7 +14,7 @@ static const double GIB = 1073741824.0;
 
 gptoss_status gptoss_gpu_fail(char *err, const gptoss_gpu *g, const char *what, hipError_t e) {
     return gptoss_fail(err, e == hipErrorOutOfMemory ? GPTOSS_E_DEVICE_MEMORY : GPTOSS_E_DEVICE,
-                       "device %d: %s: %s", g->o.device + 1, what, hipGetErrorString(e));
+                       "device %d: %s: %s", g->o.device, what, hipGetErrorString(e));
 }
 
 /* set, and neither empty nor "0" */
@@ -75,11 +75,15 @@ static void gpu_destroy(void *ctx) {
             (void)hipHostFree(r->tokens_host);
         if (r->logprobs_host)
             (void)hipHostFree(r->logprobs_host);
+        if (r->masks_host)
+            (void)hipHostFree(r->masks_host);
         if (r->done)
             (void)hipEventDestroy(r->done);
     }
     if (g->bias_host)
         (void)hipHostFree(g->bias_host);
+    if (g->masks)
+        (void)hipFree(g->masks);
     if (g->bias_sent)
         (void)hipEventDestroy(g->bias_sent);
     gptoss_gpu_profile_free(g);
@@ -116,13 +120,13 @@ static gptoss_status allocate(gptoss_gpu *g, char *err) {
         return gptoss_fail(err, GPTOSS_E_DEVICE_MEMORY,
                            "device %d: need %.2f GiB for weights (%s), KV cache (%.2f GiB) and scratch (%.2f GiB) "
                            "plus %.2f GiB headroom; %.2f GiB free",
-                           o->device + 1, total / GIB, weights, bytes[GPTOSS_GPU_KV] / GIB,
+                           o->device, total / GIB, weights, bytes[GPTOSS_GPU_KV] / GIB,
                            bytes[GPTOSS_GPU_SCRATCH] / GIB, GPTOSS_GPU_HEADROOM / GIB, free_b / GIB);
     }
     if ((e = hipMalloc((void **)&g->arena, total)) != hipSuccess) {
         (void)hipGetLastError();
         return gptoss_fail(err, GPTOSS_E_DEVICE_MEMORY, "device %d: cannot allocate %.2f GiB: %s",
-                           o->device + 1, total / GIB, hipGetErrorString(e));
+                           o->device, total / GIB, hipGetErrorString(e));
     }
     gptoss_gpu_layout(g->m, o, g->arena, &g->buf);
     return GPTOSS_OK;
@@ -186,6 +190,8 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, co
     }
     /* GPTOSS_NO_WGMMA: the other families instead, for comparing them in one process */
     g->dev.wgmma = !env_flag("GPTOSS_NO_WGMMA") && gptoss_gemm_wgmma_built(g->stream);
+    /* GPTOSS_NO_PDL: graphs of plainly launched kernels, for comparing the two */
+    g->dev.programmatic = !env_flag("GPTOSS_NO_PDL") && gptoss_programmatic_built(g->stream);
     if ((e = hipEventCreateWithFlags(&g->bias_sent, hipEventDisableTiming)) != hipSuccess) {
         s = gptoss_gpu_fail(err, g, "cannot create an event", e);
         goto fail;

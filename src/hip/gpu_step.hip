@@ -29,6 +29,7 @@ void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r) {
             res->bad_row = i;
             snprintf(res->why, sizeof res->why, "row %d: %s", i + 1,
                      res->tokens[i] == -1 ? "a logit is NaN or +inf"
+                     : rs[i].mask        ? GPTOSS_MASK_BANS_ALL
                      : rs[i].n_bias      ? GPTOSS_BIAS_BANS_ALL
                                          : "every logit is -inf");
         }
@@ -185,6 +186,40 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     return GPTOSS_OK;
 }
 
+/* The constrained rows' masks (a->masks, as many as the highest mask a
+ * row names) sent up through r's pinned buffer; *dev: where the sampler
+ * reads them, NULL when no row has one. Before the forward pass: a
+ * refusal leaves the slots as they were. */
+static gptoss_status upload_masks(gptoss_gpu *g, struct ring_entry *r, const gptoss_step_args *a, int R,
+                                  const uint32_t **dev, char *err) {
+    *dev = NULL;
+    int n = 0;
+    for (int i = 0; a->sampling && i < R; i++)
+        n = a->sampling[i].mask > n ? a->sampling[i].mask : n;
+    if (n == 0)
+        return GPTOSS_OK;
+    size_t words = (size_t)gptoss_mask_words(g->c.vocab_size), bytes = (size_t)n * words * sizeof(uint32_t);
+    hipError_t e = hipSuccess;
+    if (!g->masks)
+        e = hipMalloc((void **)&g->masks, (size_t)g->o.rows * words * sizeof(uint32_t));
+    if (e == hipSuccess && r->masks_bytes < bytes) {
+        if (r->masks_host)
+            (void)hipHostFree(r->masks_host);
+        r->masks_host = NULL;
+        r->masks_bytes = 0;
+        if ((e = hipHostMalloc((void **)&r->masks_host, bytes, 0)) == hipSuccess)
+            r->masks_bytes = bytes;
+    }
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "cannot allocate the buffers of the constrained rows' masks", e);
+    memcpy(r->masks_host, a->masks, bytes);
+    e = hipMemcpyAsync(g->masks, r->masks_host, bytes, hipMemcpyHostToDevice, g->stream);
+    if (e != hipSuccess)
+        return gptoss_gpu_fail(err, g, "uploading the constrained rows' masks", e);
+    *dev = g->masks;
+    return GPTOSS_OK;
+}
+
 /* Copies the kept rows' logits back: runs of consecutive rows in one copy each. */
 static hipError_t copy_logits(gptoss_gpu *g, const gptoss_step_args *a, int R) {
     size_t V = (size_t)g->c.vocab_size;
@@ -214,13 +249,14 @@ gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_ste
         e = hipHostMalloc((void **)&r->logprobs_host, sizeof *r->logprobs_host * (size_t)g->o.rows, 0);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot allocate pinned host buffers", e);
-    if ((s = gptoss_gpu_forward_step(g, b, err)))
+    const uint32_t *masks;
+    if ((s = upload_masks(g, r, a, R, &masks, err)) || (s = gptoss_gpu_forward_step(g, b, err)))
         return s;
     const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->buf.s.upload + g->buf.sampling_at);
     gptoss_row_logprobs *lp = res->logprobs ? g->buf.s.logprobs : NULL;
     if ((s = gptoss_gpu_launch_begin(g, "sample", err)) ||
         (s = gptoss_gpu_launched(g, "sample",
-                                 gptoss_launch_sample(g->buf.s.logits, R, g->c.vocab_size, rs, g->buf.s.bias,
+                                 gptoss_launch_sample(g->buf.s.logits, R, g->c.vocab_size, rs, g->buf.s.bias, masks,
                                                       g->buf.s.tokens, lp, g->stream),
                                  err)))
         return s;
@@ -254,7 +290,7 @@ gptoss_status gptoss_gpu_wait(void *ctx, gptoss_result *res, char *err) {
         return gptoss_fail(err, GPTOSS_E_DEVICE,
                            "device %d: %s (while running a step; last kernel enqueued: %s; with "
                            "GPTOSS_SYNC_LAUNCHES=1 each kernel is waited for and the failing one named)",
-                           g->o.device + 1, hipGetErrorString(e), g->last_kernel);
+                           g->o.device, hipGetErrorString(e), g->last_kernel);
     gptoss_gpu_deliver(g, r);
     return GPTOSS_OK;
 }
@@ -287,7 +323,7 @@ gptoss_status gptoss_gpu_logits(void *ctx, const gptoss_result *res, float *out,
     if (e == hipSuccess)
         e = hipStreamSynchronize(g->stream);
     if (e != hipSuccess)
-        return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: %s (last kernel enqueued: %s)", g->o.device + 1,
+        return gptoss_fail(err, GPTOSS_E_DEVICE, "device %d: %s (last kernel enqueued: %s)", g->o.device,
                            hipGetErrorString(e), g->last_kernel);
     return GPTOSS_OK;
 }

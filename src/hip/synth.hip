@@ -3,7 +3,7 @@
  * CPU's. */
 #include <stdio.h>
 
-#include "../../kernels/launchers.h"
+#include "../../contract/launchers.h"
 #include "backend.h"
 
 #define CHECK(call, what)                                                                          \
@@ -11,7 +11,7 @@
         hipError_t e_ = (call);                                                                    \
         if (e_ != hipSuccess) {                                                                    \
             s = gptoss_fail(err, e_ == hipErrorOutOfMemory ? GPTOSS_E_DEVICE_MEMORY : GPTOSS_E_DEVICE, \
-                            "device %d: %s: %s", device + 1, what, hipGetErrorString(e_));         \
+                            "device %d: %s: %s", device, what, hipGetErrorString(e_));             \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)

@@ -105,8 +105,8 @@ int gptoss_check_int(lua_State *L, int idx, const char *fn, const char *what);
  * table at idx that the NULL-terminated list known lacks: a misspelt option
  * is an error, never silently its default. */
 void gptoss_opt_known(lua_State *L, int idx, const char *fn, const char *const *known);
-/* Raises unless dev (1-based) names a visible GPU: "no GPU is available" or
- * "out of range 1..n". Returns the 0-based index. */
+/* Raises unless dev names a visible GPU: "no GPU is available" or "out of range
+ * 0..n-1". The Lua API numbers GPUs from 0 as HIP and CUDA do, so dev is the index. */
 int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn);
 
 /* ---- tensor.c ---- */
@@ -197,6 +197,30 @@ gptoss_matcher **gptoss_lua_new_matcher(lua_State *L, int grammar_idx, int token
 /* The matcher at idx, alive; fn NULL for the object a method was called on,
  * else the function it was given to (gptoss_lua_check). */
 gptoss_matcher *gptoss_check_matcher(lua_State *L, int idx, const char *fn);
+/* A matcher given to a step's constraint waits for the token the step draws
+ * for it (its pending step, a user value): these give the token to it
+ * first, so that it is never read or masked a token behind. */
+void gptoss_lua_matcher_settle(lua_State *L, int idx);
+/* The step at step_idx will draw the next token of the matcher at idx. */
+void gptoss_lua_matcher_pend(lua_State *L, int idx, int step_idx);
+/* The matcher at idx takes token, drawn for it by the step at step_idx,
+ * when that is its pending step (token < 0: the row drew none, the
+ * matcher stays as it was); a refusal raises, as a bug. */
+void gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token);
+
+/* ---- step_constraint.c: r:step's constraint option ---- */
+
+/* Reads the step table's constraint = {[row] = matcher} (rows 1..n) into
+ * q: each matcher settled and its mask taken, the masks and rows in
+ * userdata left on the stack, then a table {[row] = matcher} of its own,
+ * whose stack index is returned (0 and nothing pushed without the option). */
+int gptoss_lua_read_constraint(lua_State *L, int tbl, int n, int vocab, gptoss_step_request *q);
+
+/* ---- step.c ---- */
+
+/* Gives the matchers of the step at idx (its constraint) the tokens it
+ * drew, waiting for them; once. */
+void gptoss_lua_step_settle(lua_State *L, int idx);
 
 /* ---- the classes' open functions and the module's functions ---- */
 

@@ -3,7 +3,7 @@
 #include "../hip/backend.h"
 #include "binding.h"
 
-/* gptoss.core.devices() -> { {id=1, name=..., memory=..., warp=..., arch=...}, ... } */
+/* gptoss.core.devices() -> { {id=0, name=..., memory=..., warp=..., arch=...}, ... } */
 int gptoss_lua_devices(lua_State *L) {
     int n = gptoss_hip_device_count();
     lua_createtable(L, n, 0);
@@ -12,7 +12,7 @@ int gptoss_lua_devices(lua_State *L) {
         if (gptoss_hip_device_info(i, &d) != 0)
             continue;
         lua_createtable(L, 0, 5);
-        lua_pushinteger(L, i + 1);
+        lua_pushinteger(L, i);
         lua_setfield(L, -2, "id");
         lua_pushstring(L, d.name);
         lua_setfield(L, -2, "name");
@@ -35,7 +35,7 @@ int gptoss_lua_device_memory(lua_State *L) {
     uint64_t free_bytes;
     char err[GPTOSS_ERR_LEN];
     if (gptoss_hip_device_info(dev, &d) != 0)
-        return luaL_error(L, "device_memory: device %d: cannot read its properties", dev + 1);
+        return luaL_error(L, "device_memory: device %d: cannot read its properties", dev);
     if (gptoss_hip_device_free(dev, &free_bytes, err))
         return luaL_error(L, "device_memory: %s", err);
     lua_pushinteger(L, (lua_Integer)free_bytes);

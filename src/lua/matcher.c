@@ -5,7 +5,8 @@
 
 #include "binding.h"
 
-/* user values: 1 the grammar, 2 the tokenizer (kept alive with it) */
+/* user values: 1 the grammar, 2 the tokenizer (kept alive with it), 3 the
+ * step whose token it waits for (nil: none) */
 typedef struct {
     gptoss_lua_object obj;
     gptoss_matcher *m;
@@ -24,10 +25,45 @@ gptoss_matcher *gptoss_check_matcher(lua_State *L, int idx, const char *fn) {
 
 static gptoss_matcher *check_matcher(lua_State *L, int idx) { return gptoss_check_matcher(L, idx, NULL); }
 
+void gptoss_lua_matcher_settle(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    gptoss_check_matcher(L, idx, NULL);
+    if (lua_getiuservalue(L, idx, 3) == LUA_TNIL)
+        lua_pop(L, 1);
+    else
+        gptoss_lua_step_settle(L, -1), lua_pop(L, 1);
+}
+
+void gptoss_lua_matcher_pend(lua_State *L, int idx, int step_idx) {
+    idx = lua_absindex(L, idx);
+    lua_pushvalue(L, step_idx);
+    lua_setiuservalue(L, idx, 3);
+}
+
+void gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token) {
+    idx = lua_absindex(L, idx);
+    lua_getiuservalue(L, idx, 3);
+    int pending = lua_rawequal(L, -1, step_idx);
+    lua_pop(L, 1);
+    if (!pending)
+        return;
+    lua_pushnil(L);
+    lua_setiuservalue(L, idx, 3);
+    char err[GPTOSS_ERR_LEN];
+    if (token >= 0 && gptoss_matcher_accept(gptoss_check_matcher(L, idx, "step"), token, err))
+        luaL_error(L, "step: the matcher refuses token %d, drawn under its own mask (a bug): %s", token, err);
+}
+
+/* The matcher a method was called on, given any token a step drew for it first. */
+static gptoss_matcher *settled(lua_State *L) {
+    gptoss_lua_matcher_settle(L, 1);
+    return check_matcher(L, 1);
+}
+
 gptoss_matcher **gptoss_lua_new_matcher(lua_State *L, int grammar_idx, int tokenizer_idx) {
     grammar_idx = lua_absindex(L, grammar_idx);
     tokenizer_idx = lua_absindex(L, tokenizer_idx);
-    lua_matcher *u = gptoss_lua_new(L, GPTOSS_MATCHER_MT, sizeof *u, 2);
+    lua_matcher *u = gptoss_lua_new(L, GPTOSS_MATCHER_MT, sizeof *u, 3);
     lua_pushvalue(L, grammar_idx);
     lua_setiuservalue(L, -2, 1);
     lua_pushvalue(L, tokenizer_idx);
@@ -41,7 +77,7 @@ static int raise(lua_State *L, const char *fn, const char *err) { return luaL_er
  * caller's mistake (raised), not a token the grammar refuses */
 static int check_id(lua_State *L, int idx, const char *fn) {
     int id = gptoss_check_int(L, idx, fn, "id");
-    int vocab = gptoss_matcher_vocab_size(check_matcher(L, 1));
+    int vocab = gptoss_matcher_vocab_size(settled(L));
     if (id < 0 || id >= vocab)
         luaL_error(L, "%s: id %d is out of range 0..%d", fn, id, vocab - 1);
     return id;
@@ -73,7 +109,7 @@ static int matcher_allows(lua_State *L) {
 
 /* m:allowed() -> the token set allowed next */
 static int matcher_allowed(lua_State *L) {
-    int words = gptoss_matcher_mask_words(check_matcher(L, 1));
+    int words = gptoss_matcher_mask_words(settled(L));
     token_set *s = gptoss_lua_new(L, GPTOSS_TOKEN_SET_MT, sizeof *s + (size_t)words * sizeof(uint32_t), 0);
     gptoss_matcher *m = check_matcher(L, 1); /* the allocation may have run a finaliser */
     char err[GPTOSS_ERR_LEN];
@@ -88,7 +124,7 @@ static int matcher_allowed(lua_State *L) {
 
 /* m:mask([t]) -> an i32 host tensor of the mask's words (t when given) */
 static int matcher_mask(lua_State *L) {
-    int64_t words = gptoss_matcher_mask_words(check_matcher(L, 1));
+    int64_t words = gptoss_matcher_mask_words(settled(L));
     lua_tensor *t;
     if (lua_isnoneornil(L, 2)) {
         t = gptoss_new_tensor(L, GPTOSS_I32, 1, &words);
@@ -106,7 +142,7 @@ static int matcher_mask(lua_State *L) {
 
 /* m:forced() -> the token ids to fast-forward, and the forced bytes */
 static int matcher_forced(lua_State *L) {
-    gptoss_matcher *m = check_matcher(L, 1);
+    gptoss_matcher *m = settled(L);
     int32_t ids[1024];
     uint8_t bytes[4096];
     int n;
@@ -126,7 +162,7 @@ static int matcher_forced(lua_State *L) {
 /* m:done() -> whether the output is complete here */
 static int matcher_done(lua_State *L) {
     char err[GPTOSS_ERR_LEN];
-    int done = gptoss_matcher_done(check_matcher(L, 1), err);
+    int done = gptoss_matcher_done(settled(L), err);
     if (done < 0)
         return raise(L, "matcher:done", err);
     lua_pushboolean(L, done);
@@ -135,7 +171,7 @@ static int matcher_done(lua_State *L) {
 
 /* m:fork() -> a matcher that goes on from here on its own */
 static int matcher_fork(lua_State *L) {
-    check_matcher(L, 1);
+    settled(L);
     lua_getiuservalue(L, 1, 1);
     lua_getiuservalue(L, 1, 2);
     gptoss_matcher **f = gptoss_lua_new_matcher(L, -2, -1);
@@ -147,7 +183,7 @@ static int matcher_fork(lua_State *L) {
 
 /* m:rollback([n = 1]): undoes the last n accepted tokens */
 static int matcher_rollback(lua_State *L) {
-    check_matcher(L, 1);
+    settled(L);
     int n = lua_isnoneornil(L, 2) ? 1 : gptoss_check_int(L, 2, "matcher:rollback", "n");
     char err[GPTOSS_ERR_LEN];
     if (gptoss_matcher_rollback(check_matcher(L, 1), n, err))
@@ -156,7 +192,7 @@ static int matcher_rollback(lua_State *L) {
 }
 
 static int matcher_get(lua_State *L) {
-    gptoss_matcher *m = check_matcher(L, 1);
+    gptoss_matcher *m = settled(L);
     const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
     if (!strcmp(k, "tokens"))
         lua_pushinteger(L, gptoss_matcher_tokens(m));

@@ -84,9 +84,9 @@ int gptoss_check_device(lua_State *L, lua_Integer dev, const char *fn) {
     int n = gptoss_hip_device_count();
     if (n == 0)
         luaL_error(L, "%s: device %I: no GPU is available (gptoss.devices() is empty)", fn, dev);
-    if (dev < 1 || dev > n)
-        luaL_error(L, "%s: device %I is out of range 1..%d", fn, dev, n);
-    return (int)dev - 1;
+    if (dev < 0 || dev >= n)
+        luaL_error(L, "%s: device %I is out of range 0..%d", fn, dev, n - 1);
+    return (int)dev;
 }
 
 

@@ -59,10 +59,10 @@ static gptoss_engine_opts read_opts(lua_State *L, int idx, const char *fn, int s
         lua_Integer dev = lua_tointeger(L, -1);
         if (check_device)
             o.device = gptoss_check_device(L, dev, fn);
-        else if (dev < 1 || dev > INT32_MAX)
-            luaL_error(L, "%s: device %I is not a GPU number", fn, dev);
+        else if (dev < 0 || dev > INT32_MAX)
+            luaL_error(L, "%s: device %I is not a GPU number (they count from 0)", fn, dev);
         else
-            o.device = (int)dev - 1;
+            o.device = (int)dev;
     } else if (!lua_isnil(L, -1) &&
                !(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "cpu") == 0)) {
         luaL_error(L, "%s: device must be \"cpu\" or a GPU number (got %s)", fn, luaL_tolstring(L, -1, NULL));
@@ -324,7 +324,7 @@ static int replica_get(lua_State *L) {
         if (o->device < 0)
             lua_pushliteral(L, "cpu");
         else
-            lua_pushinteger(L, o->device + 1);
+            lua_pushinteger(L, o->device);
     } else if (strcmp(k, "slots") == 0) {
         lua_pushinteger(L, o->slots);
     } else if (strcmp(k, "ctx") == 0) {
@@ -359,7 +359,7 @@ static int replica_tostring(lua_State *L) {
     if (o->device < 0)
         snprintf(where, sizeof where, "cpu");
     else
-        snprintf(where, sizeof where, "GPU %d", o->device + 1);
+        snprintf(where, sizeof where, "GPU %d", o->device);
     if (o->threads > 0)
         snprintf(bound, sizeof bound, "%d threads", o->threads);
     else

@@ -4,14 +4,16 @@
  * the engine has not delivered them yet. */
 #include <string.h>
 
-#include "../core/device_contract.h" /* gptoss_fed_token */
+#include "../../contract/device_contract.h" /* gptoss_fed_token */
 #include "binding.h"
 
-/* user values: 1 the replica, whose userdata replica points to */
+/* user values: 1 the replica, whose userdata replica points to; 2 its
+ * constraint {[row] = matcher}, or nil */
 typedef struct {
     gptoss_lua_object obj;
     gptoss_result res;
     lua_replica *replica;
+    int settled; /* the constraint's matchers took their tokens */
 } lua_step;
 
 /* ---- r:step ---- */
@@ -75,7 +77,7 @@ static lua_step *feeding_step(lua_State *L, int idx, const char *field) {
  * one h drew for its row j (1-based), passed on as the core's fed token. */
 static int read_batch(lua_State *L, int tbl, gptoss_batch *b, const char **field) {
     luaL_checktype(L, tbl, LUA_TTABLE);
-    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", "draw", NULL};
+    static const char *const known[] = {"slots", "positions", "tokens", "from", "logits", "draw", "constraint", NULL};
     gptoss_opt_known(L, tbl, "step", known);
     int n = -1, fed = 0;
     int *slots = int_array(L, tbl, "slots", &n);
@@ -189,9 +191,19 @@ static void collect_for(lua_State *L, const gptoss_storage *logits) {
         lua_gc(L, LUA_GCSTEP, kib > INT32_MAX ? INT32_MAX : (int)kib);
 }
 
-/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}, draw={rows}]}:
- * the batch read and the handle allocated (each may run Lua) before the
- * replica and the feeding step are taken for the engine */
+/* The constraint table at idx becomes the step at step_idx's (user value
+ * 2), and its matchers wait for the step's tokens. */
+static void pend_matchers(lua_State *L, int idx, int step_idx) {
+    for (lua_pushnil(L); lua_next(L, idx); lua_pop(L, 1))
+        gptoss_lua_matcher_pend(L, -1, step_idx);
+    lua_pushvalue(L, idx);
+    lua_setiuservalue(L, step_idx, 2);
+}
+
+/* r:step{slots=, positions=, tokens= (ids, or the latest step) [, from=, logits=true|{rows}, draw={rows},
+ * constraint={[row] = matcher}]}: the batch read and the handle allocated
+ * (each may run Lua) before the replica and the feeding step are taken for
+ * the engine; the constraint's matchers then wait for this step's tokens */
 int gptoss_lua_replica_step(lua_State *L) {
     gptoss_check_engine(L, 1); /* first, for the messages' order */
     lua_settop(L, 2);
@@ -201,7 +213,9 @@ int gptoss_lua_replica_step(lua_State *L) {
     gptoss_step_request q = {.batch = &b};
     read_keep(L, 2, &q);
     read_draw(L, 2, &q);
-    lua_step *h = gptoss_lua_new(L, GPTOSS_STEP_MT, sizeof *h, 1);
+    const gptoss_model *model = gptoss_engine_model(gptoss_check_engine(L, 1));
+    int constraint = gptoss_lua_read_constraint(L, 2, b.n, model->config.vocab_size, &q);
+    lua_step *h = gptoss_lua_new(L, GPTOSS_STEP_MT, sizeof *h, 2);
     h->res.delivered = 1; /* nothing to forget until the engine has it */
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
@@ -212,6 +226,8 @@ int gptoss_lua_replica_step(lua_State *L) {
     if (s)
         return gptoss_raise_status(L, "step", s, err);
     collect_for(L, h->res.logits);
+    if (constraint)
+        pend_matchers(L, constraint, lua_gettop(L));
     return 1;
 }
 
@@ -260,9 +276,31 @@ static lua_step *check_delivered(lua_State *L, int idx, const char *fn, int part
     lua_step *h = check_step(L, idx);
     char err[GPTOSS_ERR_LEN];
     gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
-    if (s && !(partial && s == GPTOSS_E_DRAW))
+    if (s && s != GPTOSS_E_DRAW)
         gptoss_raise_status(L, fn, s, err);
-    return h;
+    if (!h->settled) /* the rows that drew a token give it to their matchers, whether or not another failed */
+        gptoss_lua_step_settle(L, idx);
+    if (s && !partial)
+        gptoss_raise_status(L, fn, s, err);
+    return check_step(L, idx);
+}
+
+void gptoss_lua_step_settle(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    lua_step *h = check_step(L, idx);
+    if (h->settled)
+        return;
+    char err[GPTOSS_ERR_LEN];
+    gptoss_status s = gptoss_engine_tokens(h->replica->e, &h->res, err);
+    if (s && s != GPTOSS_E_DRAW)
+        gptoss_raise_status(L, "step", s, err);
+    h->settled = 1;
+    if (lua_getiuservalue(L, idx, 2) == LUA_TTABLE)
+        for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+            int row = (int)lua_tointeger(L, -2);
+            gptoss_lua_matcher_took(L, -1, idx, check_step(L, idx)->res.tokens[row - 1]);
+        }
+    lua_pop(L, 1);
 }
 
 /* h:logprobs([{partial = true}]) -> per row {id =, logprob =, top = {{id =,

@@ -71,6 +71,11 @@ I.MAKE["gptoss.tokenizer"] = function() return gptoss.tokenizer(TOKENIZER, { voc
 I.MAKE["gptoss.decoder"] = function() return obj("gptoss.tokenizer"):decoder() end
 I.MAKE["gptoss.sampler"] = function() return gptoss.sampler { seed = 1 } end
 I.MAKE["gptoss.tensor"] = function() return I.MAKE["gptoss.step"]():logits()[1] end -- the latest step's
+I.MAKE["gptoss.grammar"] = function() return gptoss.grammar.regex("[a-z ]{1,6}") end
+I.MAKE["gptoss.matcher"] = function()
+  local tok = obj("gptoss.tokenizer")
+  return obj("gptoss.grammar"):matcher(tok, { end_ids = { tok.special["end"] } })
+end
 
 -- The path a save may write: p where the binding refuses it (no string or number) or
 -- cannot write it ("", a missing folder), or where it is in out/; any other (a relative
@@ -166,6 +171,7 @@ local function step()
   local draw = byte() % 4
   if draw == 1 then batch.draw = {}
   elseif draw == 2 then batch.draw = maybe({ maybe(int(1, n + 1)), maybe(int(1, n)) }) end
+  if byte() >= 192 then batch.constraint = maybe({ [maybe(int(1, n + 1))] = maybe(obj("gptoss.matcher")) }) end
   local h = keep(r:step(maybe(batch)))
   if byte() >= 128 then h:tokens() end
 end
@@ -309,7 +315,7 @@ local function use_model()
       "windowed" }
     if small or field ~= "windowed" then return m[field] end
   elseif b == 4 then
-    return m:replica_bytes(maybe({ device = maybe(pick { "cpu", 1, 2 }), slots = maybe(int(1, 64)),
+    return m:replica_bytes(maybe({ device = maybe(pick { "cpu", 0, 1 }), slots = maybe(int(1, 64)),
       ctx = maybe(int(1, 64) * 64), rows = maybe(256), chunk = maybe(128) }))
   elseif b == 5 then return m:gpu_tensor(maybe(1), maybe("embedding"))
   else return tostring(m) end
@@ -320,10 +326,39 @@ local MODULE = { gptoss.bf16_round, gptoss.isatty, gptoss.device_memory, gptoss.
   gptoss.trace_stages, gptoss.sample_options, gptoss.clock, gptoss.realtime_ms, gptoss.tokenizer_path }
 local function module_fn() return pick(MODULE)(value(), value()) end
 
+-- Grammars of each reader, good and bad, and a matcher's methods (docs/structured.md).
+local GRAMMARS = {
+  function() return gptoss.grammar.regex(maybe(pick { "[a-z ]{1,6}", "(he|llo)+!?", "a{2,", "" })) end,
+  function()
+    local schemas = { { type = "integer", maximum = 99 }, '{"type":"string","maxLength":3}',
+      { type = "object", properties = { a = { type = "boolean" } } }, "{" }
+    return gptoss.grammar.json_schema(maybe(pick(schemas)), maybe({ whitespace = maybe(int(0, 2)) }))
+  end,
+  function() return gptoss.grammar.ebnf(maybe(pick { 'root ::= "a" [0-9]* item\nitem ::= "x"?', "root ::= root" })) end,
+}
+local function new_grammar() keep(pick(GRAMMARS)()) end
+
+local function use_matcher()
+  local b = byte() % 8
+  if b == 0 then
+    local opts = maybe({ end_ids = maybe({ maybe(int(0, 96)) }) })
+    return keep(obj("gptoss.grammar"):matcher(obj("gptoss.tokenizer"), opts))
+  end
+  local m = obj("gptoss.matcher")
+  if b == 1 then return m:accept(maybe(int(0, 96)))
+  elseif b == 2 then return m:allows(maybe(int(0, 96)))
+  elseif b == 3 then return #m:allowed()
+  elseif b == 4 then return m:mask()
+  elseif b == 5 then return keep(m:fork())
+  elseif b == 6 then return m:rollback(maybe(int(0, 2)))
+  else return m:forced() end
+end
+
 -- A method of one object's class called on any pool object (none whose cost grows with
 -- a model's size: their caps could not hold).
 local METHODS = { "step", "trace", "reset", "length", "close", "sampling", "check_sampling", "fork", "tokens",
-  "logits", "logprobs", "encode", "decode", "piece", "decoder", "add", "flush", "sample", "argmax", "totable" }
+  "logits", "logprobs", "encode", "decode", "piece", "decoder", "add", "flush", "sample", "argmax", "totable",
+  "matcher", "accept", "mask", "fork" }
 local function cross()
   local f = I.any()[pick(METHODS)]
   return f(I.any(), value(), value())
@@ -331,7 +366,7 @@ end
 
 -- A finaliser (or __close) run by hand where the metatable is reachable.
 local KINDS = { "gptoss.model", "gptoss.replica", "gptoss.step", "gptoss.tokenizer", "gptoss.decoder",
-  "gptoss.sampler", "gptoss.tensor" }
+  "gptoss.sampler", "gptoss.tensor", "gptoss.grammar", "gptoss.matcher" }
 local function finalize()
   local x = obj(pick(KINDS))
   local mt = getmetatable(x)
@@ -368,7 +403,8 @@ end
 
 -- step twice: the call that most of a replica's state hangs on
 I.OPS = { new_model, new_replica, step, step, use_step, sampling, use_replica, new_tokenizer, use_tokenizer,
-  use_decoder, new_sampler, sample, new_tensor, use_tensor, use_model, module_fn, cross, finalize,
+  use_decoder, new_sampler, sample, new_tensor, use_tensor, use_model, module_fn, cross, finalize, new_grammar,
+  use_matcher,
   function() collectgarbage(byte() % 2 == 0 and "collect" or "step") end,
   I.drop, I.bury, I.exhume, scope, bombs, gc_mode, compare, mutate, function() keep(value()) end, I.raise }
 

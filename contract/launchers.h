@@ -1,18 +1,33 @@
-/* Host-side launchers of the kernels in this folder, one group per kernel
+/* Host-side launchers of the kernels in kernels/, one group per kernel
  * file. src/hip calls these; only kernel files contain __global__ code. The
- * argument blocks they take are the contract of src/core/device_contract.h.
+ * argument blocks they take are the contract of device_contract.h.
  * Every launcher enqueues on the stream and returns the launch status; none
  * synchronises. */
-#ifndef GPTOSS_KERNELS_LAUNCHERS_H
-#define GPTOSS_KERNELS_LAUNCHERS_H
+#ifndef GPTOSS_CONTRACT_LAUNCHERS_H
+#define GPTOSS_CONTRACT_LAUNCHERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../src/core/device_contract.h"
+#include "device_contract.h"
 #include "../src/core/synth.h" /* gptoss_synth_param */
 #include "layout.h"
 #include "platform.h"
+
+/* How launchers launch: the device attributes they size their grids by,
+ * read once per replica, and the launch's manner */
+typedef struct {
+    int warp;            /* hipDeviceAttributeWarpSize */
+    int multiprocessors; /* hipDeviceAttributeMultiprocessorCount */
+    int shared_per_sm;   /* hipDeviceAttributeMaxSharedMemoryPerMultiprocessor */
+    int wgmma;           /* the build has sm_90a's GEMM and the device runs it (gptoss_gemm_wgmma_built) */
+    int programmatic;    /* launch the kernels that wait for their predecessor (kernels/launch.h) with
+                            programmatic stream serialization: they may start before it ends */
+} gptoss_gpu_shape;
+
+/* launch.hip: 1 if the device code built for the stream's device has the
+ * programmatic waits (NVIDIA, compiled for sm_90 or later) */
+int gptoss_programmatic_built(hipStream_t stream);
 
 /* weights.hip: elements first .. first + count - 1 of a tensor (its flat
  * index, as in the file), as float or rounded to nearest even bf16: the
@@ -37,20 +52,13 @@ hipError_t gptoss_launch_place_coded(int layout, const uint8_t *codes, const uin
 /* embedding.hip: x[r] = table[tokens[r]] widened to fp32; a fed token
  * (gptoss_fed_row) is fed[row], the previous step's sample (NaN row if invalid) */
 hipError_t gptoss_launch_embedding(const void *table, int bf16_mode, const int *tokens, const int *fed,
-                                   int vocab, int rows, int hidden, float *x, hipStream_t stream);
+                                   int vocab, int rows, int hidden, float *x, const gptoss_gpu_shape *dev,
+                                   hipStream_t stream);
 
 /* rmsnorm.hip: out[r] = rmsnorm(x[r]) * w (out may be x); out_bf16 (may be
  * NULL) gets the bf16-rounded copy */
 hipError_t gptoss_launch_rmsnorm(const float *x, const float *w, int rows, int hidden, float *out,
-                                 void *out_bf16, hipStream_t stream);
-
-/* the device attributes launchers size their grids by, read once per replica */
-typedef struct {
-    int warp;            /* hipDeviceAttributeWarpSize */
-    int multiprocessors; /* hipDeviceAttributeMultiprocessorCount */
-    int shared_per_sm;   /* hipDeviceAttributeMaxSharedMemoryPerMultiprocessor */
-    int wgmma;           /* the build has sm_90a's GEMM and the device runs it (gptoss_gemm_wgmma_built) */
-} gptoss_gpu_shape;
+                                 void *out_bf16, const gptoss_gpu_shape *dev, hipStream_t stream);
 
 /* pairs per tile of the experts' grouped GEMMs, one table serving both,
  * at rows_per_expert expected pairs per expert; the table is built with it
@@ -66,24 +74,26 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
 int gptoss_gemm_wgmma_built(hipStream_t stream);
 
 /* rope_kv.hip */
-hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, hipStream_t stream);
+hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, const gptoss_gpu_shape *dev, hipStream_t stream);
 
 /* 1 if the head shape is supported (heads per KV head, their width) */
 int gptoss_attention_limits(int n_heads, int n_kv_heads, int head_dim);
 hipError_t gptoss_launch_attention(const gptoss_attention_args *a, int kv_bf16, int exact,
-                                   hipStream_t stream);
+                                   const gptoss_gpu_shape *dev, hipStream_t stream);
 
 /* 1 if the router takes the shape; the largest hidden size it takes (its
  * normalized row lives in shared memory) */
 int gptoss_router_limits(int n_experts, int k, int hidden);
 int gptoss_router_max_hidden(void);
-/* warp: the device's warp size; multiprocessors decide how many blocks a row takes */
-hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, int multiprocessors, int warp,
+/* the device's multiprocessors decide how many blocks a row takes */
+hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, const gptoss_gpu_shape *dev,
                                 hipStream_t stream);
 
 /* moe_dispatch.hip */
-hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, hipStream_t stream);
-hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, hipStream_t stream);
+hipError_t gptoss_launch_moe_dispatch(const gptoss_moe_dispatch_args *a, const gptoss_gpu_shape *dev,
+                                      hipStream_t stream);
+hipError_t gptoss_launch_moe_combine(const gptoss_moe_combine_args *a, const gptoss_gpu_shape *dev,
+                                     hipStream_t stream);
 
 /* trace_stages.hip: one row's scores and probabilities [Hq][pos + 2];
  * SwiGLU of stored mlp1 outputs (y as float, act in the mode's type); x += y */
@@ -99,12 +109,14 @@ hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream
  * added first (in place, the logits restored after); then a row with
  * temperature 0 takes the first maximum, NaN never winning; any other row
  * follows gptoss_sample_with (docs/api.md "Sampling"). A row gets -1 where
- * that raises on a NaN or +inf logit, -2 where no logit is above -inf.
- * logprobs (NULL, or [rows]) receives each row's log-probabilities where it
- * asks (n_top -1 elsewhere). */
+ * that raises on a NaN or +inf logit, -2 where no logit is above -inf. A
+ * row whose params name a mask (masks: gptoss_mask_words(vocab) words
+ * each, device; NULL when no row has one) reads the tokens it leaves out as
+ * -inf. logprobs (NULL, or [rows]) receives each row's log-probabilities
+ * where it asks (n_top -1 elsewhere). */
 hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
-                                const gptoss_logit_bias *bias, int *tokens, gptoss_row_logprobs *logprobs,
-                                hipStream_t stream);
+                                const gptoss_logit_bias *bias, const uint32_t *masks, int *tokens,
+                                gptoss_row_logprobs *logprobs, hipStream_t stream);
 
 /* kv_fork.hip: slot to of every layer (layers: [n_layers] on the device)
  * receives what slot from keeps for the positions below length (the last

@@ -11,8 +11,8 @@
  * hipErrorNotSupported; hipGetDeviceProperties leaves the clock, compute
  * mode and timeout fields at 0 (query them as attributes); graph edge APIs
  * use default edge data. */
-#ifndef GPTOSS_KERNELS_PLATFORM_H
-#define GPTOSS_KERNELS_PLATFORM_H
+#ifndef GPTOSS_CONTRACT_PLATFORM_H
+#define GPTOSS_CONTRACT_PLATFORM_H
 
 #if !defined(__HIP_PLATFORM_NVIDIA__)
 #include <hip/hip_runtime.h>

@@ -1,15 +1,16 @@
 /* The host-to-device contract: every plain struct a kernel reads, and
  * nothing else. The GPU engine (src/hip) fills them and passes them to the
- * launchers (kernels/launchers.h); the CPU golden and the sampler use the
+ * launchers (launchers.h, beside this file); the CPU golden and the sampler use the
  * sampling rows too, so that both engines draw from one definition. Plain
  * C, no HIP: a struct here means the same bytes on the host and the device.
  * Shapes: R rows, Hq / Hkv query / KV heads, D head_dim. */
 #ifndef GPTOSS_DEVICE_CONTRACT_H
 #define GPTOSS_DEVICE_CONTRACT_H
 
+#include <math.h> /* INFINITY */
 #include <stdint.h>
 
-#include "host_device.h"
+#include "../src/core/host_device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +54,17 @@ typedef struct {
     int32_t n_bias;        /* its entries; 0: none */
     int32_t want_logprobs; /* 1: report the row's log-probabilities */
     int32_t top_logprobs;  /* with that many most likely tokens (0..GPTOSS_MAX_LOGPROBS) */
+    int32_t mask;          /* 1 + the row's mask among the step's (a constraint); 0: none */
 } gptoss_row_sampling;
+
+/* the uint32 words of a mask over a vocabulary: bit id % 32 of word id / 32
+ * is set for each allowed id */
+GPTOSS_HD static inline int gptoss_mask_words(int vocab) { return (vocab + 31) / 32; }
+GPTOSS_HD static inline int gptoss_mask_allows(const uint32_t *mask, int id) { return mask[id >> 5] >> (id & 31) & 1; }
+/* logit id of x as a constrained draw reads it: -inf where mask (when given) leaves it out */
+GPTOSS_HD static inline float gptoss_masked_logit(const float *x, const uint32_t *mask, int id) {
+    return mask && !gptoss_mask_allows(mask, id) ? -INFINITY : x[id];
+}
 
 /* One row's log-probabilities, as gptoss_logprobs defines them, of the
  * logits after the row's bias (plain data, written on the device too). */
@@ -93,7 +104,7 @@ typedef struct {
     float *k_trace;          /* NULL, or [rows][Hkv D] */
 } gptoss_rope_kv_args;
 
-/* How a GEMM's weight matrices lie on the device (kernels/layout.h): the
+/* How a GEMM's weight matrices lie on the device (layout.h): the
  * layout picks the kernel family and its weight format
  * (kernels/weight_formats.h). All zero is bf16 [n][k]. */
 typedef enum {

@@ -9,8 +9,8 @@
  * multiplies for one chunk of 16 rows (matrix_core.h) are then one
  * contiguous KiB, and a 16-row band of the matrix streams from memory in
  * order. */
-#ifndef GPTOSS_KERNELS_LAYOUT_H
-#define GPTOSS_KERNELS_LAYOUT_H
+#ifndef GPTOSS_CONTRACT_LAYOUT_H
+#define GPTOSS_CONTRACT_LAYOUT_H
 
 #include <stdint.h>
 
