@@ -6,10 +6,12 @@
 -- /reset, /save FILE, /load FILE, /system TEXT, /help, /quit (gptoss.chat_commands). When
 -- the context fills, the oldest turns are dropped. Ctrl-C stops a reply; at a prompt where
 -- nothing was typed, Ctrl-C or Ctrl-D (end of input) leaves.
---   gptoss chat MODEL [--reasoning low|medium|high] [--system TEXT] [--show-analysis]
+--   gptoss chat MODEL [--reasoning none|low|medium|high] [--system TEXT] [--show-analysis]
+--              [--json-schema FILE] [--reasoning-budget N]
 --              [--temperature 1 --top-p 1 --seed S] [--device cpu|N] [--ctx N]
 --              [--max-tokens N] [--demo-tools]
--- MODEL and --device as every command names them (gptoss.naming): a course .bin, a
+-- MODEL, --device (default: the first GPU, else cpu), --seed and --max-tokens as every command
+-- spells them (gptoss.naming, gptoss.flags): MODEL a course .bin, a
 -- checkpoint directory or a synthetic shape (a random model, which does not speak harmony).
 -- The tokenizer is gptoss.tokenizer_path()'s: $GPTOSS_TOKENIZER, else build/tokenizer.bin,
 -- else the one installed with the rock.
@@ -19,7 +21,9 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local chat = require "gptoss.chat"
 local chat_commands = require "gptoss.chat_commands"
+local files = require "gptoss.files"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local generate = require "gptoss.generate"
 local line_input = require "gptoss.line_input"
 local naming = require "gptoss.naming"
@@ -27,18 +31,21 @@ local script = require "gptoss.script"
 
 local parser = argparse(script.name, "Chat with a gpt-oss model in the harmony format.")
 naming.add_model(parser)
-parser:option("--reasoning", "Reasoning effort.", "medium"):choices { "low", "medium", "high" }
+parser:option("--reasoning", "Reasoning effort (none: the answer at once).", "medium")
+  :choices { "none", "low", "medium", "high" }
+parser:option("--json-schema", "Answers are JSON valid under the schema in this file (docs/structured.md).")
+parser:option("--reasoning-budget", "Answer after at most this many tokens of reasoning.")
+  :convert(cmdline.integer("--reasoning-budget", 0))
 parser:option("--system", "Instructions (the developer message).")
 parser:flag("--show-analysis", "Show the model's reasoning (the analysis channel) too.")
 parser:option("--temperature", "Sampling temperature (0: greedy).", "1")
   :convert(script.named("--temperature", cmdline.non_negative))
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cmdline.non_negative))
-parser:option("--seed", "Seed of the sampler's draws (default: random)."):convert(cmdline.integer("--seed"))
-naming.add_device(parser, nil, "the first GPU, else cpu")
+flags.add_seed(parser, nil, "random")
+flags.add_device(parser)
 parser:option("--ctx", "Context length of the conversation (default: the model's, at most 8192).")
   :convert(cmdline.integer("--ctx", 2))
-parser:option("--max-tokens", "Tokens generated per answer at most (default: until the context is full).")
-  :convert(cmdline.integer("--max-tokens", 1))
+flags.add_max_tokens(parser, nil, "until the context is full; per answer")
 parser:flag("--demo-tools", "Declare a function tool add(a, b) the model may call.")
 local args = script.parse(parser)
 
@@ -137,7 +144,7 @@ end
 script.run(function()
   local model = naming.open(args.model, args.seed_weights)
   local tok = gptoss.tokenizer(nil, { vocab_size = model.config.vocab_size })
-  local device = args.device or gptoss.default_devices()[1]
+  local device = flags.one_device(args.device)
   local opts = { device = device, slots = 1, ctx = assert(naming.context(model, args.ctx, "--ctx")) }
   if device ~= "cpu" then opts.rows = math.min(opts.ctx, generate.LONE_PROMPT_ROWS); opts.chunk = opts.rows end
   local r <close> = model:replica(opts)
@@ -148,6 +155,8 @@ script.run(function()
     developer = args.system and { instructions = args.system },
     sampling = { temperature = args.temperature, top_p = args.top_p, seed = args.seed },
     tools = args.demo_tools and DEMO_TOOLS or nil,
+    format = args.json_schema and files.read("--json-schema", args.json_schema),
+    max_reasoning_tokens = args.reasoning_budget,
   }
   local input = line_input.new { prompt = "> ", continuation = "... " }
   if input.terminal then

@@ -1,16 +1,19 @@
 #!/usr/bin/env lua5.4
 -- An OpenAI-compatible HTTP server (gptoss.serve, docs/serve.md):
---   gptoss serve MODEL [--host 127.0.0.1] [--port 8000] [--device cpu|N | --devices cpu|1,2]
+--   gptoss serve MODEL [--host 127.0.0.1] [--port 8000] [--device cpu|N,M,...]
 --                [--slots N] [--ctx N] [--scheduler continuous|static|FILE.lua]
 --                [--api-key KEY] [--model-name NAME] [--max-queue N] [--max-body BYTES]
 --                [--header-timeout SECONDS] [--body-timeout SECONDS] [--max-connections N]
--- MODEL and the devices as every command names them (gptoss.naming). --api-key defaults to
+--                [--cors-origin ORIGIN] [--quiet] [--stored-responses N]
+-- MODEL and --device (default: every GPU, else cpu) as every command names them
+-- (gptoss.naming, gptoss.flags). --api-key defaults to
 -- $GPTOSS_API_KEY; an empty key (an unset variable's) is refused rather than read as none.
 -- A scheduler file is a Lua chunk that returns a scheduler object
 -- (gptoss.scheduler's hooks, plus on_arrival). SIGTERM or Ctrl-C stops admitting requests
 -- (503), finishes those in flight, then exits 0. Exit status 1 on anything wrong, one message on stderr.
 local argparse = require "argparse"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local scheduler = require "gptoss.scheduler"
 local script = require "gptoss.script"
@@ -33,7 +36,7 @@ parser:option("--host", "Address to listen on (another than loopback opens the s
   "127.0.0.1")
 parser:option("--port", "Port to listen on (0: any free port, which the log line names).", "8000")
   :convert(cmdline.integer("--port", 0, 65535))
-parser:mutex(naming.add_device(parser, nil, "the --devices default"), naming.add_devices(parser))
+flags.add_device(parser, true)
 parser:option("--slots", "Slots a replica gives requests (default: 16 on the CPU, what memory holds on a GPU).")
   :convert(cmdline.integer("--slots", 1))
 parser:option("--ctx", "Positions of a slot, prompt and output (default: the model's, at most 8192).")
@@ -42,7 +45,8 @@ parser:option("--scheduler", ("The batching policy: %s, or a Lua file returning 
   :format(table.concat(scheduler.names, ", ")), "continuous")
 parser:option("--api-key", "Key every /v1/ request must send as 'Authorization: Bearer KEY' (default: $GPTOSS_API_KEY).")
 parser:option("--model-name", "The model's name in requests and /v1/models (default: MODEL's file name).")
-parser:option("--max-queue", "Requests that may wait for a slot before 429.", "256"):convert(cmdline.integer("--max-queue", 1))
+parser:option("--max-queue", "Requests that may wait for a slot (none free) before 429.", "256")
+  :convert(cmdline.integer("--max-queue", 1))
 parser:option("--max-body", "The largest request body in bytes before 413.", tostring(4 * 1024 * 1024))
   :convert(cmdline.integer("--max-body", 1))
 parser:option("--header-timeout",
@@ -52,6 +56,10 @@ parser:option("--body-timeout", "Seconds a request's body may take before 408.",
   :convert(seconds("--body-timeout"))
 parser:option("--max-connections", "Connections open at once; more wait to be accepted.", "1024")
   :convert(cmdline.integer("--max-connections", 1))
+parser:option("--cors-origin", "Let browsers of this origin ('*': any) call the server (CORS headers, preflights).")
+parser:option("--stored-responses", "Responses kept for previous_response_id, the oldest evicted first (default 1024).")
+  :convert(cmdline.integer("--stored-responses", 1))
+parser:flag("--quiet", "No access-log line a request on stderr.")
 local args = script.parse(parser)
 
 -- A scheduler's name, or the object a Lua file returns.
@@ -87,12 +95,12 @@ script.run(function()
   local api_key = api_key_of()
   local model = naming.open(args.model, args.seed_weights)
   local ctx = assert(naming.context(model, args.ctx, "--ctx"))
-  local devices = args.devices or (args.device and { args.device }) or nil
   local server = require("gptoss.serve").new {
     model = model, model_name = args.model_name or default_name(args.model),
-    devices = devices, slots = args.slots, ctx = ctx, scheduler = load_scheduler(args.scheduler),
+    devices = args.device, slots = args.slots, ctx = ctx, scheduler = load_scheduler(args.scheduler),
     host = args.host, port = args.port, api_key = api_key, max_queue = args.max_queue, max_body = args.max_body,
     header_timeout = args.header_timeout, body_timeout = args.body_timeout, max_connections = args.max_connections,
+    cors_origin = args.cors_origin, access_log = not args.quiet, stored_responses = args.stored_responses,
     signals = true,
   }
   server:start()

@@ -161,7 +161,7 @@ end
 --- The first GPU number this build does not see, and what a refusal of it says.
 function helpers.absent_device()
   local n = #require("gptoss").devices()
-  return n + 1, n == 0 and "no GPU is available" or ("out of range 1..%d"):format(n)
+  return n, n == 0 and "no GPU is available" or ("out of range 0..%d"):format(n - 1)
 end
 
 --- s as one word of a shell command line.
@@ -411,6 +411,11 @@ function helpers.need_tokenizer(pending)
   if not f then pending("needs the tokenizer: make tokenizer") end
   f:close()
   return helpers.TOKENIZER
+end
+
+function helpers.tokenizer(pending) --- helpers.TOKENIZER's tokenizer, loaded once (pending: need_tokenizer's)
+  helpers.loaded_tokenizer = helpers.loaded_tokenizer or require("gptoss").tokenizer(helpers.need_tokenizer(pending))
+  return helpers.loaded_tokenizer
 end
 
 local runners = {} -- script -> {run =, why =}, made once

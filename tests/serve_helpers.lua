@@ -1,7 +1,8 @@
--- Helpers of the gptoss serve specs (serve_spec, serve_hostile_spec): servers started as
--- child processes of the source tree's gptoss (the clients block, the server must not) and
--- stopped with SIGTERM, curl against them, and /metrics read. Every client call is bounded
--- by timeout(1).
+-- Helpers of the gptoss serve specs (serve_spec, serve_hostile_spec, serve_surface_spec):
+-- servers started as child processes of the source tree's gptoss (the clients block, the
+-- server must not) and stopped with SIGTERM, curl and the openai npm client against them,
+-- and /metrics read. Every client call is bounded by timeout(1).
+local dkjson = require "dkjson"
 local gptoss = require "gptoss"
 local H = require "helpers"
 
@@ -31,6 +32,26 @@ SH.UNSANITIZED = H.SANITIZED and "env -u LD_PRELOAD " or ""
 SH.why_not_http = not SH.ROOT and "gptoss was not loaded from a source tree"
     or not pcall(require, "gptoss.serve_http") and "lua-http, lua-cqueues or lua-cjson is missing (make setup)"
     or not SH.have("curl") and "curl is missing (make setup)"
+
+local CLIENT = SH.ROOT and SH.ROOT .. "tests/serve-client/"
+
+--- Why the openai npm client cannot be run here (or the server), or nil.
+SH.why_not_client = SH.why_not_http
+    or not (SH.have("node") and read_or_nil(CLIENT .. "node_modules/openai/package.json"))
+    and "the openai client is not installed (node, then npm ci in tests/serve-client)"
+
+--- The openai client's op (tests/serve-client/client.mjs) with params (a table) against s,
+-- with the API key given (default "none"): the decoded JSON line it prints.
+function SH.client(s, op, params, key)
+  local cmd = ("cd %s && timeout 120 " .. SH.UNSANITIZED .. "node client.mjs %s %s %s %s 2>&1"):format(q(CLIENT),
+    q(("http://127.0.0.1:%d/v1"):format(s.port)), q(key or "none"), op, q(dkjson.encode(params or {})))
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  p:close()
+  local v = dkjson.decode(out)
+  assert(v ~= nil, "the client printed no JSON: " .. out)
+  return v
+end
 
 local running = {} -- servers started and not stopped yet, by pid
 
@@ -77,6 +98,14 @@ function SH.stop(s)
   return code, log
 end
 
+--- The teardown of a describe's server s (nil when its setup failed): s stopped, what a
+-- failed test left running killed, and a failure unless s exited 0.
+function SH.teardown_server(s)
+  local code = s and SH.stop(s)
+  SH.kill_leftovers()
+  if s and code ~= 0 then error(("the server exited %s, not 0"):format(tostring(code)), 2) end
+end
+
 --- curl's response to path (extra: curl's words): the headers and the body.
 function SH.curl(s, path, extra)
   local headers = H.tmp()
@@ -99,6 +128,29 @@ function SH.metric_reaches(s, name, value)
   local deadline = gptoss.clock() + 20
   while SH.metric(s, name) ~= value and gptoss.clock() < deadline do os.execute("sleep 0.05") end
   return SH.metric(s, name)
+end
+
+--- A chat body of one user message, with fields added.
+function SH.chat_body(fields)
+  return H.with({ model = "m", messages = { { role = "user", content = "Hi" } } }, fields)
+end
+
+--- The error object parse (serve_openai.chat or .completion) raises for body, which it must
+-- refuse.
+function SH.refusal(parse, body, tokenizer, ctx)
+  local ok, err = pcall(parse, body, tokenizer, ctx)
+  assert(not ok, "accepted")
+  assert(type(err) == "table", tostring(err))
+  return err
+end
+
+--- s's log once it has a match of pattern (a Lua pattern), or after 20 seconds without:
+-- the log then. A request's line is logged once its answer is written, after its client
+-- may have read it.
+function SH.log_reaches(s, pattern)
+  local deadline = gptoss.clock() + 20
+  while not H.read_file(s.log):find(pattern) and gptoss.clock() < deadline do os.execute("sleep 0.05") end
+  return H.read_file(s.log)
 end
 
 return SH

@@ -6,6 +6,7 @@ local gptoss = require "gptoss"
 local runner = require "gptoss.runner"
 local scheduler = require "gptoss.scheduler"
 local H = require "helpers"
+local SH = require "serve_helpers"
 
 local ok_http = pcall(require, "gptoss.serve_http")
 
@@ -19,15 +20,8 @@ describe("serve_openai", function()
   local tok = gptoss.tokenizer()
   local CTX = 300
 
-  local function chat(fields)
-    return H.with({ model = "m", messages = { { role = "user", content = "Hi" } } }, fields)
-  end
-  local function refusal(parse, body)
-    local ok, err = pcall(parse, body, tok, CTX)
-    assert.is_false(ok, "accepted")
-    assert.are.equal("table", type(err), tostring(err))
-    return err
-  end
+  local chat = SH.chat_body
+  local function refusal(parse, body) return SH.refusal(parse, body, tok, CTX) end
 
   it("reads a chat body into a job: harmony prompt, sampling per choice, limit from the context", function()
     local job = serve_openai.chat(chat { n = 2, seed = 9, temperature = 0.5, logprobs = true, top_logprobs = 3,
@@ -64,14 +58,16 @@ describe("serve_openai", function()
   end)
 
   it("refuses each bad field with a 400 naming it", function()
+    local too_many_stops = {}
+    for i = 1, 65 do too_many_stops[i] = "s" .. i end
     local chat_cases = {
       { { temperature = "hot" }, "temperature" }, { { temperature = 2.5 }, "temperature" },
       { { top_p = 0 }, "top_p" }, { { n = 17 }, "n" }, { { n = 1.5 }, "n" }, { { seed = "s" }, "seed" },
-      { { stop = { "a", "b", "c", "d", "e" } }, "stop" }, { { stop = { "" } }, "stop" },
+      { { stop = too_many_stops }, "stop" }, { { stop = { "" } }, "stop" },
       { { logit_bias = { x = 1 } }, "logit_bias" }, { { logit_bias = { ["1"] = 101 } }, "logit_bias" },
       { { logit_bias = { ["999999"] = 1 } }, "logit_bias" }, { { stream = "yes" }, "stream" },
       { { stream_options = { include_usage = true } }, "stream_options" },
-      { { stream = true, stream_options = { other = 1 } }, "other" },
+      { { stream = true, stream_options = { include_usage = 1 } }, "include_usage" },
       { { frequency_penalty = 0.5 }, "frequency_penalty" }, { { reasoning_effort = "max" }, "reasoning_effort" },
       { { tool_choice = "required" }, "tool_choice" }, { { tools = { { type = "web" } } }, "tools" },
       { { top_logprobs = 2 }, "top_logprobs" }, { { logprobs = true, top_logprobs = 21 }, "top_logprobs" },
@@ -79,7 +75,7 @@ describe("serve_openai", function()
       { { messages = {} }, "messages" }, { { messages = { { role = "robot", content = "x" } } }, "messages" },
       { { messages = { { role = "user", content = { { type = "image_url" } } } } }, "messages[0].content" },
       { { messages = { { role = "tool", tool_call_id = "none", content = "x" } } }, "messages" },
-      { { response_format = { type = "json_object" } }, "response_format" },
+      { { response_format = { type = "xml" } }, "response_format" },
       { { messages = { { role = "user", content = ("word "):rep(400) } } }, "messages" },
     }
     for _, case in ipairs(chat_cases) do
@@ -90,7 +86,7 @@ describe("serve_openai", function()
     end
     for _, case in ipairs { { { prompt = {} }, "prompt" }, { { prompt = { -1 } }, "prompt" },
       { { prompt = { "a" } }, "prompt" }, { { prompt = "" }, "prompt" }, { { prompt = "x", echo = true }, "echo" },
-      { { prompt = "x", logprobs = 6 }, "logprobs" }, { { prompt = "x", messages = {} }, "messages" } } do
+      { { prompt = "x", logprobs = 6 }, "logprobs" }, { { prompt = "x", suffix = "y" }, "suffix" } } do
       local err = refusal(serve_openai.completion, H.with({ model = "m" }, case[1]))
       assert.are.same({ 400, case[2] }, { err.status, err.param })
     end

@@ -11,25 +11,11 @@ local SH = require "serve_helpers"
 
 local q = H.shell_quote
 local ROOT = SH.ROOT
-local CLIENT = ROOT and ROOT .. "tests/serve-client/"
 local UNSANITIZED = SH.UNSANITIZED
 local why_not_http = SH.why_not_http
-local why_not = why_not_http or not (SH.have("node") and SH.read_or_nil(CLIENT .. "node_modules/openai/package.json"))
-    and "the openai client is not installed (node, then npm ci in tests/serve-client)"
-local start, stop, kill_leftovers, curl, metric, metric_reaches = SH.start, SH.stop, SH.kill_leftovers, SH.curl,
-  SH.metric, SH.metric_reaches
-
--- The openai client's op with params (a table): the decoded JSON line it prints.
-local function client(s, op, params, key)
-  local cmd = ("cd %s && timeout 120 " .. UNSANITIZED .. "node client.mjs %s %s %s %s 2>&1"):format(q(CLIENT),
-    q(("http://127.0.0.1:%d/v1"):format(s.port)), q(key or "none"), op, q(dkjson.encode(params or {})))
-  local p = assert(io.popen(cmd))
-  local out = p:read("a")
-  p:close()
-  local v = dkjson.decode(out)
-  assert(v ~= nil, "the client printed no JSON: " .. out)
-  return v
-end
+local why_not = SH.why_not_client
+local start, stop, kill_leftovers, curl, metric, metric_reaches, client = SH.start, SH.stop, SH.kill_leftovers,
+  SH.curl, SH.metric, SH.metric_reaches, SH.client
 
 -- gptoss bench_serve against s with words (a string): its report (the JSON line) and all it printed.
 local function bench_serve(s, words)
@@ -51,11 +37,7 @@ describe("gptoss serve", function()
   end
   local s
   setup(function() s = start { "7m", "--port", "0", "--slots", "4", "--ctx", "256", "--max-body", "4096" } end)
-  teardown(function()
-    local code = s and stop(s)
-    kill_leftovers()
-    if s then assert.are.equal(0, code) end
-  end)
+  teardown(function() SH.teardown_server(s) end)
   after_each(H.cleanup)
 
   it("answers the openai client: models, chat streamed and not, completions", function()
@@ -90,8 +72,8 @@ describe("gptoss serve", function()
     assert.are.same({ 400, "temperature", "invalid_request_error" }, { e.status, e.param, e.type })
     e = client(s, "completion", { model = "7m", prompt = "x", max_tokens = 1000 }).error
     assert.are.same({ 400, "max_tokens", "context_length_exceeded" }, { e.status, e.param, e.code })
-    e = client(s, "chat", { model = "7m", messages = { { role = "user", content = "x" } }, tool_choice = "required",
-      tools = TOOLS }).error
+    e = client(s, "chat", { model = "7m", messages = { { role = "user", content = "x" } },
+      tool_choice = { type = "function", ["function"] = { name = "nope" } }, tools = TOOLS }).error
     assert.are.same({ 400, "tool_choice" }, { e.status, e.param })
   end)
 

@@ -7,13 +7,16 @@ local gptoss = require "gptoss"
 local harmony = require "gptoss.harmony"
 local util = require "gptoss.util"
 local chat_tools = require "gptoss.chat_tools"
+local constraint = require "gptoss.constraint"
 
 local chat = {}
 
+-- what shapes a reply (docs/structured.md#harmony-turns), per session or per ask
+local REPLY_OPTIONS = { "format", "max_reasoning_tokens" }
 local OPTIONS = { "replica", "tokenizer", "slot", "system", "developer", "sampling", "tools", "step", "max_tokens",
-  "on_overflow" }
+  "on_overflow", table.unpack(REPLY_OPTIONS) }
 local CALLBACKS = { "on_text", "on_tool", "on_drop", "on_not_harmony", "cancel" }
-local ASK_OPTIONS = { "max_tokens", table.unpack(CALLBACKS) }
+local ASK_OPTIONS = { "max_tokens", "format", "max_reasoning_tokens", table.unpack(CALLBACKS) }
 local OVERFLOWS = { "error", "drop_oldest" }
 -- drop_oldest leaves the reply this share of the context at least (or max_tokens if less)
 local REPLY_SHARE = 4
@@ -43,9 +46,10 @@ end
 
 -- The replica's step on one slot as chat steps are: feed ids at positions pos, pos + 1, ...
 -- (a position below the slot's length truncates it there) and return the id chosen after
--- the last, the one row drawn. A GPU replica takes at most r.chunk rows of one slot per step.
+-- the last, the one row drawn, under matcher when given. A GPU replica takes at most r.chunk
+-- rows of one slot per step.
 local function replica_step(r, slot)
-  return function(ids, pos)
+  return function(ids, pos, matcher)
     local chunk, h = r.chunk or #ids, nil
     for first = 1, #ids, chunk do
       local slots, positions, tokens = {}, {}, {}
@@ -54,7 +58,9 @@ local function replica_step(r, slot)
         local n = i - first + 1
         slots[n], positions[n], tokens[n] = slot, pos + i - 1, ids[i]
       end
-      h = r:step { slots = slots, positions = positions, tokens = tokens, draw = last == #ids and { #slots } or {} }
+      local drawn = last == #ids
+      h = r:step { slots = slots, positions = positions, tokens = tokens, draw = drawn and { #slots } or {},
+        constraint = drawn and matcher and { [#slots] = matcher } or nil }
     end
     local chosen = h:tokens()
     return chosen[#chosen]
@@ -71,8 +77,16 @@ end
 
 -- The system and developer messages the conversation starts with, rendered once so that
 -- bad contents (a reasoning effort, a tool's schema) fail in chat.new rather than later.
+-- Reasoning "none" is rendered "low", the reply's final channel prefilled (reply_plan);
+-- a format's schema is shown in the developer message's "# Response Formats".
 local function preamble(opts, declared, tokenizer)
-  local messages = { built("system", harmony.system, opts.system or {}) }
+  local system = opts.system or {}
+  if type(system) == "table" and system.reasoning == "none" then
+    system = {}
+    for k, v in pairs(opts.system) do system[k] = v end
+    system.reasoning = "low"
+  end
+  local messages = { built("system", harmony.system, system) }
   local developer = opts.developer
   if developer ~= nil then
     developer = built("developer", harmony.developer, developer).content
@@ -80,8 +94,10 @@ local function preamble(opts, declared, tokenizer)
       error("developer.tools: give function tools as tools = {name = {description=, parameters=, fn=}}", 0)
     end
   end
-  if developer or #declared > 0 then
-    local content = { tools = #declared > 0 and declared or nil }
+  local formats = opts.format ~= nil and not util.is_a(opts.format, "gptoss.grammar")
+    and constraint.response_formats_section { { name = "response", schema = opts.format } } or nil
+  if developer or #declared > 0 or formats then
+    local content = { tools = #declared > 0 and declared or nil, response_formats = formats }
     for k, v in pairs(developer or {}) do content[k] = v end
     messages[2] = harmony.developer(content)
   end
@@ -89,6 +105,20 @@ local function preamble(opts, declared, tokenizer)
   -- "harmony.render_ids: message 2: ..." names the option the message came from
   if not ok then error((util.bare(err):gsub("^harmony%.render_ids: message (%d)", { ["1"] = "system", ["2"] = "developer" })), 0) end
   return messages
+end
+
+-- The plan of the replies (gptoss.constraint.for_turn) that opts' format and
+-- max_reasoning_tokens (else the session's) and a reasoning of "none" ask for; nil when none
+-- does. Raises "<fn>: ..." on a bad format or budget.
+local function reply_plan(fn, self, opts)
+  local format = opts.format
+  if format == nil then format = self.format end
+  local budget = opts.max_reasoning_tokens or self.max_reasoning_tokens
+  if format == nil and budget == nil and not self.no_reasoning then return nil end
+  local ok, plan = pcall(constraint.for_turn, self.tokenizer, { format = format, max_reasoning_tokens = budget,
+    reasoning_effort = self.no_reasoning and "none" or nil })
+  if not ok then error((util.bare(plan):gsub("^constraint%.for_turn: ", fn .. ": ")), 0) end
+  return plan
 end
 
 --- A chat session: chat.new{replica =, tokenizer =, slot = 1, system = {...}, developer =
@@ -141,7 +171,13 @@ function chat.new(opts)
   end
   local declared
   declared, self.tools = chat_tools.declare(opts.tools or {})
-  local ok, messages = pcall(preamble, opts, declared, self.tokenizer)
+  self.format, self.max_reasoning_tokens = opts.format, opts.max_reasoning_tokens
+  self.no_reasoning = type(opts.system) == "table" and opts.system.reasoning == "none"
+  local ok, plan = pcall(reply_plan, "chat.new", self, {})
+  if not ok then error(plan, 2) end
+  self.plan = plan
+  local messages
+  ok, messages = pcall(preamble, opts, declared, self.tokenizer)
   if not ok then error("chat.new: " .. messages, 2) end
   self.messages = messages
   return self
@@ -154,7 +190,7 @@ end
 -- session's ids up to pos are then fed again from position 0, with its own sampling where
 -- another session set its own (r:reset keeps a slot's). So are they where the slot cannot
 -- go back to pos (a GPU slot whose windowed rings no longer hold the keys before it).
-local function feed(self, ids, pos, stats)
+local function feed(self, ids, pos, stats, matcher)
   local r, slot = self.replica, self.slot
   if r and (holders[r][slot] ~= self or r:length(slot) ~= #self.held or pos < r:rewind_limit(slot)) then
     if holders[r][slot] ~= self then
@@ -164,7 +200,7 @@ local function feed(self, ids, pos, stats)
     ids = table.move(ids, 1, #ids, pos + 1, table.move(self.held, 1, pos, 1, {}))
     stats.prefilled, pos = stats.prefilled + pos, 0
   end
-  local id, vocab = self.step(ids, pos), self.tokenizer.vocab_size
+  local id, vocab = self.step(ids, pos, matcher), self.tokenizer.vocab_size
   if math.type(id) ~= "integer" or id < 0 or id >= vocab then
     error(("session:ask: step returned %s, not a token id (0..%d)"):format(tostring(id), vocab - 1), 0)
   end
@@ -211,16 +247,19 @@ local function fit(self, current, room, opts, stats)
 end
 
 -- One reply: the conversation fitted to the context, only what the slot does not hold fed,
--- then ids decoded until a stop id, `budget` ids, a full context or opts.cancel(). Returns
--- how it ended ("return", "call", "endoftext", "length", "context", "cancelled"), the parsed
--- messages and `current` after fit.
-local function reply(self, current, budget, opts, stats)
+-- then ids decoded until a stop id, `budget` ids, a full context or opts.cancel(), under
+-- plan's constraints when given (gptoss.constraint). Returns how it ended ("return",
+-- "call", "endoftext", "end": a format's final message ended so, "length", "context",
+-- "cancelled"), the parsed messages and `current` after fit.
+local function reply(self, current, budget, opts, stats, plan)
   local ids
   ids, current = fit(self, current, math.min(budget, self.ctx // REPLY_SHARE), opts, stats)
+  local tracker, prefill = plan and plan:new(), plan and plan.prefill or {}
+  table.move(prefill, 1, #prefill, #ids + 1, ids)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
-  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep, stats)
+  local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep, stats, tracker and tracker:matcher())
   stats.prefilled = stats.prefilled + #ids - keep
 
   -- lenient: a reply that slips out of the format is still shown and kept
@@ -237,14 +276,17 @@ local function reply(self, current, budget, opts, stats)
       end
     end
   end
+  for _, id in ipairs(prefill) do handle(parser:push(id)) end
   local n, finish = 0, nil
   while true do
     n = n + 1
     handle(parser:push(next_id))
-    finish = STOPS[next_id] or (n == budget and "length") or (#self.held == self.ctx and "context")
-      or (cancel and cancel() and "cancelled") or nil
+    local forced = tracker and tracker:push(next_id) or {}
+    for _, id in ipairs(forced) do handle(parser:push(id)) end
+    finish = STOPS[next_id] or (tracker and tracker.finished and "end") or (n == budget and "length")
+      or (#self.held + 1 + #forced > self.ctx and "context") or (cancel and cancel() and "cancelled") or nil
     if finish then break end
-    next_id = feed(self, { next_id }, #self.held, stats)
+    next_id = feed(self, { next_id, table.unpack(forced) }, #self.held, stats, tracker and tracker:matcher())
   end
   stats.tokens = stats.tokens + n
   handle(parser:finish())
@@ -253,13 +295,13 @@ end
 
 -- The turn itself, for ask: the user's text appended, then replies decoded and tools
 -- called until the model answers; returns the answer and stats as ask does.
-local function converse(self, text, opts, limit)
+local function converse(self, text, opts, limit, plan)
   local messages = self.messages
   messages[#messages + 1] = harmony.user(text)
   local stats, started = { tokens = 0, prefilled = 0, dropped = 0 }, gptoss.clock()
   local current, finish, replied, calling = #messages, nil, nil, nil
   repeat
-    finish, replied, current = reply(self, current, limit - stats.tokens, opts, stats)
+    finish, replied, current = reply(self, current, limit - stats.tokens, opts, stats, plan)
     table.move(replied, 1, #replied, #messages + 1, messages)
     -- a <|call|> ending a message without a recipient ends the ask: nothing to call
     calling = finish == "call" and #replied > 0 and replied[#replied].recipient ~= nil
@@ -305,10 +347,16 @@ function Session:ask(text, opts)
     end
   end
   check_limit("session:ask", opts.max_tokens, 2)
+  local plan = self.plan
+  if opts.format ~= nil or opts.max_reasoning_tokens ~= nil then
+    local ok, made = pcall(reply_plan, "session:ask", self, opts)
+    if not ok then error(made, 2) end
+    plan = made
+  end
   local messages = self.messages
   local before = table.move(messages, 1, #messages, 1, {})
   answering[self] = true
-  local ok, answer, stats = pcall(converse, self, text, opts, opts.max_tokens or self.max_tokens or math.huge)
+  local ok, answer, stats = pcall(converse, self, text, opts, opts.max_tokens or self.max_tokens or math.huge, plan)
   answering[self] = nil
   if not ok then
     -- the history as it was, dropped turns included; held stays what the slot holds, the

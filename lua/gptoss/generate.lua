@@ -10,6 +10,7 @@
 -- one (`from = h`), before the running one's ids are read, so a GPU never waits for Lua. A
 -- sequence that stops on a stop id or string has had one more row stepped, whose id is
 -- dropped: its slot may hold one position more than its prompt and ids.
+local constraint = require "gptoss.constraint"
 local stops = require "gptoss.stops"
 local util = require "gptoss.util"
 
@@ -35,7 +36,7 @@ end
 -- replica computes no logits for them). opts: logits = true keeps the last row's logits
 -- (h:logits() is then that one row); chunk = n steps n rows at a time instead (at most
 -- r.chunk on a GPU); before_step = function(rows) is called before each step with its row
--- count.
+-- count; matcher = m draws the last row under m's constraint (r:step's constraint).
 function generate.feed(r, slot, ids, position, opts)
   opts = opts or {}
   local chunk, h = opts.chunk or generate.chunk(r), nil
@@ -48,6 +49,7 @@ function generate.feed(r, slot, ids, position, opts)
     end
     if last == #ids then batch.draw[1] = last - first + 1 end
     if last == #ids and opts.logits then batch.logits = { last - first + 1 } end
+    if last == #ids and opts.matcher then batch.constraint = { [last - first + 1] = opts.matcher } end
     if opts.before_step then opts.before_step(last - first + 1) end
     h = r:step(batch)
   end
@@ -152,21 +154,29 @@ end
 ---------------------------------------------------------------------------------------------
 -- The decode loop
 
+-- Whether matcher m's output is over: an end token taken, or complete with nothing that
+-- may follow (reading m waits for the token the step before drew for it).
+local function format_done(m)
+  return m.ended or (m:done() and #m:allowed() == 0)
+end
+
 -- Decodes sequences whose next ids the step h yields, until each stops. A sequence seq has
 -- slot, row (the row of h yielding its next id), position (where that id is fed), limit
--- (most ids), ids (so far), stopper (or nil), logprobs (a list, when its slot reports
--- them), text (a list of pieces, when the stopper shows text), on_text; finish is set when
--- it ends. Returns the steps it stepped, h included.
+-- (most ids), ids (so far), stopper (or nil), matcher (its format's, or nil), logprobs (a
+-- list, when its slot reports them), text (a list of pieces, when the stopper shows text),
+-- on_text; finish is set when it ends. Returns the steps it stepped, h included.
 local function decode(r, h, seqs)
   local live, steps = seqs, 1
   while #live > 0 do
     -- the next step, fed by h on the device: a row for each sequence whose id from h is
-    -- not its last by length (a stop may still end it there)
-    local batch, rows = { slots = {}, positions = {}, tokens = {}, from = h }, {}
+    -- not its last by length or format (a stop may still end it there); a constrained row
+    -- waits for h's id, which its matcher takes before its mask is made
+    local batch, rows = { slots = {}, positions = {}, tokens = {}, from = h, constraint = {} }, {}
     for _, seq in ipairs(live) do
-      if #seq.ids + 1 < seq.limit then
+      if #seq.ids + 1 < seq.limit and not (seq.matcher and format_done(seq.matcher)) then
         local n = #batch.slots + 1
         batch.slots[n], batch.positions[n], batch.tokens[n] = seq.slot, seq.position, -seq.row
+        batch.constraint[n] = seq.matcher
         rows[seq] = n
       end
     end
@@ -187,7 +197,7 @@ local function decode(r, h, seqs)
           if seq.on_text and text ~= "" then seq.on_text(text) end
         end
       end
-      if stopped then
+      if stopped or (seq.matcher and not rows[seq]) and format_done(seq.matcher) then
         seq.finish = "stop"
       elseif #seq.ids == seq.limit then
         seq.finish = seq.limit_reason
@@ -205,6 +215,24 @@ end
 local function sequence(slot, row, position, limit, limit_reason, stopper, on_text)
   return { slot = slot, row = row, position = position, limit = limit, limit_reason = limit_reason, ids = {},
     logprobs = {}, text = {}, stopper = stopper, on_text = on_text }
+end
+
+-- The matcher of a format option (nil without one): a matcher as given, else a grammar or
+-- JSON schema (gptoss.constraint.grammar) matched over tokenizer's vocabulary, ended by the
+-- stop's sequences of one id.
+local function format_matcher(fn, format, tokenizer, stop, level)
+  if format == nil then return nil end
+  if util.is_a(format, "gptoss.matcher") then return format end
+  local g = constraint.grammar(fn, format)
+  if not util.is_a(tokenizer, "gptoss.tokenizer") then
+    error(("%s: format needs tokenizer (a gptoss tokenizer) to match its grammar over (got %s)")
+      :format(fn, util.kind(tokenizer)), level + 1)
+  end
+  local end_ids = {}
+  for _, seq in ipairs(stop and stop.ids or {}) do
+    if #seq == 1 then end_ids[#end_ids + 1] = seq[1] end
+  end
+  return g:matcher(tokenizer, { end_ids = end_ids })
 end
 
 -- What a decoded sequence gives back.
@@ -235,29 +263,34 @@ local function limit(max_tokens, n, ctx)
   return room, "context"
 end
 
--- The options run and parallel share, checked: returns the replica, the prompt, max_tokens
--- and the stopper (nil without stop).
+-- The options run and parallel share, checked: returns the replica, the prompt, max_tokens,
+-- the stopper (nil without stop) and the format's matcher (nil without format).
 local function check_common(fn, opts, known, level)
   opts = util.options(fn, opts, known, level + 1)
   generate.check_replica(fn, opts.replica, "replica", level + 1)
   local r = opts.replica
   generate.check_prompt(fn, opts.prompt, r.model.config.vocab_size, r.ctx, level + 1)
-  return r, opts.prompt, generate.check_count(fn, opts.max_tokens, "max_tokens", 1, level + 1),
-    generate.stopper(fn, opts.stop, level + 1)
+  local stopper = generate.stopper(fn, opts.stop, level + 1)
+  local ok, matcher = pcall(format_matcher, fn, opts.format, opts.tokenizer, opts.stop, level + 1)
+  if not ok then error(util.bare(matcher), level + 1) end
+  return r, opts.prompt, generate.check_count(fn, opts.max_tokens, "max_tokens", 1, level + 1), stopper, matcher
 end
 
-local RUN_OPTIONS = { "replica", "slot", "prompt", "max_tokens", "sampling", "stop", "on_text", "logprobs" }
+local RUN_OPTIONS = { "replica", "slot", "prompt", "max_tokens", "sampling", "stop", "on_text", "logprobs", "format",
+  "tokenizer" }
 
 --- One sequence: generate.run{replica = r, prompt = ids, slot = 1, max_tokens = n,
 -- sampling = r:sampling's parameters (default greedy), stop = {text =, ids =, tokenizer =},
--- on_text = function(text), logprobs = true}. The prompt is fed from position 0 of the
--- slot (what it held is replaced) and ids are decoded until a stop, max_tokens ids, or
--- prompt + ids filling the replica's context. Returns {ids =, finish = "stop" | "length" |
--- "context", stop = what stopped it, text = (with a tokenizer) the text shown, logprob =,
+-- on_text = function(text), logprobs = true, format = a matcher, or a grammar or JSON schema
+-- with tokenizer = its tokenizer (docs/structured.md#generation)}. The prompt is fed from
+-- position 0 of the slot (what it held is replaced) and ids are decoded until a stop, the
+-- format's end, max_tokens ids, or prompt + ids filling the replica's context. Returns {ids
+-- =, finish = "stop" | "length" | "context", stop = what stopped it, text = (with a
+-- tokenizer) the text shown, logprob =,
 -- logprobs = (with logprobs = true) the ids' log-probabilities and their sum, steps =}.
 function generate.run(opts)
   local fn = "generate.run"
-  local r, prompt, max_tokens, stopper = check_common(fn, opts, RUN_OPTIONS, 2)
+  local r, prompt, max_tokens, stopper, matcher = check_common(fn, opts, RUN_OPTIONS, 2)
   local slot = generate.check_slot(fn, r, opts.slot, "slot", 2)
   local params = { temperature = 0 } -- greedy unless sampling is given
   if opts.sampling ~= nil then
@@ -267,20 +300,22 @@ function generate.run(opts)
   if opts.logprobs then params.logprobs = 0 end
   set_sampling(fn, r, slot, params, 2)
 
-  local h = generate.feed(r, slot, prompt, 0)
+  local h = generate.feed(r, slot, prompt, 0, { matcher = matcher })
   local seq = sequence(slot, h.rows, #prompt, limit(max_tokens, #prompt, r.ctx))
-  seq.stopper, seq.on_text = stopper, opts.on_text
+  seq.stopper, seq.on_text, seq.matcher = stopper, opts.on_text, matcher
   local steps = decode(r, h, { seq, logprobs = opts.logprobs })
   local out = result(seq, opts.logprobs)
   out.steps = steps + math.ceil(#prompt / generate.chunk(r)) - 1 -- the prompt's last chunk is decode's first
   return out
 end
 
-local PARALLEL_OPTIONS = { "replica", "prompt", "n", "slots", "max_tokens", "sampling", "stop", "alpha" }
+local PARALLEL_OPTIONS = { "replica", "prompt", "n", "slots", "max_tokens", "sampling", "stop", "alpha", "format",
+  "tokenizer" }
 
 --- n samples of one prompt: generate.parallel{replica = r, prompt = ids, n = 4, slots =
 -- {...} (default 1..n; the first n of a longer list), sampling = {temperature =, top_p =, ..., seed = s}, max_tokens =,
--- stop = {...}, alpha = 1}. The prompt but its last token is prefilled once, into the
+-- stop = {...}, alpha = 1, format =, tokenizer = (as run's; each sample a fork of the
+-- format's matcher)}. The prompt but its last token is prefilled once, into the
 -- first slot, and forked into the others; then every slot feeds the last token and decodes
 -- on its own, sample i drawing with seed s + i - 1 (keyed by position, so sample i is the
 -- sequence generate.run gives with that seed on a fresh slot). Each sample's slot reports
@@ -290,7 +325,7 @@ local PARALLEL_OPTIONS = { "replica", "prompt", "n", "slots", "max_tokens", "sam
 -- would step n L)}.
 function generate.parallel(opts)
   local fn = "generate.parallel"
-  local r, prompt, max_tokens, stopper = check_common(fn, opts, PARALLEL_OPTIONS, 2)
+  local r, prompt, max_tokens, stopper, matcher = check_common(fn, opts, PARALLEL_OPTIONS, 2)
   local n = generate.check_count(fn, opts.n, "n", 1, 2)
   if n == nil then error(("%s: n (how many samples) is required"):format(fn), 2) end
   local slots = generate.check_slots(fn, r, opts.slots, n, "a sample", 2)
@@ -319,12 +354,14 @@ function generate.parallel(opts)
     steps = math.ceil(shared / generate.chunk(r))
     for i = 2, n do r:fork(slots[1], slots[i], shared) end
   end
-  local batch = { slots = {}, positions = {}, tokens = {} }
+  local batch = { slots = {}, positions = {}, tokens = {}, constraint = {} }
   local seqs = { logprobs = true }
   local most, why = limit(max_tokens, #prompt, r.ctx)
   for i, s in ipairs(slots) do
     batch.slots[i], batch.positions[i], batch.tokens[i] = s, shared, prompt[#prompt]
     seqs[i] = sequence(s, i, #prompt, most, why, stopper and stopper:fresh())
+    seqs[i].matcher = matcher and matcher:fork()
+    batch.constraint[i] = seqs[i].matcher
   end
   steps = steps + decode(r, r:step(batch), seqs)
   local samples, best = {}, nil

@@ -20,7 +20,7 @@ harmony.stop_ids = harmony_special.stop_ids
 local ROLES = { "system", "developer", "user", "assistant", "tool" }
 local MESSAGE_FIELDS = { "role", "content", "name", "channel", "recipient", "content_type" }
 local SYSTEM_FIELDS = { "identity", "knowledge_cutoff", "date", "reasoning", "tools", "channels" }
-local DEVELOPER_FIELDS = { "instructions", "tools" }
+local DEVELOPER_FIELDS = { "instructions", "tools", "response_formats" }
 local REASONING = { "low", "medium", "high" }
 
 -- System content defaults, as harmony's: a field set to false is left out.
@@ -43,7 +43,8 @@ function harmony.system(content)
   return { role = "system", content = content }
 end
 
---- A developer message: harmony.developer{instructions=, tools = {function tool, ...}}.
+--- A developer message: harmony.developer{instructions=, tools = {function tool, ...},
+-- response_formats = the "# Response Formats" section's text (gptoss.constraint)}.
 function harmony.developer(content)
   content = util.options("harmony.developer", content, DEVELOPER_FIELDS, 2)
   return { role = "developer", content = content }
@@ -135,6 +136,8 @@ local function developer_text(c, where)
   if c.tools and #c.tools > 0 then
     sections[#sections + 1] = harmony_tools.section({ { name = "functions", tools = c.tools } }, where)
   end
+  -- the "# Response Formats" section as gptoss.constraint writes it
+  if c.response_formats then sections[#sections + 1] = c.response_formats end
   return table.concat(sections, "\n\n")
 end
 

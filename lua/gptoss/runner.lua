@@ -18,6 +18,11 @@
 -- prompt. Its prefill_chunk is not asked while it waits. seq.prompt_from is nil once it
 -- no longer waits.
 --
+-- A sequence may carry seq.turn (gptoss serve's structured outputs: a gptoss.constraint
+-- tracker): its rows draw under seq.turn:matcher(), are never fed by a pending step (its
+-- next row waits until its last id is read), and feed every id of seq.output not fed yet
+-- (the ids the turn forced after its last).
+--
 -- Sequences may arrive later (r:arrive(seq, at): into state.waiting at index at) and end
 -- early (r:cancel(seq, finish): a waiting one leaves the queue, a running one frees its
 -- slot at once; rows of it in a step already built are dropped as an ended sequence's are).
@@ -129,10 +134,11 @@ local function fork_prompts(self)
   self.forking = waiting
 end
 
--- A step being built: its batch's rows (slots, positions, tokens), and the rows that yield
--- a sequence's next id with those sequences (rows[i] yields seqs[i]'s).
+-- A step being built: its batch's rows (slots, positions, tokens), the rows that yield a
+-- sequence's next id with those sequences (rows[i] yields seqs[i]'s), and the matchers
+-- they draw under ({[row] = matcher}).
 local function new_step()
-  return { slots = {}, positions = {}, tokens = {}, rows = {}, seqs = {} }
+  return { slots = {}, positions = {}, tokens = {}, rows = {}, seqs = {}, constraint = {} }
 end
 
 -- Adds a row feeding token to seq's slot at its position, which moves on.
@@ -142,14 +148,18 @@ local function add_row(step, seq, token)
   seq.position = seq.position + 1
 end
 
--- The step's last row yields seq's next id.
+-- The step's last row yields seq's next id, under seq.turn's matcher if it has one.
 local function yields(step, seq)
   step.rows[#step.rows + 1], step.seqs[#step.seqs + 1] = #step.slots, seq
+  local m = seq.turn and seq.turn:matcher()
+  if m then step.constraint[#step.slots] = m end
 end
 
 -- One decode row per running sequence whose prompt is fed, while the step has room: its
 -- last id, or the id the pending step's row yields for it (fed on the device), unless that
--- id is its last.
+-- id is its last. A sequence with a seq.turn waits for its pending id to be read instead
+-- (its matcher and forced ids follow from it), then feeds the ids not fed yet: its last,
+-- and those the turn forced after it (in seq.output too).
 local function add_decode_rows(st, step, pending)
   local fed_by = {} -- the pending step's row that yields each sequence's next id
   if pending then
@@ -159,13 +169,15 @@ local function add_decode_rows(st, step, pending)
     if #step.slots == st.rows then break end
     local from = fed_by[seq]
     if from then
-      if #seq.output + 1 < seq.limit then -- else its pending id is its last
+      if #seq.output + 1 < seq.limit and not seq.turn then -- else its pending id is its last
         add_row(step, seq, -from)
         yields(step, seq)
       end
-    elseif seq.position >= #seq.prompt then
-      add_row(step, seq, seq.output[#seq.output])
-      yields(step, seq)
+    elseif seq.position >= #seq.prompt and seq.position < #seq.prompt + #seq.output then
+      local fed = seq.position - #seq.prompt -- of seq.output
+      local last = math.min(#seq.output, fed + st.chunk, fed + st.rows - #step.slots)
+      for k = fed + 1, last do add_row(step, seq, seq.output[k]) end
+      if last == #seq.output then yields(step, seq) end
     end
   end
 end
@@ -214,7 +226,8 @@ function Runner:build(pending)
     error(("scheduler: prefill_chunk returned 0 for every sequence on replica %d and none "
       .. "decodes: the step would be empty and the replica would wait forever"):format(st.index), 0)
   end
-  return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens, draw = step.rows },
+  return { batch = { slots = step.slots, positions = step.positions, tokens = step.tokens, draw = step.rows,
+    constraint = next(step.constraint) and step.constraint or nil },
     rows = step.rows, seqs = step.seqs, prefill_rows = #step.slots - decode_rows }
 end
 

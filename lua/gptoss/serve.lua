@@ -29,7 +29,13 @@
 --   host, port    where to listen (default 127.0.0.1, 8000; port 0: any free port)
 --   api_key       a key every request to /v1/ must send as a Bearer token (default none; a
 --                 host other than loopback without one is warned of in the log)
---   max_queue     requests (choices) that may wait for a slot before 429 (default 256)
+--   max_queue     choices that may wait for a slot (none free) before requests get 429
+--                 (default 256); with slots free, a burst is admitted whatever its size
+--   cors_origin   an origin browsers may call the server from ("*": any), answered with
+--                 CORS headers and preflights (default none)
+--   access_log    false: no line a request in the log (default true)
+--   stored_responses  responses kept for previous_response_id and GET /v1/responses/{id},
+--                 the oldest evicted first (default 1024)
 --   max_body      the largest request body in bytes before 413 (default 4 MiB)
 --   header_timeout  seconds a request's headers may take from their first byte before 408,
 --                 and a connection may stay idle before its next request (default 10)
@@ -54,7 +60,8 @@ local util = require "gptoss.util"
 local serve = {}
 
 local OPTIONS = { "model", "model_name", "tokenizer", "devices", "replicas", "slots", "ctx", "scheduler", "host", "port",
-  "api_key", "max_queue", "max_body", "header_timeout", "body_timeout", "max_connections", "log", "signals" }
+  "api_key", "max_queue", "max_body", "header_timeout", "body_timeout", "max_connections", "log", "signals",
+  "cors_origin", "access_log", "stored_responses" }
 local DEFAULT_QUEUE, DEFAULT_BODY = 256, 4 * 1024 * 1024
 local DEFAULT_HEADER_TIMEOUT, DEFAULT_BODY_TIMEOUT, DEFAULT_CONNECTIONS = 10, 60, 1024
 
@@ -125,10 +132,14 @@ function serve.new(opts)
   check_integer("max_queue", opts.max_queue, 1, 2)
   check_integer("max_body", opts.max_body, 1, 2)
   check_integer("max_connections", opts.max_connections, 1, 2)
+  check_integer("stored_responses", opts.stored_responses, 1, 2)
   check_seconds("header_timeout", opts.header_timeout, 2)
   check_seconds("body_timeout", opts.body_timeout, 2)
   if opts.api_key ~= nil and (type(opts.api_key) ~= "string" or opts.api_key == "") then
     error("serve.new: api_key must be a non-empty string", 2)
+  end
+  if opts.cors_origin ~= nil and (type(opts.cors_origin) ~= "string" or not opts.cors_origin:find("^[\33-\126]+$")) then
+    error("serve.new: cors_origin must be an origin (\"*\" or like https://example.com)", 2)
   end
   local log = opts.log or function(line) io.stderr:write("gptoss serve: ", line, "\n") end
   local signal = opts.signals and require "cqueues.signal"
@@ -144,7 +155,8 @@ function serve.new(opts)
     port = opts.port or 8000, api_key = opts.api_key, max_body = opts.max_body or DEFAULT_BODY,
     header_timeout = opts.header_timeout or DEFAULT_HEADER_TIMEOUT,
     body_timeout = opts.body_timeout or DEFAULT_BODY_TIMEOUT,
-    max_connections = opts.max_connections or DEFAULT_CONNECTIONS,
+    max_connections = opts.max_connections or DEFAULT_CONNECTIONS, cors_origin = opts.cors_origin,
+    access_log = opts.access_log ~= false, stored_responses = opts.stored_responses,
     metrics = serve_metrics.new(), started = os.time(), cq = cqueues.new(), answering = 0,
     signals = signal and signal.listen(signal.SIGTERM, signal.SIGINT) }, Server)
   -- the default system message, which every chat request of default reasoning effort starts with
@@ -157,13 +169,26 @@ function serve.new(opts)
   return self
 end
 
+-- The access log's line of an answered request (res: serve_http's, nil when its headers
+-- could not be read): method, path, status, prompt and generated tokens, milliseconds.
+local function access_line(status, res)
+  if not res then return ("- - %d"):format(status) end
+  local usage = res.usage
+  return ("%s %s %d, %d tokens in, %d out, %.1f ms"):format(serve_http.printable(res.method or "-"), serve_http.printable(res.path or "-"),
+    status, usage and usage.prompt_tokens or 0, usage and usage.completion_tokens or 0,
+    (cqueues.monotime() - res.started) * 1000)
+end
+
 --- Listens (s.port is then the port taken) and starts the engine loop; returns s.
 function Server:start()
   self.http, self.port = serve_http.listen(self.cq, {
     host = self.host, port = self.port, routes = serve_api.routes(self), api_key = self.api_key,
     max_body = self.max_body, header_timeout = self.header_timeout, body_timeout = self.body_timeout,
-    max_connections = self.max_connections, log = self.log,
-    on_answered = function(endpoint, status) self.metrics:request(endpoint, status) end,
+    max_connections = self.max_connections, log = self.log, cors_origin = self.cors_origin,
+    on_answered = function(endpoint, status, res)
+      self.metrics:request(endpoint, status)
+      if self.access_log then self.log(access_line(status, res)) end
+    end,
   })
   -- the engine loop's error, unlike a request's, ends the server (run raises it)
   self.cq:wrap(function()

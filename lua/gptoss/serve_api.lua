@@ -25,34 +25,24 @@ local function usage(job, seqs)
   return { prompt_tokens = #job.prompt, completion_tokens = generated, total_tokens = #job.prompt + generated }
 end
 
--- A completion's logprobs entries (the step's {id, logprob, top}) in the legacy shape.
-local function completion_logprobs(tokenizer, entries)
-  local lp = { tokens = {}, token_logprobs = {}, top_logprobs = {}, text_offset = {} }
-  local offset = 0
+-- A response's logprobs object of entries (serve_choice's) of a job of kind.
+local function logprobs_object(kind, entries)
+  if kind == "chat" then return { content = entries } end
+  local lp = { tokens = {}, token_logprobs = {}, top_logprobs = {}, text_offset = {} } -- the legacy columns
   for i, e in ipairs(entries) do
-    local piece = tokenizer:piece(e.id)
-    lp.tokens[i], lp.token_logprobs[i], lp.text_offset[i] = piece, e.logprob, offset
-    local top = {}
-    for _, t in ipairs(e.top) do top[tokenizer:piece(t.id)] = t.logprob end
-    lp.top_logprobs[i] = next(top) and top or NULL
-    offset = offset + #piece
+    lp.tokens[i], lp.token_logprobs[i], lp.top_logprobs[i], lp.text_offset[i] = e.token, e.logprob, e.top or NULL,
+      e.offset
   end
   return lp
-end
-
--- The logprobs of choice c from entry `first` on, as a response shows them (NULL: none asked).
-local function logprobs_of(server, c, first)
-  if not c.logprobs then return NULL end
-  local entries = table.move(c.logprobs, first, #c.logprobs, 1, {})
-  if c.kind == "chat" then return { content = entries } end
-  return completion_logprobs(server.tokenizer, entries)
 end
 
 -- A streamed chunk of choice i with delta d (a serve_choice delta, or {} for the last).
 local function chunk(server, job, i, d, finish, logprobs)
   local choice = { index = i - 1, logprobs = logprobs or NULL, finish_reason = finish or NULL }
   if job.kind == "chat" then
-    local delta = { content = d.content, reasoning_content = d.reasoning_content, role = d.role }
+    -- the reasoning under vLLM's two names: reasoning_content, and reasoning, which it has now
+    local delta = { content = d.content, reasoning_content = d.reasoning_content, reasoning = d.reasoning_content,
+      role = d.role }
     if d.tool_call then
       local t = d.tool_call
       delta.tool_calls = { { index = t.index, id = t.id, type = t.id and "function" or nil,
@@ -72,7 +62,8 @@ end
 local function response(server, job, choices, seqs)
   local out = {}
   for i, c in ipairs(choices) do
-    local o = { index = i - 1, finish_reason = c:finish_reason(), logprobs = logprobs_of(server, c, 1) }
+    local o = { index = i - 1, finish_reason = c:finish_reason(),
+      logprobs = c.logprobs and logprobs_object(job.kind, c.logprobs) or NULL }
     if job.kind == "chat" then
       o.message = c:message()
       o.message.content = o.message.content or NULL
@@ -85,20 +76,27 @@ local function response(server, job, choices, seqs)
     created = job.created, model = server.model_name, choices = out, usage = usage(job, seqs) }
 end
 
--- A content (or reasoning_content) chunk of choice i as the two halves of its event
--- around the quoted text, so that a delta costs one quoted string (serve_http.quote): the
--- event of chunk() split at a mark. nil when the mark is not there once (a model name
--- holding it): that choice's chunks are then encoded whole.
+-- A content (or reasoning_content) chunk of choice i as the pieces of its event around
+-- the quoted text, so that a delta costs one quoted string (serve_http.quote): the event of
+-- chunk() split at a mark, which a content delta holds once and a reasoning delta twice
+-- (under both its names). nil when the mark is there another number of times (a model
+-- name holding it): that choice's chunks are then encoded whole.
 local MARK = "\1delta\1"
 local QUOTED_MARK = serve_http.quote(MARK)
+local MARKS = { content = 1, reasoning_content = 2 }
 local function template(server, job, i, field)
   local text = serve_http.event(chunk(server, job, i, { [field] = MARK }))
-  local a, b = text:find(QUOTED_MARK, 1, true)
-  if not a or text:find(QUOTED_MARK, b + 1, true) then return nil end
-  return { text:sub(1, a - 1), text:sub(b + 1) }
+  local pieces, at = {}, 1
+  while true do
+    local a, b = text:find(QUOTED_MARK, at, true)
+    pieces[#pieces + 1] = text:sub(at, (a or 0) - 1)
+    if not a then break end
+    at = b + 1
+  end
+  return #pieces == MARKS[field] + 1 and pieces or nil
 end
 
--- A job's stream: the events its sequences completed and not yet written (`pending`),
+-- A job's stream: the text of the events its sequences completed and not yet written (`pending`),
 -- made in the engine loop as each id arrives; `done` once the last event is in.
 local function new_stream(server, job)
   local st = { pending = {}, done = false, templates = {} }
@@ -112,16 +110,29 @@ local function new_stream(server, job)
   return st
 end
 
--- Choice i's delta d (serve_choice's) as an event in the stream's pending ones.
-local function add_delta(server, job, st, i, d)
+-- Choice i's delta d (serve_choice's) as an event in the stream's pending ones, carrying
+-- the logprob entries not yet sent (nil: none; the event is then made from its template).
+local function add_delta(server, job, st, i, d, entries)
   local field = d.content and "content" or d.reasoning_content and "reasoning_content"
-  local t = field and st.templates[i][field]
+  local t = not entries and field and st.templates[i][field]
   local pending = st.pending
-  if t then
-    pending[#pending + 1] = t[1] .. serve_http.quote(d[field]) .. t[2]
+  if t then -- its pieces with the quoted text between them, joined with the others at the write
+    local quoted = serve_http.quote(d[field])
+    for k = 1, #t - 1 do
+      local n = #pending
+      pending[n + 1], pending[n + 2] = t[k], quoted
+    end
+    pending[#pending + 1] = t[#t]
   else
-    pending[#pending + 1] = serve_http.event(chunk(server, job, i, d))
+    pending[#pending + 1] = serve_http.event(chunk(server, job, i, d, nil,
+      entries and logprobs_object(job.kind, entries)))
   end
+end
+
+-- Choice c's (i's) deltas as events, the first carrying the logprob entries of the ids
+-- since the last event that carried text.
+local function add_deltas(server, job, st, i, c, deltas)
+  for k, d in ipairs(deltas) do add_delta(server, job, st, i, d, k == 1 and c:take_logprobs() or nil) end
 end
 
 -- Choice i's last events: its last deltas and finish (or the error that ended it); after
@@ -132,8 +143,10 @@ local function add_end(server, job, st, choices, seqs, i)
     pending[#pending + 1] = serve_http.event { error = { message = seq.error, type = "server_error", param = NULL,
       code = NULL } }
   else
-    for _, d in ipairs(c:close(seq.finish)) do add_delta(server, job, st, i, d) end
-    pending[#pending + 1] = serve_http.event(chunk(server, job, i, {}, c:finish_reason()))
+    add_deltas(server, job, st, i, c, c:close(seq.finish))
+    local rest = c:take_logprobs() -- of ids that showed no text
+    pending[#pending + 1] = serve_http.event(chunk(server, job, i, {}, c:finish_reason(),
+      rest and logprobs_object(job.kind, rest)))
   end
   if job.ended < job.n then return end
   if job.include_usage then
@@ -145,17 +158,42 @@ local function add_end(server, job, st, choices, seqs, i)
   st.done = true
 end
 
+-- The ids seq.turn forces after id (gptoss.serve_structured's tracker), taken as drawn ones:
+-- into seq.output as far as its limit allows, each to take(id, logprob entry) (logprob 0: the
+-- only token its constraint allowed); the sequence ends where the turn is over.
+local function follow_turn(engine, seq, id, take)
+  local forced = seq.turn:push(id)
+  for _, f in ipairs(forced) do
+    if seq.finish or #seq.output >= seq.limit then break end
+    seq.output[#seq.output + 1] = f
+    take(f, { id = f, logprob = 0, top = {} })
+  end
+  if seq.turn.finished then engine:cancel(seq, "stop") end
+  if #seq.output >= seq.limit then engine:cancel(seq, "length") end
+end
+
 -- The sequences of a job, each feeding its choice and counting job.ended; a streamed
 -- job's (st: new_stream's) also make its events. `wake` is signalled when there is
--- something to write, and when a choice ends.
+-- something to write, and when a choice ends. A job with a plan gives each sequence its
+-- tracker (seq.turn), whose forced ids its choice takes as generated ones.
 local function sequences(server, job, choices, st, wake)
   local seqs, metrics, engine = {}, server.metrics, server.engine
   local arrived = gptoss.clock()
   for i = 1, job.n do
     local c = choices[i]
+    local function take(id, logprob)
+      metrics:tokens(0, 1)
+      local deltas = c:add(id, logprob)
+      if st and #deltas > 0 then -- an id that shows no text yet has nothing to write
+        add_deltas(server, job, st, i, c, deltas)
+        wake:signal()
+      end
+      if c.stopped then engine:cancel(seqs[i], "stop") end
+    end
     seqs[i] = {
       prompt = job.prompt, limit = job.limit, sampling = serve_openai.sampling_for(job, i),
       prompt_from = seqs[1], -- nil for the first
+      turn = job.plan and job.plan:new(),
       on_id = function(seq, id, logprob)
         local now = gptoss.clock()
         if not seq.first_at then
@@ -163,18 +201,8 @@ local function sequences(server, job, choices, st, wake)
           metrics:first_token(now - arrived)
         end
         seq.last_at = now
-        metrics:tokens(0, 1)
-        local lp_first = c.logprobs and #c.logprobs + 1
-        local deltas = c:add(id, logprob)
-        if st then
-          for _, d in ipairs(deltas) do add_delta(server, job, st, i, d) end
-          if lp_first and #c.logprobs >= lp_first then
-            st.pending[#st.pending + 1] = serve_http.event(chunk(server, job, i, {}, nil,
-              logprobs_of(server, c, lp_first)))
-          end
-          wake:signal()
-        end
-        if c.stopped then engine:cancel(seq, "stop") end
+        take(id, logprob)
+        if seq.turn then follow_turn(engine, seq, id, take) end
       end,
       on_end = function(seq)
         if seq.first_at and #seq.output > 1 then metrics:per_token((seq.last_at - seq.first_at) / (#seq.output - 1)) end
@@ -188,12 +216,15 @@ local function sequences(server, job, choices, st, wake)
 end
 
 -- Writes a stream's events as they come, those made between two writes in one chunk.
--- Returns false when the client went away.
+-- Returns false when the client went away: a write failed, or, before the first id (a
+-- stream queued for a slot), its connection closed; once ids flow, the writes tell.
 local function stream_job(res, st, wake)
   if not res:open_events() then return false end
-  local spare = {}
+  local spare, writes = {}, 0
   while true do
-    if #st.pending == 0 then wake:wait() end
+    if #st.pending == 0 then
+      if writes > 1 then wake:wait() elseif not res:wait(wake) then return false end
+    end
     local parts, last = st.pending, st.done
     st.pending = spare
     local text = table.concat(parts)
@@ -201,6 +232,7 @@ local function stream_job(res, st, wake)
     spare = parts
     if text ~= "" or last then
       if not res:write_events(text, last) then return false end
+      writes = writes + 1
     end
     if last then return true end
   end
@@ -210,6 +242,19 @@ end
 local function abandon(server, job, seqs)
   for _, seq in ipairs(seqs) do server.engine:cancel(seq, "disconnected") end
   server.log(("%s: the client went away; its slots are free"):format(job.id))
+end
+
+-- Queues a job's sequences (job.seqs), or raises the 503 of a draining server or the 429 of
+-- a full queue.
+local function submit(server, job, seqs)
+  if not server.engine:submit(seqs) then
+    error({ status = server.engine.stopping and 503 or 429, type = "server_error", retry_after = 1,
+      message = server.engine.stopping and "the server is shutting down"
+          or ("the queue is full: %d requests wait for a slot, the most this server lets wait (--max-queue): "
+            .. "try again later"):format(server.engine:waiting()) }, 0)
+  end
+  job.seqs = seqs
+  server.metrics:tokens(#job.prompt, 0)
 end
 
 -- Runs a job to its end and answers it.
@@ -223,12 +268,7 @@ local function run_job(server, res, job)
   for i = 1, job.n do choices[i] = serve_choice.new(job, server.tokenizer) end
   local st = job.stream and new_stream(server, job) or nil
   local seqs = sequences(server, job, choices, st, wake)
-  if not server.engine:submit(seqs) then
-    error({ status = server.engine.stopping and 503 or 429, type = "server_error", retry_after = 1,
-      message = server.engine.stopping and "the server is shutting down"
-          or ("the queue is full (%d requests wait): try again later"):format(server.engine:waiting()) }, 0)
-  end
-  server.metrics:tokens(#job.prompt, 0)
+  submit(server, job, seqs)
   if st then
     if not stream_job(res, st, wake) then abandon(server, job, seqs) end
     return
@@ -243,25 +283,52 @@ local function run_job(server, res, job)
   res:send(200, response(server, job, choices, seqs))
 end
 
---- The routes of server (gptoss.serve's object), for serve_http.listen.
+-- Unknown field names logged once a server, and at most this many (a client may send
+-- any number of names).
+local MAX_UNKNOWN_LOGGED = 64
+
+-- A function(name) that logs the first time a field name is ignored as unknown.
+local function unknown_field_logger(server)
+  local seen, count = {}, 0
+  return function(name)
+    if seen[name] or count > MAX_UNKNOWN_LOGGED then return end
+    count = count + 1
+    seen[name] = true
+    if count > MAX_UNKNOWN_LOGGED then
+      server.log(("%d unknown fields ignored; the next ones are ignored without a word"):format(MAX_UNKNOWN_LOGGED))
+    else
+      server.log(("ignoring the unknown field '%s' (said once)"):format(serve_http.printable(name)))
+    end
+  end
+end
+
+--- The routes of server (gptoss.serve's object), for serve_http.listen: "METHOD /path" to
+-- a handler function(res, body_text, headers, arg), arg what a path's {part} matched.
 function serve_api.routes(server)
+  local on_unknown = unknown_field_logger(server)
   local function completion(parse)
     return function(res, text)
       local body = serve_http.decode(text)
       serve_openai.check_model(body, server.model_name)
-      local job = parse(body, server.tokenizer, server.engine:ctx())
+      local job = parse(body, server.tokenizer, server.engine:ctx(), on_unknown)
       server.answering = server.answering + 1 -- a draining server waits for these
       local ok, err = pcall(run_job, server, res, job)
       server.answering = server.answering - 1
+      res.usage = usage(job, job.seqs or {}) -- the access log's
       if not ok then error(err, 0) end
     end
   end
-  return {
+  local function model()
+    return { id = server.model_name, object = "model", created = server.started, owned_by = "gptoss",
+      max_model_len = server.engine:ctx() }
+  end
+  local routes = {
     ["POST /v1/chat/completions"] = completion(serve_openai.chat),
     ["POST /v1/completions"] = completion(serve_openai.completion),
-    ["GET /v1/models"] = function(res)
-      res:send(200, { object = "list", data = { { id = server.model_name, object = "model", created = server.started,
-        owned_by = "gptoss", max_model_len = server.engine:ctx() } } })
+    ["GET /v1/models"] = function(res) res:send(200, { object = "list", data = { model() } }) end,
+    ["GET /v1/models/{id}"] = function(res, _, _, id)
+      if id ~= server.model_name then serve_openai.check_model({ model = id }, server.model_name) end
+      res:send(200, model())
     end,
     ["GET /health"] = function(res)
       res:send(server.engine.stopping and 503 or 200, server.engine.stopping and "shutting down\n" or "ok\n", nil,
@@ -272,6 +339,12 @@ function serve_api.routes(server)
       res:send(200, server.metrics:text(server.engine:waiting(), used, total), nil, "text/plain; version=0.0.4")
     end,
   }
+  -- required here, not above: gptoss.serve_responses requires this module
+  require("gptoss.serve_responses").add_routes(server, routes, on_unknown)
+  return routes
 end
+
+-- gptoss.serve_responses runs its jobs with these
+serve_api.sequences, serve_api.submit, serve_api.stream_job, serve_api.abandon = sequences, submit, stream_job, abandon
 
 return serve_api

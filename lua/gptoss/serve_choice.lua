@@ -4,11 +4,14 @@
 -- reasoning_content, a message to functions.NAME is a tool call whose content is its JSON
 -- arguments, any other message's text is content. A completion choice is the decoded text,
 -- an invalid byte as U+FFFD.
--- Stop strings cut content (not reasoning, not arguments); logprobs are kept for the ids
--- whose text is content.
+-- Stop strings cut content (not reasoning, not arguments). With logprobs asked, every id
+-- generated has its entry (a chat's harmony tokens and reasoning included; a completion's
+-- up to its stop), in c.logprobs; c:take_logprobs() hands over those not taken yet, for
+-- the next streamed chunk to carry.
 --
 -- c:add(id, logprob) and c:close(finish) return the deltas they complete, each one of
--- {content =}, {reasoning_content =} or {tool_call = {index =, id =, name =, arguments =}};
+-- {content =}, {reasoning_content =} or {tool_call = {index =, id =, name =, arguments =}}
+-- (add's list is reused by the next add: the caller reads it at once);
 -- c.stopped is set once a stop string was found (the sequence must then be cancelled).
 -- c:finish_reason(), c:message() (chat), c:text() (completion), c.logprobs.
 local harmony = require "gptoss.harmony"
@@ -26,14 +29,23 @@ for _, id in ipairs(harmony.stop_ids) do STOP_IDS[id] = true end
 
 local call_counter = 0
 
+-- Decoded bytes as JSON may carry them: invalid bytes as U+FFFD. utf8.len (C) clears the
+-- usual text at once; only the rest goes through valid_utf8.
+local function shown_text(bytes)
+  if utf8.len(bytes) then return bytes end
+  return harmony_parser.valid_utf8(bytes)
+end
+
 --- A choice of job (serve_openai's) over tokenizer.
 function serve_choice.new(job, tokenizer)
-  -- the texts are kept as their deltas, joined once at the end: appending to a string
-  -- would copy all of it for every id
-  local c = setmetatable({ kind = job.kind, tokenizer = tokenizer, content_parts = {}, reasoning_parts = {}, calls = {},
-    logprobs = job.logprobs and {} or nil, filter = job.stop and stops.text(job.stop) or nil }, Choice)
+  -- a whole answer's texts are kept as their deltas, joined once at the end (appending to a
+  -- string would copy all of it for every id); a stream's deltas are sent, not kept
+  local c = setmetatable({ kind = job.kind, tokenizer = tokenizer, keep = not job.stream, content_parts = {},
+    reasoning_parts = {}, calls = {}, deltas = {}, logprobs = job.logprobs and {} or nil, taken = 0, text_offset = 0,
+    filter = job.stop and stops.text(job.stop) or nil }, Choice)
   if job.kind == "chat" then
     c.parser = harmony.parser(tokenizer, { role = "assistant", strict = false })
+    for _, id in ipairs(job.prefill or {}) do c:events(c.parser:push(id), {}) end -- the reply's start, in the prompt
   else
     c.decoder = tokenizer:decoder()
   end
@@ -49,7 +61,7 @@ function Choice:content(text, out)
     if found then self.stopped = true end
   end
   if text ~= "" then
-    self.content_parts[#self.content_parts + 1] = text
+    if self.keep then self.content_parts[#self.content_parts + 1] = text end
     out[#out + 1] = { content = text }
   end
 end
@@ -59,9 +71,8 @@ function Choice:text()
   return table.concat(self.content_parts)
 end
 
--- The harmony parser's events as deltas; says whether id's text went to content.
+-- The harmony parser's events as deltas.
 function Choice:events(events, out)
-  local to_content = false
   for _, e in ipairs(events) do
     if e.type == "start" then
       self.open = e
@@ -69,7 +80,7 @@ function Choice:events(events, out)
       if name then
         call_counter = call_counter + 1
         local call = { index = #self.calls, id = ("call_%d_%d"):format(os.time(), call_counter), name = name,
-          arguments = "" }
+          arguments = {} }
         self.calls[#self.calls + 1] = call
         out[#out + 1] = { tool_call = { index = call.index, id = call.id, name = name, arguments = "" } }
       end
@@ -77,24 +88,22 @@ function Choice:events(events, out)
       local open = self.open or {}
       local call = open.recipient and open.recipient:match("^functions%.") and self.calls[#self.calls]
       if call then
-        call.arguments = call.arguments .. e.text
+        if self.keep then call.arguments[#call.arguments + 1] = e.text end
         out[#out + 1] = { tool_call = { index = call.index, arguments = e.text } }
       elseif open.channel == "analysis" then
-        self.reasoning_parts[#self.reasoning_parts + 1] = e.text
+        if self.keep then self.reasoning_parts[#self.reasoning_parts + 1] = e.text end
         out[#out + 1] = { reasoning_content = e.text }
       else
         self:content(e.text, out)
-        to_content = true
       end
     elseif e.type == "end" then
       self.last_stop = e.stop
     end
   end
-  return to_content
 end
 
--- One logprob entry, OpenAI's chat shape: {token, logprob, bytes, top_logprobs}.
-function Choice:logprob_entry(lp)
+-- A chat logprob entry, OpenAI's shape: {token, logprob, bytes, top_logprobs}.
+function Choice:chat_entry(lp)
   local function entry(id, logprob)
     local piece = self.tokenizer:piece(id)
     return { token = piece, logprob = logprob, bytes = { piece:byte(1, -1) } }
@@ -105,18 +114,42 @@ function Choice:logprob_entry(lp)
   return e
 end
 
+-- A completion logprob entry: its piece, logprob, alternatives ({[piece] = logprob}, nil
+-- when none) and offset in the text, which serve_api lays out in the legacy columns.
+function Choice:completion_entry(lp)
+  local piece = self.tokenizer:piece(lp.id)
+  local top
+  for _, t in ipairs(lp.top) do
+    top = top or {}
+    top[self.tokenizer:piece(t.id)] = t.logprob
+  end
+  local e = { token = piece, logprob = lp.logprob, top = top, offset = self.text_offset }
+  self.text_offset = self.text_offset + #piece
+  return e
+end
+
 --- The deltas id completes (logprob: the step's entry for it, or nil).
 function Choice:add(id, logprob)
-  local out = {}
+  local out = self.deltas
+  for k = #out, 1, -1 do out[k] = nil end
   if self.kind == "chat" then
-    if self:events(self.parser:push(id), out) and self.logprobs and logprob then
-      self.logprobs[#self.logprobs + 1] = self:logprob_entry(logprob)
-    end
+    self:events(self.parser:push(id), out)
+    if self.logprobs and logprob then self.logprobs[#self.logprobs + 1] = self:chat_entry(logprob) end
   elseif not STOP_IDS[id] then
-    self:content(harmony_parser.valid_utf8(self.decoder:add(id)), out)
-    if self.logprobs and logprob and not self.stopped then self.logprobs[#self.logprobs + 1] = logprob end
+    local stopped = self.stopped
+    self:content(shown_text(self.decoder:add(id)), out)
+    if self.logprobs and logprob and not stopped then self.logprobs[#self.logprobs + 1] = self:completion_entry(logprob) end
   end
   return out
+end
+
+--- The logprob entries not taken before, in order (nil when there are none).
+function Choice:take_logprobs()
+  local lps = self.logprobs
+  if not lps or #lps == self.taken then return nil end
+  local entries = table.move(lps, self.taken + 1, #lps, 1, {})
+  self.taken = #lps
+  return entries
 end
 
 --- The last deltas, once the sequence has ended (finish: the sequence's).
@@ -126,12 +159,12 @@ function Choice:close(finish)
   if self.kind == "chat" then
     self:events(self.parser:finish(), out)
   else
-    self:content(harmony_parser.valid_utf8(self.decoder:flush()), out)
+    self:content(shown_text(self.decoder:flush()), out)
   end
   if self.filter and not self.stopped then
     local rest = self.filter:flush()
     if rest ~= "" then
-      self.content_parts[#self.content_parts + 1] = rest
+      if self.keep then self.content_parts[#self.content_parts + 1] = rest end
       out[#out + 1] = { content = rest }
     end
   end
@@ -145,16 +178,17 @@ function Choice:finish_reason()
   return "stop"
 end
 
---- The assistant message of a chat choice: content (nil when none), reasoning_content,
--- tool_calls.
+--- The assistant message of a chat choice: content (nil when none), its reasoning as
+-- reasoning_content and reasoning (vLLM's old and new names: clients read either), tool_calls.
 function Choice:message()
   local content, reasoning = self:text(), table.concat(self.reasoning_parts)
   local m = { role = "assistant", content = content ~= "" and content or nil,
-    reasoning_content = reasoning ~= "" and reasoning or nil }
+    reasoning_content = reasoning ~= "" and reasoning or nil, reasoning = reasoning ~= "" and reasoning or nil }
   if #self.calls > 0 then
     m.tool_calls = {}
     for i, call in ipairs(self.calls) do
-      m.tool_calls[i] = { id = call.id, type = "function", ["function"] = { name = call.name, arguments = call.arguments } }
+      m.tool_calls[i] = { id = call.id, type = "function",
+        ["function"] = { name = call.name, arguments = table.concat(call.arguments) } }
     end
   end
   return m

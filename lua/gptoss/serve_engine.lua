@@ -71,10 +71,16 @@ function Engine:restart_runner(k)
     { rows = rows, chunk = chunk, stop = STOP, prefix = self.prefixes[k] })
 end
 
---- Requests waiting for a slot, on every replica.
+-- Sequences queued on a runner that its free slots will not take at its next step.
+local function beyond_free(rn)
+  return math.max(#rn.state.waiting - rn.state.free, 0)
+end
+
+--- Sequences waiting for a slot, on every replica: those queued that no free slot awaits
+-- (a sequence that arrived with a slot free is only queued until the next step admits it).
 function Engine:waiting()
   local n = 0
-  for _, rn in ipairs(self.runners) do n = n + #rn.state.waiting end
+  for _, rn in ipairs(self.runners) do n = n + beyond_free(rn) end
   return n
 end
 
@@ -118,16 +124,18 @@ local function refused_sampling(r, sampling)
 end
 
 --- Queues the sequences of one request (seq: prompt, limit, sampling, on_id, on_end), all
--- on one replica, or none: returns false when max_queue sequences wait already, and raises
+-- on one replica, or none: returns false when they would leave more than max_queue
+-- sequences waiting for a slot (none free for them), and raises
 -- a 400 error object (serve_openai.fail) naming the option when the replica refuses a
 -- sequence's sampling, which would otherwise fail at its admission. The scheduler's
 -- on_arrival(self, seq, state), when it has one, says where each joins the queue (an index
 -- into state.waiting; default: its end, first come first served).
 function Engine:submit(seqs)
   if self.stopping then return false end
-  if self:waiting() + #seqs > self.max_queue then return false end
   local k = self:least_loaded()
   local rn, sched = self.runners[k], self.scheduler
+  local after = self:waiting() - beyond_free(rn) + math.max(#rn.state.waiting + #seqs - rn.state.free, 0)
+  if after > self.max_queue then return false end
   for _, seq in ipairs(seqs) do
     local option, why = refused_sampling(self.replicas[k], seq.sampling)
     if why then

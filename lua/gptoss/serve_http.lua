@@ -16,26 +16,15 @@
 -- spins forever once the client has closed (a wedged process). Headers lua-http cannot read are
 -- answered on the taken socket.
 --
--- Debian 12 packages lua-http for Lua 5.1 to 5.3 only; its code is plain Lua that runs on
--- 5.4 (upstream supports 5.4 since 0.4), so when http.server is not on 5.4's path the
--- Debian directory of those versions' pure-Lua modules (share/lua/5.1 beside each share/lua/5.4
--- on the path, a private prefix's too) is searched after the usual ones.
+-- lua-http is found on Lua 5.4 by gptoss.lua_http.
 local cjson = require "cjson"
 local cqueues = require "cqueues"
 local dkjson = require "dkjson"
 local errno = require "cqueues.errno"
+local serve_routes = require "gptoss.serve_routes"
 
-local function require_http()
-  if not package.searchpath("http.server", package.path) then
-    local extra = {}
-    for entry in package.path:gmatch("[^;]+") do
-      if entry:find("/share/lua/5.4/", 1, true) then extra[#extra + 1] = (entry:gsub("/share/lua/5%.4/", "/share/lua/5.1/")) end
-    end
-    package.path = package.path .. ";" .. table.concat(extra, ";")
-  end
-  return require "http.server", require "http.headers", require "http.h1_reason_phrases"
-end
-local http_server, http_headers, reason_phrases = require_http()
+local http_server, http_headers, reason_phrases =
+  require("gptoss.lua_http").require("http.server", "http.headers", "http.h1_reason_phrases")
 
 local serve_http = {}
 
@@ -48,11 +37,20 @@ local json = cjson.new()
 json.decode_invalid_numbers(false)
 serve_http.null = dkjson.null
 local KEY_ORDER = { keyorder = { "id", "object", "created", "model", "choices", "index", "message", "delta", "role",
-  "content", "reasoning_content", "tool_calls", "text", "logprobs", "finish_reason", "usage", "error" } }
+  "content", "reasoning_content", "tool_calls", "text", "logprobs", "finish_reason", "usage", "error", "token", "logprob",
+  "bytes", "top_logprobs" } }
 local function encode(value) return dkjson.encode(value, KEY_ORDER) end
 
---- A JSON string of text, as answers encode it.
-serve_http.quote = dkjson.quotestring
+-- The bytes dkjson's quotestring escapes or looks at further (controls, quote, backslash,
+-- DEL, and the lead bytes of the invisible characters it escapes)
+local ESCAPED = '[%z\1-\31"\\\127\194\216\220\225\226\239]'
+
+--- A JSON string of text, as answers encode it: dkjson's, but a text that needs no
+-- escape (most deltas of a stream) is only looked at once.
+function serve_http.quote(text)
+  if not text:find(ESCAPED) then return '"' .. text .. '"' end
+  return dkjson.quotestring(text)
+end
 
 --- A server-sent event's text: "data: JSON" (or the text given) and the blank line.
 function serve_http.event(data)
@@ -82,10 +80,11 @@ local function refuse(status, message)
   error({ status = status, type = "invalid_request_error", message = message }, 0)
 end
 
--- Text from the client, fit to quote in an answer (JSON strings are UTF-8).
-local function printable(text)
+--- Text from the client, fit to quote in an answer (JSON strings are UTF-8) or a log line.
+function serve_http.printable(text)
   return (text:gsub("[^\32-\126]", "?"))
 end
+local printable = serve_http.printable
 
 local function error_body(err)
   return { error = { message = err.message, type = err.type, param = err.param or serve_http.null,
@@ -128,10 +127,16 @@ end
 local Response = {}
 Response.__index = Response
 
-local function headers_of(status, content_type, extra)
+-- The headers of res's answer: its status, content type (nil: none), the CORS origin
+-- when the server has one, and extra's.
+local function headers_of(res, status, content_type, extra)
   local h = http_headers.new()
   h:append(":status", tostring(status))
-  h:append("content-type", content_type)
+  if content_type then h:append("content-type", content_type) end
+  if res.cors then
+    h:append("access-control-allow-origin", res.cors)
+    if res.cors ~= "*" then h:append("vary", "origin") end
+  end
   for name, value in pairs(extra or {}) do h:append(name, value) end
   return h
 end
@@ -147,12 +152,22 @@ end
 function Response:send(status, body, extra, content_type)
   self.status = status
   local text = type(body) == "string" and body or encode(body)
-  local h = headers_of(status, content_type or "application/json", extra)
+  local h = headers_of(self, status, content_type or "application/json", extra)
   h:append("content-length", tostring(#text))
   if self.unread then h:append("connection", "close") end -- handle closes it
   if self.head then return wrote(self, self.stream:write_headers(h, true, WRITE_TIMEOUT)) end
   return wrote(self, self.stream:write_headers(h, false, WRITE_TIMEOUT)
     and self.stream:write_chunk(text, true, WRITE_TIMEOUT))
+end
+
+--- Answers a CORS preflight: 204, the methods path takes, the headers the browser asks for.
+function Response:preflight(allow, headers)
+  self.status = 204
+  local h = headers_of(self, 204, nil, { ["access-control-allow-methods"] = allow,
+    ["access-control-allow-headers"] = headers:get("access-control-request-headers") or "authorization, content-type",
+    ["access-control-max-age"] = "600" })
+  if self.unread then h:append("connection", "close") end
+  return wrote(self, self.stream:write_headers(h, true, WRITE_TIMEOUT))
 end
 
 --- An OpenAI error object with its status (err: serve_openai.fail's).
@@ -163,8 +178,8 @@ end
 --- Starts a server-sent event stream; false when the client is gone.
 function Response:open_events()
   self.status = 200
-  return wrote(self, self.stream:write_headers(headers_of(200, "text/event-stream", { ["cache-control"] = "no-cache" }),
-    false, WRITE_TIMEOUT))
+  return wrote(self, self.stream:write_headers(headers_of(self, 200, "text/event-stream",
+    { ["cache-control"] = "no-cache" }), false, WRITE_TIMEOUT))
 end
 
 --- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
@@ -265,14 +280,21 @@ local function asks_close(headers)
 end
 
 -- Answers a request whose headers were read: routes[method .. " " .. path] =
--- function(res, body_text, headers); HEAD is answered as GET without the body.
+-- function(res, body_text, headers, arg), a path's {part} given as arg (gptoss.serve_routes);
+-- HEAD is answered as GET without the body, OPTIONS as a CORS preflight when the server has
+-- an origin.
 local function answer(opts, res, headers)
   local method, path = headers:get(":method"), (headers:get(":path") or ""):match("^[^?]*")
-  res.endpoint = opts.allow[path] and path or "other" -- /metrics' labels stay a bounded set
+  local endpoint, arg = opts.route_table:find(path)
+  res.endpoint = endpoint or "other" -- /metrics' labels stay a bounded set
+  res.method, res.path = method, path
   res.head, res.watch = method == "HEAD", not asks_close(headers)
-  local route = opts.routes[(res.head and "GET" or method) .. " " .. path]
+  local route = endpoint and opts.routes[(res.head and "GET" or method) .. " " .. endpoint]
   local length = body_length(headers) -- a request of broken framing is refused whatever it asks
   res.unread = length > 0
+  if endpoint and method == "OPTIONS" and opts.cors_origin then -- a browser's preflight carries no key
+    return res:preflight(opts.route_table.allow[endpoint], headers)
+  end
   if opts.api_key and path:find("^/v1/") then -- as vLLM: /health and /metrics stay open
     local given = (headers:get("authorization") or ""):match("^Bearer%s+(.-)%s*$") or ""
     if not serve_http.same_key(given, opts.api_key) then
@@ -281,7 +303,7 @@ local function answer(opts, res, headers)
     end
   end
   if not route then
-    local allow = opts.allow[path]
+    local allow = endpoint and opts.route_table.allow[endpoint]
     if allow then
       res.allow = allow
       refuse(405, ("%s takes %s, not %s"):format(path, allow, printable(method)))
@@ -289,7 +311,7 @@ local function answer(opts, res, headers)
     refuse(404, ("no such endpoint: %s %s"):format(printable(method), printable(path)))
   end
   local body = read_body(res, length, headers, opts)
-  if body then route(res, body, headers) else res.gone = true end
+  if body then route(res, body, headers, arg) else res.gone = true end
 end
 
 -- What to answer to a request whose headers lua-http could not read (code: the errno it
@@ -338,7 +360,8 @@ local function handle(opts, stream)
   local read, headers, why, code = pcall(stream.get_headers, stream, opts.header_timeout)
   if not read then headers, why, code = nil, "a field lua-http could not parse", nil end -- it raised on one
   if not headers then return refuse_headers(opts, stream, why, code) end
-  local res = setmetatable({ stream = stream, endpoint = "other", unread = true }, Response)
+  local res = setmetatable({ stream = stream, endpoint = "other", unread = true, cors = opts.cors_origin,
+    started = cqueues.monotime() }, Response)
   local ok, err = pcall(answer, opts, res, headers)
   if not ok then
     if type(err) ~= "table" then
@@ -348,7 +371,7 @@ local function handle(opts, stream)
     local extra = { ["retry-after"] = err.retry_after and tostring(err.retry_after), allow = res.allow }
     if not res.status then res:error(err, extra) end
   end
-  opts.on_answered(res.endpoint, res.gone and 499 or res.status or 499)
+  opts.on_answered(res.endpoint, res.gone and 499 or res.status or 499, res)
   if res.unread or res.gone then -- a departed client's connection too: lua-http would write it a bare 503
     local socket = take_socket(stream)
     if socket then close_lingering(socket) end
@@ -356,22 +379,13 @@ local function handle(opts, stream)
 end
 
 --- Listens on opts.host:opts.port (0: any free port) in controller cq: opts.routes,
--- opts.api_key (nil: none), opts.max_body, opts.header_timeout and opts.body_timeout
--- (seconds), opts.max_connections, opts.log(line), opts.on_answered(endpoint, status).
+-- opts.api_key (nil: none), opts.cors_origin (nil: none), opts.max_body,
+-- opts.header_timeout and opts.body_timeout (seconds), opts.max_connections,
+-- opts.log(line), opts.on_answered(endpoint, status, res or nil): res.method, res.path and
+-- res.started (cqueues.monotime) of a request whose headers were read.
 -- Returns the lua-http server and the port it took.
 function serve_http.listen(cq, opts)
-  local methods = {}
-  for key in pairs(opts.routes) do
-    local method, path = key:match("^(%S+) (.*)$")
-    methods[path] = methods[path] or {}
-    table.insert(methods[path], method)
-    if method == "GET" then table.insert(methods[path], "HEAD") end
-  end
-  opts.allow = {}
-  for path, list in pairs(methods) do
-    table.sort(list)
-    opts.allow[path] = table.concat(list, ", ")
-  end
+  opts.route_table = serve_routes.new(opts.routes, opts.cors_origin ~= nil)
   local server, err = http_server.listen {
     host = opts.host, port = opts.port, tls = false, cq = cq, reuseaddr = true, version = 1.1,
     max_concurrent = opts.max_connections, intra_stream_timeout = opts.header_timeout,

@@ -2,9 +2,13 @@
 -- the engine runs. A body (decoded JSON) becomes a job: {kind = "chat" | "completion",
 -- prompt = ids, limit = most ids a choice generates, n, sampling = r:sampling's options
 -- (per choice: sampling_for), stop = strings or nil, stream, include_usage, logprobs = top
--- count or nil, tools = whether function tools were rendered}. Anything wrong raises an
+-- count or nil, tools = whether function tools were rendered, prefill = the prompt's last
+-- ids, which open the reply, or nil, plan = the turn's plan (gptoss.serve_structured) when
+-- it constrains the reply}. Anything wrong raises an
 -- OpenAI error {status =, message =, type =, param =, code =} (serve_openai.fail) naming the
--- field; docs/serve.md lists what is and is not supported.
+-- field; a field this server does not know is ignored (clients send their own: store,
+-- metadata, ...) and named to the parser's on_unknown(name). docs/serve.md lists what is and
+-- is not supported.
 local cjson = require "cjson"
 local harmony = require "gptoss.harmony"
 local valid_utf8 = require("gptoss.harmony_parser").valid_utf8
@@ -12,8 +16,10 @@ local util = require "gptoss.util"
 
 local serve_openai = {}
 
-local MAX_N, MAX_STOPS, MAX_TOP_LOGPROBS, MAX_COMPLETION_LOGPROBS = 16, 4, 20, 5
-local EFFORTS = { "low", "medium", "high" }
+local MAX_N, MAX_STOPS, MAX_TOP_LOGPROBS, MAX_COMPLETION_LOGPROBS = 16, 64, 20, 5
+-- OpenAI's reasoning efforts as harmony's: harmony has no "minimal" or "none", its least is
+-- low ("none" also opens the final channel at once: gptoss.serve_structured), its most high
+local EFFORTS = { none = "low", minimal = "low", low = "low", medium = "medium", high = "high", xhigh = "high" }
 
 --- Raises an OpenAI error object; status 400 and type invalid_request_error by default.
 -- What a request sent and the message quotes (a model name, a field's name) may be any
@@ -36,6 +42,9 @@ end
 local function want(cond, param, what, v)
   if not cond then fail(("'%s' must be %s (got %s)"):format(param, what, json_type(v)), param) end
 end
+
+-- gptoss.serve_responses_input reads its fields with these too
+serve_openai.want, serve_openai.is_null = want, is_null
 
 local function boolean(body, param, default)
   local v = body[param]
@@ -70,10 +79,27 @@ local function number(body, param, lo, hi, integer)
   return v
 end
 
-local function check_fields(body, known, where)
-  for k in pairs(body) do
-    if type(k) ~= "string" or not known[k] then
-      fail(("%s: unknown or unsupported field '%s'"):format(where, tostring(k)), tostring(k))
+-- Fields OpenAI's API has that this server cannot honour: ignoring them would answer
+-- something else than was asked, so any value but null (or the default given) is a 400.
+local UNSUPPORTED = {
+  functions = { why = "the legacy function calling is not supported: send 'tools'" },
+  function_call = { why = "the legacy function calling is not supported: send 'tool_choice'" },
+  audio = { why = "audio output is not supported" },
+  prediction = { why = "predicted outputs are not supported" },
+  suffix = { why = "a suffix is not supported" },
+  echo = { why = "echoing the prompt is not supported", default = false },
+  best_of = { why = "best_of is not supported (n returns each choice)", default = 1 },
+}
+
+-- Each field of body (prefix: where it lies, "" at the top) that is neither known nor
+-- refused above goes to on_unknown, and is otherwise ignored.
+local function check_fields(body, known, on_unknown, prefix)
+  for k, v in pairs(body) do
+    local refused = UNSUPPORTED[k]
+    if refused and prefix == "" and not is_null(v) and v ~= refused.default then
+      fail(("'%s' is not supported by this server: %s"):format(k, refused.why), k)
+    elseif not known[k] and not refused and on_unknown then
+      on_unknown(prefix .. tostring(k))
     end
   end
 end
@@ -84,11 +110,14 @@ local function set(list)
   return s
 end
 
-local COMMON = { "model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "logprobs", "logit_bias",
-  "stream", "stream_options", "user", "frequency_penalty", "presence_penalty" }
-local CHAT_FIELDS = set(table.move({ "messages", "reasoning_effort", "tools", "tool_choice", "max_completion_tokens",
-  "top_logprobs", "parallel_tool_calls" }, 1, 7, #COMMON + 1, table.move(COMMON, 1, #COMMON, 1, {})))
-local COMPLETION_FIELDS = set(table.move({ "prompt", "echo" }, 1, 2, #COMMON + 1, table.move(COMMON, 1, #COMMON, 1, {})))
+local COMMON = { "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "logprobs",
+  "logit_bias", "stream", "stream_options", "user", "frequency_penalty", "presence_penalty" }
+local function fields(list)
+  return set(table.move(list, 1, #list, #COMMON + 1, table.move(COMMON, 1, #COMMON, 1, {})))
+end
+local CHAT_FIELDS = fields { "messages", "reasoning_effort", "tools", "tool_choice", "max_completion_tokens",
+  "top_logprobs", "parallel_tool_calls", "response_format", "max_reasoning_tokens" }
+local COMPLETION_FIELDS = fields { "prompt" }
 
 -- stop: a string or a list of at most MAX_STOPS non-empty strings; nil when absent.
 local function stop_strings(body)
@@ -123,28 +152,35 @@ local function logit_bias(body, vocab)
   return count > 0 and bias or nil
 end
 
--- What chat and completions share: sampling, n, stop, stream, penalties (0 only).
-local function common(body, job, vocab)
+-- What chat and completions share: sampling, n, stop, stream, penalties (0 only: the
+-- sampler has none).
+local function common(body, job, vocab, on_unknown)
   local stream = boolean(body, "stream", false)
   job.stream = stream
   local options = body.stream_options
   if not is_null(options) then
     want(type(options) == "table", "stream_options", "an object", options)
     if not stream then fail("'stream_options' is only allowed with 'stream': true", "stream_options") end
-    check_fields(options, { include_usage = true }, "stream_options")
+    check_fields(options, { include_usage = true }, on_unknown, "stream_options.")
     job.include_usage = boolean(options, "include_usage", false)
   end
   for _, p in ipairs { "frequency_penalty", "presence_penalty" } do
-    if (number(body, p, -2, 2) or 0) ~= 0 then fail(("'%s' is not supported (only 0)"):format(p), p) end
+    if (number(body, p, -2, 2) or 0) ~= 0 then
+      fail(("'%s' is not supported yet: this server's sampler has no penalties (send 0 or leave it out)"):format(p), p)
+    end
   end
   if not is_null(body.user) then want(type(body.user) == "string", "user", "a string", body.user) end
   job.n = number(body, "n", 1, MAX_N, true) or 1
   job.stop = stop_strings(body)
+  local top_k = number(body, "top_k", -1, math.maxinteger, true) or 0
   job.sampling = {
     temperature = number(body, "temperature", 0, 2) or 1,
     top_p = number(body, "top_p", 0, 1) or 1,
+    top_k = top_k > 0 and top_k or nil, -- 0 and vLLM's -1: no filter
+    min_p = number(body, "min_p", 0, 1),
     logit_bias = logit_bias(body, vocab),
   }
+  if job.sampling.min_p == 0 then job.sampling.min_p = nil end
   if job.sampling.top_p == 0 then fail("'top_p' must be above 0", "top_p") end
   job.seed = number(body, "seed", math.mininteger, math.maxinteger, true)
 end
@@ -173,9 +209,9 @@ local function text_of(content, param)
   return table.concat(parts)
 end
 
--- Function tools [{type = "function", function = {name, description, parameters}}] as
--- harmony's developer tools: description a string and parameters a JSON schema object,
--- when given.
+-- Function tools [{type = "function", function = {name, description, parameters, strict}}]
+-- as harmony's developer tools: description a string and parameters a JSON schema object,
+-- when given; strict (a boolean) is for gptoss.serve_structured.
 local function function_tools(tools)
   want(type(tools) == "table" and #tools > 0, "tools", "a non-empty list of tools", tools)
   local out = {}
@@ -194,18 +230,23 @@ local function function_tools(tools)
       fail(("'tools[%d].function.parameters' must be a JSON schema object (got %s)"):format(i - 1,
         json_type(parameters)), "tools")
     end
+    want(is_null(f.strict) or type(f.strict) == "boolean", ("tools[%d].function.strict"):format(i - 1), "a boolean",
+      f.strict)
     out[i] = { name = f.name, description = not is_null(description) and description or nil,
-      parameters = not is_null(parameters) and parameters or nil }
+      parameters = not is_null(parameters) and parameters or nil, strict = f.strict == true }
   end
   return out
 end
 
--- The assistant message's harmony messages: its reasoning (analysis), its text (final)
--- and its tool calls (commentary to functions.NAME, JSON arguments); `names` learns
--- each call's id -> function name for the tool messages after it.
-local function assistant_messages(m, param, out, names)
-  if type(m.reasoning_content) == "string" and m.reasoning_content ~= "" then
-    out[#out + 1] = harmony.assistant(m.reasoning_content, { channel = "analysis" })
+-- The assistant message's harmony messages: its reasoning (analysis, unless dropped),
+-- its text (final) and its tool calls (commentary to functions.NAME, JSON arguments);
+-- `names` learns each call's id -> function name for the tool messages after it.
+local function assistant_messages(m, param, out, names, drop_reasoning)
+  local reasoning = m.reasoning_content -- vLLM's name; its newer one, reasoning, as well
+  if is_null(reasoning) then reasoning = m.reasoning end
+  want(is_null(reasoning) or type(reasoning) == "string", param .. ".reasoning_content", "a string", reasoning)
+  if not drop_reasoning and not is_null(reasoning) and reasoning ~= "" then
+    out[#out + 1] = harmony.assistant(reasoning, { channel = "analysis" })
   end
   if not is_null(m.content) and m.content ~= "" then
     out[#out + 1] = harmony.assistant(text_of(m.content, param .. ".content"), { channel = "final" })
@@ -226,10 +267,18 @@ local function assistant_messages(m, param, out, names)
 end
 
 -- The conversation of a chat body: system (reasoning effort), developer (the system
--- messages' text and the tools), then the messages.
-local function conversation(body, effort, tools)
+-- messages' text, the tools and the response format's section), then the messages.
+local function conversation(body, effort, tools, response_formats)
   local messages = body.messages
   want(type(messages) == "table" and #messages > 0, "messages", "a non-empty list of messages", messages)
+  -- As harmony asks, the reasoning of the turns that ended in a final answer is left out;
+  -- that of a turn still calling tools (no answer after it yet) is kept.
+  local last_answer = 0
+  for i, m in ipairs(messages) do
+    if type(m) == "table" and m.role == "assistant" and not is_null(m.content) and m.content ~= "" then
+      last_answer = i
+    end
+  end
   local instructions, turns, names = {}, {}, {}
   for i, m in ipairs(messages) do
     local param = ("messages[%d]"):format(i - 1)
@@ -239,7 +288,7 @@ local function conversation(body, effort, tools)
     elseif m.role == "user" then
       turns[#turns + 1] = harmony.user(text_of(m.content, param .. ".content"))
     elseif m.role == "assistant" then
-      assistant_messages(m, param, turns, names)
+      assistant_messages(m, param, turns, names, i <= last_answer)
     elseif m.role == "tool" then
       local name = names[m.tool_call_id] or m.name
       if type(name) ~= "string" then
@@ -253,9 +302,9 @@ local function conversation(body, effort, tools)
     end
   end
   local out = { harmony.system { reasoning = effort } }
-  if #instructions > 0 or tools then
+  if #instructions > 0 or tools or response_formats then
     out[2] = harmony.developer { instructions = #instructions > 0 and table.concat(instructions, "\n\n") or nil,
-      tools = tools }
+      tools = tools, response_formats = response_formats }
   end
   return table.move(turns, 1, #turns, #out + 1, out)
 end
@@ -295,32 +344,35 @@ local function limit_of(body, params, job, ctx)
 end
 
 -- A job of kind from body, its fields checked against known and the common ones read.
-local function new_job(kind, body, known, tokenizer)
-  check_fields(body, known, kind == "chat" and "chat completions" or "completions")
+local function new_job(kind, body, known, tokenizer, on_unknown)
+  check_fields(body, known, on_unknown, "")
   local job = { kind = kind }
-  common(body, job, tokenizer.vocab_size)
+  common(body, job, tokenizer.vocab_size, on_unknown)
   return job
 end
 
---- The job of a POST /v1/chat/completions body.
-function serve_openai.chat(body, tokenizer, ctx)
-  local job = new_job("chat", body, CHAT_FIELDS, tokenizer)
-  local effort = body.reasoning_effort
-  if is_null(effort) then effort = "medium" end
-  if not util.listed(EFFORTS, effort) then
-    fail(("'reasoning_effort' must be low, medium or high (got %s)"):format(util.quoted(effort)), "reasoning_effort")
+--- The job of a POST /v1/chat/completions body; on_unknown(name), when given, hears of
+-- each field ignored as unknown.
+function serve_openai.chat(body, tokenizer, ctx, on_unknown)
+  local job = new_job("chat", body, CHAT_FIELDS, tokenizer, on_unknown)
+  local effort = EFFORTS[is_null(body.reasoning_effort) and "medium" or body.reasoning_effort]
+  if not effort then
+    fail(("'reasoning_effort' must be none, minimal, low, medium, high or xhigh (got %s)"):format(
+      util.quoted(body.reasoning_effort)), "reasoning_effort")
   end
-  local choice = body.tool_choice
-  if not is_null(choice) and choice ~= "auto" and choice ~= "none" then
-    fail("'tool_choice' must be \"auto\" or \"none\" (a required or named tool is not supported)", "tool_choice")
-  end
+  boolean(body, "parallel_tool_calls", true) -- gpt-oss calls one tool a turn whatever it says
   local tools = not is_null(body.tools) and function_tools(body.tools) or nil
-  if choice == "none" then tools = nil end
+  -- required here, not above: gptoss.serve_structured requires this module
+  local plan = require("gptoss.serve_structured").plan(body, tools, tokenizer)
+  if body.tool_choice == "none" then tools = nil end
   job.tools = tools ~= nil
+  job.prefill, job.plan = plan and plan.prefill, plan and plan.constrains and plan or nil
   local ok, ids = pcall(function()
-    local turns = conversation(body, effort, tools)
+    local turns = conversation(body, effort, tools, plan and plan.developer_section)
     check_prompt_bytes(#harmony.render(turns), tokenizer, ctx, "messages")
-    return harmony.render_ids(turns, tokenizer)
+    local rendered = harmony.render_ids(turns, tokenizer)
+    local prefill = job.prefill or {}
+    return table.move(prefill, 1, #prefill, #rendered + 1, rendered)
   end)
   if not ok then
     if type(ids) == "table" then error(ids, 0) end
@@ -336,10 +388,10 @@ function serve_openai.chat(body, tokenizer, ctx)
   return job
 end
 
---- The job of a POST /v1/completions body: prompt a string or a list of token ids.
-function serve_openai.completion(body, tokenizer, ctx)
-  local job = new_job("completion", body, COMPLETION_FIELDS, tokenizer)
-  if boolean(body, "echo", false) then fail("'echo' is not supported", "echo") end
+--- The job of a POST /v1/completions body: prompt a string or a list of token ids;
+-- on_unknown as chat's.
+function serve_openai.completion(body, tokenizer, ctx, on_unknown)
+  local job = new_job("completion", body, COMPLETION_FIELDS, tokenizer, on_unknown)
   local prompt = body.prompt
   if type(prompt) == "string" then
     check_prompt_bytes(#prompt, tokenizer, ctx, "prompt")
@@ -372,5 +424,8 @@ function serve_openai.check_model(body, served)
       "model_not_found")
   end
 end
+
+-- gptoss.serve_responses_input checks its own fields with these
+serve_openai.want, serve_openai.is_null = want, is_null
 
 return serve_openai

@@ -3,6 +3,7 @@
 // prints one JSON line: the result of OP, or {"error": {status, type, param, code, message}}
 // when the server answered with an error (the client's APIError).
 import OpenAI from "openai";
+import { responsesOps } from "./responses.mjs";
 
 const [baseURL, apiKey, op, json] = process.argv.slice(2);
 const params = JSON.parse(json || "{}");
@@ -29,14 +30,30 @@ async function toolRoundTrip(p) {
 }
 
 const ops = {
+  ...responsesOps(client, collect), // responses_create, responses_tool_loop, ...
   models: () => client.models.list().then((page) => page.data),
   chat: (p) => client.chat.completions.create(p),
   chat_stream: (p) => client.chat.completions.create({ ...p, stream: true }).then(collect),
+  // structured outputs: message.parsed from a json_schema response_format, a strict tool's
+  // calls' parsed_arguments
+  chat_parse: (p) => client.chat.completions.parse(p),
   completion: (p) => client.completions.create(p),
   completion_stream: (p) => client.completions.create({ ...p, stream: true }).then(collect),
   // many completions at once: p.requests is a list of bodies
   concurrent_completions: (p) => Promise.all(p.requests.map((r) => client.completions.create(r))),
   tool_round_trip: toolRoundTrip,
+  model: (p) => client.models.retrieve(p.id),
+  // a stream left after p.chunks chunks, its connection aborted: the chunks read
+  chat_stream_abort: async (p) => {
+    const { chunks, ...body } = p;
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    const read = [];
+    for await (const chunk of stream) {
+      read.push(chunk);
+      if (read.length >= chunks) break; // leaving the loop aborts the request
+    }
+    return read;
+  },
 };
 
 try {

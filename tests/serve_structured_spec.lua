@@ -1,0 +1,324 @@
+-- gptoss serve's structured outputs (docs/serve.md#structured-outputs): chat's response_format,
+-- strict tools, tool_choice "required" and named, reasoning_effort "none" and
+-- max_reasoning_tokens read into a turn's plan (in this process); the engine's steps with
+-- constrained sequences beside free ones on a 7m CPU replica; then a server of the random-weight
+-- 7m model, the best adversary, through curl and the openai npm client, every finished output
+-- validated by ajv (tests/schema-check).
+local cjson = require "cjson"
+local dkjson = require "dkjson"
+local gptoss = require "gptoss"
+local G = require "grammar_gen"
+local H = require "helpers"
+local SH = require "serve_helpers"
+
+local q = H.shell_quote
+local ok_http = pcall(require, "gptoss.serve_http")
+
+local SCHEMA = { type = "object", additionalProperties = false, required = { "name", "n", "ok" },
+  properties = { name = { type = "string", maxLength = 12 }, n = { type = "integer", minimum = 0, maximum = 99 },
+    ok = { type = "boolean" }, tags = { type = "array", maxItems = 3, items = { enum = { "a", "b" } } } } }
+local CITY = { type = "object", additionalProperties = false, required = { "city" },
+  properties = { city = { type = "string", maxLength = 10 } } }
+local TOOLS = { { type = "function", ["function"] = { name = "get_weather", strict = true, parameters = CITY } },
+  { type = "function", ["function"] = { name = "note", parameters = { type = "object" } } } }
+local FORMAT = { type = "json_schema", json_schema = { name = "record", schema = SCHEMA, strict = true } }
+
+-- A chat body as the server decodes it (cjson: [] and {} alike, numbers as floats).
+local function decoded(fields)
+  return cjson.decode(dkjson.encode(H.with({ model = "7m", messages = { { role = "user", content = "Hi" } } }, fields)))
+end
+
+describe("serve_openai's structured-output fields", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  local serve_openai = require "gptoss.serve_openai"
+  local tok = H.tokenizer(pending)
+  local function chat(fields) return serve_openai.chat(decoded(fields), tok, 600) end
+
+  it("takes response_format text as nothing; shows a schema and constrains the reply to it", function()
+    local plain = chat {}
+    local text = chat { response_format = { type = "text" } }
+    assert.are.same({ plain.prompt }, { text.prompt, text.plan, text.prefill })
+    local job = chat { response_format = FORMAT, reasoning_effort = "none" }
+    local shown = tok:decode(job.prompt)
+    assert.truthy(shown:find('<|start|>developer<|message|># Response Formats\n\n## record\n\n// \n'
+      .. '{"additionalProperties":false,"properties":{"n":{"maximum":99,"minimum":0,"type":"integer"},', 1, true),
+      shown)
+    assert.truthy(shown:find("Reasoning: low", 1, true), shown)
+    assert.truthy(shown:find("<|start|>assistant<|channel|>final<|message|>$"), shown)
+    assert.is_true(job.plan.constrains)
+    -- an empty list and whole numbers as cjson decodes them still make the schema meant
+    local empty = { type = "object", properties = {}, required = {}, additionalProperties = false }
+    job = chat { response_format = { type = "json_schema", json_schema = { name = "e", schema = empty } } }
+    assert.truthy(tok:decode(job.prompt):find('{"additionalProperties":false,"properties":{},"required":[],'
+      .. '"type":"object"}', 1, true))
+    job = chat { tools = TOOLS, tool_choice = { type = "function", ["function"] = { name = "note" } } }
+    assert.truthy(tok:decode(job.prompt):find("<|start|>assistant<|channel|>analysis<|message|>$"))
+    assert.is_nil(chat({ tools = TOOLS, tool_choice = "none" }).plan)
+    assert.is_true(chat({ tools = TOOLS }).plan.constrains) -- get_weather is strict
+  end)
+
+  it("refuses a bad format, schema, tool choice or budget with a 400 naming the field", function()
+    for _, case in ipairs {
+      { { response_format = { type = "xml" } }, "response_format", "must be {\"type\": \"text\"}" },
+      { { response_format = { type = "json_schema", json_schema = { schema = SCHEMA } } }, "response_format",
+        "'response_format.json_schema' must be" },
+      { { response_format = { type = "json_schema", json_schema = { name = "p",
+        schema = { type = "object", properties = { x = { typ = 1 } } } } } }, "response_format",
+        "response_format.json_schema: format: $.properties.x: unknown keyword 'typ'" },
+      { { response_format = { type = "json_schema", json_schema = { name = "p", schema = { minimum = 5,
+        maximum = 3 } } } }, "response_format", "$.minimum: 5 is above the maximum 3" },
+      { { tools = { { type = "function", ["function"] = { name = "f", strict = true,
+        parameters = { type = "object", oneOf = {} } } } } }, "tools", "tools[0] (f): format: $.oneOf" },
+      { { tools = { { type = "function", ["function"] = { name = "f", strict = "yes" } } } },
+        "tools[0].function.strict", "must be a boolean" },
+      { { tool_choice = "required" }, "tool_choice", "needs tools" },
+      { { tool_choice = "any", tools = TOOLS }, "tool_choice", "must be \"auto\", \"none\", \"required\"" },
+      { { tool_choice = { type = "function", ["function"] = { name = "nope" } }, tools = TOOLS }, "tool_choice",
+        "one of the tools" },
+      { { max_reasoning_tokens = -1 }, "max_reasoning_tokens", "must be an integer >= 0" },
+    } do
+      local err = SH.refusal(serve_openai.chat, decoded(case[1]), tok, 600)
+      assert.are.same({ 400, case[2] }, { err.status, err.param }, err.message)
+      assert.truthy(err.message:find(case[3], 1, true), err.message)
+    end
+  end)
+end)
+
+describe("the serve engine with constrained sequences beside free ones (a 7m replica on the CPU)", function()
+  if not ok_http then
+    pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
+    return
+  end
+  local cqueues = require "cqueues"
+  local scheduler = require "gptoss.scheduler"
+  local serve_api = require "gptoss.serve_api"
+  local serve_choice = require "gptoss.serve_choice"
+  local serve_engine = require "gptoss.serve_engine"
+  local serve_openai = require "gptoss.serve_openai"
+  local tok = H.tokenizer(pending)
+  local model = gptoss.synthetic("7m")
+  local QUIET = setmetatable({}, { __index = function() return function() end end }) -- metrics not kept
+
+  -- Runs the jobs of bodies on a fresh replica through serve_api's sequences and the engine's
+  -- loop; every step's batch is seen by on_step(batch, unread) (unread: whether the step
+  -- before was still unread when it was enqueued). Returns each job's choices.
+  local function serve(bodies, on_step)
+    local r = model:replica { device = "cpu", slots = 4, ctx = 600 }
+    local last, handle_of = nil, {}
+    local replica = setmetatable({ step = function(_, batch)
+      if on_step then on_step(batch, last ~= nil and not rawget(last, "read")) end
+      batch.from = batch.from and handle_of[batch.from]
+      local h = r:step(batch)
+      last = setmetatable({ tokens = function(self, ...)
+        self.read = true
+        return h:tokens(...)
+      end }, { __index = function(_, k) return function(_, ...) return h[k](h, ...) end end })
+      handle_of[last] = h
+      return last
+    end }, { __index = function(_, k)
+      local v = r[k]
+      if type(v) ~= "function" then return v end
+      return function(_, ...) return v(r, ...) end
+    end })
+    local engine = serve_engine.new { replicas = { replica }, scheduler = scheduler.continuous(), max_queue = 8,
+      on_error = function(message) error("the engine failed: " .. message) end }
+    local server, out = { metrics = QUIET, engine = engine }, {}
+    for k, body in ipairs(bodies) do
+      local job = serve_openai.chat(decoded(body), tok, 600)
+      job.seed, job.ended, out[k] = 100 + k, 0, { serve_choice.new(job, tok) }
+      assert.is_true(engine:submit(serve_api.sequences(server, job, out[k], nil, { signal = function() end })))
+    end
+    engine:stop()
+    local cq = cqueues.new()
+    cq:wrap(function() engine:run() end)
+    assert(cq:loop())
+    for _, choices in ipairs(out) do choices[1]:close() end
+    return out
+  end
+
+  -- Checks that each slot's rows feed its positions in order, none skipped.
+  local function gapless()
+    local next_position = {}
+    return function(batch)
+      for i, slot in ipairs(batch.slots) do
+        assert.are.equal(next_position[slot] or 0, batch.positions[i], "slot " .. slot .. "'s next position")
+        next_position[slot] = batch.positions[i] + 1
+      end
+    end
+  end
+
+  it("keeps two steps in flight: a constrained row waits for its id, free rows run ahead and draw as alone", function()
+    local free = { max_tokens = 40, temperature = 1 }
+    local alone = serve({ free })[1][1]:message()
+    local constrained = { response_format = FORMAT, reasoning_effort = "none", max_tokens = 120 }
+    local turn_slots, unread_before, constraints, in_order = {}, {}, 0, gapless()
+    local both = serve({ free, constrained }, function(batch, unread)
+      in_order(batch)
+      unread_before[#unread_before + 1] = unread
+      for row, m in pairs(batch.constraint or {}) do
+        constraints = constraints + 1
+        turn_slots[batch.slots[row]] = true
+        assert.is_true(m.tokens >= 0)
+      end
+      for i, slot in ipairs(batch.slots) do
+        -- a constrained sequence's rows feed ids read back, never a row of the step before
+        if turn_slots[slot] then assert.is_true(batch.tokens[i] >= 0, "a constrained row fed on the device") end
+      end
+    end)
+    assert.are.same(alone, both[1][1]:message())
+    local answer = both[2][1]:message().content
+    assert.is_table(cjson.decode(answer), answer)
+    assert.is_true(constraints > 5)
+    for i = 2, #unread_before - 1 do assert.is_true(unread_before[i], "step " .. i .. " waited for the one before") end
+  end)
+
+  it("feeds a turn's forced ids after the id that called for them, as generated ids", function()
+    local named = { type = "function", ["function"] = { name = "get_weather" } }
+    local out = serve({ { tools = TOOLS, tool_choice = named, max_reasoning_tokens = 3, max_tokens = 80 } }, gapless())
+    local m = out[1][1]:message()
+    assert.are.equal("get_weather", m.tool_calls and m.tool_calls[1]["function"].name, dkjson.encode(m))
+    assert.is_table(cjson.decode(m.tool_calls[1]["function"].arguments))
+    assert.is_string(m.reasoning_content)
+  end)
+end)
+
+describe("gptoss serve's structured outputs (a random-weight 7m server)", function()
+  if SH.why_not_client then
+    pending(SH.why_not_client)
+    return
+  end
+  local s
+  setup(function() s = SH.start { "7m", "--port", "0", "--slots", "16", "--ctx", "512" } end)
+  teardown(function() SH.teardown_server(s) end)
+  after_each(H.cleanup)
+
+  -- POST body to s's path: the decoded answer (a stream's: the decoded data of its events).
+  local function post(path, body)
+    local _, text = SH.curl(s, path, "-d " .. q(dkjson.encode(body)))
+    if not body.stream then return dkjson.decode(text, 1, dkjson.null), text end
+    local events = {}
+    for data in text:gmatch("data: ([^\n]*)\n\n") do
+      if data ~= "[DONE]" then events[#events + 1] = dkjson.decode(data, 1, dkjson.null) end
+    end
+    return events, text
+  end
+
+  -- ajv's verdict on each text of outputs under schema: asserts all are valid.
+  local function all_valid(schema, outputs)
+    local why = G.why_no_ajv()
+    if why then return pending(why) end
+    for i, verdict in ipairs(G.ajv { { schema = schema, outputs = outputs } }[1]) do
+      assert(verdict == true, ("output %q: %s"):format(outputs[i], tostring(verdict)))
+    end
+  end
+
+  it("answers in the schema: every finished choice of 32 seeds, whole and streamed, is valid", function()
+    local body = { model = "7m", messages = { { role = "user", content = "A record?" } }, n = 16, seed = 7,
+      max_tokens = 200, reasoning_effort = "none", response_format = FORMAT }
+    local whole = post("/v1/chat/completions", body)
+    local finished = {}
+    for _, c in ipairs(whole.choices) do
+      if c.finish_reason == "stop" then finished[#finished + 1] = c.message.content end
+    end
+    local streamed, ends = {}, {}
+    for _, e in ipairs(post("/v1/chat/completions", H.with(body, { seed = 23, stream = true }))) do
+      for _, c in ipairs(e.choices) do
+        local i = c.index + 1
+        streamed[i] = (streamed[i] or "") .. (c.delta.content ~= dkjson.null and c.delta.content or "")
+        if c.finish_reason ~= dkjson.null then ends[i] = c.finish_reason end
+      end
+    end
+    for i = 1, 16 do
+      if ends[i] == "stop" then finished[#finished + 1] = streamed[i] end
+    end
+    assert.is_true(#finished >= 28, ("%d of 32 finished within 200 tokens"):format(#finished))
+    all_valid(SCHEMA, finished)
+  end)
+
+  -- (any object's keys and strings are unbounded: a random model rarely closes one, so
+  -- many choices run to max_tokens, their content an object's beginning)
+  it("holds json_object to an object", function()
+    local whole = post("/v1/chat/completions", { model = "7m", messages = { { role = "user", content = "JSON?" } },
+      n = 8, seed = 3, max_tokens = 100, reasoning_effort = "none", response_format = { type = "json_object" } })
+    local objects = {}
+    for _, c in ipairs(whole.choices) do
+      if c.finish_reason == "stop" then objects[#objects + 1] = c.message.content end
+      assert.are.equal("{", c.message.content:sub(1, 1))
+    end
+    assert.is_true(#objects >= 1, "none finished")
+    all_valid({ type = "object" }, objects)
+  end)
+
+  it("makes the call tool_choice requires after max_reasoning_tokens, of the tool it names, its strict arguments valid",
+    function()
+      local body = { model = "7m", messages = { { role = "user", content = "Weather?" } }, n = 8, seed = 5,
+        max_tokens = 100, max_reasoning_tokens = 4, tools = TOOLS, tool_choice = "required", logprobs = true }
+      local args, calls = {}, 0
+      for _, choice in ipairs { "required", { type = "function", ["function"] = { name = "note" } } } do
+        local allowed = choice == "required" and { get_weather = true, note = true } or { note = true }
+        local answer = post("/v1/chat/completions", H.with(body, { tool_choice = choice }))
+        local entries = 0 -- the forced ids' too (logprob 0): one a token generated
+        for _, c in ipairs(answer.choices) do entries = entries + #c.logprobs.content end
+        assert.are.equal(answer.usage.completion_tokens, entries)
+        for _, c in ipairs(answer.choices) do
+          local call = c.message.tool_calls[1]["function"] -- made by each, if cut short by max_tokens
+          assert.are.equal(c.message.reasoning, c.message.reasoning_content) -- vLLM's two names
+          assert.is_true(#c.message.reasoning > 0)
+          assert.is_true(allowed[call.name], call.name)
+          if c.finish_reason == "tool_calls" then
+            assert.is_table(cjson.decode(call.arguments))
+            calls = calls + 1
+            if call.name == "get_weather" then args[#args + 1] = call.arguments end
+          else
+            assert.are.equal("length", c.finish_reason) -- a note's arguments, any object, still under way
+          end
+        end
+      end
+      assert.is_true(calls >= 4, calls .. " of 16 calls finished within 100 tokens")
+      all_valid(CITY, args)
+    end)
+
+  it("answers the Responses API's text.format and a required call", function()
+    local outputs = {}
+    for _ = 1, 4 do
+      local r = post("/v1/responses", { model = "7m", input = "A record?", reasoning = { effort = "none" },
+        max_output_tokens = 200, text = { format = { type = "json_schema", name = "record", schema = SCHEMA,
+          strict = true } } })
+      assert.are.same({ "json_schema", "record" }, { r.text.format.type, r.text.format.name })
+      if r.status == "completed" then outputs[#outputs + 1] = r.output[#r.output].content[1].text end
+    end
+    assert.is_true(#outputs >= 3, #outputs .. " of 4 completed")
+    all_valid(SCHEMA, outputs)
+    local r = post("/v1/responses", { model = "7m", input = "Weather?", max_reasoning_tokens = 3,
+      max_output_tokens = 120, tool_choice = { type = "function", name = "get_weather" },
+      tools = { { type = "function", name = "get_weather", strict = true, parameters = CITY } } })
+    local call = r.output[#r.output]
+    assert.are.same({ "function_call", "get_weather" }, { call.type, call.name })
+    all_valid(CITY, { call.arguments })
+  end)
+
+  it("gives the openai client's parse its parsed message, arguments and Responses output", function()
+    local chat = { model = "7m", messages = { { role = "user", content = "A record?" } }, seed = 2, max_tokens = 200,
+      reasoning_effort = "none", response_format = FORMAT }
+    local parsed = SH.client(s, "chat_parse", chat)
+    local m = parsed.choices[1].message
+    assert.are.same(cjson.decode(m.content), cjson.decode(dkjson.encode(m.parsed)))
+    all_valid(SCHEMA, { m.content })
+    parsed = SH.client(s, "chat_parse", { model = "7m", messages = chat.messages, seed = 2, max_tokens = 120,
+      max_reasoning_tokens = 3, tools = { TOOLS[1] }, tool_choice = "required" })
+    local call = parsed.choices[1].message.tool_calls[1]["function"]
+    assert.are.equal("get_weather", call.name)
+    assert.are.same(cjson.decode(call.arguments), cjson.decode(dkjson.encode(call.parsed_arguments)))
+    local response = SH.client(s, "responses_parse", { model = "7m", input = "A record?",
+      reasoning = { effort = "none" }, max_output_tokens = 200,
+      text = { format = { type = "json_schema", name = "record", schema = SCHEMA, strict = true } } })
+    all_valid(SCHEMA, { dkjson.encode(response.output_parsed) })
+    local e = SH.client(s, "chat_parse", H.with(chat, { response_format = { type = "json_schema",
+      json_schema = { name = "p", schema = { type = "object", properties = { x = { typ = 1 } } } } } })).error
+    assert.are.same({ 400, "response_format" }, { e.status, e.param })
+    assert.truthy(e.message:find("$.properties.x: unknown keyword 'typ'", 1, true), e.message)
+  end)
+end)
