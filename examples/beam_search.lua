@@ -5,11 +5,13 @@
 -- length^alpha), and greedy decoding's text for comparison (beam search with width 1).
 --   gptoss beam_search [MODEL] [--width 4] [--max-tokens 16] [--alpha 1]
 --                      [--device cpu|N] [--prompt "text"]
--- MODEL (default 7m) and --device as every command names them (gptoss.naming).
+-- MODEL (default 7m), --device (default: the first GPU, else cpu) and --max-tokens as every
+-- command spells them (gptoss.naming, gptoss.flags).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local beam = require "gptoss.beam"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local harmony = require "gptoss.harmony"
@@ -17,7 +19,7 @@ local harmony = require "gptoss.harmony"
 local parser = argparse(script.name, "Beam search with forks.")
 naming.add_generation(parser, { prompt = "The capital of France is" })
 parser:option("--width", "Beams kept a step (at most 20).", "4"):convert(cmdline.integer("--width", 1))
-parser:option("--max-tokens", "Ids a hypothesis may have.", "16"):convert(cmdline.integer("--max-tokens", 1))
+flags.add_max_tokens(parser, 16, "16; a hypothesis each")
 parser:option("--alpha", "Length normalisation: score = sum of logprobs / length^alpha.", "1")
   :convert(cmdline.non_negative)
 local a = script.parse(parser)

@@ -5,7 +5,7 @@
 -- about 14 tokens built from templates, like the course's evaluation file; --prompt-tokens N
 -- makes every prompt exactly N tokens of the course's encode, windows of natural text (the
 -- project's README.md, read on through as a ring: not random ids), each request a different
--- window. --steps is the course's -n, prompt + generated tokens, so TensorRT-LLM's "1k in /
+-- window. --steps is the course's -n, prompt + generated tokens (not --max-tokens), so TensorRT-LLM's "1k in /
 -- 1k out" is --prompt-tokens 1024 --steps 2048 (docs/getp.md#throughput). The course's count
 -- is the generated ids only (stop ids included, no prompt token): the table and the JSON
 -- line give it as output tokens and output tok/s, beside the prompt tokens prefilled.
@@ -23,16 +23,18 @@
 -- examples/results.jsonl (gptoss.results). --write-requests FILE writes the
 -- requests as a course request file and runs nothing, for `gptoss run -m getp` on the same
 -- ones (examples/bench_getp_mpi.sh).
---   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--devices 1,2]
+--   gptoss bench_getp [MODEL] [--requests 1024] [--steps 1024] [--device 0,1]
 --                     [--prompt-tokens N | --chat] [--no-share-prefix] [--replicas-per-device 1]
 --                     [--slots N] [--rows N] [--chunk N]
 --                     [--profile] [--plot FILE.png] [--record] [--write-requests FILE]
--- MODEL (default 20b, weights of seed 1) and --devices as every command names them (gptoss.naming).
+-- MODEL (default 20b) and --device (default: every GPU, else cpu) as every command names them
+-- (gptoss.naming, gptoss.flags).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
 local files = require "gptoss.files"
+local flags = require "gptoss.flags"
 local getp = require "gptoss.getp"
 local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
@@ -44,14 +46,14 @@ local script = require "gptoss.script"
 local step_profile = require "gptoss.step_profile"
 
 local parser = argparse(script.name, "getp throughput of a synthetic model.")
-naming.add_model(parser, { default = "20b", seed = 1 })
+naming.add_model(parser, { default = "20b" })
 parser:option("--requests", "Number of requests.", "1024"):convert(cmdline.integer("--requests", 1))
-parser:option("--steps", "The course's -n: prompt + generated tokens.", "1024"):convert(cmdline.integer("--steps", 1))
+flags.add_course_steps(parser, 1024)
 parser:option("--prompt-tokens",
   "Every prompt exactly this many tokens of natural text (README.md's, each request another window), "
   .. "not random ids; below --steps (1k in / 1k out: --prompt-tokens 1024 --steps 2048).")
   :convert(cmdline.integer("--prompt-tokens", 1))
-naming.add_devices(parser)
+flags.add_device(parser, true)
 parser:option("--replicas-per-device", "Replicas on each device.", "1")
   :convert(cmdline.integer("--replicas-per-device", 1))
 parser:option("--slots", "Slots per replica (default: getp's, from memory).")
@@ -211,7 +213,7 @@ script.run(function()
   end
 
   local devices = {}
-  for _, d in ipairs(a.devices or gptoss.default_devices()) do
+  for _, d in ipairs(flags.devices(a.device)) do
     for _ = 1, a.replicas_per_device do devices[#devices + 1] = d end
   end
 
@@ -253,7 +255,7 @@ script.run(function()
   local profile = split and profile_report(g.replicas, split:finish(), ms / 1000)
   -- what the replicas ran on: the first device's name (getp's default is every GPU, else the CPU)
   local first = devices[1]
-  local device_name = first == "cpu" and "cpu" or gptoss.devices()[first].name
+  local device_name = first == "cpu" and "cpu" or gptoss.device(first).name
   local res = {
     bench = "getp", model = a.model, weights = a.weights, requests = a.requests, steps_limit = a.steps,
     prompt_length = a.prompt_tokens, prompt_tokens = prompt_tokens, prompt_tokens_prefilled = prefilled,

@@ -16,7 +16,7 @@ model=${1:-20b} requests=${2:-2048} steps=${3:-1024} gpus=${4:-2}
 ranks=${5:-$gpus}
 if [ $# -gt 5 ]; then shift 5; else shift $#; fi
 if [ "$gpus" = cpu ]; then
-  set -- --devices cpu "$@"
+  set -- --device cpu "$@"
 else
   CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((gpus - 1)))
   export CUDA_VISIBLE_DEVICES

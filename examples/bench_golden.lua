@@ -3,7 +3,7 @@
 -- then D decode steps of S rows. Prints a table and one JSON line; --record appends it to
 -- examples/results.jsonl (gptoss.results).
 --   gptoss bench_golden [MODEL] [--slots 4] [--prompt 16] [--decode 8] [--threads 0] [--record]
--- MODEL (default 7m, weights of seed 1) as every command names it (gptoss.naming).
+-- MODEL (default 7m) as every command names it (gptoss.naming).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
@@ -13,7 +13,7 @@ local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "CPU golden engine throughput.")
-naming.add_model(parser, { default = "7m", seed = 1 })
+naming.add_model(parser, { default = "7m" })
 parser:option("--slots", "Sequences.", "4"):convert(cmdline.integer("--slots", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cmdline.integer("--prompt", 1))
 parser:option("--decode", "Decode steps.", "8"):convert(cmdline.integer("--decode", 0))

@@ -14,12 +14,13 @@
 -- appends the JSON lines to examples/results.jsonl (gptoss.results).
 --   gptoss bench_gpu [MODEL] [--batches 1,8,32,64,128,256] [--ctx 1024] [--prompt 16] [--device N]
 --                    [--plot FILE.png] [--record]
--- MODEL (default 20b, weights of seed 1) and --device as every command names them
--- (gptoss.naming); the device must be a GPU.
+-- MODEL (default 20b) and --device (default: the first GPU) as every command names them
+-- (gptoss.naming, gptoss.flags); the device must be a GPU.
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local generate = require "gptoss.generate"
 local naming = require "gptoss.naming"
 local plot = require "gptoss.plot"
@@ -27,14 +28,14 @@ local results = require "gptoss.results"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "GPU decode throughput of a synthetic model.")
-naming.add_model(parser, { default = "20b", seed = 1 })
+naming.add_model(parser, { default = "20b" })
 parser:option("--batches", "Comma-separated batch sizes.", "1,8,32,64,128,256")
   :convert(cmdline.integer_list("--batches", 1, "batch sizes", "1,8,32"))
 parser:option("--ctx", "Context reached by the last decode step.", "1024"):convert(cmdline.integer("--ctx", 1))
 parser:option("--prompt", "Prompt tokens per sequence.", "16"):convert(cmdline.integer("--prompt", 1))
 parser:option("--weights", "Weight format (the KV cache: fp32 with fp32, else bf16).", "bf16")
   :choices(gptoss.weight_format_names())
-naming.add_device(parser, 1)
+flags.add_device(parser)
 parser:option("--feed", "device or host: where a step's tokens come from.", "device"):choices { "device", "host" }
 parser:option("--profile-steps", "Steps timed per kernel after the run (0: none).", "8")
   :convert(cmdline.integer("--profile-steps", 0))
@@ -43,7 +44,7 @@ parser:option("--profile-at", "start or end: the profiled steps' positions, the 
 parser:option("--plot", "Also draw the results as this PNG (needs gnuplot).")
 results.add_option(parser)
 local a = script.parse(parser)
-if a.device == "cpu" then script.usage_error(parser, "--device: this benchmark measures a GPU (a number from 1)") end
+if a.device == "cpu" then script.usage_error(parser, "--device cpu: this benchmark measures a GPU") end
 if a.prompt >= a.ctx then
   script.usage_error(parser, ("--prompt (%d) must be less than --ctx (%d): decoding starts after it"):format(a.prompt,
     a.ctx))
@@ -53,6 +54,8 @@ script.run(function()
   if a.plot then plot.check(a.plot, "--plot") end
   local record = results.recorder(a.record)
   local model = naming.open(a.model, a.seed_weights)
+  a.device = flags.one_device(a.device)
+  if a.device == "cpu" then error("this build sees no GPU here, and this benchmark measures a GPU", 0) end
   local c = model.config
   local windowed = model.windowed
   local copy_bw = gptoss.copy_bandwidth(a.device)
@@ -130,7 +133,7 @@ script.run(function()
     if pending then last = pending:tokens() end
     local secs = gptoss.clock() - t0
     local res = {
-      bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.devices()[a.device].name,
+      bench = "gpu_decode", model = a.model, weights = a.weights, device = gptoss.device(a.device).name,
       batch = B, ctx = a.ctx, prompt = a.prompt, feed = a.feed, steps = steps, seconds = secs,
       tok_per_s = B * steps / secs,
       step_ms = 1000 * secs / steps, gb_per_s = bytes / secs / 1e9, copy_gb_per_s = copy_bw / 1e9,

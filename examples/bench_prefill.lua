@@ -13,8 +13,8 @@
 -- slot's (the same ids for every length and run; no tokenizer needed).
 --   gptoss bench_prefill [MODEL] [--lengths 512,2048,8192,32768] [--chunk K] [--repeat 3]
 --                        [--weights F] [--device N|cpu] [--record]
--- MODEL (default 20b, weights of seed 1) and --device (default: the first GPU, else cpu)
--- as every command names them (gptoss.naming). The replica holds ctx = the longest
+-- MODEL (default 20b) and --device (default: the first GPU, else cpu)
+-- as every command names them (gptoss.naming, gptoss.flags). The replica holds ctx = the longest
 -- length + 1 positions. --chunk defaults to what getp and serve step: a GPU replica's
 -- chunk (128 rows), 64 rows on the CPU. --record appends the JSON lines to
 -- examples/results.jsonl (gptoss.results).
@@ -22,6 +22,7 @@ local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local generate = require "gptoss.generate"
 local naming = require "gptoss.naming"
 local results = require "gptoss.results"
@@ -32,7 +33,7 @@ local script = require "gptoss.script"
 local LONG_CTX = 131072
 
 local parser = argparse(script.name, "Prefill: time to first token and prompt tokens/s of one slot.")
-naming.add_model(parser, { default = "20b", seed = 1 })
+naming.add_model(parser, { default = "20b" })
 parser:option("--lengths", "Comma-separated prompt lengths in tokens.", "512,2048,8192,32768")
   :convert(cmdline.integer_list("--lengths", 1, "prompt lengths", "512,2048"))
 parser:option("--chunk", "Rows of the prompt a step carries (default: the replica's chunk on a GPU, 64 on the CPU).")
@@ -40,7 +41,7 @@ parser:option("--chunk", "Rows of the prompt a step carries (default: the replic
 parser:option("--repeat", "Timed runs of each length, after an untimed one.", "3"):convert(cmdline.integer("--repeat", 1))
 parser:option("--weights", "Weight format (default: the replica's choice).")
   :choices(gptoss.weight_format_names())
-naming.add_device(parser, nil, "the first GPU, else cpu")
+flags.add_device(parser)
 results.add_option(parser)
 local a = script.parse(parser)
 
@@ -64,7 +65,7 @@ local function gib(bytes) return bytes / 2 ^ 30 end
 
 script.run(function()
   local record = results.recorder(a.record)
-  local device = a.device or gptoss.default_devices()[1]
+  local device = flags.one_device(a.device)
   local longest = math.max(table.unpack(a.lengths))
   local model = naming.open(a.model, a.seed_weights)
   local opts = { device = device, slots = 1, ctx = longest + 1, weights = a.weights }
@@ -74,7 +75,7 @@ script.run(function()
   local long_plan = model:replica_bytes(long_opts)
   local r <close> = model:replica(opts)
   local chunk = a.chunk or generate.chunk(r)
-  local device_name = device == "cpu" and "cpu" or gptoss.devices()[device].name
+  local device_name = device == "cpu" and "cpu" or gptoss.device(device).name
   local copy_bw = device ~= "cpu" and gptoss.copy_bandwidth(device) or nil
 
   print(("%s: %s, weights %s, KV %s, %s, one slot of ctx %d, %d rows a step"):format(script.name,

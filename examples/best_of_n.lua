@@ -6,10 +6,12 @@
 -- separate prefills.
 --   gptoss best_of_n [MODEL] [--n 4] [--temperature 0.8] [--seed 1]
 --                    [--max-tokens 24] [--stop TEXT] [--device cpu|N]
--- MODEL (default 7m) and --device as every command names them (gptoss.naming).
+-- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens and --seed as
+-- every command spells them (gptoss.naming, gptoss.flags).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
@@ -20,8 +22,8 @@ naming.add_generation(parser, { prompt = "Write one sentence about the sea:" })
 parser:option("--n", "Samples.", "4"):convert(cmdline.integer("--n", 1))
 parser:option("--temperature", "Sampling temperature.", "0.8"):convert(cmdline.non_negative)
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(cmdline.non_negative)
-parser:option("--seed", "Seed of sample 1 (sample i: seed + i - 1).", "1"):convert(cmdline.integer("--seed"))
-parser:option("--max-tokens", "Ids a sample may have.", "24"):convert(cmdline.integer("--max-tokens", 1))
+flags.add_seed(parser, 1, "1; sample i draws with seed + i - 1")
+flags.add_max_tokens(parser, 24, "24; a sample each")
 parser:option("--alpha", "Score = summed logprob / length^alpha.", "1"):convert(cmdline.non_negative)
 parser:option("--stop", "Stop a sample where its text contains TEXT (repeatable).", {}):count("*")
 local a = script.parse(parser)

@@ -4,8 +4,8 @@
 --                    [--device cpu|N] [--weights fp32|bf16|mxfp4] [--kv fp32|bf16] [--format text|f32]
 --     feeds the tokens at positions 0, 1, ... of one slot of a new replica and writes the
 --     logits of the last one (gptoss.checker.dump; the format from the extension unless
---     --format says). MODEL and --device as every command names them (gptoss.naming); -o
---     is checked before the model is opened.
+--     --format says). MODEL and --device (default: the first GPU, else cpu) as every command
+--     names them (gptoss.naming, gptoss.flags); -o is checked before the model is opened.
 --   checker.lua compare got.txt expected.txt [--atol 1e-6] [--rtol 1e-5] [--format text|f32]
 --     compares a logits file with a reference one, element by element, numpy allclose style
 --     (|got - expected| <= atol + rtol * |expected|; lua/gptoss/checker.lua has the file
@@ -17,6 +17,7 @@ local argparse = require "argparse"
 local gptoss = require "gptoss"
 local checker = require "gptoss.checker"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
@@ -43,7 +44,7 @@ local dump = parser:command("dump", "Writes the logits of the last of --tokens, 
 naming.add_model(dump, { old_seed = true })
 dump:option("--tokens", "Token ids, the last one's logits written."):argname("<ids>"):convert(token_list)
 dump:option("-o --output", "The logits file to write."):argname("<path>")
-naming.add_device(dump, "cpu")
+flags.add_device(dump)
 dump:option("--weights", "Weight format (default: the replica's).")
   :choices(gptoss.weight_format_names())
 dump:option("--kv", "KV cache precision (default: the replica's).")
@@ -74,7 +75,7 @@ local function run_dump()
   cmdline.check_writable("-o", a.output)
   local model = naming.open(a.model, a.seed_weights)
   local tokens = a.tokens
-  local r <close> = model:replica { device = a.device, slots = 1, ctx = #tokens, weights = a.weights, kv = a.kv }
+  local r <close> = model:replica { device = flags.one_device(a.device), slots = 1, ctx = #tokens, weights = a.weights, kv = a.kv }
   local n = #tokens - 1
   if n > 0 then
     local slots, positions = {}, {}

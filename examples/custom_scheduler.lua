@@ -5,18 +5,20 @@
 -- that the running sequences' decode steps stay small. Greedy outputs do not depend on
 -- the schedule, so all three runs must agree; they differ in steps and speed.
 --   gptoss custom_scheduler [MODEL] [--steps 64] [--slots 4] [--replicas 1]
--- MODEL (default 7m) as every command names it (gptoss.naming).
+-- MODEL (default 7m) as every command names it (gptoss.naming); --steps is the course's -n,
+-- prompt + generated tokens, as getp counts them (gptoss.flags).
 -- Exit status: 0 done, 1 anything wrong (usage, tokenizer, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local getp = require "gptoss.getp"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
 local parser = argparse(script.name, "getp with a custom scheduler on the CPU.")
 naming.add_model(parser, { default = "7m" })
-parser:option("--steps", "Course steps: prompt + generated tokens.", "64"):convert(cmdline.integer("--steps", 1))
+flags.add_course_steps(parser, 64)
 parser:option("--slots", "Slots of each CPU replica.", "4"):convert(cmdline.integer("--slots", 1))
 parser:option("--replicas", "CPU replicas.", "1"):convert(cmdline.integer("--replicas", 1))
 parser:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")

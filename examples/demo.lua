@@ -1,27 +1,31 @@
 #!/usr/bin/env lua5.4
--- Text generation on the CPU golden engine (or a GPU, --device N): a synthetic model (or a
+-- Text generation on a GPU (or the CPU golden engine, --device cpu): a synthetic model (or a
 -- course .bin file, a checkpoint directory), a prompt encoded with the course tokenizer and
 -- prefilled in one step, then one decode step per generated token, sampled from the logits
 -- (greedy unless --temperature is set) and printed as it streams out. Stops at
 -- <|endoftext|> or <|return|>, as the course's generate does.
---   gptoss demo [MODEL] [--prompt "text"] [--steps N] [--device cpu|N]
---               [--temperature T --top-p P --top-k K --sample-seed S]
--- MODEL (default 7m) and --device as every command names them (gptoss.naming).
+--   gptoss demo [MODEL] [--prompt "text"] [--max-tokens N] [--device cpu|N]
+--               [--temperature T --top-p P --top-k K --seed S]
+-- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens and --seed as
+-- every command spells them (gptoss.naming, gptoss.flags).
 -- Exit status: 0 done, 1 anything wrong (usage, files, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 
-local parser = argparse(script.name, "Text generation with the CPU golden engine (or a GPU).")
-naming.add_generation(parser, { prompt = "Hello world", old_seed = true })
-parser:option("--steps", "Tokens to generate at most.", "16"):convert(cmdline.integer("--steps", 1))
+local parser = argparse(script.name, "Text generation on a GPU or the CPU golden engine.")
+naming.add_generation(parser, { prompt = "Hello world" })
+flags.add_max_tokens(parser, 16)
+flags.retire(parser, "--steps", "--max-tokens")
 parser:option("--temperature", "Sampling temperature (0: greedy).", "0")
   :convert(script.named("--temperature", cmdline.non_negative))
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cmdline.non_negative))
 parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cmdline.integer("--top-k", 0))
-parser:option("--sample-seed", "Seed of the sampler's draws.", "1"):convert(cmdline.integer("--sample-seed"))
+flags.add_seed(parser, 1)
+flags.retire(parser, "--sample-seed")
 parser:option("--threads", "CPU threads (0: all; the CPU only).", "0"):convert(cmdline.integer("--threads", 0))
 local args = script.parse(parser)
 
@@ -30,11 +34,11 @@ script.run(function()
   print(model)
 
   local sampler = gptoss.sampler { temperature = args.temperature, top_p = args.top_p, top_k = args.top_k,
-    seed = args.sample_seed }
+    seed = args.seed }
   local stop = { [tok.special.endoftext] = true, [tok.special["return"]] = true }
 
   local replica <close> = model:replica { device = ropts.device, weights = ropts.weights, slots = 1,
-    ctx = #prompt + args.steps, threads = ropts.device == "cpu" and args.threads or nil }
+    ctx = #prompt + args.max_tokens, threads = ropts.device == "cpu" and args.threads or nil }
   print(replica)
   print(("prompt:    %q -> %s"):format(args.prompt, table.concat(prompt, " ")))
 
@@ -45,13 +49,13 @@ script.run(function()
   local row = logits[#prompt]
   local generated, decoder = {}, tok:decoder()
   io.write("text:      ")
-  for pos = #prompt, #prompt + args.steps - 1 do
+  for pos = #prompt, #prompt + args.max_tokens - 1 do
     local token = sampler:sample(row, pos)
     generated[#generated + 1] = token
     if stop[token] then break end
     io.write(decoder:add(token))
     io.flush()
-    if pos == #prompt + args.steps - 1 then break end
+    if pos == #prompt + args.max_tokens - 1 then break end
     row = replica:step { slots = { 1 }, positions = { pos }, tokens = { token } }:logits()[1]
   end
   io.write(decoder:flush(), "\n")

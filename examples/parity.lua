@@ -6,9 +6,9 @@
 --          (--tokens "1,2,3" | --prompt TEXT [--tokenizer PATH]) [--atol X] [--rtol X] [--layers] [--json]
 -- MODEL as every command names it (gptoss.naming): a course .bin, a checkpoint directory or
 -- a synthetic shape.
--- SPEC is DEVICE:WEIGHTS[/KV]: DEVICE "cpu" or a GPU number (1-based), WEIGHTS and KV
+-- SPEC is DEVICE:WEIGHTS[/KV]: DEVICE "cpu" or a GPU number (from 0), WEIGHTS and KV
 -- "fp32" or "bf16", KV the same as WEIGHTS when left out: cpu:fp32, cpu:bf16/fp32,
--- 1:bf16/bf16. a is the replica checked (default cpu:bf16/fp32), b the reference (default
+-- 0:bf16/bf16. a is the replica checked (default cpu:bf16/fp32), b the reference (default
 -- cpu:fp32, the golden); the tolerance is the numeric mode's default (lua/gptoss/parity.lua)
 -- unless --atol/--rtol replace it.
 -- Exit status: 0 every stage within tolerance, 1 not, 2 usage or bad input.
@@ -26,8 +26,8 @@ local function replica_spec(s)
   if kv == "" then kv = weights end
   local ok_mode = { fp32 = true, bf16 = true }
   local gpu = device and math.tointeger(tonumber(device))
-  if not device or not ok_mode[weights] or not ok_mode[kv] or (device ~= "cpu" and not (gpu and gpu >= 1)) then
-    return nil, ("'%s' is not a replica DEVICE:WEIGHTS[/KV] (DEVICE cpu or a GPU number from 1, "
+  if not device or not ok_mode[weights] or not ok_mode[kv] or (device ~= "cpu" and not (gpu and gpu >= 0)) then
+    return nil, ("'%s' is not a replica DEVICE:WEIGHTS[/KV] (DEVICE cpu or a GPU number from 0, "
       .. "WEIGHTS and KV fp32 or bf16)"):format(s)
   end
   return { device = gpu or "cpu", weights = weights, kv = kv, text = s }

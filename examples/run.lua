@@ -5,8 +5,8 @@
 --   run.lua <model.bin> [-m generate] -i "prompt" [-n steps]
 --   <model.bin> may also be a checkpoint directory (docs/checkpoints.md) or a synthetic
 --   shape: run.lua 7m ... (gptoss.naming)
--- plus our long options (--devices, --weights, --kv, --slots, --threads, --scheduler,
--- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-new, --stop, --profile,
+-- plus our long options (--device, --weights, --kv, --slots, --threads, --scheduler,
+-- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-tokens, --stop, --profile,
 -- --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
 --
 -- stdout carries what run.cpp prints: the 15 header lines at load, then
@@ -235,7 +235,7 @@ end
 
 -- The course's generate (run.cpp, docs/course.md#the-command-line): one position a step,
 -- the prompt forced until its last token, then sampled ids until a stop id or `steps`
--- positions; and ours: until --max-new ids or a --stop string. Text is printed through the
+-- positions; and ours: until --max-tokens ids or a --stop string. Text is printed through the
 -- tokenizer's decoder, whole UTF-8 characters only.
 local function run_generate(model, tok, steps, prompt, device, weights, kv, figures)
   local r <close> = model:replica { device = device, slots = 1, ctx = steps, weights = weights, kv = kv,
@@ -255,7 +255,7 @@ local function run_generate(model, tok, steps, prompt, device, weights, kv, figu
   local token, pos, start, generated, stopped = prompt[1], 0, nil, 0, false
   while pos < steps do
     local sampled = pos >= #prompt - 1 -- this step's id is generated, not the prompt's
-    if sampled and a.max_new and generated >= a.max_new then break end
+    if sampled and a.max_tokens and generated >= a.max_tokens then break end
     local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
     local next_id
     if sampled then
@@ -323,9 +323,9 @@ local function open_inputs()
 end
 
 local function devices_of()
-  local devices = job:devices(a.devices)
+  local devices = job:devices(a.device)
   if a.threads and devices[1] ~= "cpu" then
-    local msg = "--threads is for CPU replicas (--devices cpu)"
+    local msg = "--threads is for CPU replicas (--device cpu)"
     if not job.rank then usage_error(msg) end
     error(msg, 0) -- a rank's devices are its own: every rank hears of it (job:agree)
   end

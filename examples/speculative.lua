@@ -9,11 +9,13 @@
 -- times.
 --   gptoss speculative [MODEL] [--draft-layers 1] [--k 4] [--max-tokens 64]
 --                      [--device cpu|N] [--temperature T --seed S]
--- MODEL (default 7m) and --device as every command names them (gptoss.naming).
+-- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens and --seed as
+-- every command spells them (gptoss.naming, gptoss.flags).
 local argparse = require "argparse"
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local script = require "gptoss.script"
 local generate = require "gptoss.generate"
@@ -24,9 +26,9 @@ naming.add_generation(parser, { prompt = "Once upon a time, in a land far away,"
 parser:option("--draft-layers", "Layers of the draft model (0: the target itself).", "1")
   :convert(cmdline.integer("--draft-layers", 0))
 parser:option("--k", "Ids the draft proposes a round.", "4"):convert(cmdline.integer("--k", 1))
-parser:option("--max-tokens", "Ids to generate.", "64"):convert(cmdline.integer("--max-tokens", 1))
+flags.add_max_tokens(parser, 64)
 parser:option("--temperature", "0: greedy; else sampling from softmax(logits / T).", "0"):convert(cmdline.non_negative)
-parser:option("--seed", "Seed of the speculative draws (sampling).", "1"):convert(cmdline.integer("--seed"))
+flags.add_seed(parser, 1, "1; with --temperature above 0")
 parser:option("--runs", "Runs of each loop; the fastest is reported (the first warms GPU graphs).", "2")
   :convert(cmdline.integer("--runs", 1))
 local a = script.parse(parser)
@@ -74,7 +76,7 @@ script.run(function()
   local same = table.concat(plain.ids, " ") == table.concat(spec.ids, " ")
   if not sampling and not same then error("greedy speculative decoding gave other ids than plain decoding", 0) end
   print(json.encode({
-    model = a.model, draft = draft_model, device = a.device, weights = target.weights, k = a.k,
+    model = a.model, draft = draft_model, device = ropts.device, weights = target.weights, k = a.k,
     temperature = a.temperature, tokens = #spec.ids, rounds = spec.rounds, proposed = spec.proposed,
     accepted = spec.accepted, tokens_per_target_step = spec.tokens_per_round,
     speculative_s = spec_s, plain_s = plain_s, plain_tokens = #plain.ids, speedup = plain_s / spec_s,

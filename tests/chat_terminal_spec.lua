@@ -163,7 +163,7 @@ describe("gptoss chat from a pipe", function()
       { "/load bad.json", "gptoss chat: /load: bad.json is not JSON: " },
       { "/load empty.json", "gptoss chat: /load: empty.json holds no {\"messages\": [...]} list of messages" },
       { "/load wrong.json", "gptoss chat: /load: wrong.json: message 1: role must be one of" },
-      { ("word "):rep(60), "tokens with no older turn left to drop, the replica's context 64" },
+      { ("word "):rep(60), "gptoss chat: your message is 117 tokens; --ctx is 64" },
     } do
       local code, _, err = chat({ "--ctx", "64", "--max-tokens", "2" }, case[1] .. "\nHello\n", files)
       assert.are.equal(1, code, case[1])

@@ -408,7 +408,7 @@ describe("examples/checker.lua dump", function()
   it("writes on the CPU the logits a step gives, in the format of the extension", function()
     local run = runner()
     local raw, text = tmp_ext(".f32"), tmp_ext(".txt")
-    local code, out, err = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5,17,9", "-o", raw }
+    local code, out, err = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5,17,9", "-o", raw, "--device", "cpu" }
     assert.are.same({ 0, "" }, { code, err })
     assert.truthy(out:find(("^wrote 201088 logits of token 9 at position 2 to %s, from gptoss%%.replica%%(cpu, ")
       :format(raw:gsub("%p", "%%%0"))), out)
@@ -416,12 +416,12 @@ describe("examples/checker.lua dump", function()
     local exact = { atol = 0, rtol = 0 }
     local r = checker.compare(checker.read(raw), direct(3), exact)
     assert.is_true(r.ok, r.message)
-    code = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5, 17, 9", "--output", text }
+    code = run { "dump", "7m", "--seed-weights", "3", "--tokens", "5, 17, 9", "--output", text, "--device", "cpu" }
     assert.are.equal(0, code)
     r = checker.compare(checker.read(text), direct(3), exact)
     assert.is_true(r.ok, r.message)
     -- one token: position 0
-    code = run { "dump", "7m", "--tokens", "9", "-o", raw, "--format", "text" }
+    code = run { "dump", "7m", "--tokens", "9", "-o", raw, "--format", "text", "--device", "cpu" }
     assert.are.equal(0, code)
     local single = gptoss.synthetic("7m"):replica { slots = 1, ctx = 1 }
     r = checker.compare(checker.read(raw, "text"),
@@ -433,7 +433,7 @@ describe("examples/checker.lua dump", function()
     local run = runner()
     local a, b, c = tmp_ext(".f32"), tmp_ext(".txt"), tmp_ext(".f32")
     for _, case in ipairs { { a, "3" }, { b, "3" }, { c, "4" } } do
-      assert.are.equal(0, (run { "dump", "7m", "--seed-weights", case[2], "--tokens", "5,17,9", "-o", case[1] }))
+      assert.are.equal(0, (run { "dump", "7m", "--seed-weights", case[2], "--tokens", "5,17,9", "-o", case[1], "--device", "cpu" }))
     end
     local code, out = run { "compare", b, a }
     assert.are.equal(0, code)
@@ -450,7 +450,7 @@ describe("examples/checker.lua dump", function()
     local run = runner()
     local model, from_file = tmp_ext(".bin"), tmp_ext(".f32")
     gptoss.synthetic("7m", { seed = 3 }):save(model)
-    assert.are.equal(0, (run { "dump", model, "--tokens", "5,17,9", "-o", from_file }))
+    assert.are.equal(0, (run { "dump", model, "--tokens", "5,17,9", "-o", from_file, "--device", "cpu" }))
     local r = checker.compare(checker.read(from_file), direct(3), { atol = 0, rtol = 0 })
     assert.is_true(r.ok, r.message)
   end)
@@ -471,8 +471,8 @@ describe("examples/checker.lua dump", function()
       { { "dump", "7m", "--tokens", "1,,2", "-o", out_path },
         "checker.lua dump: --tokens: '1,,2' is not a list of token ids (\"1,2,3\")" .. usage },
       { { "dump", "7m", "--tokens=-1", "-o", out_path }, "--tokens: '-1' is not a list of token ids" },
-      { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device", "0" },
-        "--device: '0' is not \"cpu\" or a GPU number from 1" },
+      { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device=-1" },
+        "--device: '-1' is not \"cpu\" or a GPU number from 0" },
       { { "dump", "7m", "--tokens", "1", "-o", out_path, "--weights", "fp16" },
         "argument for option '--weights' must be one of" },
       { { "dump", "9m", "--tokens", "1", "-o", out_path },
@@ -486,8 +486,8 @@ describe("examples/checker.lua dump", function()
         "checker.lua dump: -o: cannot write '/nonexistent-gptoss-dir/l.f32': No such file or directory\n" },
     }
     if #gptoss.devices() == 0 then
-      cases[#cases + 1] = { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device", "1" },
-        "checker.lua dump: replica: device 1: no GPU is available" }
+      cases[#cases + 1] = { { "dump", "7m", "--tokens", "1", "-o", out_path, "--device", "0" },
+        "checker.lua dump: --device 0: this build sees no GPU here (--device cpu runs on the CPU)" }
     end
     for _, case in ipairs(cases) do
       local code, out, err = run(case[1])
@@ -504,11 +504,11 @@ describe("examples/checker.lua dump", function()
     if #gptoss.devices() == 0 then pending("no GPU visible to this build (gptoss.devices() is empty)") end
     local run = runner()
     local gpu, cpu = tmp_ext(".f32"), tmp_ext(".f32")
-    local code, out, err = run { "dump", "7m", "--tokens", "5,17,9", "-o", gpu, "--device", "1",
+    local code, out, err = run { "dump", "7m", "--tokens", "5,17,9", "-o", gpu, "--device", "0",
       "--weights", "fp32" }
     assert.are.equal(0, code, err)
     assert.truthy(out:find("weights fp32, kv fp32", 1, true), out)
-    assert.are.equal(0, (run { "dump", "7m", "--tokens", "5,17,9", "-o", cpu }))
+    assert.are.equal(0, (run { "dump", "7m", "--tokens", "5,17,9", "-o", cpu, "--device", "cpu" }))
     code, out = run { "compare", gpu, cpu }
     assert.are.equal(0, code, out)
   end)

@@ -2,9 +2,11 @@
 -- from a fresh directory outside the tree: the list of commands (one per example, each with
 -- its line), --version, a command's --help under its own name, lua5.4 under `gptoss lua`,
 -- scripts run as lua5.4 runs them, and one line for a name that is neither a command nor a
--- file, an option that is lua5.4's, and a Lua module the examples need that is missing.
+-- file, an option that is lua5.4's, and a Lua module the examples need that is missing; and
+-- every command's --help offering the shared options (gptoss.flags) as one spelling each.
 local gptoss = require "gptoss"
 local commands = require "gptoss.commands"
+local flags = require "gptoss.flags"
 local H = require "helpers"
 
 describe("the gptoss program", function()
@@ -75,14 +77,71 @@ describe("the gptoss program", function()
     local code, out = gptoss_in(dir, { "help", "demo" })
     assert.are.equal(0, code)
     assert.are.equal(select(2, gptoss_in(dir, { "demo", "--help" })), out)
-    code, out = gptoss_in(dir, { "demo", "--steps", "x" })
+    code, out = gptoss_in(dir, { "demo", "--max-tokens", "x" })
     assert.are.same({ 1, "" }, { code, out })
   end)
 
+  -- The help text of option `name` in a command's --help (its lines joined), or nil when not offered.
+  local function option_help(help, name)
+    local text = help:match("\n   " .. name:gsub("%-", "%%-") .. "[ ,][^\n]*\n?(.-)\n   %-")
+      or help:match("\n   " .. name:gsub("%-", "%%-") .. "[ ,][^\n]*\n?(.-)\n\n")
+    if not text then return nil end
+    local first = help:match("\n   " .. name:gsub("%-", "%%-") .. " <[^>]*> +([^\n]*)") or ""
+    return (first .. " " .. text):gsub("%s+", " ")
+  end
+
+  -- The help of a command and of each of its subcommands (checker's dump and compare), as one text.
+  local function helps(dir, name)
+    local code, help, err = gptoss_in(dir, { name, "--help" })
+    assert.are.same({ 0, "" }, { code, err }, name)
+    for sub in (help:match("\nCommands:\n(.-)\n\n") or ""):gmatch("\n?   (%S+)") do
+      local sub_help
+      code, sub_help, err = gptoss_in(dir, { name, sub, "--help" })
+      assert.are.same({ 0, "" }, { code, err }, name .. " " .. sub)
+      help = help .. "\n" .. sub_help
+    end
+    return help
+  end
+
+  it("offers the shared options in every command's --help as one spelling, and none retired", function()
+    local dir, with = H.tmpdir(), { device = {}, steps = {}, max_tokens = {}, seed = {} }
+    for _, name in ipairs(commands.names()) do
+      if name ~= "lua" and name ~= "help" and name ~= "version" then
+        local help = helps(dir, name)
+        for old in pairs(flags.RETIRED) do
+          assert.is_nil(help:find(old:gsub("%-", "%%-") .. "%f[^%w%-]"), name .. " offers " .. old)
+        end
+        local device = option_help(help, "--device")
+        if device then
+          with.device[#with.device + 1] = name
+          assert.truthy(device:find("GPU numbers? from 0"), name .. ": " .. device)
+        end
+        local weights_seed = option_help(help, "--seed-weights")
+        if weights_seed then
+          assert.truthy(weights_seed:find(("(default: %d)"):format(gptoss.DEFAULT_SEED), 1, true), name)
+        end
+        for key, want in pairs { max_tokens = "^ ?Tokens generated at most, the prompt not counted",
+          steps = "the course's %-n", seed = "^ ?Seed of " } do
+          local text = option_help(help, "--" .. key:gsub("_", "-"))
+          if text then
+            with[key][#with[key] + 1] = name
+            assert.truthy(text:find(want), name .. ": " .. text)
+          end
+        end
+      end
+    end
+    -- the course's getp keeps its -n as --steps; demo's --steps became --max-tokens
+    assert.are.same({ "custom_scheduler", "bench_getp" }, with.steps)
+    assert.are.same({ "run", "chat", "demo", "checker", "speculative", "beam_search", "best_of_n", "serve",
+      "bench_gpu", "bench_prefill", "bench_getp" }, with.device)
+    assert.are.same({ "run", "chat", "demo", "speculative", "beam_search", "best_of_n" }, with.max_tokens)
+    assert.are.same({ "chat", "demo", "speculative", "best_of_n", "bench_serve", "bench_grammar" }, with.seed)
+  end)
+
   it("names itself in a command's messages", function()
-    local code, out, err = gptoss_in(H.tmpdir(), { "demo", "--steps", "x" })
+    local code, out, err = gptoss_in(H.tmpdir(), { "demo", "--max-tokens", "x" })
     assert.are.same({ 1, "" }, { code, out })
-    assert.truthy(err:find("^gptoss demo: %-%-steps: 'x' is not an integer >= 1\nUsage: gptoss demo "), err)
+    assert.truthy(err:find("^gptoss demo: %-%-max%-tokens: 'x' is not an integer >= 1\nUsage: gptoss demo "), err)
     code, out, err = gptoss_in(H.tmpdir(), { "run", "7m", "-t", "hot" })
     assert.are.same({ 1, "", "gptoss run: -t: 'hot' is not a number\nTry 'gptoss run --help' for usage.\n" },
       { code, out, err })

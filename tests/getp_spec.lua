@@ -232,38 +232,38 @@ describe("getp", function()
       return index(m, "replica")(m, { device = "cpu", slots = o.slots, ctx = o.ctx })
     end
     local function needs(slots, rows) -- what a GPU replica of these counts must find free
-      local plan = model:replica_bytes { device = 1, slots = slots, rows = rows, ctx = STEPS }
+      local plan = model:replica_bytes { device = 0, slots = slots, rows = rows, ctx = STEPS }
       return plan.total + plan.headroom
     end
     mt.__index = function(u, k) if k == "replica" then return fake_replica end return index(u, k) end
-    gptoss.devices = function() return { { memory = 1 << 40 } } end
+    gptoss.devices = function() return { { id = 0, memory = 1 << 40 } } end
     gptoss.device_memory = function() return free, 1 << 40 end
     local ok, err = pcall(function()
       -- room for 5 slots but not 6, each count with 2048 rows (slots + 128 is less)
       free = needs(5, 2048)
       assert.is_true(free < needs(6, 2048))
-      local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+      local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 0 },
         requests = { "a", "b", "c", "d", "e", "f", "g", "h" } }
       assert.are.equal(5, g.replicas[1].slots)
       assert.are.same({ { slots = 5, rows = 2048 } }, tries)
       -- room for more: the requests bound it
       tries, free = {}, needs(64, 2048)
-      local g2 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+      local g2 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 0 },
         requests = { "a", "b", "c" } }
       assert.are.same({ { slots = 3, rows = 2048 } }, tries)
       -- slots the caller gave stand
       tries, free = {}, 0
-      local g3 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+      local g3 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 0 },
         replica = { slots = 8 } }
       assert.are.same({ { slots = 8, rows = 2048 } }, tries)
       -- past 2048 rows: the slots and a quarter more
       tries = {}
-      local g5 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+      local g5 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 0 },
         replica = { slots = 1800 } }
       assert.are.same({ { slots = 1800, rows = 2250 } }, tries)
       -- rows the caller gave size the plan and stay as given
       tries, free = {}, needs(4, 300)
-      local g4 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 1 },
+      local g4 <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, devices = { 0 },
         requests = { "a", "b", "c", "d", "e", "f" }, replica = { rows = 300 } }
       assert.are.same({ { slots = 4, rows = 300 } }, tries)
     end)

@@ -89,7 +89,7 @@ end
 
 local function fp32_parity(model, n_slots, starts, decodes, atol, rtol)
   local c = model.config
-  local gpu = model:replica { device = 1, slots = n_slots, ctx = 96, weights = "fp32" }
+  local gpu = model:replica { device = 0, slots = n_slots, ctx = 96, weights = "fp32" }
   local cpu = model:replica { slots = n_slots, ctx = 96 }
   local worst, rows = 0, 0
   run_pair(gpu, cpu, schedule(n_slots, starts, decodes, c.vocab_size), function(step, r, g, ref, b)
@@ -223,7 +223,7 @@ end
 
 local function bf16_parity(model, n_slots, starts, decodes, kv, ctx)
   local c = model.config
-  local gpu = model:replica { device = 1, slots = n_slots, ctx = ctx, weights = "bf16", kv = kv }
+  local gpu = model:replica { device = 0, slots = n_slots, ctx = ctx, weights = "bf16", kv = kv }
   local cpu = model:replica { slots = n_slots, ctx = ctx, weights = "bf16", kv = kv }
   local zeros = gptoss.tensor.zeros { c.vocab_size }
   local worst, rows, over = 0, 0, {}
@@ -302,8 +302,8 @@ describe("GPU engine #gpu", function()
     local c = m.config
     for _, case in ipairs(cases) do
       local mode, n = case[1], case[2]
-      local alone = m:replica { device = 1, slots = 1, ctx = 64, weights = mode, kv = mode }
-      local crowd = m:replica { device = 1, slots = n, ctx = 64, weights = mode, kv = mode }
+      local alone = m:replica { device = 0, slots = 1, ctx = 64, weights = mode, kv = mode }
+      local crowd = m:replica { device = 0, slots = n, ctx = 64, weights = mode, kv = mode }
       local prompt = tokens_for(100, 16, c.vocab_size)
       local function prefill(rep, slot, toks)
         local b = { slots = {}, positions = {}, tokens = {} }
@@ -368,8 +368,8 @@ describe("GPU engine #gpu", function()
     -- among 1024 rows (16384 blocks) each block takes both of its row's.
     local m = gptoss.synthetic("20b-2l", { seed = 11 })
     local c, n, len = m.config, 1024, 200
-    local alone = m:replica { device = 1, slots = 1, ctx = 256, weights = "bf16", kv = "bf16" }
-    local crowd = m:replica { device = 1, slots = n, ctx = 256, weights = "bf16", kv = "bf16" }
+    local alone = m:replica { device = 0, slots = 1, ctx = 256, weights = "bf16", kv = "bf16" }
+    local crowd = m:replica { device = 0, slots = n, ctx = 256, weights = "bf16", kv = "bf16" }
     local prompt = tokens_for(200, len, c.vocab_size)
     local last
     for pos = 0, len - 1 do
@@ -406,7 +406,7 @@ describe("GPU engine #gpu", function()
       local c = m.config
       for _, n in ipairs(sizes) do
         local function replica(weights)
-          return m:replica { device = 1, slots = n, ctx = 32, rows = n + 8, weights = weights, kv = "bf16" }
+          return m:replica { device = 0, slots = n, ctx = 32, rows = n + 8, weights = weights, kv = "bf16" }
         end
         local bf16, mx = replica "bf16", replica "mxfp4"
         assert.are.equal("mxfp4", mx.weights)
@@ -446,8 +446,8 @@ describe("GPU engine #gpu", function()
   -- two bf16 replicas of m with 4 slots, `slot` sampling alike in both: one to be fed on
   -- the device, one told its tokens
   local function fed_and_told(m, slot, sampling)
-    local fed = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
-    local told = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local fed = m:replica { device = 0, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local told = m:replica { device = 0, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
     for _, r in ipairs { fed, told } do r:sampling(slot, sampling) end
     return fed, told
   end
@@ -476,7 +476,7 @@ describe("GPU engine #gpu", function()
 
   it("says when a step is done without waiting (h:ready), and its tokens are the waited ones", function()
     local m = gptoss.synthetic("20b-2l", { seed = 15 })
-    local r = m:replica { device = 1, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
+    local r = m:replica { device = 0, slots = 4, ctx = 64, weights = "bf16", kv = "bf16" }
     local slots, first = { 1, 2, 3, 4 }, tokens_for(15, 4, m.config.vocab_size)
     local h = r:step { slots = slots, positions = { 0, 0, 0, 0 }, tokens = first }
     local polls, deadline = 0, gptoss.clock() + 30
@@ -515,8 +515,8 @@ describe("GPU engine #gpu", function()
   it("replays captured forward passes with the same results as launching kernel by kernel", function()
     -- profiling launches every kernel itself; plain steps replay graphs
     local m = gptoss.synthetic("20b-2l", { seed = 13 })
-    local direct = m:replica { device = 1, slots = 4, ctx = 160, weights = "bf16", kv = "bf16" }
-    local graphed = m:replica { device = 1, slots = 4, ctx = 160, weights = "bf16", kv = "bf16" }
+    local direct = m:replica { device = 0, slots = 4, ctx = 160, weights = "bf16", kv = "bf16" }
+    local graphed = m:replica { device = 0, slots = 4, ctx = 160, weights = "bf16", kv = "bf16" }
     direct:profile(true)
     local toks = { 1, 2, 3, 4 }
     for pos = 0, 140, 7 do -- several attention split counts, and graphs reused
@@ -569,7 +569,7 @@ describe("GPU engine #gpu", function()
     m:save(dir, { format = "hf" })
     local checkpoint = gptoss.load(dir)
     local function opts(slots, weights)
-      return { device = 1, slots = slots, ctx = 32, rows = 2, weights = weights or "bf16", kv = "bf16" }
+      return { device = 0, slots = slots, ctx = 32, rows = 2, weights = weights or "bf16", kv = "bf16" }
     end
     local replicas = { m:replica(opts(2)), file:replica(opts(2)), m:replica(opts(65)), file:replica(opts(65)),
       checkpoint:replica(opts(2)), m:replica(opts(2, "mxfp4")), file:replica(opts(2, "mxfp4")),
@@ -589,7 +589,7 @@ describe("GPU engine #gpu", function()
 
   it("samples on the GPU exactly as gptoss.sampler does on the same logits", function()
     local m = gptoss.synthetic("7m", { seed = 11 })
-    local r = m:replica { device = 1, slots = 6, ctx = 64 }
+    local r = m:replica { device = 0, slots = 6, ctx = 64 }
     local settings = {
       false, { temperature = 1.0, seed = 1 }, { temperature = 0.7, top_k = 20, seed = 2 },
       { temperature = 1.3, top_p = 0.9, seed = 3 }, { temperature = 1.0, min_p = 0.05, seed = 4 },
@@ -623,7 +623,7 @@ describe("GPU engine #gpu", function()
 
   it("traces the golden's stages with the golden's values", function()
     local m = gptoss.synthetic("7m", { seed = 12 })
-    local gpu = m:replica { device = 1, slots = 1, ctx = 64, weights = "fp32" }
+    local gpu = m:replica { device = 0, slots = 1, ctx = 64, weights = "fp32" }
     local cpu = m:replica { slots = 1, ctx = 64 }
     local toks = tokens_for(3, 20, 201088)
     local worst = {}
@@ -696,7 +696,7 @@ describe("GPU engine #gpu", function()
     for _, mode in ipairs { "bf16", "fp32" } do
       it(mode .. " weights and KV, across the window's ring", function()
         local m = gptoss.synthetic(RING, { seed = 31 })
-        local opts = { device = 1, slots = 3, ctx = 64, rows = 8, chunk = 4, weights = mode, kv = mode }
+        local opts = { device = 0, slots = 3, ctx = 64, rows = 8, chunk = 4, weights = mode, kv = mode }
         local r, ref = m:replica(opts), m:replica(opts)
         -- slot 1 written up to 29, past its ring of 11: it holds positions 19..29, forks of length 26 or
         -- more find the 7 keys before them there
@@ -748,7 +748,7 @@ describe("GPU engine #gpu", function()
 
     it("refuses a step that goes back further than the ring reaches; one within it equals a fresh prefill", function()
       local m = gptoss.synthetic(RING, { seed = 32 })
-      local opts = { device = 1, slots = 1, ctx = 64, rows = 8, chunk = 4 }
+      local opts = { device = 0, slots = 1, ctx = 64, rows = 8, chunk = 4 }
       local r, ref = m:replica(opts), m:replica(opts)
       feed(r, 1, toks, 1, 30, 4)
       expect_error(function() r:step { slots = { 1 }, positions = { 20 }, tokens = { 5 } } end,
@@ -764,7 +764,7 @@ describe("GPU engine #gpu", function()
     end)
 
     it("says how far back a slot can go (r:rewind_limit), the figure its refusals name", function()
-      local r <close> = gptoss.synthetic(RING, { seed = 33 }):replica { device = 1, slots = 2, ctx = 64, rows = 8,
+      local r <close> = gptoss.synthetic(RING, { seed = 33 }):replica { device = 0, slots = 2, ctx = 64, rows = 8,
         chunk = 4 }
       -- within its ring of 11 positions a slot goes back anywhere
       feed(r, 1, toks, 1, 11, 4)
@@ -821,8 +821,8 @@ describe("GPU engine #gpu", function()
     it("draws as gptoss.sampler does with the same logit_bias, restores the logits, leaves other slots alone",
       function()
       local m = gptoss.synthetic("7m", { seed = 11 })
-      local r = m:replica { device = 1, slots = #settings, ctx = 64 }
-      local plain = m:replica { device = 1, slots = #settings, ctx = 64 }
+      local r = m:replica { device = 0, slots = #settings, ctx = 64 }
+      local plain = m:replica { device = 0, slots = #settings, ctx = 64 }
       for s, opts in ipairs(settings) do r:sampling(s, opts or nil) end
       local draws, changed = 0, 0
       run_both(r, plain, function(pos, h, hp)
@@ -845,8 +845,8 @@ describe("GPU engine #gpu", function()
 
     it("computes logprobs as gptoss.sampler does: within 1e-9, the same top ids", function()
       local m = gptoss.synthetic("7m", { seed = 12 })
-      local r = m:replica { device = 1, slots = #settings, ctx = 64 }
-      local plain = m:replica { device = 1, slots = #settings, ctx = 64 }
+      local r = m:replica { device = 0, slots = #settings, ctx = 64 }
+      local plain = m:replica { device = 0, slots = #settings, ctx = 64 }
       for s, opts in ipairs(settings) do r:sampling(s, opts or nil) end
       local worst, rows = 0, 0
       run_both(r, plain, function(pos, h)
@@ -877,7 +877,7 @@ describe("GPU engine #gpu", function()
 
     it("says when a slot's bias bans every token, and stays usable", function()
       local m = gptoss.synthetic(mid_with { vocab_size = 1000 }, { seed = 13 })
-      local r = m:replica { device = 1, slots = 2, ctx = 8 }
+      local r = m:replica { device = 0, slots = 2, ctx = 8 }
       local all = {}
       for id = 0, 999 do all[id] = -INF end
       for _, t in ipairs { 0, 1 } do
@@ -893,7 +893,7 @@ describe("GPU engine #gpu", function()
     it("copies back the logits of chosen rows only, in the order given", function()
       local m = gptoss.synthetic(mid_with { vocab_size = 1000 }, { seed = 14 })
       local b = { slots = { 1, 1, 2, 2, 3 }, positions = { 0, 1, 0, 1, 0 }, tokens = { 5, 6, 7, 8, 9 } }
-      local r = m:replica { device = 1, slots = 3, ctx = 8 }
+      local r = m:replica { device = 0, slots = 3, ctx = 8 }
       local all = r:step(helpers.with(b, { logits = true })):logits()
       for _, rows in ipairs { { 3, 1 }, { 2, 3, 4 }, { 5, 4, 3, 2, 1 }, { 4 } } do -- the same step again
         local kept = r:step(helpers.with(b, { logits = rows })):logits()
@@ -910,7 +910,7 @@ describe("GPU engine #gpu", function()
     local m = gptoss.synthetic("7m", { seed = 1 })
 
     it("refuses malformed steps with clear errors and stays usable", function()
-      local r = m:replica { device = 1, slots = 2, ctx = 16, rows = 4, chunk = 3 }
+      local r = m:replica { device = 0, slots = 2, ctx = 16, rows = 4, chunk = 3 }
       expect_error(function() r:step { slots = {}, positions = {}, tokens = {} } end, "step: empty batch")
       expect_error(function() r:step { slots = { 3 }, positions = { 0 }, tokens = { 1 } } end,
         "slots[1] = 3 is out of range 1..2")
@@ -938,13 +938,13 @@ describe("GPU engine #gpu", function()
     end)
 
     it("refuses options that do not apply and sizes it cannot hold", function()
-      expect_error(function() m:replica { device = 1, threads = 4 } end, "threads applies to CPU replicas only")
-      expect_error(function() m:replica { device = 1, rows = 4, chunk = 5 } end, "chunk = 5 must be in 1..rows")
+      expect_error(function() m:replica { device = 0, threads = 4 } end, "threads applies to CPU replicas only")
+      expect_error(function() m:replica { device = 0, rows = 4, chunk = 5 } end, "chunk = 5 must be in 1..rows")
       local big = gptoss.synthetic("20b")
-      local err = expect_error(function() big:replica { device = 1, slots = 4096, ctx = 131072 } end,
-        "device 1: need", "GiB free")
+      local err = expect_error(function() big:replica { device = 0, slots = 4096, ctx = 131072 } end,
+        "device 0: need", "GiB free")
       note("memory refusal: %s", err)
-      local r = m:replica { device = 1, slots = 1, ctx = 8 } -- still usable
+      local r = m:replica { device = 0, slots = 1, ctx = 8 } -- still usable
       assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 0 }, tokens = { 1 } }):tokens())
       local mem = r.memory
       assert.is_true(mem.weights_fp32 > 0 and mem.weights_mxfp4 > 0 and mem.kv > 0 and mem.scratch > 0)
@@ -956,19 +956,19 @@ describe("GPU engine #gpu", function()
     it("refuses shapes its kernels cannot take, naming the limits", function()
       local function shape(changes) return gptoss.synthetic(mid_with(changes)) end
       -- 64 query heads per KV head: attention takes 32 at most
-      expect_error(function() shape({ n_attn_heads = 64, n_kv_heads = 1 }):replica { device = 1 } end,
+      expect_error(function() shape({ n_attn_heads = 64, n_kv_heads = 1 }):replica { device = 0 } end,
         "up to 32 query heads per KV head", "this model: 64 heads, 1 KV heads")
       -- the router keeps a normalized row in shared memory: 48 KiB less its
       -- 256 logits and 16 warps' scratch, 12000 floats
-      expect_error(function() shape({ hidden_dim = 12032, n_layers = 1 }):replica { device = 1 } end,
+      expect_error(function() shape({ hidden_dim = 12032, n_layers = 1 }):replica { device = 0 } end,
         "hidden size 12000", "hidden size 12032")
-      local r = m:replica { device = 1, slots = 1, ctx = 8 } -- still usable
+      local r = m:replica { device = 0, slots = 1, ctx = 8 } -- still usable
       assert.are.equal(1, #r:step({ slots = { 1 }, positions = { 0 }, tokens = { 1 } }):tokens())
       r:close()
     end)
 
     it("keeps only a window's ring for windowed layers", function()
-      local full = m:replica { device = 1, slots = 2, ctx = 1024, chunk = 1, rows = 2, kv = "bf16" }
+      local full = m:replica { device = 0, slots = 2, ctx = 1024, chunk = 1, rows = 2, kv = "bf16" }
       -- 7m: layer 1 windowed (128 + chunk - 1 positions), layer 2 full (1024); keys and values, 2 bytes
       local kvd = m.config.head_dim * m.config.n_kv_heads
       assert.are.equal(2 * 2 * (128 + 1024) * kvd * 2, full.memory.kv)
@@ -992,7 +992,7 @@ describe("GPU engine bad input, everywhere", function()
     -- a model file whose unembedding row of token 7 is NaN
     local bad = helpers.nan_row_model(m, 7)
     local engines = { { slots = 2, ctx = 8 } }
-    if #gptoss.devices() > 0 then engines[2] = { device = 1, slots = 2, ctx = 8 } end
+    if #gptoss.devices() > 0 then engines[2] = { device = 0, slots = 2, ctx = 8 } end
     for _, opts in ipairs(engines) do
       local r = bad:replica(opts)
       r:sampling(1, { temperature = 1, seed = 3 })

@@ -39,7 +39,7 @@ describe("getp on GPUs #gpu", function()
       { scheduler = "static", slots = 8 },
       { scheduler = "continuous", slots = 1 },
     } do
-      local gpu = run { devices = { 1 }, scheduler = case.scheduler,
+      local gpu = run { devices = { 0 }, scheduler = case.scheduler,
         replica = { weights = "fp32", kv = "fp32", slots = case.slots, chunk = 8 } }
       assert.are.same(cpu.outputs, gpu.outputs)
       assert.are.equal(cpu.tokens, gpu.tokens)
@@ -49,7 +49,7 @@ describe("getp on GPUs #gpu", function()
   it("sizes its own replica: slots for the requests, 2048 rows a step (more than the slots and a "
     .. "quarter of them, at least 128, for prefill)", function()
       local g <close> = getp.new { model = model, tokenizer = tok, steps = STEPS, requests = PROMPTS,
-        devices = { 1 }, replica = { weights = "fp32", kv = "fp32" } }
+        devices = { 0 }, replica = { weights = "fp32", kv = "fp32" } }
       local r = g.replicas[1]
       assert.are.equal(#PROMPTS, r.slots) -- memory holds more; the requests bound it
       assert.are.equal(2048, r.rows)
@@ -57,15 +57,15 @@ describe("getp on GPUs #gpu", function()
     end)
 
   it("gives them with two replicas on the first GPU, or one on each of two GPUs", function()
-    local second = #devices > 1 and 2 or 1
+    local second = #devices > 1 and 1 or 0
     local replicas = {
-      model:replica { device = 1, slots = 2, ctx = STEPS, weights = "fp32", kv = "fp32" },
+      model:replica { device = 0, slots = 2, ctx = STEPS, weights = "fp32", kv = "fp32" },
       model:replica { device = second, slots = 3, ctx = STEPS, weights = "fp32", kv = "fp32" },
     }
     local gpu = run { replicas = replicas, partition = "balanced" }
     for _, r in ipairs(replicas) do r:close() end
     assert.are.same(cpu.outputs, gpu.outputs)
-    note("fp32: two replicas on GPUs 1 and %d: %d requests, identical to the CPU", second, #PROMPTS)
+    note("fp32: two replicas on GPUs 0 and %d: %d requests, identical to the CPU", second, #PROMPTS)
   end)
 
   it("writes them from the command line with GPTOSS_SYNC_LAUNCHES=1 (no graphs, each kernel checked "
@@ -81,7 +81,7 @@ describe("getp on GPUs #gpu", function()
     for _, env in ipairs { { GPTOSS_SYNC_LAUNCHES = "1" }, {} } do
       local output = helpers.tmp()
       local code, _, err = run_cli({ "7m", "--seed-weights", "1", "-m", "getp", "-i", input,
-        "-o", output, "-n", tostring(STEPS), "-z", TOKENIZER, "--devices", "1", "--weights", "fp32", "--quiet" }, env)
+        "-o", output, "-n", tostring(STEPS), "-z", TOKENIZER, "--device", "0", "--weights", "fp32", "--quiet" }, env)
       assert.are.equal(0, code, err)
       outputs[#outputs + 1] = helpers.read_file(output)
     end
@@ -93,7 +93,7 @@ describe("getp on GPUs #gpu", function()
   end)
 
   it("measures how far bf16 greedy outputs agree with fp32", function()
-    local gpu = run { devices = { 1 }, replica = { weights = "bf16", kv = "bf16", slots = 4 } }
+    local gpu = run { devices = { 0 }, replica = { weights = "bf16", kv = "bf16", slots = 4 } }
     local same, common, total = 0, 0, 0
     for i, out in ipairs(cpu.outputs) do
       local g = gpu.outputs[i]

@@ -28,7 +28,7 @@ describe("generation loops on a GPU #gpu", function()
   for _, case in ipairs { { "fp32", 170 }, { "bf16", 60 } } do
     local mode, tokens = case[1], case[2]
     it(("gives plain greedy decoding's ids with speculative decoding (%s, %d ids)"):format(mode, tokens), function()
-      local opts = { device = 1, weights = mode, kv = mode, ctx = #PROMPT + tokens }
+      local opts = { device = 0, weights = mode, kv = mode, ctx = #PROMPT + tokens }
       local target <close> = model:replica(H.with(opts, { slots = 2 }))
       local draft <close> = draft_model:replica(H.with(opts, { slots = 1 }))
       local want = generate.run { replica = target, prompt = PROMPT, max_tokens = tokens }.ids
@@ -43,7 +43,7 @@ describe("generation loops on a GPU #gpu", function()
   end
 
   it("refuses a draft whose chunk is too short to go back k - 1 positions", function()
-    local opts = { device = 1, weights = "bf16", kv = "bf16", ctx = 64 }
+    local opts = { device = 0, weights = "bf16", kv = "bf16", ctx = 64 }
     local target <close> = model:replica(H.with(opts, { slots = 1 }))
     local draft <close> = draft_model:replica(H.with(opts, { slots = 1, rows = 2, chunk = 2 }))
     H.expect_error(function()
@@ -55,7 +55,7 @@ describe("generation loops on a GPU #gpu", function()
   end)
 
   it("forks parallel samples that equal fresh prefills with their seeds (bf16)", function()
-    local opts = { device = 1, weights = "bf16", kv = "bf16", ctx = 64 }
+    local opts = { device = 0, weights = "bf16", kv = "bf16", ctx = 64 }
     local r <close> = model:replica(H.with(opts, { slots = 4 }))
     local fresh <close> = model:replica(H.with(opts, { slots = 1 }))
     local sampling = { temperature = 0.9, seed = 11 }
@@ -69,7 +69,7 @@ describe("generation loops on a GPU #gpu", function()
 
   it("finds the CPU golden's beams in fp32", function()
     local opts = { slots = 4, ctx = 32, weights = "fp32", kv = "fp32" }
-    local gpu <close> = model:replica(H.with(opts, { device = 1 }))
+    local gpu <close> = model:replica(H.with(opts, { device = 0 }))
     local cpu <close> = model:replica(opts)
     local search = { prompt = PROMPT, width = 4, max_tokens = 10 }
     local g, c = beam.search(H.with(search, { replica = gpu })), beam.search(H.with(search, { replica = cpu }))
@@ -82,7 +82,7 @@ describe("generation loops on a GPU #gpu", function()
 
   it("runs getp's chat requests with the shared prefix forked: the outputs without it (bf16)", function()
     local tok = gptoss.tokenizer(H.TOKENIZER)
-    local base = { model = model, tokenizer = tok, devices = { 1 }, steps = 96, chat = true,
+    local base = { model = model, tokenizer = tok, devices = { 0 }, steps = 96, chat = true,
       replica = { weights = "bf16", kv = "bf16" },
       requests = { "Hello", "Write a short haiku about the ocean.", "2 + 2 =", "Once upon a time" } }
     local shared = getp.run(base)
@@ -96,7 +96,7 @@ describe("generation loops on a GPU #gpu", function()
     local tok = gptoss.tokenizer(H.TOKENIZER)
     -- a window of 8 and chunks of 4: the windowed layers keep a ring of the last 11 positions
     local windowed = gptoss.synthetic({ sliding_window = 8 }, { seed = 1 })
-    local r <close> = windowed:replica { device = 1, slots = 1, ctx = 256, rows = 8, chunk = 4 }
+    local r <close> = windowed:replica { device = 0, slots = 1, ctx = 256, rows = 8, chunk = 4 }
     local s = chat.new { replica = r, tokenizer = tok, sampling = { temperature = 0 }, max_tokens = 40 }
     s:ask("Tell me about the sea.")
     -- the slot wrote positions 0..#held - 1 in order: its ring holds those from #held - 11 on

@@ -30,7 +30,7 @@ describe("the KV cache of a slot of 131072 positions, planned without a device",
       -- { options, bytes a value, chunk }
       for _, case in ipairs { { {}, 2, 128 }, { { weights = "fp32" }, 4, 128 },
         { { rows = 1024, chunk = 1024 }, 2, 1024 } } do
-        local opts = { device = 1, slots = 1, ctx = LONG_CTX }
+        local opts = { device = 0, slots = 1, ctx = LONG_CTX }
         for k, v in pairs(case[1]) do opts[k] = v end
         local bytes, chunk = case[2], case[3]
         local plan = m:replica_bytes(opts)
@@ -185,7 +185,7 @@ describe("the GPU at positions past the initial context #gpu", function()
     it("fp32 equals the golden stage by stage: " .. case[1], function()
       local m = gptoss.synthetic(case[2], { seed = 4 })
       local ctx = case[3][#case[3]][3] + 1
-      local gpu <close> = m:replica { device = 1, slots = 1, ctx = ctx, weights = "fp32", rows = CHUNK, chunk = CHUNK }
+      local gpu <close> = m:replica { device = 0, slots = 1, ctx = ctx, weights = "fp32", rows = CHUNK, chunk = CHUNK }
       local cpu <close> = m:replica { slots = 1, ctx = ctx }
       walk({ gpu, cpu }, case[3], m.config.vocab_size, function(group)
         local tokens = {}

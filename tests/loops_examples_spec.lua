@@ -12,7 +12,8 @@ describe("examples/speculative.lua", function()
     H.need_tokenizer(pending)
     local run = H.runner("examples/speculative.lua", pending)
     for _, case in ipairs { { "1", false }, { "0", true } } do
-      local code, out, err = run { "--max-tokens", "10", "--k", "3", "--draft-layers", case[1], "--runs", "1" }
+      local code, out, err = run { "--max-tokens", "10", "--k", "3", "--draft-layers", case[1], "--runs", "1",
+        "--device", "cpu" }
       assert.are.equal(0, code, err)
       local figures = json.decode(out:match("\n({[^\n]*})\n$"))
       assert.are.same({ "7m", 10, 10, true, 3 }, { figures.model, figures.tokens, figures.plain_tokens,
@@ -22,7 +23,7 @@ describe("examples/speculative.lua", function()
       assert.are.equal(case[2], figures.accepted == figures.proposed) -- the target as its own draft: all accepted
       assert.is_true(figures.speculative_s > 0 and figures.plain_s > 0)
     end
-    local code, out, err = run { "--max-tokens", "6", "--temperature", "1", "--seed", "3", "--runs", "1" }
+    local code, out, err = run { "--max-tokens", "6", "--temperature", "1", "--seed", "3", "--runs", "1", "--device", "cpu" }
     assert.are.equal(0, code, err)
     assert.are.equal(6, json.decode(out:match("\n({[^\n]*})\n$")).tokens)
   end)
@@ -31,7 +32,7 @@ describe("examples/speculative.lua", function()
     local run = H.runner("examples/speculative.lua", pending)
     H.expect_exits(run, 1, {
       { { "--draft-layers", "2" }, "speculative.lua: --draft-layers: 2 is not fewer than the target's 2" },
-      { { "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
+      { { "--device=-1" }, "--device: '-1' is not \"cpu\" or a GPU number from 0" },
       { { "--k", "0" }, "--k: '0' is not an integer >= 1" },
       -- a path-like name that is not there is a missing file, not an unknown shape
       { { "nope.bin" }, "speculative.lua: load: cannot open model file 'nope.bin'" },
@@ -43,14 +44,14 @@ end)
 describe("examples/beam_search.lua and examples/best_of_n.lua", function()
   it("print the hypotheses best first, and the samples with the best marked", function()
     H.need_tokenizer(pending)
-    local code, out, err = H.runner("examples/beam_search.lua", pending) { "--width", "3", "--max-tokens", "4" }
+    local code, out, err = H.runner("examples/beam_search.lua", pending) { "--width", "3", "--max-tokens", "4", "--device", "cpu" }
     assert.are.equal(0, code, err)
     assert.truthy(out:find("beam search, width 3, alpha 1: %d+ hypotheses, %d+ steps"), out)
     local scores = {}
     for score in out:gmatch("\n%s*%d+  score%s+(%S+)") do scores[#scores + 1] = tonumber(score) end
     assert.is_true(#scores >= 3, out)
     for i = 2, #scores do assert.is_true(scores[i] <= scores[i - 1], out) end
-    code, out, err = H.runner("examples/best_of_n.lua", pending) { "--n", "3", "--max-tokens", "5" }
+    code, out, err = H.runner("examples/best_of_n.lua", pending) { "--n", "3", "--max-tokens", "5", "--device", "cpu" }
     assert.are.equal(0, code, err)
     local _, marked = out:gsub("\n%*%s+%d+  seed", "")
     assert.are.equal(1, marked, out)
@@ -64,7 +65,7 @@ describe("examples/bench_getp.lua", function()
   it("puts --replicas-per-device replicas on a device and reports each one's host and wait per step", function()
     H.need_tokenizer(pending)
     local run = H.runner("examples/bench_getp.lua", pending)
-    local code, out, err = run { "7m", "--devices", "cpu", "--weights", "fp32", "--requests", "6",
+    local code, out, err = run { "7m", "--device", "cpu", "--weights", "fp32", "--requests", "6",
       "--steps", "24", "--replicas-per-device", "3" }
     assert.are.equal(0, code, err)
     local figures = json.decode(out:match("\n({[^\n]*})\n$"))
@@ -120,7 +121,7 @@ describe("examples/bench_getp.lua", function()
     H.need_tokenizer(pending)
     local run = H.runner("examples/bench_getp.lua", pending)
     local requests, prompt, steps = 3, 32, 40
-    local code, out, err = run { "7m", "--devices", "cpu", "--weights", "fp32", "--requests", tostring(requests),
+    local code, out, err = run { "7m", "--device", "cpu", "--weights", "fp32", "--requests", tostring(requests),
       "--prompt-tokens", tostring(prompt), "--steps", tostring(steps), "--profile" }
     assert.are.equal(0, code, err)
     local f = json.decode(out:match("\n({[^\n]*})\n$"))

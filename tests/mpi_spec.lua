@@ -123,9 +123,9 @@ describe("gptoss.getp_ranks", function()
     assert.are.same({ { 1, 2 }, { 3 }, { 4 } },
       { getp_ranks.local_devices({ 1, 2, 3, 4 }, 0, 3), getp_ranks.local_devices({ 1, 2, 3, 4 }, 1, 3),
         getp_ranks.local_devices({ 1, 2, 3, 4 }, 2, 3) })
-    expect_error(function() getp_ranks.local_devices({}, 0, 1) end, "this host has no GPU (--devices cpu runs on its CPUs)")
+    expect_error(function() getp_ranks.local_devices({}, 0, 1) end, "this host has no GPU (--device cpu runs on its CPUs)")
     expect_error(function() getp_ranks.local_devices({ 1, 2 }, 2, 3) end,
-      "local rank 2 of the 3 on this host has no GPU of its own: the host shows 2 (give --devices")
+      "local rank 2 of the 3 on this host has no GPU of its own: the host shows 2 (give --device")
   end)
 
   it("shares requests out as one process would over every rank's devices", function()
@@ -159,7 +159,7 @@ describe("getp under mpirun", function()
     "Write a short haiku about the ocean.", "ฉันรักทะเล 🌊 naïve" }
 
   local function getp_args(model, input, output, ...)
-    return { "run", model, "--devices", "cpu", "-m", "getp", "-i", input, "-o", output, "-n", "24",
+    return { "run", model, "--device", "cpu", "-m", "getp", "-i", input, "-o", output, "-n", "24",
       "-z", TOKENIZER, ... }
   end
 
@@ -210,7 +210,7 @@ describe("getp under mpirun", function()
       { 1, { "/nonexistent/gpt.bin" },
         "^gptoss run: rank 1 of 3 %(.*%): load: cannot open model file '/nonexistent/gpt%.bin': No such file" },
       -- rank 2 is given a GPU this host does not have: its replica cannot be built
-      { 2, { "7m", "--devices", "99" }, "^gptoss run: rank 2 of 3 %(.*%): getp: building the replica on gpu 99: " },
+      { 2, { "7m", "--device", "99" }, "^gptoss run: rank 2 of 3 %(.*%): getp: building the replica on gpu 99: " },
       -- rank 1's model draws NaN logits: its steps fail mid-run
       { 1, { broken, "-t", "1" }, "^gptoss run: rank 1 of 3 %(.*%): getp: replica 1 %(cpu%): step:tokens: .*NaN" },
     } do

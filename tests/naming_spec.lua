@@ -1,11 +1,14 @@
--- How every command names a model and a device (gptoss.naming): MODEL a path or a shape of
--- gptoss.SHAPES, --device cpu|N, --devices cpu|1,2, and the spellings before them refused by
--- every command that took them, naming the new one; the loader naming a checkpoint's file or
--- a tokenizer.bin given as the model (src/core/model_load.c); and output paths checked
--- before any work (cmdline.check_writable), without truncating a file that is there.
+-- How every command names a model (gptoss.naming) and spells what it shares (gptoss.flags):
+-- MODEL a path or a shape of gptoss.SHAPES, --seed-weights of one default, --device cpu|N or
+-- a list of GPU numbers from 0 and its defaults, --max-tokens, --seed, and the spellings before
+-- them refused by every command that took them, naming the new one; the loader naming a
+-- checkpoint's file or a tokenizer.bin given as the model (src/core/model_load.c); and output
+-- paths checked before any work (cmdline.check_writable), without truncating a file that is
+-- there.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local H = require "helpers"
 
@@ -17,32 +20,25 @@ describe("gptoss.naming", function()
   local function parse(opts, ...)
     local p = argparse("cmd")
     naming.add_model(p, opts)
-    naming.add_device(p, "cpu")
-    naming.add_devices(p)
     return p:pparse { ... }
   end
 
-  it("takes MODEL as an argument, its default when given one, and the devices", function()
-    local ok, a = parse({ default = "7m" }, "--device", "2", "--devices", "1, 3")
+  it("takes MODEL as an argument, its default when given one, and --seed-weights of one default", function()
+    local ok, a = parse({ default = "7m" })
     assert.is_true(ok, a)
-    assert.are.same({ "7m", gptoss.DEFAULT_SEED, 2, { 1, 3 } }, { a.model, a.seed_weights, a.device, a.devices })
-    ok, a = parse({ seed = 1 }, "x.bin", "--seed-weights", "5", "--device", "cpu", "--devices", "cpu")
-    assert.are.same({ true, "x.bin", 5, "cpu", { "cpu" } }, { ok, a.model, a.seed_weights, a.device, a.devices })
-    assert.are.equal(1, select(2, parse({ seed = 1 }, "x")).seed_weights)
+    assert.are.same({ "7m", gptoss.DEFAULT_SEED }, { a.model, a.seed_weights })
+    ok, a = parse({}, "x.bin", "--seed-weights", "5")
+    assert.are.same({ true, "x.bin", 5 }, { ok, a.model, a.seed_weights })
     assert.are.same({ false, "missing argument 'model'" }, { parse({}) })
   end)
 
-  it("refuses the spellings it replaces, and bad devices, naming the right one", function()
+  it("refuses the spellings it replaces, naming the right one", function()
     for _, case in ipairs {
       { { "--model", "20b" }, "--model 20b is now written 20b: the model is the command's argument" },
       { { "--synthetic", "7m" }, "--synthetic 7m is now written 7m: a synthetic shape is named as the model" },
       { { "synthetic:20b-2l" }, "'synthetic:20b-2l' is now written 20b-2l: a synthetic shape is named as the model" },
       { { "7m", "--seed", "3" }, "--seed 3 is now written --seed-weights 3" },
       { { "7m", "--seed-weights", "x" }, "--seed-weights: 'x' is not an integer" },
-      { { "7m", "--device", "0" }, "--device: '0' is not \"cpu\" or a GPU number from 1" },
-      { { "7m", "--device", "gpu" }, "--device: 'gpu' is not \"cpu\" or a GPU number from 1" },
-      { { "7m", "--devices", "1,1" }, "--devices: '1,1' is not \"cpu\" or a list of distinct GPU numbers from 1" },
-      { { "7m", "--devices", "cpu,1" }, "--devices: 'cpu,1' is not" },
     } do
       local ok, err = parse({ old_seed = true }, table.unpack(case[1]))
       assert.is_false(ok, table.concat(case[1], " "))
@@ -65,24 +61,107 @@ describe("gptoss.naming", function()
     local code, out, err = H.run_in(dir, paths, { tree.lua, "-e", [[
       local naming = require "gptoss.naming"
       print(naming.open("7m").format, naming.open("./7m").format)
-      for _, name in ipairs { "9m", "gpt-oss-20b", "gpt-oss-20b.bin", "models/7m" } do
+      for _, name in ipairs { "9m", "gpt-oss-20b", "gpt-oss-20b.bin", "models/x/7m" } do
         print((select(2, pcall(naming.open, name)):gsub("^[^\n]-%.lua:%d+: ", "")))
       end]] })
     assert.are.equal(0, code, err)
     assert.are.equal(table.concat({ "synthetic\tcourse", "'9m' " .. NEITHER, "'gpt-oss-20b' " .. NEITHER,
       "load: cannot open model file 'gpt-oss-20b.bin': No such file or directory",
-      "load: cannot open model file 'models/7m': No such file or directory", "" }, "\n"), out)
+      "load: cannot open model file 'models/x/7m': No such file or directory", "" }, "\n"), out)
   end)
 end)
 
 -- every command that names a model: the script, the arguments before MODEL, the exit status
 -- of a usage error, and whether it had --seed for the weights
 local COMMANDS = {
-  { "run.lua", {}, 1 }, { "chat.lua", {}, 1 }, { "demo.lua", {}, 1, true }, { "parity.lua", {}, 2, true },
+  { "run.lua", {}, 1 }, { "chat.lua", {}, 1 }, { "demo.lua", {}, 1 }, { "parity.lua", {}, 2, true },
   { "checker.lua", { "dump" }, 2, true }, { "speculative.lua", {}, 1 }, { "beam_search.lua", {}, 1 },
   { "best_of_n.lua", {}, 1 }, { "custom_scheduler.lua", {}, 1 }, { "bench_golden.lua", {}, 1 },
   { "bench_gpu.lua", {}, 1 }, { "bench_prefill.lua", {}, 1 }, { "bench_getp.lua", {}, 1 },
 }
+
+describe("gptoss.flags", function()
+  local function parse(setup, ...)
+    local p = argparse("cmd")
+    setup(p)
+    return p:pparse { ... }
+  end
+
+  it("reads --device as cpu or one GPU number from 0, or a list where a command runs several", function()
+    local function one(p) flags.add_device(p) end
+    local function several(p) flags.add_device(p, true) end
+    for _, case in ipairs {
+      { one, { "--device", "cpu" }, "cpu" }, { one, { "--device", "0" }, 0 }, { one, { "--device", "3" }, 3 },
+      { several, { "--device", "cpu" }, { "cpu" } }, { several, { "--device", "0, 2" }, { 0, 2 } },
+      { several, { "--device", "1" }, { 1 } }, { one, {}, nil }, { several, {}, nil },
+    } do
+      local ok, a = parse(case[1], table.unpack(case[2]))
+      assert.is_true(ok, a)
+      assert.are.same(case[3], a.device, table.concat(case[2], " "))
+    end
+    for _, case in ipairs {
+      { one, { "--device=-1" }, "--device: '-1' is not \"cpu\" or a GPU number from 0" },
+      { one, { "--device", "gpu" }, "--device: 'gpu' is not \"cpu\" or a GPU number from 0" },
+      { one, { "--device", "0,1" }, "--device: '0,1': this command runs one replica, on \"cpu\" or a GPU number from 0" },
+      { several, { "--device", "1,1" }, "--device: '1,1' is not \"cpu\" or distinct GPU numbers from 0 (\"0,1\")" },
+      { several, { "--device", "cpu,1" }, "--device: 'cpu,1' is not" },
+      { several, { "--device=-1" }, "--device: '-1' is not" },
+      { one, { "--devices", "1" }, "--devices 1 is now written --device 1" },
+      { several, { "--devices", "0,1" }, "--devices 0,1 is now written --device 0,1" },
+    } do
+      local ok, err = parse(case[1], table.unpack(case[2]))
+      assert.is_false(ok, table.concat(case[2], " "))
+      assert.are.equal(case[3], err:sub(1, #case[3]))
+    end
+  end)
+
+  it("defaults to the GPUs when there are any (the first for one replica), else the CPU", function()
+    local devices = gptoss.devices
+    finally(function() gptoss.devices = devices end)
+    gptoss.devices = function() return { { id = 0, name = "a" }, { id = 1, name = "b" } } end
+    assert.are.same({ 0, { 0, 1 } }, { flags.one_device(nil), flags.devices(nil) })
+    assert.are.same({ "cpu", { 1 } }, { flags.one_device("cpu"), flags.devices({ 1 }) })
+    assert.are.same({ name = "b", id = 1 }, gptoss.device(1))
+    assert.is_nil(gptoss.device(2))
+    gptoss.devices = function() return {} end
+    assert.are.same({ "cpu", { "cpu" } }, { flags.one_device(nil), flags.devices(nil) })
+  end)
+
+  it("reads --max-tokens, --seed and the course's --steps, and refuses a retired spelling with the new one", function()
+    local function all(p)
+      flags.add_max_tokens(p, 16)
+      flags.add_seed(p, nil, "random")
+      flags.add_course_steps(p, 64)
+      flags.retire(p, "--sample-seed")
+      flags.retire(p, "--max-new")
+    end
+    local ok, a = parse(all)
+    assert.are.same({ true, 16, nil, 64 }, { ok, a.max_tokens, a.seed, a.steps })
+    ok, a = parse(all, "--max-tokens", "3", "--seed=-5", "--steps", "7")
+    assert.are.same({ true, 3, -5, 7 }, { ok, a.max_tokens, a.seed, a.steps })
+    for _, case in ipairs {
+      { { "--max-tokens", "0" }, "--max-tokens: '0' is not an integer >= 1" },
+      { { "--seed", "x" }, "--seed: 'x' is not an integer" },
+      { { "--sample-seed", "3" }, "--sample-seed 3 is now written --seed 3" },
+      { { "--max-new", "3" }, "--max-new 3 is now written --max-tokens 3" },
+    } do
+      assert.are.same({ false, case[2] }, { parse(all, table.unpack(case[1])) })
+    end
+  end)
+
+  it("puts the Lua API's errors a command's user meets in the command line's terms, keeping the others", function()
+    for _, case in ipairs {
+      { "chat.lua:12: session:ask: the conversation is 357 tokens with no older turn left to drop, the replica's "
+        .. "context 256", "your message is 357 tokens; --ctx is 256" },
+      { "replica: device 3 is out of range 0..1", "--device 3: this machine's GPUs are 0..1" },
+      { "getp: building the replica on gpu 2: replica: device 2: no GPU is available (gptoss.devices() is empty)",
+        "getp: building the replica on gpu 2: --device 2: this build sees no GPU here (--device cpu runs on the CPU)" },
+      { "x.lua:3: step: tokens[1] = 201088 is out of range 0..201087", "step: tokens[1] = 201088 is out of range 0..201087" },
+    } do
+      assert.are.equal(case[2], cmdline.message(case[1]))
+    end
+  end)
+end)
 
 describe("every command that names a model", function()
   after_each(H.cleanup)

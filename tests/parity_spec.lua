@@ -619,7 +619,7 @@ describe("examples/parity.lua", function()
       { { "7m", "--tokens", "1,,2" }, "'1,,2' is not a comma-separated list of token ids" },
       { { "7m", "--tokens", "1", "--a", "gpu:fp32" }, "'gpu:fp32' is not a replica DEVICE:WEIGHTS[/KV]" },
       { { "7m", "--tokens", "1", "--b", "cpu:fp16" }, "'cpu:fp16' is not a replica" },
-      { { "7m", "--tokens", "1", "--b", "0:bf16" }, "'0:bf16' is not a replica" },
+      { { "7m", "--tokens", "1", "--b", "2.5:bf16" }, "'2.5:bf16' is not a replica" },
       { { "7m", "--tokens", "1", "--rtol=-1" }, "parity.lua: --rtol: '-1' is not a non-negative number" },
       { { "7m", "--tokens", "1", "--seed-weights", "x" }, "--seed-weights: 'x' is not an integer" },
     }, "Usage: parity.lua")

@@ -136,7 +136,7 @@ describe("--plot in the benchmarks", function()
     H.need_tokenizer(pending)
     local run = H.runner("examples/bench_getp.lua", pending)
     local png = H.tmpdir() .. "/getp.png"
-    local code, out, err = run { "7m", "--devices", "cpu", "--weights", "fp32", "--requests", "4",
+    local code, out, err = run { "7m", "--device", "cpu", "--weights", "fp32", "--requests", "4",
       "--steps", "12", "--replicas-per-device", "2", "--plot", png }
     assert.are.equal(0, code, err)
     local figures = json.decode(out:match("\n({[^\n]*})\n$"))

@@ -53,7 +53,7 @@ describe("a prompt prefilled in chunks on a GPU #gpu", function()
     it("equals one whole prefill, bit for bit, " .. weights, function()
       -- one replica takes the whole prompt in a step, and chunks of it in another slot; the
       -- others' chunks are short enough that the windowed layers' ring wraps
-      local opts = { device = 1, slots = 2, ctx = #PROMPT + 1, weights = weights, rows = #PROMPT, chunk = #PROMPT }
+      local opts = { device = 0, slots = 2, ctx = #PROMPT + 1, weights = weights, rows = #PROMPT, chunk = #PROMPT }
       local whole <close> = m:replica(opts)
       local chunked = { { whole, 2, 16 } }
       for i, chunk in ipairs { 16, 128 } do

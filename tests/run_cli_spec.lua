@@ -5,7 +5,7 @@
 -- replicas of the synthetic 7m model: getp's output file equal to gptoss.getp.run's outputs
 -- in process and the course's lines (docs/course.md#control-flow-and-timing) in their
 -- formats, generate's text equal to the course's loop (run.cpp) written plainly here (and
--- cut by --max-new and --stop, sampled by the default-mode sampler under --top-k/--min-p),
+-- cut by --max-tokens and --stop, sampled by the default-mode sampler under --top-k/--min-p),
 -- --json, and every error one message on stderr with status 1: no traceback, no Lua
 -- position, no prefix twice, usage errors followed by where the usage is.
 local gptoss = require "gptoss"
@@ -45,7 +45,7 @@ describe("gptoss.cli", function()
     a = assert(parse("7m"))
     assert.are.same({ 0.0, f32(0.9), 1234, 1024, "generate", gptoss.DEFAULT_SEED, {} },
       { a.temperature, a.top_p, a.seed, a.steps, a.mode, a.seed_weights, a.stop })
-    for _, unset in ipairs { "tokenizer", "devices", "top_k", "min_p", "max_new", "threads" } do
+    for _, unset in ipairs { "tokenizer", "device", "top_k", "min_p", "max_tokens", "threads" } do
       assert.is_nil(a[unset], unset)
     end
   end)
@@ -64,12 +64,12 @@ describe("gptoss.cli", function()
   end)
 
   it("parses our long options and refuses bad values, naming the flag", function()
-    local a = assert(parse("20b-2l", "--devices", "2, 1", "--weights", "fp32", "--slots", "8",
+    local a = assert(parse("20b-2l", "--device", "2, 0", "--weights", "fp32", "--slots", "8",
       "--scheduler", "static", "--partition", "blocks", "--profile", "--quiet", "--json", "--seed-weights", "3"))
-    assert.are.same({ "20b-2l", { 2, 1 }, "fp32", 8, "static", "blocks", true, true, true, 3 },
-      { a.model, a.devices, a.weights, a.slots, a.scheduler, a.partition, a.profile, a.quiet, a.json,
+    assert.are.same({ "20b-2l", { 2, 0 }, "fp32", 8, "static", "blocks", true, true, true, 3 },
+      { a.model, a.device, a.weights, a.slots, a.scheduler, a.partition, a.profile, a.quiet, a.json,
         a.seed_weights })
-    assert.are.same({ "cpu" }, assert(parse("7m", "--devices", "cpu")).devices)
+    assert.are.same({ "cpu" }, assert(parse("7m", "--device", "cpu")).device)
     for _, case in ipairs {
       { { "m.bin", "7m" }, "too many arguments" },
       { {}, "missing argument 'model'" },
@@ -81,9 +81,11 @@ describe("gptoss.cli", function()
       { { "m.bin", "-s", "1.5" }, "-s: '1.5' is not an integer" },
       { { "m.bin", "-n", "ten" }, "-n: 'ten' is not an integer" },
       { { "m.bin", "--slots", "0" }, "--slots: '0' is not an integer >= 1" },
-      { { "m.bin", "--devices", "0" }, "--devices: '0' is not \"cpu\" or a list of distinct GPU numbers" },
-      { { "m.bin", "--devices", "1,1" }, "--devices: '1,1' is not" },
-      { { "m.bin", "--devices", "cpu,1" }, "--devices: 'cpu,1' is not" },
+      { { "m.bin", "--device=-1" }, "--device: '-1' is not \"cpu\" or distinct GPU numbers from 0" },
+      { { "m.bin", "--device", "1,1" }, "--device: '1,1' is not" },
+      { { "m.bin", "--device", "cpu,1" }, "--device: 'cpu,1' is not" },
+      { { "m.bin", "--devices", "0" }, "--devices 0 is now written --device 0" },
+      { { "m.bin", "--max-new", "5" }, "--max-new 5 is now written --max-tokens 5" },
       { { "m.bin", "--weights", "fp16" }, "argument for option '--weights' must be one of 'fp32', 'bf16'" },
       { { "m.bin", "-x", "1" }, "unknown option '-x'" },
       { { "m.bin", "-i" }, "option '-i' requires an argument" },
@@ -91,11 +93,11 @@ describe("gptoss.cli", function()
       { { "m.bin", "--top-k", "2.5" }, "--top-k: '2.5' is not an integer >= 0" },
       { { "m.bin", "--min-p", "1.5" }, "--min-p: '1.5' is not a number in [0, 1]" },
       { { "m.bin", "--min-p", "nan" }, "--min-p: 'nan' is not a number in [0, 1]" },
-      { { "m.bin", "--max-new", "x" }, "--max-new: 'x' is not an integer >= 0" },
+      { { "m.bin", "--max-tokens", "x" }, "--max-tokens: 'x' is not an integer >= 0" },
       { { "m.bin", "--threads=-2" }, "--threads: '-2' is not an integer >= 0" },
       { { "m.bin", "--stop", "" }, "--stop: an empty stop string would stop before the first token" },
-      { { "m.bin", "-m", "getp", "--max-new", "5" },
-        "--max-new is for -m generate: getp's requests end at -n positions or a stop id, as the course's" },
+      { { "m.bin", "-m", "getp", "--max-tokens", "5" },
+        "--max-tokens is for -m generate: getp's requests end at -n positions or a stop id, as the course's" },
       { { "m.bin", "-m", "getp", "--stop", "x" }, "--stop is for -m generate" },
     } do
       local a2, err = cli.parse(case[1], "run.lua", 0)
@@ -104,10 +106,10 @@ describe("gptoss.cli", function()
     end
   end)
 
-  it("parses the sampling filters, --max-new, the repeatable --stop and --threads", function()
-    local a = assert(parse("m.bin", "--top-k", "40", "--min-p", "0.05", "--max-new", "0", "--stop", "\n\n",
+  it("parses the sampling filters, --max-tokens, the repeatable --stop and --threads", function()
+    local a = assert(parse("m.bin", "--top-k", "40", "--min-p", "0.05", "--max-tokens", "0", "--stop", "\n\n",
       "--stop", "The end", "--threads", "3"))
-    assert.are.same({ 40, 0.05, 0, { "\n\n", "The end" }, 3 }, { a.top_k, a.min_p, a.max_new, a.stop, a.threads })
+    assert.are.same({ 40, 0.05, 0, { "\n\n", "The end" }, 3 }, { a.top_k, a.min_p, a.max_tokens, a.stop, a.threads })
     -- the sampler: none when greedy; the default mode's with a filter, the course's without
     assert.is_nil(cli.sampling(a))
     a = assert(parse("m.bin", "-t", "0.5", "-s", "9", "--top-k", "40"))
@@ -305,7 +307,7 @@ describe("examples/run.lua", function()
     if not getp_run then
       local input, output = request_file { "4", PROMPTS[1], PROMPTS[2], PROMPTS[3], PROMPTS[4], "an extra line" }, tmp()
       local code, out, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", tostring(STEPS),
-        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", "--profile" }
+        "-z", TOKENIZER, "--device", "cpu", "--quiet", "--json", "--profile" }
       getp_run = { code = code, out = out, err = err, input = input, outputs = requests.read_output(output),
         output = read_file(output),
         expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = STEPS, requests = PROMPTS } }
@@ -348,7 +350,7 @@ describe("examples/run.lua", function()
     local run = runner()
     local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
     local code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "80",
-      "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--chat" }
+      "-z", TOKENIZER, "--device", "cpu", "--quiet", "--chat" }
     assert.are.equal(0, code, err)
     local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 80, chat = true,
       requests = { PROMPTS[1], PROMPTS[2] } }
@@ -404,7 +406,7 @@ describe("examples/run.lua", function()
     for _, case in ipairs { { {}, expected.prefill_saved }, { { "--no-share-prefix" }, 0 } } do
       local output = tmp()
       local args = { "7m", "-m", "getp", "--chat", "-i", input, "-o", output, "-n", tostring(steps),
-        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json", table.unpack(case[1]) }
+        "-z", TOKENIZER, "--device", "cpu", "--quiet", "--json", table.unpack(case[1]) }
       local code, out, err = run(args)
       assert.are.equal(0, code, err)
       assert.are.same(expected.outputs, requests.read_output(output))
@@ -417,7 +419,7 @@ describe("examples/run.lua", function()
     local input = request_file { "0" }
     for _, case in ipairs { { "-5", 2048 }, { "0", 2048 }, { "5000", 2048 }, { "100", 100 } } do
       local code, out, err = run { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-n", case[1],
-        "--devices", "cpu", "--weights", "bf16", "--slots", "3", "--scheduler", "static", "--json" }
+        "--device", "cpu", "--weights", "bf16", "--slots", "3", "--scheduler", "static", "--json" }
       assert.are.equal(0, code, err)
       assert.truthy(out:find(("\nrequests size = 0 B\nNum requests: 0\n"), 1, true), out)
       local figures = json.decode(out:match("\n({[^\n]*})\n$"))
@@ -466,7 +468,7 @@ describe("examples/run.lua", function()
     local ids, pos = course_generate("Hello world", 12)
     for _, t in ipairs { "0", "-1" } do
       local code, out, err = run { "7m", "-i", "Hello world", "-n", "12", "-t", t, "-z", TOKENIZER,
-        "--devices", "cpu", "--quiet", "--json" }
+        "--device", "cpu", "--quiet", "--json" }
       assert.are.equal(0, code, err)
       assert.truthy(err:match("^achieved tok/s: %d+%.%d%d%d%d%d%d\n$"), err)
       local text, line = out:match("^(.*\n)({[^\n]*})\n$")
@@ -480,7 +482,7 @@ describe("examples/run.lua", function()
     local sampler = gptoss.sampler { mode = "course", temperature = f32(0.8), top_p = f32(0.9), seed = 5 }
     local sampled = course_generate("Hello world", 10, sampler)
     local code, out, err = run { "7m", "-i", "Hello world", "-n", "10", "-t", "0.8", "-p", "5",
-      "-s", "5", "-z", TOKENIZER, "--devices", "cpu" }
+      "-s", "5", "-z", TOKENIZER, "--device", "cpu" }
     assert.are.equal(0, code, err)
     assert.are.equal(HEADER .. tok:decode(sampled) .. "\n", out)
     assert.truthy(err:find("run.lua: gptoss.replica(cpu, 1 slots x 10 positions, weights fp32, kv fp32", 1, true), err)
@@ -493,13 +495,13 @@ describe("examples/run.lua", function()
     return out:sub(#HEADER + #prompt_text + 1)
   end
 
-  it("stops generate after --max-new tokens, -n still bounding prompt + generated", function()
+  it("stops generate after --max-tokens tokens, -n still bounding prompt + generated", function()
     local run = runner()
     local ids = course_generate("Hello world", 12)
     local L = #tok:encode("Hello world")
     for _, case in ipairs { { "3", 3 }, { "0", 0 }, { "100", #ids - L } } do
-      local code, out, err = run { "7m", "-i", "Hello world", "-n", "12", "--max-new", case[1],
-        "-z", TOKENIZER, "--devices", "cpu", "--quiet", "--json" }
+      local code, out, err = run { "7m", "-i", "Hello world", "-n", "12", "--max-tokens", case[1],
+        "-z", TOKENIZER, "--device", "cpu", "--quiet", "--json" }
       assert.are.equal(0, code, err)
       local text, line = out:match("^(.*\n)({[^\n]*})\n$")
       assert.are.equal(HEADER .. tok:decode(table.move(ids, 1, L + case[2], 1, {})) .. "\n", text)
@@ -520,7 +522,7 @@ describe("examples/run.lua", function()
     local stop = first:sub(utf8.offset(first, -2)) .. second:sub(1, utf8.offset(second, 3) - 1)
     local at = text:find(stop, 1, true)
     for _, stops in ipairs { { stop }, { "never seen \1", stop } } do
-      local args = { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      local args = { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--device", "cpu", "--quiet" }
       for _, st in ipairs(stops) do
         args[#args + 1], args[#args + 2] = "--stop", st
       end
@@ -529,7 +531,7 @@ describe("examples/run.lua", function()
       assert.are.equal(text:sub(1, at - 1) .. "\n", generated_text(out, prompt_text))
     end
     -- a stop string never reached: everything is printed, held-back text included
-    local code, out = run { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--devices", "cpu",
+    local code, out = run { "7m", "-i", prompt_text, "-n", "12", "-z", TOKENIZER, "--device", "cpu",
       "--quiet", "--stop", text:sub(-1) .. "\1" }
     assert.are.equal(0, code)
     assert.are.equal(text .. "\n", generated_text(out, prompt_text))
@@ -540,7 +542,7 @@ describe("examples/run.lua", function()
     local prompt_text = "sea 🌊 and 🌊🌊"
     local ids = course_generate(prompt_text, #tok:encode(prompt_text) + 2)
     local code, out, err = run { "7m", "-i", prompt_text, "-n", tostring(#tok:encode(prompt_text) + 2),
-      "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      "-z", TOKENIZER, "--device", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     assert.are.equal(HEADER .. tok:decode(ids) .. "\n", out)
     assert.is_nil(out:find("\xEF\xBF\xBD", 1, true)) -- no U+FFFD
@@ -559,7 +561,7 @@ describe("examples/run.lua", function()
         top_k = case.sampling.top_k, min_p = case.sampling.min_p }
       local ids = course_generate(prompt_text, steps, nil, sampling)
       local args = { "7m", "-i", prompt_text, "-n", tostring(steps), "-t", "1.5", "-s", "3",
-        "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+        "-z", TOKENIZER, "--device", "cpu", "--quiet" }
       table.move(case.args, 1, #case.args, #args + 1, args)
       local code, out, err = run(args)
       assert.are.equal(0, code, err)
@@ -578,7 +580,7 @@ describe("examples/run.lua", function()
     local run = runner()
     local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
     local code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "16",
-      "-t", "1.5", "-s", "11", "--top-k", "7", "--min-p", "0.01", "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      "-t", "1.5", "-s", "11", "--top-k", "7", "--min-p", "0.01", "-z", TOKENIZER, "--device", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     local expected = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16,
       sampling = { temperature = f32(1.5), top_p = f32(0.9), top_k = 7, min_p = 0.01, seed = 11 },
@@ -592,14 +594,14 @@ describe("examples/run.lua", function()
   it("runs CPU replicas on --threads threads", function()
     local run = runner()
     local code, out, err = run { "7m", "-i", "Hello", "-n", "4", "--threads", "1", "-z", TOKENIZER,
-      "--devices", "cpu" }
+      "--device", "cpu" }
     assert.are.equal(0, code, err)
     assert.truthy(err:find("run.lua: gptoss.replica(cpu, 1 slots x 4 positions, weights fp32, kv fp32, 1 threads)\n",
       1, true), err)
     assert.are.equal(HEADER .. tok:decode(course_generate("Hello", 4)) .. "\n", out)
     local input, output = request_file { "1", "Hello" }, tmp()
     code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "6", "--threads", "1",
-      "-z", TOKENIZER, "--devices", "cpu", "--quiet" }
+      "-z", TOKENIZER, "--device", "cpu", "--quiet" }
     assert.are.equal(0, code, err)
     assert.are.same(getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 6,
       requests = { "Hello" } }.outputs, requests.read_output(output))
@@ -638,8 +640,8 @@ describe("examples/run.lua", function()
       { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "--stop", "." },
         "^run%.lua: %-%-stop is for %-m generate: getp's requests end at %-n positions or a stop id, as the course's"
           .. hint },
-      { { "7m", "-i", "hi", "--devices", "1", "--threads", "2" },
-        "^run%.lua: %-%-threads is for CPU replicas %(%-%-devices cpu%)" .. hint },
+      { { "7m", "-i", "hi", "--device", "0", "--threads", "2" },
+        "^run%.lua: %-%-threads is for CPU replicas %(%-%-device cpu%)" .. hint },
     })
   end)
 
@@ -657,8 +659,8 @@ describe("examples/run.lua", function()
     }
     exits_1(run, cases, true)
     if #gptoss.devices() == 0 then
-      exits_1(run, { { { "7m", "-i", "hi", "-z", TOKENIZER, "--devices", "1" },
-        "^run%.lua: replica: device 1: no GPU is available" } })
+      exits_1(run, { { { "7m", "-i", "hi", "-z", TOKENIZER, "--device", "0" },
+        "^run%.lua: %-%-device 0: this build sees no GPU here %(%-%-device cpu runs on the CPU%)" } })
     end
   end)
 
@@ -674,7 +676,7 @@ describe("examples/run.lua", function()
         "^run%.lua: requests%.read: cannot open '" },
       -- before the model: the shape named is not one
       { { "9m", "-m", "getp", "-i", input, "-o", "/nonexistent-gptoss-dir/out.txt", "-z", TOKENIZER,
-        "-n", "3", "--devices", "cpu", "--quiet" },
+        "-n", "3", "--device", "cpu", "--quiet" },
         "^run%.lua: %-o: cannot write '/nonexistent%-gptoss%-dir/out%.txt': No such file or directory\n$" },
       { { "7m", "-m", "getp", "-i", input, "-o", H.tmpdir(), "-z", TOKENIZER },
         "^run%.lua: %-o: cannot write '.*': Is a directory\n$" },
@@ -689,17 +691,17 @@ describe("examples/run.lua", function()
     local broken = tmp()
     H.nan_row_model(model, 5):save(broken)
     exits_1(run, {
-      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--device", "cpu",
         "--slots", "2000000" },
         "^run%.lua: getp: building the replica on cpu: replica: slots = 2000000 must be in 1%.%.1048576\n$" },
       -- 1 TiB of KV cache: more than the host has
-      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu",
+      { { "7m", "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--device", "cpu",
         "--slots", "1048576", "-n", "2048" },
         "^run%.lua: getp: building the replica on cpu: replica: the KV cache for 1048576 slots of 2048 positions "
           .. "needs 1024%.00 GiB, [%d.]+ GiB available\n$" },
-      { { broken, "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--devices", "cpu", "-t", "1", "-n", "8", "--quiet" },
+      { { broken, "-m", "getp", "-i", input, "-o", tmp(), "-z", TOKENIZER, "--device", "cpu", "-t", "1", "-n", "8", "--quiet" },
         "^run%.lua: getp: replica 1 %(cpu%): step:tokens: row 1: sampler: the logit of token 5 is NaN\n$" },
-      { { broken, "-i", "Hello", "-z", TOKENIZER, "--devices", "cpu", "-t", "1", "-n", "8", "--top-k", "5", "--quiet" },
+      { { broken, "-i", "Hello", "-z", TOKENIZER, "--device", "cpu", "-t", "1", "-n", "8", "--top-k", "5", "--quiet" },
         "^run%.lua: step:tokens: row 1: sampler: the logit of token 5 is NaN\n$" },
     })
   end)
@@ -709,8 +711,9 @@ describe("examples/run.lua", function()
     local code, out, err = run { "-h" }
     assert.are.equal(0, code)
     assert.truthy(out:find("^Usage: run%.lua "), out)
-    for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "<model>", "--seed-weights <int>", "--devices <list>",
-      "--profile", "--quiet", "--json", "--top-k <int>", "--min-p <float>", "--max-new <int>", "--stop <text>",
+    for _, flag in ipairs { "-t <float>", "-n <int>", "-z <path>", "<model>", "--seed-weights <int>",
+      "--device <cpu|N,M,...>", "--profile", "--quiet", "--json", "--top-k <int>", "--min-p <float>", "--max-tokens <int>",
+      "--stop <text>",
       "--threads <int>" } do
       assert.truthy(out:find(flag, 1, true), flag)
     end

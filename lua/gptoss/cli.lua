@@ -23,11 +23,14 @@
 --       installed copy (cli.tokenizer_path)
 --
 -- Beyond the course: --top-k and --min-p (sampling filters of the default-mode sampler,
--- which generate then uses instead of the course's), --max-new and --stop (generate only),
--- --threads (CPU replicas); cli.parse refuses what does not apply to the mode given.
+-- which generate then uses instead of the course's), --max-tokens and --stop (generate only),
+-- --threads (CPU replicas), --device (gptoss.flags', as every command spells it);
+-- cli.parse refuses what does not apply to the mode given. -s, -n and the other course
+-- flags keep the course's spelling and meaning: they are the one exception to gptoss.flags.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
+local flags = require "gptoss.flags"
 local naming = require "gptoss.naming"
 local partition = require "gptoss.partition"
 local scheduler = require "gptoss.scheduler"
@@ -77,7 +80,7 @@ function cli.parser(name)
       "ours are long names. Examples:",
       "  " .. name .. " model.bin -m getp -i in.txt -o out.txt",
       "  " .. name .. " model.bin -n 256 -i \"Once upon a time\"",
-      "  " .. name .. " 7m --devices cpu -m getp -i in.txt -o out.txt -n 64 --json",
+      "  " .. name .. " 7m --device cpu -m getp -i in.txt -o out.txt -n 64 --json",
     }, "\n"))
   naming.add_model(p)
   course(p, "-t", "Temperature; 0 is greedy (below 0 means 0). generate samples with the course's sampler, "
@@ -101,13 +104,13 @@ function cli.parser(name)
   p:option("--min-p", "Sample among tokens at least P times as likely as the most likely one only (with -t > 0; "
     .. "0: all); as --top-k, the default-mode sampler.")
     :argname("<float>"):convert(fraction("--min-p"))
-  p:option("--max-new", "generate: at most N tokens after the prompt (-n still bounds prompt + generated).")
-    :argname("<int>"):convert(cmdline.integer("--max-new", 0))
+  flags.add_max_tokens(p, nil, "none; -n still bounds prompt + generated; -m generate only", 0)
+  flags.retire(p, "--max-new")
   p:option("--stop", "generate: stop where the generated text contains TEXT, which is not printed (repeatable).")
     :argname("<text>"):count("*")
   p:option("--threads", "Threads of a CPU replica (0: all CPUs).")
     :argname("<int>"):convert(cmdline.integer("--threads", 0))
-  naming.add_devices(p, "every GPU, else cpu; generate uses the first")
+  flags.add_device(p, true, "every GPU, else cpu; -m generate uses the first")
   p:option("--weights", "Weight format (default: fp32 on the CPU; on GPUs the smallest the experts are "
     .. "exactly in, mxfp4 for a checkpoint, else bf16)."):choices(gptoss.weight_format_names())
   p:option("--kv", "KV cache precision (default: fp32 with fp32 weights, else bf16)."):choices(gptoss.kv_formats())
@@ -163,7 +166,7 @@ function cli.normalize(values, now)
   return { temperature = t, top_p = p, seed = seed, steps = steps }
 end
 
---- Parses the command line: returns the options (course values normalised; devices a
+--- Parses the command line: returns the options (course values normalised; device a
 -- list or nil), or nil and a message for the user. now: for -s 0.
 function cli.parse(argv, name, now)
   local parser = cli.parser(name)
@@ -177,9 +180,9 @@ function cli.parse(argv, name, now)
   for _, stop in ipairs(a.stop) do
     if stop == "" then return nil, "--stop: an empty stop string would stop before the first token" end
   end
-  if a.mode == "getp" and (a.max_new or #a.stop > 0) then
+  if a.mode == "getp" and (a.max_tokens or #a.stop > 0) then
     return nil, ("%s is for -m generate: getp's requests end at -n positions or a stop id, as the course's")
-      :format(a.max_new and "--max-new" or "--stop")
+      :format(a.max_tokens and "--max-tokens" or "--stop")
   end
   local v = cli.normalize(a, now)
   a.temperature, a.top_p, a.seed, a.steps = v.temperature, v.top_p, v.seed, v.steps

@@ -87,9 +87,22 @@ local MEMORY_ORDER = { "weights" }
 for _, name in ipairs(gptoss.weight_format_names()) do MEMORY_ORDER[#MEMORY_ORDER + 1] = "weights_" .. name end
 table.move({ "kv", "scratch", "total" }, 1, 3, #MEMORY_ORDER + 1, MEMORY_ORDER)
 
---- An error message without the "file:line: " Lua put in front of it.
+-- The Lua API's errors that a command's user meets, in the API's words (which the API keeps),
+-- and the same in the command line's: the options the user gives rather than the API's fields.
+local USER_TERMS = {
+  { "session:ask: the conversation is (%d+) tokens with no older turn left to drop, the replica's context (%d+)",
+    "your message is %1 tokens; --ctx is %2" },
+  { "[%w_]+: device (%-?%d+) is out of range 0%.%.(%d+)", "--device %1: this machine's GPUs are 0..%2" },
+  { "[%w_]+: device (%-?%d+): no GPU is available %(gptoss%.devices%(%) is empty%)",
+    "--device %1: this build sees no GPU here (--device cpu runs on the CPU)" },
+}
+
+--- An error message as a command gives it: without the "file:line: " Lua put in front of it,
+-- and a Lua API error of USER_TERMS in the command line's terms.
 function cmdline.message(err)
-  return (tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""))
+  local msg = tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")
+  for _, terms in ipairs(USER_TERMS) do msg = msg:gsub(terms[1], terms[2]) end
+  return msg
 end
 
 --- "memory, NAME: weights 12.0 MiB, kv 4.0 MiB, ..." from r.memory (bytes by category).

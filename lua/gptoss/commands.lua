@@ -35,6 +35,7 @@ commands.LIST = {
   { "bench_grammar", "benchmark: structured output's schema compile time and token mask time" },
   { "plot", "draw bench_gpu's and bench_getp's JSON lines as a PNG (through gnuplot)" },
   { "results", "draw examples/RESULTS.md and README.md's figures from examples/results.jsonl" },
+  { "pull", "download a model from the Hugging Face hub into its local cache (docs/getting-models.md)" },
   { "lua", "lua5.4 with this gptoss on its module paths: a prompt, or lua5.4's arguments" },
   { "help", "this list; gptoss help COMMAND: that command's options" },
   { "version", "gptoss's version and the platform it was built for" },
@@ -76,12 +77,13 @@ function commands.help()
   for _, c in ipairs(commands.LIST) do lines[#lines + 1] = ("  %-18s%s"):format(c[1], c[2]) end
   table.move({
     "",
-    "MODEL, in every command that takes one: a course .bin file, a checkpoint directory or a",
-    ("synthetic shape (%s), whose weights --seed-weights N seeds."):format(table.concat(gptoss.SHAPES, ", ")),
-    "Devices: --device cpu|N, or --devices cpu|1,2 where a command runs several replicas.",
+    "MODEL, in every command that takes one: a course .bin file, a checkpoint directory, a",
+    ("synthetic shape (%s), whose weights --seed-weights N seeds, or a"):format(table.concat(gptoss.SHAPES, ", ")),
+    "Hugging Face id (openai/gpt-oss-20b) that gptoss pull has put in the local cache.",
+    "Devices: --device cpu|N, or cpu|N,M,... where a command runs several replicas; GPUs count from 0.",
     "",
     ("gptoss %s, built for %s. Documentation: %s"):format(gptoss.VERSION, gptoss.platform, docs_folder()),
-  }, 1, 6, #lines + 1, lines)
+  }, 1, 7, #lines + 1, lines)
   return table.concat(lines, "\n") .. "\n"
 end
 

@@ -38,11 +38,11 @@ end
 -- `gpus` (their numbers): contiguous runs, of sizes that differ by one at most.
 function getp_ranks.local_devices(gpus, local_rank, local_size)
   if #gpus == 0 then
-    error("this host has no GPU (--devices cpu runs on its CPUs)", 0)
+    error("this host has no GPU (--device cpu runs on its CPUs)", 0)
   end
   if local_size > #gpus then
-    error(("local rank %d of the %d on this host has no GPU of its own: the host shows %d (give --devices, "
-      .. "e.g. --devices 1 where each rank sees its own GPU alone)"):format(local_rank, local_size, #gpus), 0)
+    error(("local rank %d of the %d on this host has no GPU of its own: the host shows %d (give --device, "
+      .. "e.g. --device 0 where each rank sees its own GPU alone)"):format(local_rank, local_size, #gpus), 0)
   end
   local ranks = {}
   for k = 1, local_size do ranks[k] = k end

@@ -34,7 +34,7 @@ function replicas.gpu_slots(free, model, steps, n_requests, opts)
   -- a count the replica would refuse (past its limits, or options it does not take) does
   -- not fit either: the replica itself then says why
   local function fits(slots)
-    local ok, plan = pcall(model.replica_bytes, model, { device = 1, slots = slots, ctx = steps,
+    local ok, plan = pcall(model.replica_bytes, model, { device = 0, slots = slots, ctx = steps,
       weights = opts.weights, kv = opts.kv, rows = opts.rows or gpu_rows(slots, opts.chunk), chunk = opts.chunk })
     return ok and plan.total + plan.headroom <= free
   end
@@ -51,7 +51,7 @@ end
 
 -- Bytes free on GPU `device` now, or 0 when there is no such device (the replica says so).
 local function free_memory(device)
-  if not gptoss.devices()[device] then return 0 end
+  if not gptoss.device(device) then return 0 end
   return (gptoss.device_memory(device))
 end
 

@@ -76,9 +76,17 @@ function gptoss.synthetic(shape, opts)
   return (from_core(core.synthetic, config, seed))
 end
 
---- GPUs visible to this build: { {id=1, name=..., memory=..., warp=..., arch=...}, ... }.
+--- GPUs visible to this build: { {id=0, name=..., memory=..., warp=..., arch=...}, ... }. GPUs
+-- are numbered from 0 as nvidia-smi, CUDA_VISIBLE_DEVICES and HIP count them, so id is the index.
 function gptoss.devices()
   return core.devices()
+end
+
+--- The entry of gptoss.devices() for GPU number id, or nil when this build does not see it.
+function gptoss.device(id)
+  for _, d in ipairs(gptoss.devices()) do
+    if d.id == id then return d end
+  end
 end
 
 --- The devices used when none are given (getp, run.lua): every GPU's number, else {"cpu"}.
@@ -182,7 +190,7 @@ gptoss.catch_interrupts = core.catch_interrupts
 gptoss.interrupted = core.interrupted
 gptoss.wait_readable = core.wait_readable
 gptoss.copy_bandwidth = core.copy_bandwidth
---- Bytes free on GPU id now and bytes in all: gptoss.device_memory(1) --> free, total.
+--- Bytes free on GPU id now and bytes in all: gptoss.device_memory(0) --> free, total.
 gptoss.device_memory = core.device_memory
 --- The stages a trace records, in forward order: { {name = "embedding", per_layer = false}, ... }.
 gptoss.trace_stages = core.trace_stages

@@ -1,17 +1,18 @@
---- gptoss.naming: how every command names a model and a device (docs/building.md#models-and-devices),
--- added to each command's argparse parser from here so that they cannot drift apart.
+--- gptoss.naming: how every command names a model (README.md#the-gptoss-command),
+-- added to each command's argparse parser from here so that they cannot drift apart; the
+-- device and the other shared options are gptoss.flags'.
 --
 -- MODEL, an argument: a course .bin file, a checkpoint directory, or a synthetic shape of
 -- gptoss.SHAPES (7m, 20b, 20b-2l, 120b), whose weights --seed-weights seeds. A shape's name is
 -- always the shape, wherever the command runs, so that a command reads the same in any
--- directory (a file of that name is ./7m). Any other name is a path.
--- --device cpu|N: the device of a command's one replica, N a GPU number from 1; --devices
--- cpu|1,2: one replica each, where a command runs several.
---
+-- directory (a file of that name is ./7m). Any other name is a path, or, where nothing is
+-- there, a Hugging Face id (openai/gpt-oss-20b[@REVISION]) found in the local cache (gptoss.hub).
 -- The spellings these replace (--model NAME, --synthetic NAME, synthetic:NAME, and --seed
 -- for the weights' seed) are refused with a message giving the new one, rather than taken
 -- for something else.
 local gptoss = require "gptoss"
+local hub = require "gptoss.hub"
+local flags = require "gptoss.flags"
 
 local naming = {}
 
@@ -19,9 +20,11 @@ local SHAPES = table.concat(gptoss.SHAPES, ", ")
 local IS_SHAPE = {}
 for _, name in ipairs(gptoss.SHAPES) do IS_SHAPE[name] = true end
 
-naming.MODEL_HELP = ("A course .bin file, a checkpoint directory or a synthetic shape (%s)."):format(SHAPES)
+naming.MODEL_HELP = ("A course .bin file, a checkpoint directory, a synthetic shape (%s) or a Hugging Face id "
+  .. "(openai/gpt-oss-20b) in the local cache."):format(SHAPES)
 
--- An argparse converter that refuses any value with a message; fmt gets the value twice.
+-- An argparse converter that refuses any value with a message; fmt gets the value twice
+-- (these spellings became MODEL, which flags.retire's "is now written NEW VALUE" cannot say).
 local function refusal(fmt)
   return function(s) return nil, fmt:format(s, s) end
 end
@@ -42,69 +45,38 @@ local function seed(s)
 end
 
 --- Adds MODEL and --seed-weights to argparse parser p, and the refusals of the old spellings.
--- opts.default: the model when none is given (nil: MODEL is required); opts.seed:
--- --seed-weights' default (gptoss.DEFAULT_SEED); opts.old_seed: the command's --seed
--- seeded the weights before, so it is refused rather than unknown.
+-- opts.default: the model when none is given (nil: MODEL is required); opts.old_seed: the
+-- command's --seed seeded the weights before, and it has no sampler for --seed to seed, so
+-- --seed is refused with the new spelling rather than unknown. --seed-weights' default is
+-- gptoss.DEFAULT_SEED in every command.
 function naming.add_model(p, opts)
   opts = opts or {}
   local model = p:argument("model", naming.MODEL_HELP):convert(model_name)
   -- argparse fills a positional's default in only when it takes one value (not args "?")
   if opts.default then model:default(opts.default) end
-  p:option("--seed-weights", "Seed of a synthetic shape's weights.", tostring(opts.seed or gptoss.DEFAULT_SEED))
+  p:option("--seed-weights", "Seed of a synthetic shape's weights.", tostring(gptoss.DEFAULT_SEED))
     :argname("<int>"):convert(seed)
   p:option("--model"):hidden(true)
     :convert(refusal("--model %s is now written %s: the model is the command's argument"))
   p:option("--synthetic"):hidden(true)
     :convert(refusal("--synthetic %s is now written %s: a synthetic shape is named as the model"))
   if opts.old_seed then
-    p:option("--seed"):hidden(true):convert(refusal("--seed %s is now written --seed-weights %s"))
+    flags.retire(p, "--seed", "--seed-weights")
   end
-end
-
---- "cpu" or a GPU number from 1 (an argparse converter for --device).
-function naming.device(s)
-  if s == "cpu" then return s end
-  local id = math.tointeger(tonumber(s))
-  if id == nil or id < 1 then return nil, ("--device: '%s' is not \"cpu\" or a GPU number from 1"):format(s) end
-  return id
-end
-
---- "cpu" -> {"cpu"}; "1,2" -> {1, 2} (GPU numbers from 1, each once); else nil, message
--- (an argparse converter for --devices).
-function naming.devices(s)
-  if s == "cpu" then return { "cpu" } end
-  local list, seen = {}, {}
-  for item in (s .. ","):gmatch("([^,]*),") do
-    local id = math.tointeger(tonumber(item:match("^%s*(.-)%s*$")))
-    if id == nil or id < 1 or seen[id] then
-      return nil, ("--devices: '%s' is not \"cpu\" or a list of distinct GPU numbers from 1 (\"1,2\")"):format(s)
-    end
-    seen[id] = true
-    list[#list + 1] = id
-  end
-  return list
-end
-
---- Adds --device to p; default: "cpu", a GPU number, or nil (the command chooses, and says
--- so in what: the help's words for its default).
-function naming.add_device(p, default, what)
-  local help = "\"cpu\" or a GPU number from 1" .. (what and (" (default: %s)."):format(what) or ".")
-  return p:option("--device", help, default and tostring(default)):argname("<cpu|N>"):convert(naming.device)
-end
-
---- Adds --devices to p (default: every GPU, else the CPU, unless what says otherwise).
-function naming.add_devices(p, what)
-  return p:option("--devices", ("\"cpu\" or GPU numbers \"1,2\", one replica each (default: %s).")
-    :format(what or "every GPU, else cpu")):argname("<list>"):convert(naming.devices)
 end
 
 --- The model `name` names (MODEL): a synthetic shape with weights of `seed`, else what
--- gptoss.load opens there. A name without "/" or "." that is neither is one message. Whether
--- something is there is asked of gptoss.regular_file: io.open would wait on a named pipe.
+-- gptoss.load opens there, else, where nothing is there, the Hugging Face cache's model of
+-- that id (hub.load says how to get one it lacks). A name without "/" or "." that is none
+-- of these is one message. Whether something is there is asked of gptoss.regular_file:
+-- io.open would wait on a named pipe.
 function naming.open(name, seed_weights)
   if IS_SHAPE[name] then return gptoss.synthetic(name, { seed = seed_weights }) end
-  if gptoss.regular_file(name) == nil and not name:find("[/.]") then
-    error(("'%s' is neither a file, a directory nor a synthetic shape (%s)"):format(name, SHAPES), 0)
+  if gptoss.regular_file(name) == nil then
+    if hub.parse(name) then return hub.load(name) end
+    if not name:find("[/.]") then
+      error(("'%s' is neither a file, a directory nor a synthetic shape (%s)"):format(name, SHAPES), 0)
+    end
   end
   return gptoss.load(name)
 end
@@ -127,25 +99,26 @@ function naming.describe(name)
 end
 
 --- The options the generation examples (demo.lua, speculative.lua, beam_search.lua,
--- best_of_n.lua) share: MODEL (default 7m), --seed-weights, --device (default cpu),
--- --weights, --prompt (default opts.prompt) and --tokenizer; opts.old_seed as add_model's.
+-- best_of_n.lua) share: MODEL (default 7m), --seed-weights, --device (one replica),
+-- --weights, --prompt (default opts.prompt) and --tokenizer.
 function naming.add_generation(p, opts)
-  naming.add_model(p, { default = "7m", old_seed = opts.old_seed })
-  naming.add_device(p, "cpu")
+  naming.add_model(p, { default = "7m" })
+  flags.add_device(p)
   p:option("--weights", "Weight format (default: fp32 on the CPU, the replica's choice on a GPU).")
     :choices(gptoss.weight_format_names())
   p:option("--prompt", "Prompt text.", opts.prompt)
   p:option("--tokenizer", "tokenizer.bin path (default: gptoss.tokenizer_path()'s).")
 end
 
---- The model, the tokenizer, the base of replica options ({device =, weights =}) and the
--- prompt's ids that naming.add_generation's values name. A prompt of no ids is an error.
+--- The model, the tokenizer, the base of replica options ({device =, weights =}, the device
+-- flags.one_device's) and the prompt's ids that naming.add_generation's values name. A prompt
+-- of no ids is an error.
 function naming.open_generation(a)
   local model = naming.open(a.model, a.seed_weights)
   local tok = gptoss.tokenizer(a.tokenizer, { vocab_size = model.config.vocab_size })
   local prompt = tok:encode(a.prompt)
   if #prompt == 0 then error("the prompt encodes to no tokens", 0) end
-  return model, tok, { device = a.device, weights = a.weights }, prompt
+  return model, tok, { device = flags.one_device(a.device), weights = a.weights }, prompt
 end
 
 return naming
