@@ -5,6 +5,8 @@
 local json = require "dkjson"
 local plot = require "gptoss.plot"
 local results = require "gptoss.results"
+local results_command = require "gptoss.results_command"
+local results_table = require "gptoss.results_table"
 local H = require "helpers"
 
 local function tree_root()
@@ -73,9 +75,9 @@ describe("gptoss.results", function()
     end
     assert.are.same({
       -- the same day: the later line's run, alone; its batch sizes in order
-      { "bench_gpu", "ctx 1024, bf16", "B=256 11852.1 tok/s (21.600 ms a step)", "`gptoss bench_gpu 20b`", "ccc3333",
+      { "bench_gpu", "ctx 1024, bf16", "B=256 11852.1 tok/s (21.600 ms a step)", "gptoss bench_gpu 20b", "ccc3333",
         "2026-01-02" },
-      { "bench_gpu", "ctx 1024, mxfp4", "B=1 357.5 tok/s (2.797 ms a step)", "`gptoss bench_gpu 20b`", "aaa1111",
+      { "bench_gpu", "ctx 1024, mxfp4", "B=1 357.5 tok/s (2.797 ms a step)", "gptoss bench_gpu 20b", "aaa1111",
         "2026-01-01" },
       -- a row's texts: the latest run's lines in file order, the command's cell as written
       { "engine_gemm probe", "dense", "2048 rows: logits 4.561; 1024 rows: unembedding 2.416 ms",
@@ -86,12 +88,95 @@ describe("gptoss.results", function()
     assert.are.equal("B=1 269.6 tok/s (3.709 ms a step), B=64 4113.7 (15.558 ms)", rows[1].figure)
   end)
 
-  it("words a recorded command as code and a tree with changes on its commit", function()
-    local line = gpu_line({ "2026-01-01", "abc1234" }, "bf16", 1, 269.6, 3.709)
+  it("folds a legacy row into a later row of its configuration on any GPU, a recorded row on its GPU only", function()
+    local function legacy(configuration, date, gpu)
+      local line = text_line("bench_gpu", configuration, "B=64 5281.9 tok/s", date, "ddd4444")
+      line.machine = "one NVIDIA " .. gpu
+      return line
+    end
+    local function kept(lines)
+      local seen = {}
+      for i, row in ipairs(results.rows(lines)) do
+        seen[i] = ("%s %s %s"):format(row.configuration, row.gpu, row.date)
+      end
+      return seen
+    end
+    -- a legacy H200 row gives way to a later run of its configuration on an H100; older, it does not
+    assert.are.same({ "ctx 1024, bf16 H100 2026-01-02", "ctx 64, bf16 H200 2026-01-01" }, kept {
+      legacy("ctx 1024, bf16", "2026-01-01", "H200"), legacy("ctx 64, bf16", "2026-01-01", "H200"),
+      gpu_line({ "2026-01-02", "bbb2222" }, "bf16", 1, 269.6, 3.709, "NVIDIA H100 80GB HBM3"),
+    })
+    assert.are.same({ "ctx 1024, bf16 H100 2026-01-01", "ctx 1024, bf16 H200 2026-01-02" }, kept {
+      gpu_line({ "2026-01-01", "bbb2222" }, "bf16", 1, 269.6, 3.709, "NVIDIA H100 80GB HBM3"),
+      legacy("ctx 1024, bf16", "2026-01-02", "H200"),
+    })
+    -- the same day, the later line; recorded rows of two GPU models both stay
+    assert.are.same({ "ctx 1024, bf16 H200 2026-01-01" }, kept {
+      legacy("ctx 1024, bf16", "2026-01-01", "H100 80GB HBM3"), legacy("ctx 1024, bf16", "2026-01-01", "H200"),
+    })
+    assert.are.same({ "ctx 1024, bf16 H100 2026-01-01", "ctx 1024, bf16 H200 2026-01-02" }, kept {
+      gpu_line({ "2026-01-01", "aaa1111" }, "bf16", 1, 269.6, 3.709, "NVIDIA H100 80GB HBM3"),
+      gpu_line({ "2026-01-02", "bbb2222" }, "bf16", 1, 390.5, 2.561),
+    })
+  end)
+
+  it("draws a row's cells short: GPU models, the short commit, a legacy row's long texts cut", function()
+    local line = gpu_line({ "2026-01-01", "abc1234def" }, "bf16", 1, 269.6, 3.709)
     line.command, line.uncommitted = "gptoss bench_gpu --batches 1 | tee log", true
-    local row = results.rows({ line })[1]
-    assert.are.same({ "`gptoss bench_gpu --batches 1 \\| tee log`", "abc1234 + changes not committed" },
-      { row.command, row.commit })
+    local cells = results_table.cells(results.rows({ line })[1])
+    assert.are.same({ "`bench_gpu --batches 1 \\| tee log`", "abc1234+", "H200" },
+      { cells.command, cells.commit, cells.machine })
+    local long = ("a clause (with; its aside), "):rep(8)
+    local legacy = text_line("engine_gemm probe", "dense", "no figure; 1 clause; " .. long .. "; 2",
+      "2026-01-02 (x: 2026-01-01)", "recorded in ddd4444")
+    legacy.machine = "two NVIDIA H100 80GB HBM3, one host (32 cores)"
+    legacy.command = "`examples/bench_gpu.lua 20b` (then more)"
+    local model_default = function() return { options = {}, positionals = { "20b" } } end
+    cells = results_table.cells(results.rows({ legacy })[1], model_default)
+    assert.are.same({ "no figure; 1 clause …", "two H100", "`bench_gpu` (then more)", "ddd4444 …",
+      "2026-01-02 …" },
+      { cells.figure, cells.machine, cells.command, cells.commit, cells.date })
+    assert.are.same({ "CPU, 2 cores", "a machine" }, { results_table.machine("development machine (AMD EPYC, 2 cores)"),
+      results_table.machine("a machine") })
+    assert.are.equal("a (b; 1). d …", results_table.cut("a (b; 1). d; e f g h", 12))
+    assert.are.equal("`a; 1` …", results_table.cut("`a; 1` and c d e f", 8))
+    assert.are.equal("none fits here", results_table.cut("none fits here", 5))
+    -- a benchmark named where its rows begin
+    local sparse = text_line("engine_gemm probe", "sparse", "1", "2026-01-02", "x")
+    local text = results_table.text(results.rows { legacy, sparse })
+    assert.truthy(text:find("\n| engine_gemm probe | dense | no figure; 1 clause … |", 1, true), text)
+    assert.truthy(text:find("\n|  | sparse | 1 | ", 1, true), text)
+  end)
+
+  it("shortens a command to its name and the arguments that differ from the defaults its help gives", function()
+    local defaults = results_command.defaults_from_help([[
+Usage: gptoss bench_gpu [-h] [--ctx <ctx>] [<model>]
+
+Arguments:
+   model                 A synthetic shape. (default: 20b)
+
+Options:
+   -h, --help            Show this help message and exit.
+   --ctx <ctx>           Context reached by the last decode step. (default: 1024)
+   --weights {fp32,bf16,mxfp4}
+                         Weight format. (default: bf16)
+   --name <name>         A name. (default: a b)
+   --plot <plot>         Also draw the results as this PNG (needs gnuplot).
+   --record              Append the JSON line(s).
+]])
+    assert.are.same({ options = { ["--help"] = { value = false }, ["--ctx"] = { value = true, default = "1024" },
+      ["--weights"] = { value = true, default = "bf16" }, ["--name"] = { value = true, default = "a b" },
+      ["--plot"] = { value = true }, ["--record"] = { value = false } }, positionals = { "20b" } }, defaults)
+    local function short(line) return results_command.shorten(line, function() return defaults end) end
+    assert.are.equal("bench_gpu --ctx 64 --record",
+      short("examples/bench_gpu.lua 20b --ctx 64 --weights bf16 --record"))
+    assert.are.equal("bench_gpu 120b --plot x.png",
+      short("lua5.4 ../examples/bench_gpu.lua 120b --ctx=1024 --plot x.png"))
+    assert.are.equal("bench_gpu --ctx=64", short("./gptoss bench_gpu --ctx=64 --name 'a b'"))
+    -- an option it does not know keeps its value; a positional before another stays
+    assert.are.equal("bench_gpu --model 20b -m getp 20b x", short("gptoss bench_gpu --model 20b -m getp 20b x"))
+    assert.are.equal("make fuzz FUZZ_SECONDS=5", short("make fuzz FUZZ_SECONDS=5"))
+    assert.are.equal("bench_gpu 20b --ctx 1024", results_command.shorten("gptoss bench_gpu 20b --ctx 1024"))
   end)
 
   it("reads a results file, naming the line it cannot read", function()
@@ -183,10 +268,9 @@ describe("gptoss results", function()
     assert.are.equal(0, (H.gptoss(pending, dir, { "results", "--root", dir })))
     assert.are.equal(0, (check()))
     local table_text, readme = H.read_file(dir .. "/" .. results.TABLE), H.read_file(dir .. "/README.md")
-    local row = "| bench_gpu | ctx 1024, bf16 | B=1 270.1 tok/s (3.702 ms a step) | one NVIDIA H100 80GB HBM3 | "
-      .. "`gptoss bench_gpu 20b` | abc1234 | 2099-01-01 |\n"
+    local row = "| ctx 1024, bf16 | B=1 270.1 tok/s (3.702 ms a step) | H100 | `bench_gpu` | abc1234 | 2099-01-01 |\n"
     assert.truthy(table_text:find(row, 1, true), table_text)
-    assert.truthy(table_text:find("| bench_gpu | ctx 1024, bf16 | B=1 390.5 tok/s (2.561 ms a step) | one NVIDIA H200 |",
+    assert.truthy(table_text:find("| ctx 1024, bf16 | B=1 390.5 tok/s (2.561 ms a step) | H200 |",
       1, true), table_text)
     assert.truthy(readme:find("| GPU decode, 20b in bf16, context 1024 (`bench_gpu`) | B=1 270.1 tok/s (3.702 ms a step) "
       .. "| one NVIDIA H100 80GB HBM3 |\n", 1, true), readme)
@@ -195,6 +279,23 @@ describe("gptoss results", function()
     code, _, err = check()
     assert.are.equal(1, code)
     assert.truthy(err:find(dir .. "/examples/RESULTS.md", 1, true), err)
+  end)
+
+  it("shows in README.md the later run on another GPU that took a legacy row's place", function()
+    local dir = fixture_tree()
+    local f = assert(io.open(dir .. "/" .. results.FILE, "ab"))
+    f:write(json.encode { bench = "getp", machine = "one NVIDIA H200", gpu = "NVIDIA H200", command = "gptoss bench_getp",
+      commit = "abc1234", date = "2099-01-01", model = "20b", requests = 1024, slots = { 1024 }, device = "NVIDIA H200",
+      weights = "bf16", steps_limit = 1024, tok_per_s = 30000.5, seconds = 30.0, engine_steps = 1033,
+      host_ms_per_step = { 2.0 }, waited_ms_per_step = { 20.0 } }, "\n")
+    f:close()
+    assert.are.equal(0, (H.gptoss(pending, dir, { "results", "--root", dir })))
+    local table_text, readme = H.read_file(dir .. "/" .. results.TABLE), H.read_file(dir .. "/README.md")
+    assert.truthy(readme:find("| getp, 20b in bf16, 1024 requests of about 15 tokens, steps 1024 (`bench_getp`) | "
+      .. "30000.5 tok/s (30.000 s, 1033 engine steps); getp's Lua 2.000 ms a step, waiting 20.000 | one NVIDIA H200 |",
+      1, true), readme)
+    local _, rows = table_text:gsub("\n| [^|]*| 1024 requests, one GPU, bf16 |", "")
+    assert.are.equal(1, rows, table_text)
   end)
 
   it("refuses a README.md without its drawn part", function()

@@ -7,13 +7,17 @@
 -- (gptoss.results_kinds), with the machine, gpu, command, commit and date its --record added
 -- (results.record); or, for a row of the table written before this file (and for what no
 -- benchmark prints as JSON: the probes, fuzzing), its texts as the table had them: benchmark,
--- configuration, figure, the command's cell.
+-- configuration, figure, the command's cell. Which lines make the table's rows:
+-- gptoss.results_rows; their cells: gptoss.results_table.
 local json = require "dkjson"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
 local files = require "gptoss.files"
 local kinds = require "gptoss.results_kinds"
 local plot = require "gptoss.plot"
+local results_command = require "gptoss.results_command"
+local results_rows = require "gptoss.results_rows"
+local results_table = require "gptoss.results_table"
 
 local results = {}
 
@@ -67,13 +71,13 @@ function results.machine(devices)
   local host = devices == nil
   if host then
     devices = {}
-    for i = 1, #gptoss.devices() do devices[i] = i end
+    for i, d in ipairs(gptoss.devices()) do devices[i] = d.id end
   end
   local names, seen = {}, {}
   for _, d in ipairs(devices) do
     if d ~= "cpu" and not seen[d] then
       seen[d] = true
-      names[#names + 1] = gptoss.devices()[d].name
+      names[#names + 1] = gptoss.device(d).name
     end
   end
   if #names == 0 then return cpu(), nil end
@@ -166,8 +170,7 @@ function results.recorder(record)
   return results.record
 end
 
--- The fields every line has.
-local REQUIRED = { "machine", "command", "commit", "date" }
+local REQUIRED = results_rows.REQUIRED
 
 --- The lines of a results file in file order, each a table. Raises, naming the file and the
 -- line, for a line that is not a JSON object, lacks a field of REQUIRED, or has neither the
@@ -191,127 +194,19 @@ function results.read(path)
   return lines
 end
 
--- A line's benchmark, configuration and the kind that draws it (nil: the line's own texts).
-local function describe(line)
-  if line.figure then return line.benchmark, line.configuration, nil end
-  local kind = kinds[line.bench]
-  return kind.benchmark, kind.configuration(line), kind
-end
+--- The rows drawn from lines (gptoss.results_rows).
+results.rows = results_rows.rows
 
--- The lines of one run, the latest line of a key being `last`: those of its key, command,
--- commit, date and machine. A kind's run keeps the latest line of each sweep value (of the
--- whole run, without a sweep), in sweep order; texts keep all, in file order.
-local function run_of(lines, keys, last, kind)
-  local run, at = {}, {}
-  for i, line in ipairs(lines) do
-    local same = keys[i] == keys[last]
-    for _, field in ipairs(REQUIRED) do same = same and line[field] == lines[last][field] end
-    if same then
-      local value = kind and (kind.sweep and line[kind.sweep] or true) or i
-      if not at[value] then
-        run[#run + 1] = line
-        at[value] = #run
-      else
-        run[at[value]] = line
-      end
-    end
-  end
-  if kind and kind.sweep then table.sort(run, function(x, y) return x[kind.sweep] < y[kind.sweep] end) end
-  return run
-end
-
--- The GPU model a line ran on ("H100", "H200"), from its gpu field or its machine's words;
--- "" for a CPU's: a figure of one GPU does not replace another's.
-local function gpu_model(line)
-  return (line.gpu or line.machine or ""):match("NVIDIA (H%d+)") or ""
-end
-
--- A row's key: its benchmark, configuration and GPU model.
-local function row_key(benchmark, configuration, gpu)
-  return benchmark .. "\0" .. configuration .. "\0" .. gpu
-end
-
---- The rows drawn from lines: for each benchmark, configuration and GPU the latest run (the
--- latest date, then the later line), as {benchmark, configuration, gpu, figure, machine,
--- command, commit, date, lines = the run's}, sorted by benchmark, configuration, then GPU.
-function results.rows(lines)
-  local keys, latest, named = {}, {}, {}
-  for i, line in ipairs(lines) do
-    local benchmark, configuration, kind = describe(line)
-    keys[i] = row_key(benchmark, configuration, gpu_model(line))
-    named[keys[i]] = { benchmark, configuration, kind }
-    local last = latest[keys[i]]
-    if not last or line.date:sub(1, 10) >= lines[last].date:sub(1, 10) then latest[keys[i]] = i end
-  end
-  local rows = {}
-  for key, last in pairs(latest) do
-    local benchmark, configuration, kind = table.unpack(named[key], 1, 3)
-    local line, run = lines[last], run_of(lines, keys, last, kind)
-    local figures = {}
-    for i, l in ipairs(run) do figures[i] = l.figure end
-    rows[#rows + 1] = { benchmark = benchmark, configuration = configuration, gpu = gpu_model(lines[last]),
-      figure = kind and kind.figure(run) or table.concat(figures, "; "), machine = line.machine, date = line.date,
-      -- a benchmark's command line as code; a row's cell as the table wrote it
-      command = kind and "`" .. line.command:gsub("|", "\\|") .. "`" or line.command,
-      commit = line.commit .. (line.uncommitted and " + changes not committed" or ""), lines = run }
-  end
-  table.sort(rows, function(x, y)
-    if x.benchmark ~= y.benchmark then return x.benchmark < y.benchmark end
-    if x.configuration ~= y.configuration then return x.configuration < y.configuration end
-    return x.gpu < y.gpu
-  end)
-  return rows
-end
-
-local HEADER = [[
-# Benchmark results
-
-Drawn by `gptoss results` from [results.jsonl](results.jsonl), one JSON line a measurement, oldest
-first: for each benchmark and configuration, the latest run (none estimated). Not edited by hand: a
-benchmark's `--record` appends its lines to results.jsonl, then `gptoss results` redraws this
-table and README.md's figures, and `gptoss results --check` fails while they differ
-([building.md](../docs/building.md#benchmarks)). Older figures are in results.jsonl and git; the
-designs they decided, and where a step's time goes, in [decisions.md](../docs/decisions.md).
-
-Conventions:
-
-- GPU commands ran through `make gpu-machine-run GPU_ARCH=sm_90a SCRIPT="..."`
-  ([building.md](../docs/building.md#on-the-gpu-machine)); the table gives the script part.
-  "Same call": one device call, one build.
-- Unless a row says otherwise: the synthetic 20b, bf16 weights and KV cache, greedy. `mxfp4`: the
-  experts in MXFP4, the KV cache in bf16.
-- `bench_gpu`: B sequences prefill 16 tokens each (or `--prompt P`), then decode together to
-  position ctx − 1; tok/s counts decoded tokens; "% of copy" compares the bytes a step must read
-  over its time with `gptoss.copy_bandwidth`. Per-kernel figures: ms a step, each kernel timed
-  alone, at the first positions or (`--profile-at end`) the last.
-- `bench_getp`: templated requests of 15.2 tokens on average, steps 1024, continuous batching, TPS
-  the course's way (CLOCK_REALTIME whole milliseconds around `g:run()`).
-- Commands as they ran: before issue 46 a model was named `--model 7m` or `--synthetic 7m`, now
-  the command's argument (`gptoss help`).
-- Commit: the code measured ("+ changes not committed": edits on that commit); "recorded in X":
-  the commit that wrote a figure down where the code measured is not known. Date: the day measured
-  (for rows from before results.jsonl, the commit's date).
-- Not measured yet: getp on four or more GPUs, MPI ranks on more than two
-  ([decisions.md](../docs/decisions.md#getp)), any run on gfx90a
-  ([decisions.md](../docs/decisions.md#amd-gfx90a)).
-]]
-
-local COLUMNS = { "benchmark", "configuration", "figure", "machine", "command", "commit", "date" }
-
---- examples/RESULTS.md's text drawn from lines.
-function results.table_text(lines)
-  local out = { HEADER, "| " .. table.concat(COLUMNS, " | ") .. " |", "|" .. ("---|"):rep(#COLUMNS) }
-  for _, row in ipairs(results.rows(lines)) do
-    local cells = {}
-    for i, c in ipairs(COLUMNS) do cells[i] = row[c] end
-    out[#out + 1] = "| " .. table.concat(cells, " | ") .. " |"
-  end
-  return table.concat(out, "\n") .. "\n"
+--- examples/RESULTS.md's text drawn from lines, each command shortened by defaults_of (as
+-- gptoss.results_command.shorten takes it; nil: as it ran).
+function results.table_text(lines, defaults_of)
+  return results_table.text(results.rows(lines), defaults_of)
 end
 
 -- README.md's table: what a row says, and the benchmark, configuration and GPU model ("" for
--- a CPU) whose latest run gives its figure; the first FIGURE_ROWS (bench_gpu's) are what the
--- picture draws, both of one GPU.
+-- a CPU) whose latest run gives its figure (where a later run on another GPU took the place of
+-- a legacy row, that run's); the first FIGURE_ROWS (bench_gpu's) are what the picture draws,
+-- both of one GPU.
 local README_ROWS = {
   { "GPU decode, 20b with MXFP4 experts (the GPU default), context 1024 (`bench_gpu`)", "bench_gpu",
     "ctx 1024, mxfp4", "H100" },
@@ -352,16 +247,22 @@ end
 --- README.md's drawn part (BEGIN to END: the picture, its caption and the table of figures),
 -- the lines the picture draws and its title, from lines.
 function results.readme(lines)
-  local by_key = {}
-  for _, row in ipairs(results.rows(lines)) do by_key[row_key(row.benchmark, row.configuration, row.gpu)] = row end
+  local by_key, by_setting = {}, {} -- a legacy row given way: the row of its configuration that took its place
+  for _, row in ipairs(results.rows(lines)) do
+    by_key[results_rows.key(row.benchmark, row.configuration, row.gpu)] = row
+    local setting = by_setting[row.benchmark .. "\0" .. row.configuration]
+    if not setting or row.date:sub(1, 10) > setting.date:sub(1, 10) then
+      by_setting[row.benchmark .. "\0" .. row.configuration] = row
+    end
+  end
   local table_rows, drawn, runs, figure_rows = { "| what | figure | machine |", "|---|---|---|" }, {}, {}, {}
   for i, r in ipairs(README_ROWS) do
-    local row = by_key[row_key(r[2], r[3], r[4])]
+    local row = by_key[results_rows.key(r[2], r[3], r[4])] or by_setting[r[2] .. "\0" .. r[3]]
     if not row then error(("results: README.md's row '%s' has no line of %s, %s"):format(r[1], r[2], r[3]), 0) end
     table_rows[#table_rows + 1] = ("| %s | %s | %s |"):format(r[1], row.figure, row.machine)
     if i <= FIGURE_ROWS then
       table.move(row.lines, 1, #row.lines, #drawn + 1, drawn)
-      runs[i], figure_rows[i] = ("%s at %s"):format(row.lines[1].weights, row.commit), row
+      runs[i], figure_rows[i] = ("%s at %s"):format(row.lines[1].weights, results_table.commit(row)), row
     end
   end
   local what = ("%s (%s, %s)"):format(table.concat(runs, ", "), distinct(figure_rows, "machine"),
@@ -370,6 +271,16 @@ function results.readme(lines)
     ("Decode throughput of the synthetic 20b against batch size (`bench_gpu`, context 1024): %s."):format(what), "",
     table.concat(table_rows, "\n"), END }
   return table.concat(block, "\n"), drawn, "bench_gpu, context 1024: " .. what
+end
+
+--- The commands' defaults as results_command.shorten takes them: each command's --help, run by
+-- the gptoss program of the tree this module came from (else the one on PATH) with the build
+-- folder gptoss.core came from.
+function results.defaults_reader()
+  local tree = results.tree()
+  local program = tree and (tree == "" and "./" or tree) .. "gptoss" or "gptoss"
+  local core = package.searchpath("gptoss.core", package.cpath)
+  return results_command.help_reader(program, core and core:match("^(.*)/gptoss/core%.[^/]*$"))
 end
 
 --- What `gptoss results` writes in the source tree at root ("" or ending in "/"), drawn from
@@ -385,7 +296,7 @@ function results.draw(root)
   if not (first and last) then
     error(("results: %s has no drawn part (a line '%s' and, after it, '%s')"):format(readme_path, BEGIN, END), 0)
   end
-  return { [root .. results.TABLE] = results.table_text(lines),
+  return { [root .. results.TABLE] = results.table_text(lines, results.defaults_reader()),
     [readme_path] = readme:sub(1, first - 1) .. block .. readme:sub(last + 1) }, drawn, title
 end
 
