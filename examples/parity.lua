@@ -6,9 +6,9 @@
 --          (--tokens "1,2,3" | --prompt TEXT [--tokenizer PATH]) [--atol X] [--rtol X] [--layers] [--json]
 -- MODEL as every command names it (gptoss.naming): a course .bin, a checkpoint directory or
 -- a synthetic shape.
--- SPEC is DEVICE:WEIGHTS[/KV]: DEVICE "cpu" or a GPU number (from 0), WEIGHTS and KV
--- "fp32" or "bf16", KV the same as WEIGHTS when left out: cpu:fp32, cpu:bf16/fp32,
--- 0:bf16/bf16. a is the replica checked (default cpu:bf16/fp32), b the reference (default
+-- SPEC is DEVICE:WEIGHTS[/KV]: DEVICE "cpu" or a GPU number (from 0), WEIGHTS a weight
+-- format (gptoss.weight_format_names), KV a KV format (gptoss.kv_formats), the same as
+-- WEIGHTS when left out: cpu:fp32, cpu:bf16/fp32, 0:mxfp4/bf16. a is the replica checked (default cpu:bf16/fp32), b the reference (default
 -- cpu:fp32, the golden); the tolerance is the numeric mode's default (lua/gptoss/parity.lua)
 -- unless --atol/--rtol replace it.
 -- Exit status: 0 every stage within tolerance, 1 not, 2 usage or bad input.
@@ -24,11 +24,16 @@ local BAD_INPUT = 2 -- the exit status of usage errors and bad input
 local function replica_spec(s)
   local device, weights, kv = s:match("^([^:]+):(%w+)/?(%w*)$")
   if kv == "" then kv = weights end
-  local ok_mode = { fp32 = true, bf16 = true }
+  local weight_names, kv_names = gptoss.weight_format_names(), gptoss.kv_formats()
+  local function listed(names, name)
+    for _, n in ipairs(names) do if n == name then return true end end
+    return false
+  end
   local gpu = device and math.tointeger(tonumber(device))
-  if not device or not ok_mode[weights] or not ok_mode[kv] or (device ~= "cpu" and not (gpu and gpu >= 0)) then
-    return nil, ("'%s' is not a replica DEVICE:WEIGHTS[/KV] (DEVICE cpu or a GPU number from 0, "
-      .. "WEIGHTS and KV fp32 or bf16)"):format(s)
+  if not device or not listed(weight_names, weights) or not listed(kv_names, kv)
+      or (device ~= "cpu" and not (gpu and gpu >= 0)) then
+    return nil, ("'%s' is not a replica DEVICE:WEIGHTS[/KV] (DEVICE cpu or a GPU number from 0, WEIGHTS %s, KV %s)")
+      :format(s, table.concat(weight_names, ", "), table.concat(kv_names, ", "))
   end
   return { device = gpu or "cpu", weights = weights, kv = kv, text = s }
 end

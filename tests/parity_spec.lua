@@ -606,6 +606,13 @@ describe("examples/parity.lua", function()
     assert.truthy(out:find("2 positions (0..1)", 1, true), out) -- {13225, 2375}
   end)
 
+  it("takes every weight format of the format table (an mxfp4 replica against the golden)", function()
+    local run = runner()
+    local code, out, err = run { "7m", "--tokens", "1,2", "--a", "cpu:mxfp4/bf16" }
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("all stages within tolerance", 1, true), out)
+  end)
+
   it("exits 2 with the usage on bad arguments", function()
     local run = runner()
     local missing = tmp() .. ".bin"
