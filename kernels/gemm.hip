@@ -50,9 +50,12 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
         return EX_BM;
     /* the Hopper GEMM's tiles of up to 128 pairs, each multiplied at its
      * own width (32-row steps), where both GEMMs take it: each expert's
-     * weights are then read (and coded ones decoded) once whatever its pairs */
+     * weights are then read (and coded ones decoded) once whatever its
+     * pairs; of up to 64 where experts expect few (a deeper ring, and the
+     * epilogue off the multiplying warpgroups: wg_block), an expert beyond
+     * taking a second tile */
     if (rows_per_expert > 16 && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
-        return WG_TILE_ROWS;
+        return rows_per_expert <= WG_SMALL_TILE_EXPECTED ? WG_SMALL_TILE_ROWS : WG_TILE_ROWS;
     /* 16-row streaming tiles up to 16 expected rows per expert (an expert
      * with a few more takes two tiles, its second read of the weights mostly
      * from L2); beyond, staged tiles of 32 rows up to 32 expected rows

@@ -79,11 +79,11 @@ __device__ __forceinline__ void wg_load_a(uint4 (&lo)[2], uint4 (&hi)[2], const 
  * block's tiles). One stage's group stays in flight while the next stage's
  * pieces load, so its slot is released a stage late and the pieces are
  * double-buffered; the last slot is released once its group is done. */
-template <int G, class W>
+template <int G, class W, class B>
 __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w_st, const uint8_t *x_st,
                                            uint64_t *full, uint64_t *empty, int chunks, int band, int lane,
                                            int ring_at) {
-    typedef wg_ring<W> ring;
+    typedef wg_ring<W, B> ring;
     const int stages = (chunks + 1) / 2;
     uint4 lo[2][2] = {}, hi[2][2] = {}; /* [buffer][chunk] */
     auto stage = [&](int st, uint4(&l)[2], uint4(&h)[2], uint4(&l_prev)[2], uint4(&h_prev)[2]) {
@@ -91,7 +91,7 @@ __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w
         mbar_wait(&full[slot], ((ring_at + st) / ring::STAGES) & 1);
         if (threadIdx.x == WG_STAMPING)
             wg_stamp(WG_EV_FULL, ring_at + st);
-        const uint8_t *xs = x_st + slot * WG_ROWS_STAGE_BYTES;
+        const uint8_t *xs = x_st + slot * B::ROWS_STAGE_BYTES;
         wg_load_a<W>(l, h, w_st + slot * ring::WEIGHTS_STAGE, band, lane);
         if (threadIdx.x == WG_STAMPING)
             wg_stamp(WG_EV_LOADED, ring_at + st);
@@ -127,15 +127,15 @@ __device__ __forceinline__ void wg_consume(float (&acc)[2][64], const uint8_t *w
         mbar_arrive(&empty[(ring_at + stages - 1) % ring::STAGES]);
 }
 
-/* wg_consume at the tile's row groups, G .. WG_TILE_ROWS / WG_ROW_GROUP */
-template <int G, class W>
+/* wg_consume at the tile's row groups, G .. B::TILE_ROWS / WG_ROW_GROUP */
+template <int G, class W, class B>
 __device__ __forceinline__ void wg_consume_rows(int groups, float (&acc)[2][64], const uint8_t *w_st,
                                                 const uint8_t *x_st, uint64_t *full, uint64_t *empty, int chunks,
                                                 int band, int lane, int ring_at) {
-    if constexpr (G < WG_TILE_ROWS / WG_ROW_GROUP)
+    if constexpr (G < B::TILE_ROWS / WG_ROW_GROUP)
         if (groups > G)
-            return wg_consume_rows<G + 1, W>(groups, acc, w_st, x_st, full, empty, chunks, band, lane, ring_at);
-    wg_consume<G, W>(acc, w_st, x_st, full, empty, chunks, band, lane, ring_at);
+            return wg_consume_rows<G + 1, W, B>(groups, acc, w_st, x_st, full, empty, chunks, band, lane, ring_at);
+    wg_consume<G, W, B>(acc, w_st, x_st, full, empty, chunks, band, lane, ring_at);
 }
 
 /* A stage's weights of an item (expert, first output o0): their bytes,
@@ -150,7 +150,7 @@ template <class W, int COPY> struct wg_stage_weights {
     int chunks_here, bands, bytes;
     __device__ __forceinline__ wg_stage_weights(const gptoss_gemm_args &a, int o0, int st, int chunks)
         : chunks_here(min(2, chunks - 2 * st)), bands(min(WG_BLOCK_BANDS, (a.n - o0 + 15) / GPTOSS_TILE_ROWS)),
-          bytes(W::CODED ? wg_ring<W>::WEIGHTS_STAGE
+          bytes(W::CODED ? WG_BLOCK_BANDS * 2 * W::TILE_BYTES
                          : (COPY == WG_BY_MAP ? WG_BLOCK_BANDS : bands) * chunks_here * W::TILE_BYTES) {}
     __device__ __forceinline__ void copy(const gptoss_gemm_args &a, int expert, int o0, int st, int chunks, uint8_t *ws,
                                          const CUtensorMap *wmap, uint64_t *bar) const {
@@ -177,12 +177,12 @@ template <class W, int COPY> struct wg_stage_weights {
  * copies of the tile's rows (one TMA box per 32-row group, or one for a
  * whole tile) and of the weights, when the consumers have released the
  * stage's slot. */
-template <class W, int COPY>
-__device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_items &items, uint8_t *w_st,
+template <class W, int COPY, class B>
+__device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_items<B::TILE_ROWS> &items, uint8_t *w_st,
                                            uint8_t *x_st, uint64_t *full, uint64_t *empty, int chunks,
                                            const CUtensorMap *xmap_tile, const CUtensorMap *xmap_group,
                                            const CUtensorMap *wmap) {
-    typedef wg_ring<W> shape;
+    typedef wg_ring<W, B> shape;
     const int stages = (chunks + 1) / 2;
     int at = 0; /* the ring's stage count so far */
     items.each(a, [&](const row_tile &rt, int o0, int groups) {
@@ -193,11 +193,11 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
             wg_stamp(WG_EV_SLOT_FREE, at);
             const wg_stage_weights<W, COPY> weights(a, o0, st, chunks);
             mbar_expect_tx(&full[slot], groups * WG_ROW_GROUP * WG_STAGE_K * 2 + weights.bytes);
-            if (groups * WG_ROW_GROUP == WG_TILE_ROWS) /* one box for a whole tile: fewer copies went faster */
-                tma_2d(x_st + slot * WG_ROWS_STAGE_BYTES, xmap_tile, st * WG_STAGE_K, rt.begin, &full[slot]);
+            if (groups * WG_ROW_GROUP == B::TILE_ROWS) /* one box for a whole tile: fewer copies went faster */
+                tma_2d(x_st + slot * B::ROWS_STAGE_BYTES, xmap_tile, st * WG_STAGE_K, rt.begin, &full[slot]);
             else
                 for (int g = 0; g < groups; g++)
-                    tma_2d(x_st + slot * WG_ROWS_STAGE_BYTES + g * WG_ROW_GROUP * WG_STAGE_K * 2, xmap_group,
+                    tma_2d(x_st + slot * B::ROWS_STAGE_BYTES + g * WG_ROW_GROUP * WG_STAGE_K * 2, xmap_group,
                            st * WG_STAGE_K, rt.begin + g * WG_ROW_GROUP, &full[slot]);
             weights.copy(a, rt.expert, o0, st, chunks, w_st + slot * shape::WEIGHTS_STAGE, wmap, &full[slot]);
             mbar_arrive(&full[slot]);
@@ -206,12 +206,13 @@ __device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_i
     });
 }
 
-/* A pass's epilogue for one consumer thread: its rows first, first + 4,
- * ... of the pass's `rows`, all at once (epilogue_rows), the pair of
+/* A pass's epilogue for one of THREADS threads: its rows first, first +
+ * step, ... of the pass's `rows`, all at once (epilogue_rows), the pair of
  * outputs o at sums' column 0. Rows past `rows` are read, not stored. */
+template <int THREADS>
 __device__ __forceinline__ void wg_epilogue_pass(const gptoss_gemm_args &a, int row0, int rows, int o,
                                                  const float *sums, int first, const pair_bias &bias) {
-    constexpr int step = WG_CONSUMERS / (WG_BLOCK_OUTPUTS / 2), U = WG_EPILOGUE_ROWS / step;
+    constexpr int step = THREADS / (WG_BLOCK_OUTPUTS / 2), U = WG_EPILOGUE_ROWS / step;
     int at[U];
     float v0[U], v1[U];
 #pragma unroll
@@ -224,54 +225,97 @@ __device__ __forceinline__ void wg_epilogue_pass(const gptoss_gemm_args &a, int 
     epilogue_rows<bf16, U>(a, at, rows > first ? (rows - first + step - 1) / step : 0, o, v0, v1, bias);
 }
 
-/* An item's sums (acc: the even and odd chunks' of the warp's 16 outputs)
- * through shared memory into the epilogue, WG_EPILOGUE_ROWS rows a pass, so
- * that the epilogue is one short loop (unrolled over the registers it was tens
- * of KiB of code) whose consecutive threads store consecutive outputs of a
- * row. Element 4j + e holds output 16 band + g (+ 8 from e = 2) of row
- * 8j + 2t + (e & 1). Each thread keeps one pair of outputs, so a tile's bias
- * is loaded once; tid: the thread among the consumers' WG_CONSUMERS. */
-__device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const row_tile &rt, int o0,
-                                              const float (&acc)[2][64], float *sums, int band, int g, int t, int tid) {
+/* The warp's sums of accumulator rows 8 j0 .. 8 (j0 + JS) - 1 (acc: the
+ * even and odd chunks' of its 16 outputs) into sums' rows from 0. Element
+ * 4j + e holds output 16 band + g (+ 8 from e = 2) of row 8j + 2t + (e & 1). */
+template <int JS>
+__device__ __forceinline__ void wg_put_sums(const float (&acc)[2][64], float *sums, int j0, int band, int g, int t) {
+#pragma unroll
+    for (int jj = 0; jj < JS; jj++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            sums[(8 * jj + 2 * t + (e & 1)) * WG_SUMS_STRIDE + 16 * band + g + 8 * (e >> 1)] =
+                acc[0][4 * (j0 + jj) + e] + acc[1][4 * (j0 + jj) + e];
+}
+
+/* An item's sums through shared memory into the epilogue, by THREADS
+ * threads from sums' row 0 (whole item there) or a pass at a time
+ * (`put(r0)` writes rows r0 .. r0 + WG_EPILOGUE_ROWS - 1 there first), so
+ * that the epilogue is one short loop (unrolled over the registers it was
+ * tens of KiB of code) whose consecutive threads store consecutive outputs
+ * of a row. Each thread keeps one pair of outputs, so a tile's bias is
+ * loaded once; tid: the thread among the THREADS. */
+template <int THREADS, int TILE_ROWS, class Put>
+__device__ __forceinline__ void wg_store_passes(const gptoss_gemm_args &a, const row_tile &rt, int o0, float *sums,
+                                                int tid, Put &&put) {
     constexpr int pairs = WG_BLOCK_OUTPUTS / 2;
-    static_assert(WG_CONSUMERS % pairs == 0, "a consumer thread's outputs are the same in every row");
+    static_assert(THREADS % pairs == 0, "a thread's outputs are the same in every row");
     const int o = o0 + 2 * (tid % pairs);
     const pair_bias bias(a, rt, o < a.n ? o : o0);
-    constexpr int JS = WG_EPILOGUE_ROWS / 8; /* accumulator rows j a pass */
 #pragma unroll
-    for (int pass = 0; pass < WG_TILE_ROWS / WG_EPILOGUE_ROWS; pass++) {
+    for (int pass = 0; pass < TILE_ROWS / WG_EPILOGUE_ROWS; pass++) {
         const int r0 = pass * WG_EPILOGUE_ROWS;
         if (r0 >= rt.end - rt.begin)
             break;
+        const float *from = put(r0);
+        if (o < a.n)
+            wg_epilogue_pass<THREADS>(a, rt.begin + r0, min(WG_EPILOGUE_ROWS, rt.end - rt.begin - r0), o,
+                                      from + o - o0, tid / pairs, bias);
+    }
+}
+
+/* The consumers storing an item themselves, a pass at a time through
+ * WG_EPILOGUE_ROWS rows of sums; tid: the thread among the consumers. */
+template <int TILE_ROWS>
+__device__ __forceinline__ void wg_store_item(const gptoss_gemm_args &a, const row_tile &rt, int o0,
+                                              const float (&acc)[2][64], float *sums, int band, int g, int t, int tid) {
+    wg_store_passes<WG_CONSUMERS, TILE_ROWS>(a, rt, o0, sums, tid, [&](int r0) {
         /* the previous pass's sums are read */
         asm volatile("bar.sync %0, %1;" ::"n"(WG_EPILOGUE_BARRIER), "n"(WG_CONSUMERS) : "memory");
-#pragma unroll
-        for (int jj = 0; jj < JS; jj++) {
-            const int j = pass * JS + jj;
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                sums[(8 * jj + 2 * t + (e & 1)) * WG_SUMS_STRIDE + 16 * band + g + 8 * (e >> 1)] =
-                    acc[0][4 * j + e] + acc[1][4 * j + e];
-        }
+        wg_put_sums<WG_EPILOGUE_ROWS / 8>(acc, sums, r0 / 8, band, g, t);
         asm volatile("bar.sync %0, %1;" ::"n"(WG_EPILOGUE_BARRIER), "n"(WG_CONSUMERS) : "memory");
-        if (o < a.n)
-            wg_epilogue_pass(a, rt.begin + r0, min(WG_EPILOGUE_ROWS, rt.end - rt.begin - r0), o, sums + o - o0,
-                             tid / pairs, bias);
-    }
+        return (const float *)sums;
+    });
+}
+
+/* The handoff of an item's sums between the consumers and the storers
+ * (named barriers of both roles' threads: one arrives, the other waits). */
+constexpr int WG_HANDOFF_THREADS = WG_CONSUMERS + 128;
+__device__ __forceinline__ void wg_handoff_arrive(int barrier) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(barrier), "n"(WG_HANDOFF_THREADS) : "memory");
+}
+__device__ __forceinline__ void wg_handoff_wait(int barrier) {
+    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "n"(WG_HANDOFF_THREADS) : "memory");
+}
+
+/* The storing warpgroup: each item's sums, once the consumers have
+ * written them, through the epilogue; then the sums are free for the next
+ * item's. tid: the thread among the storers. */
+template <int TILE_ROWS>
+__device__ __forceinline__ void wg_store_items(const gptoss_gemm_args &a, const wg_items<TILE_ROWS> &items,
+                                               float *sums, int tid) {
+    items.each(a, [&](const row_tile &rt, int o0, int) {
+        wg_handoff_wait(WG_SUMS_WRITTEN_BARRIER);
+        wg_store_passes<128, TILE_ROWS>(a, rt, o0, sums, tid,
+                                        [&](int r0) { return (const float *)sums + r0 * WG_SUMS_STRIDE; });
+        wg_handoff_arrive(WG_SUMS_READ_BARRIER);
+    });
 }
 #endif
 
-/* A block over weights of format W that come as COPY says: it takes
- * items blockIdx.x, + gridDim.x, ... in turn, and its ring runs on from
- * one to the next, so the copies of an item's first stages overlap the
- * previous item's last products and epilogue. Warpgroup 0 issues the
- * copies (one thread), 1 and 2 multiply 64 outputs each. */
-template <class W, int COPY>
-__global__ void __launch_bounds__(wg_roles::THREADS, 1)
+/* A block over weights of format W that come as COPY says, on tiles of
+ * up to ROWS rows: it takes items blockIdx.x, + gridDim.x, ... in turn,
+ * and its ring runs on from one to the next, so the copies of an item's
+ * first stages overlap the previous item's last products and epilogue.
+ * Warpgroup 0 issues the copies (one thread), the others multiply and, on
+ * tiles of up to 64 rows, the last stores (wg_block). */
+template <class W, int COPY, int ROWS>
+__global__ void __launch_bounds__(wg_block<ROWS>::THREADS, 1)
     gemm_wgmma_kernel(gptoss_gemm_args a, int row_blocks, const __grid_constant__ CUtensorMap xmap_tile,
                       const __grid_constant__ CUtensorMap xmap_group, const __grid_constant__ CUtensorMap wmap) {
 #if defined(GPTOSS_WGMMA)
-    typedef wg_ring<W> shape;
+    typedef wg_block<ROWS> B;
+    typedef wg_ring<W, B> shape;
     extern __shared__ uint8_t wgmma_smem[];
     uint8_t *ring = wgmma_ring(wgmma_smem);
     uint8_t *x_st = ring, *w_st = ring + shape::WEIGHTS_AT;
@@ -279,7 +323,7 @@ __global__ void __launch_bounds__(wg_roles::THREADS, 1)
     float *sums = (float *)(ring + shape::SUMS_AT);
     const int chunks = (a.k + MX_KC - 1) / MX_KC, stages = (chunks + 1) / 2;
     const int tid = threadIdx.x, wg = tid / 128;
-    const wg_items items(a, row_blocks);
+    const wg_items<ROWS> items(a, row_blocks);
     if (tid == 0) {
         for (int s = 0; s < shape::STAGES; s++) {
             mbar_init(&full[s], 1);
@@ -289,23 +333,35 @@ __global__ void __launch_bounds__(wg_roles::THREADS, 1)
     }
     __syncthreads();
     if (wg == 0) {
-        warpgroup_registers<wg_roles::COPY_REGS, wg_roles::LAUNCH_REGS>();
+        warpgroup_registers<B::COPY_REGS, B::LAUNCH_REGS>();
         if (tid == 0)
-            wg_produce<W, COPY>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
+            wg_produce<W, COPY, B>(a, items, w_st, x_st, full, empty, chunks, &xmap_tile, &xmap_group, &wmap);
         return;
     }
-    warpgroup_registers<wg_roles::MMA_REGS, wg_roles::LAUNCH_REGS>();
+    if constexpr (B::STORER)
+        if (tid >= WG_STORERS_AT)
+            return wg_store_items<ROWS>(a, items, sums, tid - WG_STORERS_AT);
+    warpgroup_registers<B::MMA_REGS, B::LAUNCH_REGS>();
     const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int band = (wg - 1) * 4 + warp; /* the warp's 16 outputs within the block */
     int at = 0;
     items.each(a, [&](const row_tile &rt, int o0, int groups) {
         float acc[2][64] = {};
-        wg_consume_rows<1, W>(groups, acc, w_st, x_st, full, empty, chunks, band, lane, at);
+        wg_consume_rows<1, W, B>(groups, acc, w_st, x_st, full, empty, chunks, band, lane, at);
+        if constexpr (B::STORER) {
+            if (at > 0) /* the storers have read the previous item's sums */
+                wg_handoff_wait(WG_SUMS_READ_BARRIER);
+            wg_put_sums<ROWS / 8>(acc, sums, 0, band, g, t);
+            wg_handoff_arrive(WG_SUMS_WRITTEN_BARRIER);
+        } else
+            wg_store_item<ROWS>(a, rt, o0, acc, sums, band, g, t, tid - WG_CONSUMERS_AT);
         at += stages;
-        wg_store_item(a, rt, o0, acc, sums, band, g, t, tid - (wg_roles::THREADS - WG_CONSUMERS));
         if (tid == WG_STAMPING)
             wg_stamp(WG_EV_ITEM_DONE, at - 1);
     });
+    if constexpr (B::STORER)
+        if (at > 0) /* as many waits as the storers' arrivals */
+            wg_handoff_wait(WG_SUMS_READ_BARRIER);
 #endif
 }
 

@@ -60,7 +60,7 @@ bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
 
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     if (a->tiles)
-        return a->tile_rows == WG_TILE_ROWS && gemm_wgmma_fits(a, dev);
+        return (a->tile_rows == WG_TILE_ROWS || a->tile_rows == WG_SMALL_TILE_ROWS) && gemm_wgmma_fits(a, dev);
     const int64_t blocks =
         (int64_t)((a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS) * ((a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS);
     return !a->x_rows && !weights_coded(a) && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
@@ -89,55 +89,70 @@ template <class W> static hipError_t encode_weight_map(CUtensorMap *map, const g
 }
 #endif
 
-/* max_tiles: the grouped launch's tile table size */
-template <class W>
-hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
-                             hipStream_t stream) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
+/* gemm_wgmma_kernel on tiles of up to ROWS rows: its tensor maps, then the launch */
+template <class W, int ROWS>
+static hipError_t launch_gemm_wgmma_rows(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
+                                         hipStream_t stream) {
+    typedef wg_block<ROWS> B;
     const int kp = wgmma_k_padded(a->k);
-    const int64_t pieces = (int64_t)a->rows * (kp / 8);
-    hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
-                       (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
     CUtensorMap xmap_tile, xmap_group, wmap;
     memset(&wmap, 0, sizeof wmap);
-    hipError_t e = encode_bf16_map(&xmap_tile, a->x_perm, a->rows, kp, WG_STAGE_K, WG_TILE_ROWS, true);
+    hipError_t e = encode_bf16_map(&xmap_tile, a->x_perm, a->rows, kp, WG_STAGE_K, ROWS, true);
     if (e == hipSuccess)
         e = encode_bf16_map(&xmap_group, a->x_perm, a->rows, kp, WG_STAGE_K, WG_ROW_GROUP, true);
-    const int col_blocks = (a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS,
-              row_blocks = a->tiles ? max_tiles : (a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS;
+    const int col_blocks = (a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS;
     if (e == hipSuccess && (int64_t)row_blocks * col_blocks > INT32_MAX)
         e = hipErrorInvalidValue;
     if (e != hipSuccess)
         return e;
-    auto kernel = gemm_wgmma_kernel<W, WG_BY_MAP>;
+    auto kernel = gemm_wgmma_kernel<W, WG_BY_MAP, ROWS>;
     if constexpr (!W::CODED)
         if (gptoss_layout_tiled(a->w_layout))
-            kernel = gemm_wgmma_kernel<W, WG_BY_TILES>;
-    if (kernel == gemm_wgmma_kernel<W, WG_BY_MAP>) {
+            kernel = gemm_wgmma_kernel<W, WG_BY_TILES, ROWS>;
+    if (kernel == gemm_wgmma_kernel<W, WG_BY_MAP, ROWS>) {
         e = encode_weight_map<W>(&wmap, a);
         if (e != hipSuccess)
             return e;
     }
-    const int smem = wg_ring<W>::SMEM;
+    const int smem = wg_ring<W, B>::SMEM;
     e = hipFuncSetAttribute((const void *)kernel, hipFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != hipSuccess)
         return e;
     /* Items in order (wg_items), one block per multiprocessor taking every
-     * gridDim.x-th, except for the experts: bound by memory, bf16 ones ran
-     * 13% slower that way than with a block per item, which the GPU hands out
-     * as blocks finish (the unembedding ran 4% faster persistent). Dense:
-     * the row blocks of one weight block come one after another, so they run
-     * side by side and its weights come from memory once and the rows (a few
-     * MiB) from L2. Grouped, all the pairs' rows would not stay in L2 for
-     * every column block: the items go in bands of WG_BAND_BLOCKS column blocks,
-     * tile after tile within a band, so a tile's rows serve the band from L2
-     * and an expert's weight block serves its tiles, adjacent in the table,
-     * from L2. */
+     * gridDim.x-th, except for the experts on 128-row tiles: bound by
+     * memory, bf16 ones ran 13% slower that way than with a block per item,
+     * which the GPU hands out as blocks finish (the unembedding ran 4%
+     * faster persistent); the blocks with storers persist, or their
+     * epilogues would not overlap the next item. Dense: the row blocks of
+     * one weight block come one after another, so they run side by side and
+     * its weights come from memory once and the rows (a few MiB) from L2.
+     * Grouped, all the pairs' rows would not stay in L2 for every column
+     * block: the items go in bands of WG_BAND_BLOCKS column blocks, tile
+     * after tile within a band, so a tile's rows serve the band from L2 and
+     * an expert's weight block serves its tiles, adjacent in the table, from
+     * L2. */
     const int items = row_blocks * col_blocks;
-    const int blocks = a->tiles ? items : min(items, dev->multiprocessors);
-    hipLaunchKernelGGL(kernel, dim3(blocks), dim3(wg_roles::THREADS), smem, stream, *a, row_blocks, xmap_tile,
-                       xmap_group, wmap);
+    const int blocks = a->tiles && !B::STORER ? items : min(items, dev->multiprocessors);
+    hipLaunchKernelGGL(kernel, dim3(blocks), dim3(B::THREADS), smem, stream, *a, row_blocks, xmap_tile, xmap_group,
+                       wmap);
     return hipGetLastError();
+}
+#endif
+
+/* max_tiles: the grouped launch's tile table size; the rows are first
+ * copied permuted (permute_rows_kernel) */
+template <class W>
+hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
+                             hipStream_t stream) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const int64_t pieces = (int64_t)a->rows * (wgmma_k_padded(a->k) / 8);
+    hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
+                       (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
+    if (a->tiles && a->tile_rows == WG_SMALL_TILE_ROWS)
+        return launch_gemm_wgmma_rows<W, WG_SMALL_TILE_ROWS>(a, max_tiles, dev, stream);
+    return launch_gemm_wgmma_rows<W, WG_TILE_ROWS>(
+        a, a->tiles ? max_tiles : (a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS, dev, stream);
 #else
     (void)a;
     (void)max_tiles;

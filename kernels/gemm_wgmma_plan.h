@@ -19,7 +19,6 @@ constexpr int WG_ROW_GROUP = 32;                                    /* rows per 
 constexpr int WG_BAND_BLOCKS = 8;                                   /* grouped: column blocks per band (see the
                                                                        launcher; 4 and 16 measured no better) */
 constexpr int WG_STAGE_K = 64;                                      /* k per stage: an even and an odd chunk */
-constexpr int WG_ROWS_STAGE_BYTES = WG_TILE_ROWS * WG_STAGE_K * 2;
 /* the sums' row stride in the epilogue (floats): a warp's stores (rows 2t,
  * outputs g) hit 32 banks */
 constexpr int WG_SUMS_STRIDE = WG_BLOCK_OUTPUTS + 4;
@@ -36,34 +35,56 @@ constexpr int WG_EPILOGUE_ROWS = 32;
 /* the consumers' threads (two warpgroups of 64 outputs each), a block's last */
 constexpr int WG_CONSUMERS = 256;
 
-/* The dense kernel's block: warpgroup 0 copies, 1 and 2 multiply; their
- * registers a thread (setmaxnreg) within what the launch gives the block */
-struct wg_roles {
-    static constexpr int THREADS = 128 + WG_CONSUMERS, LAUNCH_REGS = launch_registers<THREADS>, COPY_REGS = 40,
-                         MMA_REGS = 232;
-    static_assert(COPY_REGS + 2 * MMA_REGS <= 3 * LAUNCH_REGS, "the roles' registers fit the block's pool");
+/* A block's roles by its tiles' rows at most: warpgroup 0 copies, 1 and 2
+ * multiply 64 outputs each and store each item's sums themselves. Tiles
+ * of up to 64 rows (the experts' where they expect few rows) leave the
+ * consumers' accumulators few enough registers for a fourth warpgroup
+ * that stores: the consumers hand it an item's sums through shared memory
+ * and go on with the next item, whose stages the producer has copied
+ * meanwhile. Registers a thread by role (setmaxnreg) within what the
+ * launch gives the block; the storers keep the launch's. */
+constexpr int WG_SMALL_TILE_ROWS = 64;
+/* the expected rows an expert up to which its tiles are small ones */
+constexpr int WG_SMALL_TILE_EXPECTED = 48;
+template <int ROWS> struct wg_block {
+    static constexpr int TILE_ROWS = ROWS;
+    static constexpr bool STORER = ROWS <= WG_SMALL_TILE_ROWS;
+    static constexpr int THREADS = 128 + WG_CONSUMERS + (STORER ? 128 : 0), LAUNCH_REGS = launch_registers<THREADS>,
+                         COPY_REGS = 40, MMA_REGS = STORER ? 168 : 232;
+    static_assert(COPY_REGS + 2 * MMA_REGS + (STORER ? LAUNCH_REGS : 0) <= THREADS / 128 * LAUNCH_REGS,
+                  "the roles' registers fit the block's pool");
+    static constexpr int ROWS_STAGE_BYTES = ROWS * WG_STAGE_K * 2;
+    /* the sums in shared memory: a pass's rows, or a whole item's for the storers */
+    static constexpr int SUMS_ROWS = STORER ? ROWS : WG_EPILOGUE_ROWS;
 };
+/* the consumers' threads begin after the copying warpgroup's; the storers' after theirs */
+constexpr int WG_CONSUMERS_AT = 128, WG_STORERS_AT = WG_CONSUMERS_AT + WG_CONSUMERS;
+/* the named barriers of an item's sums handed to the storers: written
+ * (consumers arrive, storers wait) and read (the other way round) */
+constexpr int WG_SUMS_WRITTEN_BARRIER = 2, WG_SUMS_READ_BARRIER = 3;
 
-/* The ring of a format W's weights: a stage's rows (up to 128 by 64 k,
- * 16 KiB, 1 KiB-aligned as their swizzle wants) and weights (two chunks of
- * 8 bands' tiles: bf16 16 KiB, MXFP4 4.25 KiB), then the stages' barriers
- * and the epilogue's sums, with as many stages as fit in the 227 KiB a
- * block may have (bf16 6, MXFP4 10). */
+/* The ring of a format W's weights for blocks B: a stage's rows (up to
+ * B's tile rows by 64 k, 1 KiB-aligned as their swizzle wants) and weights
+ * (two chunks of 8 bands' tiles: bf16 16 KiB, MXFP4 4.25 KiB), then the
+ * stages' barriers and the epilogue's sums, with as many stages as fit in
+ * the 227 KiB a block may have (tiles of 128 rows: bf16 6, MXFP4 10; of
+ * 64: 8 and 15). */
 constexpr int WG_SMEM_MAX = 227 * 1024;
 /* the rows' 128-byte swizzle repeats every 8 rows: their stages start on such a
  * boundary */
 constexpr int WG_SWIZZLE_ALIGN = 1024;
 /* a stage's two mbarriers (full, empty) */
 constexpr int WG_STAGE_BARRIER_BYTES = 2 * sizeof(uint64_t);
-template <class W> struct wg_ring {
+template <class W, class B> struct wg_ring {
     static constexpr int WEIGHTS_STAGE = WG_BLOCK_BANDS * 2 * W::TILE_BYTES,
-                         SUMS = WG_EPILOGUE_ROWS * WG_SUMS_STRIDE * 4;
+                         SUMS = B::SUMS_ROWS * WG_SUMS_STRIDE * 4;
     /* with the slack to align the ring */
-    static constexpr int STAGES =
-        (WG_SMEM_MAX - SUMS - WG_SWIZZLE_ALIGN) / (WEIGHTS_STAGE + WG_ROWS_STAGE_BYTES + WG_STAGE_BARRIER_BYTES);
-    static constexpr int WEIGHTS_AT = STAGES * WG_ROWS_STAGE_BYTES, BARS_AT = WEIGHTS_AT + STAGES * WEIGHTS_STAGE,
+    static constexpr int STAGES = (WG_SMEM_MAX - SUMS - WG_SWIZZLE_ALIGN) /
+                                  (WEIGHTS_STAGE + B::ROWS_STAGE_BYTES + WG_STAGE_BARRIER_BYTES);
+    static constexpr int WEIGHTS_AT = STAGES * B::ROWS_STAGE_BYTES, BARS_AT = WEIGHTS_AT + STAGES * WEIGHTS_STAGE,
                          SUMS_AT = BARS_AT + STAGES * WG_STAGE_BARRIER_BYTES, SMEM = SUMS_AT + SUMS + WG_SWIZZLE_ALIGN;
     static_assert(WEIGHTS_STAGE % 128 == 0, "a stage's weights are 128-byte-aligned, as a map's box must land");
+    static_assert(B::ROWS_STAGE_BYTES % WG_SWIZZLE_ALIGN == 0, "every stage's rows start on a swizzle boundary");
 };
 
 /* Block 0's timeline: the producer and the first consumer thread stamp
@@ -91,7 +112,7 @@ __device__ __forceinline__ void wg_stamp(wg_event ev, int at) {
 __device__ __forceinline__ void wg_stamp(wg_event, int) {}
 #endif
 /* the consumer thread that stamps */
-constexpr int WG_STAMPING = 128;
+constexpr int WG_STAMPING = WG_CONSUMERS_AT;
 
 #if defined(GPTOSS_WGMMA)
 /* the block's shared memory from its first 1 KiB boundary on (the rows'
@@ -111,7 +132,7 @@ __host__ __device__ __forceinline__ int wgmma_k_padded(int k) { return (k + MX_K
  * column block: dense, the row blocks of a column block one after another;
  * grouped, bands of WG_BAND_BLOCKS column blocks, tile by tile within a band.
  */
-struct wg_items {
+template <int TILE_ROWS> struct wg_items {
     int tiles, col_blocks;
     __device__ __forceinline__ wg_items(const gptoss_gemm_args &a, int row_blocks)
         : tiles(a.tiles ? min(*a.tile_count, row_blocks) : row_blocks),
@@ -132,7 +153,7 @@ struct wg_items {
             col_block = i / tiles;
         }
         o0 = col_block * WG_BLOCK_OUTPUTS;
-        if (!block_rows(a, tile, WG_TILE_ROWS, rt))
+        if (!block_rows(a, tile, TILE_ROWS, rt))
             return false;
         groups = (rt.end - rt.begin + WG_ROW_GROUP - 1) / WG_ROW_GROUP;
         return true;
