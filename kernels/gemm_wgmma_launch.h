@@ -58,12 +58,20 @@ bool gemm_wgmma_fits(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     return dev->wgmma && a->x_perm && epilogue && (gptoss_layout_tiled(a->w_layout) || a->k % 8 == 0);
 }
 
+/* A dense GEMM's tile rows: the larger whose blocks fill a wave, 0 if
+ * neither does */
+static int wgmma_dense_tile_rows(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
+    const int64_t col_blocks = (a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS;
+    for (int rows : {WG_TILE_ROWS, WG_SMALL_TILE_ROWS})
+        if (col_blocks * ((a->rows + rows - 1) / rows) >= dev->multiprocessors)
+            return rows;
+    return 0;
+}
+
 bool gemm_wgmma_takes(const gptoss_gemm_args *a, const gptoss_gpu_shape *dev) {
     if (a->tiles)
         return (a->tile_rows == WG_TILE_ROWS || a->tile_rows == WG_SMALL_TILE_ROWS) && gemm_wgmma_fits(a, dev);
-    const int64_t blocks =
-        (int64_t)((a->n + WG_BLOCK_OUTPUTS - 1) / WG_BLOCK_OUTPUTS) * ((a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS);
-    return !a->x_rows && !weights_coded(a) && blocks >= dev->multiprocessors && gemm_wgmma_fits(a, dev);
+    return !a->x_rows && !weights_coded(a) && wgmma_dense_tile_rows(a, dev) && gemm_wgmma_fits(a, dev);
 }
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -149,10 +157,11 @@ hipError_t launch_gemm_wgmma(const gptoss_gemm_args *a, int max_tiles, const gpt
     const int64_t pieces = (int64_t)a->rows * (wgmma_k_padded(a->k) / 8);
     hipLaunchKernelGGL(permute_rows_kernel, dim3((unsigned)((pieces + 255) / 256)), dim3(256), 0, stream,
                        (const bf16 *)a->x, a->x_rows, a->rows, a->k, (bf16 *)a->x_perm);
-    if (a->tiles && a->tile_rows == WG_SMALL_TILE_ROWS)
-        return launch_gemm_wgmma_rows<W, WG_SMALL_TILE_ROWS>(a, max_tiles, dev, stream);
-    return launch_gemm_wgmma_rows<W, WG_TILE_ROWS>(
-        a, a->tiles ? max_tiles : (a->rows + WG_TILE_ROWS - 1) / WG_TILE_ROWS, dev, stream);
+    const int tile_rows = a->tiles ? a->tile_rows : wgmma_dense_tile_rows(a, dev);
+    const int row_blocks = a->tiles ? max_tiles : (a->rows + tile_rows - 1) / tile_rows;
+    if (tile_rows == WG_SMALL_TILE_ROWS)
+        return launch_gemm_wgmma_rows<W, WG_SMALL_TILE_ROWS>(a, row_blocks, dev, stream);
+    return launch_gemm_wgmma_rows<W, WG_TILE_ROWS>(a, row_blocks, dev, stream);
 #else
     (void)a;
     (void)max_tiles;
