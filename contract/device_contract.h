@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../src/core/host_device.h"
+#include "../src/core/penalty.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,7 +56,20 @@ typedef struct {
     int32_t want_logprobs; /* 1: report the row's log-probabilities */
     int32_t top_logprobs;  /* with that many most likely tokens (0..GPTOSS_MAX_LOGPROBS) */
     int32_t mask;          /* 1 + the row's mask among the step's (a constraint); 0: none */
+    float presence_penalty, frequency_penalty; /* the slot's (gptoss_penalized_logit) */
+    int32_t penalize;      /* 1: the draw applies its slot's counted ids and counts its own */
 } gptoss_row_sampling;
+
+/* The ids the penalized rows of each slot drew, counted since the slot's
+ * penalties were set (docs/api.md#penalties): slot s holds n[s] distinct
+ * ids, id[s * cap + j] drawn count[s * cap + j] times. One row of a slot
+ * reads and extends its counts in a step, so no two rows race on them. */
+typedef struct {
+    int32_t *id, *count;
+    float *saved; /* the GPU's: the logits a row's penalties replaced, put back after its draw */
+    int32_t *n;
+    int32_t cap;
+} gptoss_drawn_counts;
 
 /* the uint32 words of a mask over a vocabulary: bit id % 32 of word id / 32
  * is set for each allowed id */

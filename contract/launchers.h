@@ -106,7 +106,9 @@ hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream
 /* sample.hip: one token per row of logits [rows][vocab] (device), under
  * params[row] (device), as gptoss_draw_rows draws on the host: the row's
  * slot's bias list (bias + slot * GPTOSS_MAX_LOGIT_BIAS, n_bias entries)
- * added first (in place, the logits restored after); then a row with
+ * added first, then a penalized row's slot's counted ids in drawn
+ * penalized (both in place, the logits restored after; the row's id is
+ * counted there); then a row with
  * temperature 0 takes the first maximum, NaN never winning; any other row
  * follows gptoss_sample_with (docs/api.md "Sampling"). A row gets -1 where
  * that raises on a NaN or +inf logit, -2 where no logit is above -inf. A
@@ -115,8 +117,8 @@ hipError_t gptoss_launch_trace_add(float *x, const float *y, size_t n, hipStream
  * -inf. logprobs (NULL, or [rows]) receives each row's log-probabilities
  * where it asks (n_top -1 elsewhere). */
 hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
-                                const gptoss_logit_bias *bias, const uint32_t *masks, int *tokens,
-                                gptoss_row_logprobs *logprobs, hipStream_t stream);
+                                const gptoss_logit_bias *bias, const uint32_t *masks, gptoss_drawn_counts drawn,
+                                int *tokens, gptoss_row_logprobs *logprobs, hipStream_t stream);
 
 /* kv_fork.hip: slot to of every layer (layers: [n_layers] on the device)
  * receives what slot from keeps for the positions below length (the last

@@ -3,7 +3,9 @@
  *
  * One block per row, never sorting. The row's logit bias is added in place
  * first (the replaced logits kept in shared memory and put back at the end,
- * so the logits read back are the model's). A first pass finds the first maximum
+ * so the logits read back are the model's), then a penalized row's
+ * penalties over its slot's counted ids (sample_adjust.h), which that row
+ * extends with its id at the end. A first pass finds the first maximum
  * and checks the logits (a NaN or +inf, or nothing above -inf, is no token,
  * greedy or not); greedy rows stop there. The filters keep a prefix
  * of the ranks (logit desc, id asc): every token whose 64-bit rank key
@@ -32,6 +34,7 @@
 #include "../contract/launchers.h"
 #include "../src/core/counter_rng.h"
 #include "../src/core/course_math.h"
+#include "sample_adjust.h"
 
 #include <limits.h>
 
@@ -232,15 +235,6 @@ __device__ void write_logprobs(Shared &sh, const Row &r, int k, int token, gptos
     out->logprob = (double)r.x[token] - lse;
 }
 
-/* The row's logit bias added in place, the logits it replaces kept in
- * sh.replaced (ids are distinct: no two threads meet) */
-__device__ __forceinline__ void apply_bias(Shared &sh, float *x, const gptoss_logit_bias *b, int n_bias) {
-    for (int j = threadIdx.x; j < n_bias; j += blockDim.x) {
-        sh.replaced[j] = x[b[j].id];
-        x[b[j].id] = sh.replaced[j] + b[j].bias;
-    }
-}
-
 /* The thread's share of the first pass over the row: its first maximum,
  * its flags (1: a NaN or +inf, 2: a logit above -inf) and its sum of
  * exp((v - own_max) / t), taken online: only a bound for Q */
@@ -389,15 +383,20 @@ __device__ __forceinline__ int draw_token(Shared &sh, Row &r, const gptoss_row_s
 
 __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, const gptoss_row_sampling *params,
                                                          const gptoss_logit_bias *bias, const uint32_t *masks,
-                                                         int *tokens, gptoss_row_logprobs *logprobs) {
+                                                         gptoss_drawn_counts drawn, int *tokens,
+                                                         gptoss_row_logprobs *logprobs) {
     __shared__ Shared sh;
     const int tid = threadIdx.x;
     float *x = logits + (size_t)blockIdx.x * n;
     const gptoss_row_sampling p = params[blockIdx.x];
     const uint32_t *mask = p.mask ? masks + (size_t)(p.mask - 1) * gptoss_mask_words(n) : nullptr;
     const gptoss_logit_bias *b = bias + (size_t)p.slot * GPTOSS_MAX_LOGIT_BIAS;
-    apply_bias(sh, x, b, p.n_bias);
+    apply_bias(sh.replaced, x, b, p.n_bias);
     __syncthreads();
+    if (p.penalize) { /* the same for the whole block */
+        apply_penalties(x, drawn, p);
+        __syncthreads();
+    }
 
     float top = -INFINITY;
     int top_i = INT_MAX, flags = 0;
@@ -427,21 +426,24 @@ __global__ __launch_bounds__(THREADS) void sample_kernel(float *logits, int n, c
     else if (logprobs && tid == 0)
         logprobs[blockIdx.x].n_top = -1;
     __syncthreads();
-    for (int j = tid; j < p.n_bias; j += blockDim.x)
-        x[b[j].id] = sh.replaced[j];
+    if (p.penalize) { /* before the bias's: the penalties replaced biased logits */
+        restore_and_count(sh.slot32, x, drawn, p, token);
+        __syncthreads();
+    }
+    restore_bias(sh.replaced, x, b, p.n_bias);
     if (tid == 0)
         tokens[blockIdx.x] = token;
 }
 
 hipError_t gptoss_launch_sample(float *logits, int rows, int vocab, const gptoss_row_sampling *params,
-                                const gptoss_logit_bias *bias, const uint32_t *masks, int *tokens,
-                                gptoss_row_logprobs *logprobs, hipStream_t stream) {
+                                const gptoss_logit_bias *bias, const uint32_t *masks, gptoss_drawn_counts drawn,
+                                int *tokens, gptoss_row_logprobs *logprobs, hipStream_t stream) {
     /* the bound keeps every index of a sweep within int */
     if (rows < 0 || vocab < 1 || vocab > (1 << 30))
         return hipErrorInvalidValue;
     if (rows == 0)
         return hipSuccess;
     hipLaunchKernelGGL(sample_kernel, dim3(rows), dim3(THREADS), 0, stream, logits, vocab, params, bias, masks,
-                       tokens, logprobs);
+                       drawn, tokens, logprobs);
     return hipGetLastError();
 }

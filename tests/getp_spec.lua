@@ -614,7 +614,8 @@ describe("getp errors", function()
   it("rejects bad sampling", function()
     expect_error(new { sampling = 0.8 }, "getp: sampling must be a table (got number)")
     expect_error(new { sampling = { temp = 1 } },
-      "getp: unknown sampling option 'temp' (known: temperature, top_k, top_p, min_p, seed)")
+      "getp: unknown sampling option 'temp' (known: temperature, top_k, top_p, min_p, seed, presence_penalty, "
+      .. "frequency_penalty)")
     expect_error(new { sampling = { temperature = -1 } }, "getp: sampling: temperature must be a finite number >= 0")
     expect_error(new { sampling = { temperature = 1, top_p = 2 } }, "getp: sampling: top_p")
     expect_error(new { sampling = { temperature = 1, seed = 1.5 } }, "getp: sampling:", "seed")

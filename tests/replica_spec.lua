@@ -546,7 +546,7 @@ describe("per-slot sampling (r:sampling)", function()
     -- a misspelt setting is an error, not greedy or a default in disguise
     H.expect_error(function() r:sampling(1, { temprature = 1 }) end,
       "replica:sampling: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, "
-      .. "logit_bias, logprobs)")
+      .. "logit_bias, logprobs, presence_penalty, frequency_penalty)")
     local g = r:step { slots = { 1 }, positions = { 0 }, tokens = { 5 } }
     assert.are.equal(g:logits()[1]:argmax() - 1, g:tokens()[1]) -- still greedy
     r:close()

@@ -1141,7 +1141,7 @@ describe("sampler", function()
          expect_error(function() gptoss.sampler(3) end, "options must be a table (got number)")
          expect_error(function() gptoss.sampler({ temprature = 0 }) end,
             "sampler: unknown option 'temprature' (known: mode, temperature, top_k, top_p, min_p, seed, logit_bias, "
-            .. "logprobs)")
+            .. "logprobs, presence_penalty, frequency_penalty)")
          -- the limits themselves are fine
          gptoss.sampler({ top_p = 0, min_p = 1, top_k = 0, logprobs = 20, temperature = 0 })
          gptoss.sampler({ top_p = 1, min_p = 0, logprobs = 0 })

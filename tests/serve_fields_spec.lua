@@ -54,10 +54,20 @@ describe("serve_openai's fields", function()
         "messages[0].reasoning_content" } } do
       assert.are.same({ 400, case[2] }, { refusal(chat(case[1])).status, refusal(chat(case[1])).param })
     end
-    local err = refusal(chat { presence_penalty = 0.5 })
-    assert.are.same({ "presence_penalty",
-      "'presence_penalty' is not supported yet: this server's sampler has no penalties (send 0 or leave it out)" },
-      { err.param, err.message })
+  end)
+
+  it("takes presence_penalty and frequency_penalty in [-2, 2] into the sampling, 0 as none", function()
+    local sampling = serve_openai.chat(chat { presence_penalty = 0.5, frequency_penalty = -2 }, tok, CTX).sampling
+    assert.are.same({ 0.5, -2 }, { sampling.presence_penalty, sampling.frequency_penalty })
+    local plain = serve_openai.completion({ model = "m", prompt = "x", presence_penalty = 0, frequency_penalty = 2 },
+      tok, CTX).sampling
+    assert.are.same({ nil, 2 }, { plain.presence_penalty, plain.frequency_penalty })
+    for _, case in ipairs { { presence_penalty = 2.5 }, { frequency_penalty = -2.01 }, { presence_penalty = "1" } } do
+      local name = next(case)
+      local err = refusal(chat(case))
+      assert.are.same({ 400, name }, { err.status, err.param })
+      assert.truthy(err.message:find(name, 1, true), err.message)
+    end
   end)
 
   it("drops the reasoning of every turn that ended in an answer, keeps that of a turn still calling tools", function()

@@ -68,7 +68,7 @@ describe("serve_openai", function()
       { { logit_bias = { ["999999"] = 1 } }, "logit_bias" }, { { stream = "yes" }, "stream" },
       { { stream_options = { include_usage = true } }, "stream_options" },
       { { stream = true, stream_options = { include_usage = 1 } }, "include_usage" },
-      { { frequency_penalty = 0.5 }, "frequency_penalty" }, { { reasoning_effort = "max" }, "reasoning_effort" },
+      { { frequency_penalty = 2.5 }, "frequency_penalty" }, { { reasoning_effort = "max" }, "reasoning_effort" },
       { { tool_choice = "required" }, "tool_choice" }, { { tools = { { type = "web" } } }, "tools" },
       { { top_logprobs = 2 }, "top_logprobs" }, { { logprobs = true, top_logprobs = 21 }, "top_logprobs" },
       { { max_tokens = 0 }, "max_tokens" }, { { max_completion_tokens = 10000 }, "max_completion_tokens" },

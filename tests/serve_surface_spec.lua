@@ -38,7 +38,7 @@ describe("gptoss serve's surface", function()
     assert.are.equal(0, count(log, "unknown field 'user'"))
     local e = client(s, "chat", H.with(body, { parallel_tool_calls = "yes" })).error
     assert.are.same({ 400, "parallel_tool_calls" }, { e.status, e.param })
-    e = client(s, "chat", H.with(body, { frequency_penalty = 1 })).error
+    e = client(s, "chat", H.with(body, { frequency_penalty = -3 })).error
     assert.are.same({ 400, "frequency_penalty" }, { e.status, e.param })
   end)
 

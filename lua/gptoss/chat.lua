@@ -259,6 +259,11 @@ local function reply(self, current, budget, opts, stats, plan)
   -- the longest common prefix; at least one id is fed, to have the next one chosen
   local held, keep = self.held, 0
   while keep < #held and keep < #ids - 1 and held[keep + 1] == ids[keep + 1] do keep = keep + 1 end
+  -- penalties count the ids of this reply: setting the slot's sampling again starts their count
+  local r, sampling = self.replica, self.sampling
+  if r and holders[r][self.slot] == self and (sampling.presence_penalty or sampling.frequency_penalty) then
+    r:sampling(self.slot, sampling)
+  end
   local next_id = feed(self, table.move(ids, keep + 1, #ids, 1, {}), keep, stats, tracker and tracker:matcher())
   stats.prefilled = stats.prefilled + #ids - keep
 

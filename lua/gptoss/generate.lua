@@ -339,12 +339,7 @@ function generate.parallel(opts)
     error(("%s: sampling.seed must be an integer: sample i draws with seed + i - 1 (got %s)")
       :format(fn, tostring(seed)), 2)
   end
-  for i, s in ipairs(slots) do
-    local params = { logprobs = 0 }
-    for k, v in pairs(sampling) do params[k] = v end
-    params.seed = seed + i - 1
-    set_sampling(fn, r, s, params, 2)
-  end
+  set_sampling(fn, r, slots[1], sampling, 2) -- checked before any step
 
   -- the shared part of the prompt once, then one row a sample for its last token
   local shared = #prompt - 1
@@ -353,6 +348,13 @@ function generate.parallel(opts)
     generate.feed(r, slots[1], table.move(prompt, 1, shared, 1, {}), 0)
     steps = math.ceil(shared / generate.chunk(r))
     for i = 2, n do r:fork(slots[1], slots[i], shared) end
+  end
+  -- set after the shared prefill, whose drawn id is none of the samples': penalties count from here
+  for i, s in ipairs(slots) do
+    local params = { logprobs = 0 }
+    for k, v in pairs(sampling) do params[k] = v end
+    params.seed = seed + i - 1
+    set_sampling(fn, r, s, params, 2)
   end
   local batch = { slots = {}, positions = {}, tokens = {}, constraint = {} }
   local seqs = { logprobs = true }

@@ -18,7 +18,8 @@
 --                rows, chunk (GPU), on_progress; ctx is steps
 --   steps        the course's -n: prompt + generated tokens (default 1024; 0 or more than the
 --                model's seq_len mean seq_len, as the course clamps it)
---   sampling     nil (greedy) or {temperature=, top_p=, top_k=, min_p=, seed=}
+--   sampling     nil (greedy) or {temperature=, top_p=, top_k=, min_p=, seed=, presence_penalty=,
+--                frequency_penalty=}
 --   partition    a name of gptoss.partition.names (default "round_robin") or a function
 --                (gptoss.partition)
 --   scheduler    a name of gptoss.scheduler.names (default "continuous") or a scheduler
@@ -71,7 +72,7 @@
 --   count    result.tokens, the sum of the outputs' lengths: what the course's inference()
 --            returns and divides by the elapsed time.
 --
--- Sampling: greedy (the course default) unless sampling.temperature > 0. Request i's slot
+-- Sampling: greedy (the course default) unless sampling.temperature > 0 or a penalty is set. Request i's slot
 -- then samples with r:sampling(slot, {..., seed = seed + i - 1}), the seed being chosen at
 -- random and kept in g.sampling.seed when none is given. Each draw is keyed by its seed and
 -- position only (docs/api.md#default-mode), so a request's output does not depend on the
@@ -156,8 +157,10 @@ function Getp:describe()
     end
   end
   local s = self.sampling
-  local sampling = s and ("temperature %g, top_p %g, top_k %d, min_p %g, seed %d + request - 1")
-      :format(s.temperature, s.top_p or 1, s.top_k or 0, s.min_p or 0, s.seed) or "greedy"
+  local penalties = s and (s.presence_penalty or s.frequency_penalty)
+      and (", presence_penalty %g, frequency_penalty %g"):format(s.presence_penalty or 0, s.frequency_penalty or 0) or ""
+  local sampling = s and ("temperature %g, top_p %g, top_k %d, min_p %g%s, seed %d + request - 1")
+      :format(s.temperature, s.top_p or 1, s.top_k or 0, s.min_p or 0, penalties, s.seed) or "greedy"
   return ("getp: %d %s: %s; steps %d; %s; partition %s; scheduler %s%s%s"):format(#self.replicas,
     #self.replicas == 1 and "replica" or "replicas", table.concat(parts, ", "), self.steps, sampling,
     self.partition_name, self.scheduler.name or "custom", self.chat and "; prompts as harmony user turns" or "",

@@ -76,7 +76,8 @@ local function check_sampling(sampling, level)
   if not ok then
     error("getp: sampling: " .. util.bare(s):gsub("^sampler: ", ""), level + 1)
   end
-  if params.temperature == 0 then return nil end
+  local penalized = (params.presence_penalty or 0) ~= 0 or (params.frequency_penalty or 0) ~= 0
+  if params.temperature == 0 and not penalized then return nil end -- greedy: no slot sampling
   params.seed = s.seed
   return params
 end

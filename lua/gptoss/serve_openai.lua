@@ -152,8 +152,7 @@ local function logit_bias(body, vocab)
   return count > 0 and bias or nil
 end
 
--- What chat and completions share: sampling, n, stop, stream, penalties (0 only: the
--- sampler has none).
+-- What chat and completions share: sampling (penalties too), n, stop, stream.
 local function common(body, job, vocab, on_unknown)
   local stream = boolean(body, "stream", false)
   job.stream = stream
@@ -163,11 +162,6 @@ local function common(body, job, vocab, on_unknown)
     if not stream then fail("'stream_options' is only allowed with 'stream': true", "stream_options") end
     check_fields(options, { include_usage = true }, on_unknown, "stream_options.")
     job.include_usage = boolean(options, "include_usage", false)
-  end
-  for _, p in ipairs { "frequency_penalty", "presence_penalty" } do
-    if (number(body, p, -2, 2) or 0) ~= 0 then
-      fail(("'%s' is not supported yet: this server's sampler has no penalties (send 0 or leave it out)"):format(p), p)
-    end
   end
   if not is_null(body.user) then want(type(body.user) == "string", "user", "a string", body.user) end
   job.n = number(body, "n", 1, MAX_N, true) or 1
@@ -179,8 +173,12 @@ local function common(body, job, vocab, on_unknown)
     top_k = top_k > 0 and top_k or nil, -- 0 and vLLM's -1: no filter
     min_p = number(body, "min_p", 0, 1),
     logit_bias = logit_bias(body, vocab),
+    presence_penalty = number(body, "presence_penalty", -2, 2),
+    frequency_penalty = number(body, "frequency_penalty", -2, 2),
   }
-  if job.sampling.min_p == 0 then job.sampling.min_p = nil end
+  for _, name in ipairs { "min_p", "presence_penalty", "frequency_penalty" } do -- 0: none, as left out
+    if job.sampling[name] == 0 then job.sampling[name] = nil end
+  end
   if job.sampling.top_p == 0 then fail("'top_p' must be above 0", "top_p") end
   job.seed = number(body, "seed", math.mininteger, math.maxinteger, true)
 end

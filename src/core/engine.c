@@ -17,6 +17,12 @@ struct gptoss_engine {
     gptoss_logit_bias **slot_bias; /* per slot: its list (owned), or NULL */
     int *slot_n_bias;
     int *slot_logprobs; /* per slot: top entries of its rows' logprobs, -1: none */
+    /* per slot: the ids its penalized rows counted since its sampling was
+     * set (at least its distinct ones; ctx at most) */
+    int *slot_counted;
+    /* [slots][ctx] the counts where the engine reads them on the host, made
+     * when a slot is first penalized */
+    gptoss_drawn_counts drawn;
 };
 
 gptoss_status gptoss_engine_plan(const gptoss_engine_i *i, gptoss_model *m, gptoss_engine_opts *o,
@@ -63,8 +69,10 @@ gptoss_status gptoss_engine_new(const gptoss_engine_i *i, gptoss_model *m, const
         e->slot_bias = calloc((size_t)opts.slots, sizeof *e->slot_bias);
         e->slot_n_bias = calloc((size_t)opts.slots, sizeof *e->slot_n_bias);
         e->slot_logprobs = calloc((size_t)opts.slots, sizeof *e->slot_logprobs);
+        e->slot_counted = calloc((size_t)opts.slots, sizeof *e->slot_counted);
     }
-    if (!e || !e->slot_params || !e->slot_sampled || !e->slot_bias || !e->slot_n_bias || !e->slot_logprobs) {
+    if (!e || !e->slot_params || !e->slot_sampled || !e->slot_bias || !e->slot_n_bias || !e->slot_logprobs ||
+        !e->slot_counted) {
         gptoss_engine_free(e);
         return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
     }
@@ -93,6 +101,10 @@ void gptoss_engine_free(gptoss_engine *e) {
     free(e->slot_bias);
     free(e->slot_n_bias);
     free(e->slot_logprobs);
+    free(e->slot_counted);
+    free(e->drawn.id);
+    free(e->drawn.count);
+    free(e->drawn.n);
     gptoss_model_free(e->m);
     free(e);
 }
@@ -120,11 +132,34 @@ gptoss_status gptoss_engine_sampling_check(const gptoss_engine *e, const gptoss_
     return GPTOSS_OK;
 }
 
+/* slot's penalties count from none: on the device, or in the host's
+ * table, made on first need */
+static gptoss_status drawn_reset(gptoss_engine *e, int slot, char *err) {
+    if (e->i->drawn_reset)
+        return e->i->drawn_reset(e->ctx, slot, err);
+    if (!e->drawn.n) {
+        size_t entries = (size_t)e->o.slots * (size_t)e->o.ctx;
+        gptoss_drawn_counts d = {malloc(sizeof *d.id * entries), malloc(sizeof *d.count * entries), NULL,
+                                 calloc((size_t)e->o.slots, sizeof *d.n), e->o.ctx};
+        if (!d.id || !d.count || !d.n) {
+            free(d.id);
+            free(d.count);
+            free(d.n);
+            return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory for the penalties' counts");
+        }
+        e->drawn = d;
+    }
+    e->drawn.n[slot] = 0;
+    return GPTOSS_OK;
+}
+
 gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_slot_sampling *s, char *err) {
     gptoss_logit_bias *bias = NULL;
     int n_bias = s ? s->n_bias : 0;
     if (s) {
         gptoss_status st = gptoss_engine_sampling_check(e, s, err);
+        if (!st && gptoss_sample_penalized(&s->params) && !(st = drawn_reset(e, slot, err)))
+            e->slot_counted[slot] = 0;
         if (st)
             return st;
         if (n_bias && !(bias = malloc(sizeof *bias * (size_t)n_bias)))
@@ -146,13 +181,50 @@ gptoss_status gptoss_engine_sampling(gptoss_engine *e, int slot, const gptoss_sl
     return GPTOSS_OK;
 }
 
+/* Marks the row of each penalized slot that applies its penalties: the
+ * slot's last (highest position) in the batch, whose id is fed next, when it
+ * draws. GPTOSS_E_INVALID, changing nothing, when such a slot has counted
+ * as many ids as its context holds. */
+static gptoss_status mark_penalized(const gptoss_engine *e, const gptoss_batch *b, const gptoss_result *res,
+                                    gptoss_row_sampling *rs, char *err) {
+    int *last = NULL; /* per slot: its row at the highest position, -1: none */
+    for (int r = 0; r < b->n; r++) {
+        if (!rs[r].presence_penalty && !rs[r].frequency_penalty) /* a greedy slot's too, or one out of range */
+            continue;
+        if (!last) {
+            if (!(last = malloc(sizeof *last * (size_t)e->o.slots)))
+                return gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
+            for (int slot = 0; slot < e->o.slots; slot++)
+                last[slot] = -1;
+        }
+        int slot = b->slots[r];
+        if (last[slot] < 0 || b->positions[r] > b->positions[last[slot]])
+            last[slot] = r;
+    }
+    gptoss_status st = GPTOSS_OK;
+    for (int slot = 0; last && slot < e->o.slots && !st; slot++) {
+        int r = last[slot];
+        if (r < 0 || (res->fate && res->fate[r] != GPTOSS_ROW_DRAWS))
+            continue;
+        if (e->slot_counted[slot] < e->o.ctx)
+            rs[r].penalize = 1;
+        else
+            st = gptoss_fail(err, GPTOSS_E_INVALID,
+                             "slot %d has counted %d ids for its penalties since its sampling was set, as many as "
+                             "its context holds: set its sampling again to count anew",
+                             slot + 1, e->o.ctx);
+    }
+    free(last);
+    return st;
+}
+
 /* The rows' sampling as their slots say, keyed by the position each row's
  * token will take, and the masks of q's constrained rows; NULL (and no
- * error) when every row is greedy without bias, logprobs or mask.
+ * error) when every row is greedy without bias, logprobs, penalties or mask.
  * *logprobs: whether some row asks for them. Slots out of range are left
  * greedy: the engine's batch check refuses them. */
 static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b, const gptoss_step_request *q,
-                                   gptoss_row_sampling **out, int *logprobs, char *err) {
+                                   const gptoss_result *res, gptoss_row_sampling **out, int *logprobs, char *err) {
     *out = NULL;
     *logprobs = 0;
     if (q->n_masks > 0 && !(*out = calloc((size_t)b->n, sizeof **out)))
@@ -175,7 +247,7 @@ static gptoss_status rows_sampling(const gptoss_engine *e, const gptoss_batch *b
         rs->mask = mask;
         *logprobs |= rs->want_logprobs;
     }
-    return GPTOSS_OK;
+    return *out ? mark_penalized(e, b, res, *out, err) : GPTOSS_OK;
 }
 
 /* Fed tokens as ids, for an engine that takes ids only: *tokens is a copy of
@@ -241,7 +313,7 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     else if (!s && fed_by && !(s = resolve_fed(e, b, fed_by, res, &fed_tokens, err)) && fed_tokens)
         batch.tokens = fed_tokens;
     if (!s)
-        s = rows_sampling(e, &batch, q, &sampling, &logprobs, err);
+        s = rows_sampling(e, &batch, q, res, &sampling, &logprobs, err);
     size_t rows = (size_t)(b->n > 0 ? b->n : 1);
     if (!s && !(res->tokens = malloc(sizeof(int) * rows)))
         s = gptoss_fail(err, GPTOSS_E_HOST_MEMORY, "out of host memory");
@@ -252,9 +324,11 @@ gptoss_status gptoss_engine_step(gptoss_engine *e, const gptoss_step_request *q,
     if (!s) {
         gptoss_step_args a = {sampling, (const gptoss_logit_bias *const *)e->slot_bias, q->n_masks ? q->masks : NULL,
                               res->logits ? (float *)res->logits->data : NULL, res->logit_rows, res->logits_rows,
-                              res->fate};
+                              res->fate, e->drawn.n ? &e->drawn : NULL};
         s = e->i->step(e->ctx, &batch, &a, res, err);
     }
+    for (int r = 0; !s && sampling && r < b->n; r++)
+        e->slot_counted[b->slots[r]] += sampling[r].penalize;
     free(fed_tokens);
     free(sampling);
     if (s) {

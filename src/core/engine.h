@@ -88,6 +88,10 @@ typedef struct {
     /* per row GPTOSS_ROW_*, or NULL: every row draws. A row that does not
      * draw needs no token (an engine may leave its logits uncomputed) */
     const unsigned char *fate;
+    /* the counts the penalized rows read and extend, per slot (host); NULL
+     * where the engine keeps them on the device (gptoss_engine_i.drawn_reset)
+     * or no slot has penalties */
+    gptoss_drawn_counts *drawn;
 } gptoss_step_args;
 
 /* What an engine implements. ctx is its own state. Every function that can
@@ -146,6 +150,10 @@ typedef struct {
      * follow; NULL where the engine reads the lists on the host
      * (gptoss_step_args.slot_bias) */
     gptoss_status (*logit_bias)(void *ctx, int slot, const gptoss_logit_bias *b, int n, char *err);
+    /* slot's penalties count no id from the steps that follow on (its
+     * counts kept on the device, cap the context); NULL where the engine
+     * reads the counts on the host (gptoss_step_args.drawn) */
+    gptoss_status (*drawn_reset)(void *ctx, int slot, char *err);
     /* per-kernel timing; NULL where the engine has none */
     gptoss_status (*profile)(void *ctx, int on, char *err);
     void (*profile_read)(void *ctx, void (*each)(void *arg, const char *label, double seconds, long calls),
@@ -191,7 +199,9 @@ uint64_t gptoss_engine_steps(const gptoss_engine *e);
 
 /* A slot's sampling: the default mode's parameters (checked), a logit bias
  * list (n_bias entries, checked here against the vocabulary) and the top
- * entries of each row's logprobs (-1: none). */
+ * entries of each row's logprobs (-1: none). Penalties count the ids the
+ * slot's rows draw from when it is set: of a step's rows of the slot, the
+ * last (the one whose id is fed next) applies them and counts its id. */
 typedef struct {
     gptoss_sample_params params;
     const gptoss_logit_bias *bias;

@@ -171,7 +171,7 @@ static gptoss_status golden_step(void *ctx, const gptoss_batch *b, const gptoss_
                                             (double)n * (double)V * 4 / 1048576.0);
     char why[GPTOSS_ERR_LEN];
     int bad = st ? -1 : gptoss_draw_rows(&g->sampler, logits, order, n_draw, (int)V, a->sampling, a->slot_bias,
-                                         a->masks, res->tokens, res->logprobs, why);
+                                         a->masks, a->drawn, res->tokens, res->logprobs, why);
     if (bad >= 0 && (res->bad_row < 0 || bad < res->bad_row)) { /* a row fed a failed token may come first */
         res->bad_row = bad;
         memcpy(res->why, why, sizeof why);
@@ -232,6 +232,7 @@ const gptoss_engine_i gptoss_golden_engine = {
     .reset = golden_reset,
     .fork = golden_fork,
     .logit_bias = NULL, /* the step's slot_bias lists */
+    .drawn_reset = NULL, /* the step's drawn counts */
     .profile = NULL,
     .profile_read = NULL,
 };

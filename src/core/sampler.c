@@ -24,11 +24,18 @@ gptoss_status gptoss_sample_params_check(const gptoss_sample_params *p, char *er
         bad = "min_p must be within [0, 1]", got = p->min_p;
     else if (p->top_k < 0)
         bad = "top_k must be >= 0 (0 turns it off)", got = p->top_k;
+    else if (!(fabs(p->presence_penalty) <= GPTOSS_MAX_PENALTY))
+        bad = "presence_penalty must be within [-2, 2]", got = p->presence_penalty;
+    else if (!(fabs(p->frequency_penalty) <= GPTOSS_MAX_PENALTY))
+        bad = "frequency_penalty must be within [-2, 2]", got = p->frequency_penalty;
     if (bad)
         return gptoss_fail(err, GPTOSS_E_INVALID, "%s (got %g)", bad, got);
-    if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0))
-        return gptoss_fail(err, GPTOSS_E_INVALID, "the course sampler has no %s",
-                           p->top_k ? "top_k" : "min_p");
+    const char *missing = p->top_k              ? "top_k"
+                          : p->min_p            ? "min_p"
+                          : p->presence_penalty ? "presence_penalty"
+                                                : "frequency_penalty";
+    if (p->mode == GPTOSS_SAMPLE_COURSE && (p->top_k != 0 || p->min_p != 0 || gptoss_sample_penalized(p)))
+        return gptoss_fail(err, GPTOSS_E_INVALID, "the course sampler has no %s", missing);
     return GPTOSS_OK;
 }
 
@@ -45,6 +52,7 @@ gptoss_sampler *gptoss_sampler_new(const gptoss_sample_params *p, char *err) {
     }
     s->p = *p;
     s->state = p->seed;
+    s->drawn.n = &s->n_drawn;
     return s;
 }
 
@@ -56,6 +64,8 @@ void gptoss_sampler_free(gptoss_sampler *s) {
     free(s->order);
     free(s->keys);
     free(s->spare);
+    free(s->drawn.id);
+    free(s->drawn.count);
     free(s);
 }
 

@@ -7,8 +7,9 @@
  *
  * GPTOSS_SAMPLE_DEFAULT is ours, defined so that a GPU kernel can reproduce
  * it (docs/api.md#default-mode is the normative text):
- *   a logit bias, when given, is added to the logits first (gptoss_bias_row);
- *     everything below sees the biased row.
+ *   a logit bias, when given, is added to the logits first (gptoss_bias_row),
+ *     then the penalties of the ids drawn before (gptoss_penalty_row);
+ *     everything below sees that row.
  *   invalid logits: NaN or +inf raise an error; -inf means "never"; a row of
  *     only -inf raises an error.
  *   temperature 0: the first maximum logit (greedy).
@@ -47,7 +48,15 @@ typedef struct {
     double min_p;       /* [0, 1], default mode */
     int top_k;         /* >= 0, 0 = off, default mode */
     uint64_t seed;     /* default mode: the draw key; course mode: the initial xorshift state */
+    /* [-2, 2], default mode, used as floats: penalty.h's rule over the ids
+     * drawn since they were set (0 and 0: none) */
+    double presence_penalty, frequency_penalty;
 } gptoss_sample_params;
+
+/* whether p penalizes the ids drawn before */
+static inline int gptoss_sample_penalized(const gptoss_sample_params *p) {
+    return p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
 
 /* why a row cannot be drawn when its bias is to blame */
 #define GPTOSS_BIAS_BANS_ALL "logit_bias bans every token that could be chosen (every logit is -inf after the bias)"
@@ -55,7 +64,7 @@ typedef struct {
 #define GPTOSS_MASK_BANS_ALL "the constraint allows no token whose logit is above -inf (after any logit_bias)"
 
 /* A slot's default-mode parameters (checked) as one row's sampling, keyed
- * by the position the row's token will take. */
+ * by the position the row's token will take (penalize is the caller's). */
 gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64_t position);
 
 typedef struct gptoss_sampler gptoss_sampler;
@@ -70,6 +79,10 @@ void gptoss_sampler_free(gptoss_sampler *s);
 const gptoss_sample_params *gptoss_sampler_params(const gptoss_sampler *s);
 /* the course mode's xorshift64* state */
 uint64_t gptoss_sampler_state(const gptoss_sampler *s);
+/* The ids s's penalized draws counted (one slot, 0), for gptoss_penalty_row,
+ * and id counted once more (the table grows; GPTOSS_E_HOST_MEMORY). */
+const gptoss_drawn_counts *gptoss_sampler_drawn(const gptoss_sampler *s);
+gptoss_status gptoss_sampler_count(gptoss_sampler *s, int id, char *err);
 
 /* Returns the chosen id, or -1 with err set (invalid logits, no memory).
  * position keys the default mode's draw and is unused by the course mode. */
@@ -100,11 +113,23 @@ gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int 
  * token's logit is above -inf. */
 gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n, const uint32_t *mask, char *err);
 
+/* The row a penalized draw sees: *row (logits, or the copy an earlier rule
+ * made) with each id slot counted in c at gptoss_penalized_logit, in
+ * scratch's buffer. GPTOSS_E_INVALID for a counted id outside the row. */
+gptoss_status gptoss_penalty_row(gptoss_sampler *scratch, const float **row, int n, const gptoss_drawn_counts *c,
+                                 int slot, float presence, float frequency, char *err);
+
+/* id counted once more among slot's ids in c (host memory); GPTOSS_E_INVALID
+ * when slot holds c->cap distinct ids already. */
+gptoss_status gptoss_drawn_counts_add(gptoss_drawn_counts *c, int slot, int id, char *err);
+
 /* One token for each of the n rows of a batch that rows lists (0-based,
  * ascending; NULL: rows 0..n-1), from logits [n][vocab] (row k of logits is
  * rows[k]'s), as the GPU sampler draws them: each row's logits plus its
  * slot's bias (slot_bias[slot], n_bias entries; slot_bias may be NULL when
- * no row has any), masked where its sampling names a mask (row r's is
+ * no row has any), penalized where its sampling says penalize (its slot's
+ * ids in drawn, which counts the id the row draws; drawn may be NULL when no
+ * row penalizes), masked where its sampling names a mask (row r's is
  * masks + (sampling[r].mask - 1) * gptoss_mask_words(vocab); masks may be
  * NULL when no row has any); then a row without sampling (sampling NULL) or at
  * temperature 0 takes the first maximum, NaN never winning; any other
@@ -116,9 +141,11 @@ gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n,
  * needs it and may be reused by later calls. */
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
-                     const uint32_t *masks, int *tokens, gptoss_row_logprobs *logprobs, char *why);
+                     const uint32_t *masks, gptoss_drawn_counts *drawn, int *tokens, gptoss_row_logprobs *logprobs,
+                     char *why);
 
-/* log-softmax of the raw logits (temperature 1, before any filter), in
+/* log-softmax of the logits given (a draw's: after bias, penalties and
+ * mask; temperature 1, before any filter), in
  * double: fills lp with the value for id, and the top_n highest-logit ids
  * (logit desc, id asc) with theirs. -1 with err on invalid logits. */
 int gptoss_logprobs(const float *logits, int n, int id, int top_n, double *lp, int *top_ids,

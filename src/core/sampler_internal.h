@@ -1,8 +1,8 @@
 /* Inside a sampler: what sampler.c (the sampler, its buffers, the checks
  * and the ranking every draw shares, gptoss_sample and gptoss_sample_with),
  * sampler_course.c (the course mode's draw), sampler_default.c (the default
- * mode's draw) and sampler_rows.c (logit bias, logprobs, gptoss_draw_rows)
- * share. Not part of the sampler's interface (sampler.h, which device code
+ * mode's draw), sampler_rows.c (logit bias, logprobs, gptoss_draw_rows) and
+ * sampler_penalty.c (penalties and the counts they read) share. Not part of the sampler's interface (sampler.h, which device code
  * includes too); host C only. */
 #ifndef GPTOSS_SAMPLER_INTERNAL_H
 #define GPTOSS_SAMPLER_INTERNAL_H
@@ -24,10 +24,15 @@ struct gptoss_sampler {
     float *biased; /* the row under a logit bias (gptoss_bias_row) */
     ranked *order;
     uint64_t *keys, *spare; /* radix sort of long rank lists */
+    gptoss_drawn_counts drawn; /* the ids its own penalized draws counted (gptoss_sampler_count) */
+    int32_t n_drawn;           /* drawn's n */
 };
 
 /* s's buffers for a row of n logits; GPTOSS_E_HOST_MEMORY */
 gptoss_status gptoss_sampler_reserve(gptoss_sampler *s, int n, char *err);
+/* *row as s's own copy (s->biased) that a rule may change: copied unless
+ * it is that already; NULL with err set when memory is short */
+float *gptoss_sampler_row_copy(gptoss_sampler *s, const float **row, int n, char *err);
 /* NaN and +inf are errors; -inf is a token that can never be chosen.
  * GPTOSS_E_INVALID for an empty row, GPTOSS_E_DRAW when no token can be
  * drawn from it. */

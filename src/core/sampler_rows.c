@@ -1,6 +1,6 @@
 /* Rows as the engines draw them (sampler.h): logit bias checked and added,
  * a slot's parameters as a row's sampling, gptoss_draw_rows, and the
- * logprobs of a row. */
+ * logprobs of a row. Penalties are sampler_penalty.c's. */
 #include "sampler_internal.h"
 
 #include <math.h>
@@ -53,14 +53,20 @@ gptoss_status gptoss_bias_row(gptoss_sampler *scratch, const float *logits, int 
     return GPTOSS_OK;
 }
 
-gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n, const uint32_t *mask, char *err) {
-    gptoss_status s = gptoss_sampler_reserve(scratch, n, err);
-    if (s)
-        return s;
-    float *x = scratch->biased;
+float *gptoss_sampler_row_copy(gptoss_sampler *s, const float **row, int n, char *err) {
+    if (gptoss_sampler_reserve(s, n, err))
+        return NULL;
+    float *x = s->biased;
     if (*row != x)
         memcpy(x, *row, sizeof *x * (size_t)n);
     *row = x;
+    return x;
+}
+
+gptoss_status gptoss_mask_row(gptoss_sampler *scratch, const float **row, int n, const uint32_t *mask, char *err) {
+    float *x = gptoss_sampler_row_copy(scratch, row, n, err);
+    if (!x)
+        return GPTOSS_E_HOST_MEMORY;
     int any = 0;
     for (int i = 0; i < n; i++) {
         x[i] = gptoss_masked_logit(x, mask, i);
@@ -78,26 +84,32 @@ gptoss_row_sampling gptoss_row_sampling_of(const gptoss_sample_params *p, uint64
     rs.min_p = p->min_p;
     rs.temperature = (float)p->temperature;
     rs.top_k = p->top_k;
+    rs.presence_penalty = (float)p->presence_penalty;
+    rs.frequency_penalty = (float)p->frequency_penalty;
     return rs;
 }
 
 /* the sampler whose buffers draw_rows uses, made on first need */
 static gptoss_sampler *scratch_of(gptoss_sampler **scratch, char *err) {
-    static const gptoss_sample_params defaults = {GPTOSS_SAMPLE_DEFAULT, 1.0, 1.0, 0.0, 0, 0};
+    static const gptoss_sample_params defaults = {GPTOSS_SAMPLE_DEFAULT, 1.0, 1.0, 0.0, 0, 0, 0, 0};
     if (!*scratch)
         *scratch = gptoss_sampler_new(&defaults, err);
     return *scratch;
 }
 
 /* row's token under rs (NULL: greedy), -1 with err when none can be drawn;
- * *seen: the row the draw saw (biased, masked), for its logprobs */
+ * *seen: the row the draw saw (biased, penalized, masked), for its logprobs */
 static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const gptoss_row_sampling *rs,
-                    const gptoss_logit_bias *const *slot_bias, const uint32_t *masks, const float **seen,
-                    char *err) {
+                    const gptoss_logit_bias *const *slot_bias, const uint32_t *masks,
+                    const gptoss_drawn_counts *drawn, const float **seen, char *err) {
     *seen = row;
     if (rs && rs->n_bias &&
         (!scratch_of(scratch, err) ||
          gptoss_bias_row(*scratch, row, vocab, slot_bias[rs->slot], rs->n_bias, seen, err)))
+        return -1;
+    if (rs && rs->penalize &&
+        (!scratch_of(scratch, err) || gptoss_penalty_row(*scratch, seen, vocab, drawn, rs->slot, rs->presence_penalty,
+                                                         rs->frequency_penalty, err)))
         return -1;
     /* a masked token's logit is never read, as on the GPU */
     if (rs && rs->mask &&
@@ -107,21 +119,25 @@ static int draw_row(gptoss_sampler **scratch, const float *row, int vocab, const
     row = *seen;
     if (!rs || rs->temperature == 0) /* greedy refuses the rows sampling refuses (a NaN would otherwise win) */
         return gptoss_sampler_check_logits(row, vocab, err) ? -1 : (int)gptoss_argmax(GPTOSS_F32, row, (size_t)vocab);
-    /* the sampler reads the temperature as a float: the row's is exact */
-    gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p, rs->top_k, rs->seed};
+    /* the sampler reads the temperature as a float: the row's is exact; row holds the penalties already */
+    gptoss_sample_params p = {GPTOSS_SAMPLE_DEFAULT, rs->temperature, rs->top_p, rs->min_p, rs->top_k, rs->seed, 0, 0};
     return scratch_of(scratch, err) ? gptoss_sample_with(*scratch, &p, row, vocab, rs->position, err) : -1;
 }
 
 int gptoss_draw_rows(gptoss_sampler **scratch, const float *logits, const int *rows, int n, int vocab,
                      const gptoss_row_sampling *sampling, const gptoss_logit_bias *const *slot_bias,
-                     const uint32_t *masks, int *tokens, gptoss_row_logprobs *logprobs, char *why) {
+                     const uint32_t *masks, gptoss_drawn_counts *drawn, int *tokens, gptoss_row_logprobs *logprobs,
+                     char *why) {
     int bad = -1;
     for (int k = 0; k < n; k++) {
         int r = rows ? rows[k] : k;
         const gptoss_row_sampling *rs = sampling ? &sampling[r] : NULL;
         const float *seen;
         char err[GPTOSS_ERR_LEN - 24]; /* room for "row N: " */
-        tokens[r] = draw_row(scratch, logits + (size_t)k * vocab, vocab, rs, slot_bias, masks, &seen, err);
+        tokens[r] = draw_row(scratch, logits + (size_t)k * vocab, vocab, rs, slot_bias, masks, drawn, &seen, err);
+        /* the slot's next penalized row sees this id counted */
+        if (tokens[r] >= 0 && rs && rs->penalize && gptoss_drawn_counts_add(drawn, rs->slot, tokens[r], err))
+            tokens[r] = -1;
         if (tokens[r] < 0 && bad < 0) {
             bad = r;
             snprintf(why, GPTOSS_ERR_LEN, "row %d: %s", r + 1, err);

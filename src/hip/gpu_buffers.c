@@ -155,6 +155,11 @@ void gptoss_gpu_layout(const gptoss_model *m, const gptoss_engine_opts *o, char 
     s->upload = place(b, base, GPTOSS_GPU_SCRATCH, b->upload_bytes, 1, 1, 1);
     s->bias = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, GPTOSS_MAX_LOGIT_BIAS,
                     sizeof(gptoss_logit_bias), 1);
+    s->drawn.id = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, (uint64_t)o->ctx, 4, 1);
+    s->drawn.count = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, (uint64_t)o->ctx, 4, 1);
+    s->drawn.saved = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, (uint64_t)o->ctx, 4, 1);
+    s->drawn.n = place(b, base, GPTOSS_GPU_SCRATCH, (uint64_t)o->slots, 4, 1, 1);
+    s->drawn.cap = o->ctx;
     s->logprobs = place(b, base, GPTOSS_GPU_SCRATCH, R, sizeof(gptoss_row_logprobs), 1, 1);
     s->router_done = place(b, base, GPTOSS_GPU_SCRATCH, R, sizeof(unsigned), 1, 1);
     tr->m1 = place(b, base, GPTOSS_GPU_SCRATCH, K, 2 * I, 4, 1);

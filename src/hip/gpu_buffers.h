@@ -61,6 +61,7 @@ typedef struct {
     float *part_ml;       /* [R][Hq][splits][2] their running max and sum */
     char *upload;         /* a step's tokens, slots, positions [R] each, then row sampling */
     gptoss_logit_bias *bias;        /* [slots][GPTOSS_MAX_LOGIT_BIAS] each slot's list, uploaded when set */
+    gptoss_drawn_counts drawn;      /* [slots][ctx] each slot's ids counted for its penalties */
     gptoss_row_logprobs *logprobs;  /* [R] the rows' log-probabilities, where asked */
 } gptoss_gpu_scratch;
 

@@ -246,6 +246,18 @@ static gptoss_status gpu_logit_bias(void *ctx, int slot, const gptoss_logit_bias
     return GPTOSS_OK;
 }
 
+/* ---- penalties ------------------------------------------------------------------- */
+
+/* slot's counted ids, read and extended by the sampling kernel, are none
+ * from the steps enqueued after this on */
+static gptoss_status gpu_drawn_reset(void *ctx, int slot, char *err) {
+    gptoss_gpu *g = (gptoss_gpu *)ctx;
+    hipError_t e = hipSetDevice(g->o.device);
+    if (e == hipSuccess)
+        e = hipMemsetAsync(g->buf.s.drawn.n + slot, 0, sizeof *g->buf.s.drawn.n, g->stream);
+    return e == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "resetting a slot's penalties", e);
+}
+
 /* ---- the engine's table ------------------------------------------------------------ */
 
 /* a function's static, not a namespace-scope constant, which clang's device
@@ -268,6 +280,7 @@ extern "C" const gptoss_engine_i *gptoss_gpu_engine(void) {
         gpu_reset,
         gptoss_gpu_fork,
         gpu_logit_bias,
+        gpu_drawn_reset,
         gptoss_gpu_profile,
         gptoss_gpu_profile_read,
     };

@@ -257,7 +257,7 @@ gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_ste
     if ((s = gptoss_gpu_launch_begin(g, "sample", err)) ||
         (s = gptoss_gpu_launched(g, "sample",
                                  gptoss_launch_sample(g->buf.s.logits, R, g->c.vocab_size, rs, g->buf.s.bias, masks,
-                                                      g->buf.s.tokens, lp, g->stream),
+                                                      g->buf.s.drawn, g->buf.s.tokens, lp, g->stream),
                                  err)))
         return s;
     e = hipMemcpyAsync(r->tokens_host, g->buf.s.tokens, sizeof(int) * (size_t)R, hipMemcpyDeviceToHost, g->stream);

@@ -159,7 +159,9 @@ int gptoss_raise_status(lua_State *L, const char *fn, gptoss_status s, const cha
 
 /* The sampler options a table may hold: gptoss.sampler's and r:sampling's; Lua reads
  * them as gptoss.sample_options(). */
-#define GPTOSS_SAMPLE_OPTIONS "mode", "temperature", "top_k", "top_p", "min_p", "seed", "logit_bias", "logprobs"
+#define GPTOSS_SAMPLE_OPTIONS                                                                                     \
+    "mode", "temperature", "top_k", "top_p", "min_p", "seed", "logit_bias", "logprobs", "presence_penalty",          \
+        "frequency_penalty"
 /* Reads the parameters from the table at idx with their defaults; a
  * default-mode seed left out is a fresh random one. Raises on wrong types;
  * ranges are the core's check. */

@@ -96,6 +96,8 @@ void gptoss_read_sample_params(lua_State *L, int idx, const char *fn, gptoss_sam
     p->temperature = gptoss_opt_number(L, idx, fn, "temperature", course ? 0.0 : 1.0);
     p->top_p = gptoss_opt_number(L, idx, fn, "top_p", course ? 0.9 : 1.0);
     p->min_p = gptoss_opt_number(L, idx, fn, "min_p", 0.0);
+    p->presence_penalty = gptoss_opt_number(L, idx, fn, "presence_penalty", 0.0);
+    p->frequency_penalty = gptoss_opt_number(L, idx, fn, "frequency_penalty", 0.0);
     lua_Integer top_k = gptoss_opt_integer(L, idx, fn, "top_k", 0);
     if (top_k < 0)
         luaL_error(L, "%s: top_k must be >= 0 (0 turns it off) (got %I)", fn, top_k);
@@ -128,7 +130,8 @@ static void read_slot_sampling(lua_State *L, int idx, const char *fn, gptoss_slo
 }
 
 /* r:sampling(slot, {temperature=, top_k=, top_p=, min_p=, seed=, logit_bias=,
- * logprobs=}) sets how the slot's rows draw their tokens (the default mode);
+ * logprobs=, presence_penalty=, frequency_penalty=}) sets how the slot's rows
+ * draw their tokens (the default mode), its penalties counting from none;
  * r:sampling(slot) makes it greedy again, without bias or logprobs. */
 int gptoss_lua_replica_sampling(lua_State *L) {
     gptoss_engine *e = gptoss_check_engine(L, 1);
@@ -177,7 +180,8 @@ int gptoss_lua_sample_options(lua_State *L) {
     return 1;
 }
 
-/* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logit_bias=, logprobs=} */
+/* gptoss.core.sampler{mode=, temperature=, top_p=, top_k=, min_p=, seed=, logit_bias=, logprobs=,
+ * presence_penalty=, frequency_penalty=} */
 int gptoss_lua_sampler(lua_State *L) {
     if (lua_isnoneornil(L, 1)) {
         lua_settop(L, 0);
@@ -243,7 +247,8 @@ static const float *check_row(lua_State *L, int idx, int *n) {
 
 /* s:sample(logits [, position | {position=, logprobs=, logit_bias=}]) -> id [, logprob, alternatives]:
  * the arguments read (their metamethods may end the sampler's life) before
- * the sampler is taken again to draw */
+ * the sampler is taken again to draw. A sampler with penalties counts each
+ * id it draws, and its later draws see them. */
 static int sampler_sample(lua_State *L) {
     const lua_sampler *u = check_sampler(L, 1);
     lua_Integer position = (lua_Integer)u->position;
@@ -273,11 +278,15 @@ static int sampler_sample(lua_State *L) {
     const float *row = check_row(L, 2, &n);
     lua_sampler *live = check_sampler(L, 1);
     char err[GPTOSS_ERR_LEN];
-    const float *seen; /* the row under the bias */
-    if (gptoss_bias_row(live->s, row, n, bias, n_bias, &seen, err))
+    const float *seen; /* the row under the bias and the penalties */
+    const gptoss_sample_params *p = gptoss_sampler_params(live->s);
+    int penalized = gptoss_sample_penalized(p);
+    if (gptoss_bias_row(live->s, row, n, bias, n_bias, &seen, err) ||
+        (penalized && gptoss_penalty_row(live->s, &seen, n, gptoss_sampler_drawn(live->s), 0,
+                                         (float)p->presence_penalty, (float)p->frequency_penalty, err)))
         return luaL_error(L, "%s", err);
     int id = gptoss_sample(live->s, seen, n, (uint64_t)position, err);
-    if (id < 0)
+    if (id < 0 || (penalized && gptoss_sampler_count(live->s, id, err)))
         return luaL_error(L, "%s", err);
     live->position = (uint64_t)position + 1;
     lua_pushinteger(L, id);
@@ -319,6 +328,10 @@ static int sampler_get(lua_State *L) {
         lua_pushinteger(L, p->top_k);
     else if (strcmp(k, "min_p") == 0)
         lua_pushnumber(L, p->min_p);
+    else if (strcmp(k, "presence_penalty") == 0)
+        lua_pushnumber(L, p->presence_penalty);
+    else if (strcmp(k, "frequency_penalty") == 0)
+        lua_pushnumber(L, p->frequency_penalty);
     else if (strcmp(k, "seed") == 0)
         lua_pushinteger(L, (lua_Integer)p->seed);
     else if (strcmp(k, "position") == 0)
