@@ -22,6 +22,10 @@ local CITY = { type = "object", additionalProperties = false, required = { "city
 local TOOLS = { { type = "function", ["function"] = { name = "get_weather", strict = true, parameters = CITY } },
   { type = "function", ["function"] = { name = "note", parameters = { type = "object" } } } }
 local FORMAT = { type = "json_schema", json_schema = { name = "record", schema = SCHEMA, strict = true } }
+-- A schema whose properties are listed out of their names' order, as JSON text (a Lua table
+-- keeps no order): OpenAI's and every engine's output writes them in the schema's order.
+local ORDERED = '{"type":"object","additionalProperties":false,"required":["zeta","alpha","mid"],"properties":'
+  .. '{"zeta":{"type":"boolean"},"alpha":{"enum":["a","b"]},"mid":{"type":"integer","minimum":0,"maximum":9}}}'
 
 -- A chat body as the server decodes it (cjson: [] and {} alike, numbers as floats).
 local function decoded(fields)
@@ -59,6 +63,37 @@ describe("serve_openai's structured-output fields", function()
     assert.is_nil(chat({ tools = TOOLS, tool_choice = "none" }).plan)
     assert.is_true(chat({ tools = TOOLS }).plan.constrains) -- get_weather is strict
   end)
+
+  it("keeps a schema's property order from the body's text: prompt, grammar and echo, chat, tools and Responses",
+    function()
+      local serve_http = require "gptoss.serve_http"
+      local serve_responses_input = require "gptoss.serve_responses_input"
+      local spaced = ORDERED:gsub('":', '" : '):gsub(",", ",\n  ") -- the prompt shows it compact
+      local function fits(g, text)
+        local m = g:matcher(tok)
+        for _, id in ipairs(tok:encode(text, { mode = "o200k" })) do
+          if not m:accept(id) then return false end
+        end
+        return m:done()
+      end
+      local function in_order(g)
+        assert.is_true(fits(g, '{"zeta":true,"alpha":"a","mid":3}'))
+        assert.is_false(fits(g, '{"alpha":"a","mid":3,"zeta":true}'))
+      end
+      local head = '{"model":"7m","messages":[{"role":"user","content":"Hi"}],"reasoning_effort":"none",'
+      local job = serve_openai.chat(serve_http.decode(head .. '"response_format":{"type":"json_schema",'
+        .. '"json_schema":{"name":"ordered","strict":true,"schema":' .. spaced .. '}}}'), tok, 600)
+      local shown = tok:decode(job.prompt)
+      assert.truthy(shown:find("## ordered\n\n// \n" .. ORDERED, 1, true), shown)
+      in_order(job.plan.final)
+      job = serve_openai.chat(serve_http.decode(head .. '"tool_choice":"required","tools":[{"type":"function",'
+        .. '"function":{"name":"f","strict":true,"parameters":' .. spaced .. '}}]}'), tok, 600)
+      in_order(job.plan.tools.f)
+      job = serve_responses_input.job(serve_http.decode('{"model":"7m","input":"Hi","text":{"format":{"type":'
+        .. '"json_schema","name":"ordered","strict":true,"schema":' .. spaced .. '}}}'), tok, 600)
+      in_order(job.plan.final)
+      assert.are.equal(ORDERED, dkjson.encode(job.settings.format.schema))
+    end)
 
   it("refuses a bad format, schema, tool choice or budget with a 400 naming the field", function()
     for _, case in ipairs {
@@ -236,6 +271,17 @@ describe("gptoss serve's structured outputs (a random-weight 7m server)", functi
     end
     assert.is_true(#finished >= 28, ("%d of 32 finished within 200 tokens"):format(#finished))
     all_valid(SCHEMA, finished)
+  end)
+
+  it("writes a schema's properties in the order the body lists them", function()
+    local _, text = SH.curl(s, "/v1/chat/completions", "-d " .. q('{"model":"7m","messages":[{"role":"user",'
+      .. '"content":"In order?"}],"n":4,"seed":11,"max_tokens":60,"reasoning_effort":"none","response_format":'
+      .. '{"type":"json_schema","json_schema":{"name":"ordered","strict":true,"schema":' .. ORDERED .. '}}}'))
+    local answer = cjson.decode(text)
+    for _, c in ipairs(answer.choices) do
+      assert.are.equal("stop", c.finish_reason)
+      assert.truthy(c.message.content:find('^{"zeta":[a-z]+,"alpha":"[ab]","mid":%d}$'), c.message.content)
+    end
   end)
 
   -- (any object's keys and strings are unbounded: a random model rarely closes one, so

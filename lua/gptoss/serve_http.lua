@@ -21,6 +21,7 @@ local cjson = require "cjson"
 local cqueues = require "cqueues"
 local dkjson = require "dkjson"
 local errno = require "cqueues.errno"
+local json_order = require "gptoss.json_order"
 local serve_routes = require "gptoss.serve_routes"
 
 local http_server, http_headers, reason_phrases =
@@ -271,6 +272,7 @@ end
 function serve_http.decode(text)
   local ok, body = pcall(json.decode, text)
   if not ok then refuse(400, "the body is not valid JSON: " .. tostring(body):gsub("^.-: ", "")) end
+  json_order.note(text, body) -- a schema in it keeps its properties' order (gptoss.serve_structured)
   return body
 end
 

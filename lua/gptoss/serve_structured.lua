@@ -9,6 +9,7 @@
 local cjson = require "cjson"
 local constraint = require "gptoss.constraint"
 local dkjson = require "dkjson"
+local json_order = require "gptoss.json_order"
 local serve_openai = require "gptoss.serve_openai"
 local util = require "gptoss.util"
 
@@ -25,14 +26,17 @@ local OBJECT, ARRAY = { __jsontype = "object" }, { __jsontype = "array" }
 
 --- A decoded JSON schema (cjson's) as dkjson writes it back: the decoder gives {} and []
 -- alike as an empty table, so each table is marked by where it stands ("required": [] a
--- list, "properties": {} an object), cjson's null becomes dkjson's and a whole number an
--- integer (10, not 10.0: "maxLength" wants one). `role` (internal):
--- "list" or "map" for a keyword's value, nil for a schema.
+-- list, "properties": {} an object), an object keeps its keys in the body's order
+-- (gptoss.json_order), cjson's null becomes dkjson's and a whole number an integer (10, not
+-- 10.0: "maxLength" wants one). `role` (internal): "list" or "map" for a keyword's value,
+-- nil for a schema.
 function serve_structured.schema(v, role)
   if v == cjson.null then return dkjson.null end
   if math.type(v) == "float" then return math.tointeger(v) or v end -- cjson reads 10 as 10.0
   if type(v) ~= "table" then return v end
-  local out = setmetatable({}, (role == "list" or #v > 0) and ARRAY or OBJECT)
+  local is_array = role == "list" or #v > 0
+  local order = not is_array and json_order.keys(v)
+  local out = setmetatable({}, is_array and ARRAY or order and { __jsontype = "object", __jsonorder = order } or OBJECT)
   for k, x in pairs(v) do
     out[k] = serve_structured.schema(x, role == nil and (LIST_KEYWORDS[k] and "list" or MAP_KEYWORDS[k] and "map")
       or nil)
@@ -41,7 +45,8 @@ function serve_structured.schema(v, role)
 end
 
 -- Every string key of the tables in v, into order (once each): sorted, the key order of a
--- schema's text, so that a schema gives one prompt and one grammar.
+-- schema's objects that came from no body (a caller's table), so that it gives one prompt
+-- and one grammar.
 local function sorted_keys(v, set, order)
   if type(v) ~= "table" then return order end
   for k, x in pairs(v) do

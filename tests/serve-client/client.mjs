@@ -3,6 +3,7 @@
 // prints one JSON line: the result of OP, or {"error": {status, type, param, code, message}}
 // when the server answered with an error (the client's APIError).
 import OpenAI from "openai";
+import { agentOps } from "./agent_loop.mjs";
 import { responsesOps } from "./responses.mjs";
 
 const [baseURL, apiKey, op, json] = process.argv.slice(2);
@@ -31,6 +32,7 @@ async function toolRoundTrip(p) {
 
 const ops = {
   ...responsesOps(client, collect), // responses_create, responses_tool_loop, ...
+  ...agentOps(client, collect), // agent_chat, agent_responses: an Agents SDK tool loop
   models: () => client.models.list().then((page) => page.data),
   chat: (p) => client.chat.completions.create(p),
   chat_stream: (p) => client.chat.completions.create({ ...p, stream: true }).then(collect),
