@@ -1,5 +1,5 @@
 #!/usr/bin/env lua5.4
--- Draws examples/RESULTS.md (the latest run of each benchmark and configuration), README.md's
+-- Draws examples/RESULTS.md (the latest figures of each benchmark and configuration), README.md's
 -- figures (its table and, where gnuplot is, docs/figures/bench_gpu.png) from
 -- examples/results.jsonl, where each benchmark's --record appends its JSON lines
 -- (gptoss.results; docs/building.md#benchmarks). --check writes nothing and exits 1, naming

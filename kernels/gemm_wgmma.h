@@ -1,8 +1,9 @@
 /* The Hopper GEMM (bf16 mode, sm_90a), a part of gemm.hip, for the dense
  * GEMMs and the experts' grouped GEMMs of many rows: wgmma fed by TMA and
  * bulk copies through an mbarrier ring, one producer warpgroup issuing the
- * copies and two consumer warpgroups of 64 outputs each, a block covering
- * items of 128 outputs by a tile of up to 128 rows (dense: a row block;
+ * copies and two consumer warpgroups of 64 outputs each (with a storing
+ * warpgroup on tiles of up to 64 rows: wg_block), a block covering items
+ * of 128 outputs by a tile of up to 128 or 64 rows (dense: a row block;
  * grouped: an entry of the tile table, one expert's pairs) one after
  * another, its ring running on from one item to the next.
  *

@@ -58,11 +58,11 @@ end)
 describe("gptoss.results", function()
   after_each(H.cleanup)
 
-  it("keeps the latest run of each benchmark and configuration, a sweep's lines in one row", function()
+  it("keeps the latest figure of each batch size, a row for each run that measured some", function()
     local old, new, later_same_day = { "2026-01-01", "aaa1111" }, { "2026-01-02", "bbb2222" }, { "2026-01-02", "ccc3333" }
     local rows = results.rows {
       gpu_line(old, "bf16", 64, 4000.0, 16.0), gpu_line(old, "bf16", 1, 260.0, 3.8),
-      gpu_line(new, "bf16", 64, 4113.7, 15.558), gpu_line(new, "bf16", 1, 269.6, 3.709),
+      gpu_line(new, "bf16", 64, 4113.7, 15.558),
       gpu_line(old, "mxfp4", 1, 357.5, 2.797),
       text_line("engine_gemm probe", "dense", "2048 rows: logits 4.561", "2026-01-02", "ddd4444"),
       text_line("engine_gemm probe", "dense", "1024 rows: unembedding 2.285 ms", "2026-01-01", "eee5555"),
@@ -74,7 +74,11 @@ describe("gptoss.results", function()
       seen[i] = { row.benchmark, row.configuration, row.figure, row.command, row.commit, row.date }
     end
     assert.are.same({
-      -- the same day: the later line's run, alone; its batch sizes in order
+      -- B=1 of the old run stands beside the later runs' B=64 and (the same day, later in the file) B=256
+      { "bench_gpu", "ctx 1024, bf16", "B=1 260.0 tok/s (3.800 ms a step)", "gptoss bench_gpu 20b", "aaa1111",
+        "2026-01-01" },
+      { "bench_gpu", "ctx 1024, bf16", "B=64 4113.7 tok/s (15.558 ms a step)", "gptoss bench_gpu 20b", "bbb2222",
+        "2026-01-02" },
       { "bench_gpu", "ctx 1024, bf16", "B=256 11852.1 tok/s (21.600 ms a step)", "gptoss bench_gpu 20b", "ccc3333",
         "2026-01-02" },
       { "bench_gpu", "ctx 1024, mxfp4", "B=1 357.5 tok/s (2.797 ms a step)", "gptoss bench_gpu 20b", "aaa1111",
@@ -83,7 +87,7 @@ describe("gptoss.results", function()
       { "engine_gemm probe", "dense", "2048 rows: logits 4.561; 1024 rows: unembedding 2.416 ms",
         "`build/engine_gemm 1024` | 2048", "ddd4444", "2026-01-02" },
     }, seen)
-    -- without the later run of the same day, the run before it: both batch sizes, sorted
+    -- one run's batch sizes in one row, sorted
     rows = results.rows { gpu_line(new, "bf16", 64, 4113.7, 15.558), gpu_line(new, "bf16", 1, 269.6, 3.709) }
     assert.are.equal("B=1 269.6 tok/s (3.709 ms a step), B=64 4113.7 (15.558 ms)", rows[1].figure)
   end)
@@ -119,6 +123,33 @@ describe("gptoss.results", function()
       gpu_line({ "2026-01-02", "bbb2222" }, "bf16", 1, 390.5, 2.561),
     })
   end)
+
+  it("shows a legacy row until its benchmark has a row on its GPU model two days newer, or while README.md shows it",
+    function()
+      local function legacy(benchmark, configuration, date, gpu)
+        local line = text_line(benchmark, configuration, "1.0 tok/s", date, "ddd4444")
+        line.machine = "one NVIDIA " .. (gpu or "H100 80GB HBM3")
+        return line
+      end
+      local function shown(lines)
+        local configurations = {}
+        for row in results.table_text(lines):gmatch("\n| [^|]*| ([^|]*) |") do
+          if row ~= "configuration" then configurations[#configurations + 1] = row end
+        end
+        return configurations
+      end
+      assert.are.same({ "1024 requests, one GPU, bf16", "4096 requests", "512 requests", "8 requests", "ctx 1024, bf16",
+        "ctx 64, bf16" }, shown {
+          -- README.md shows the first; the second is two days older than the H100's newest
+          legacy("bench_getp", "1024 requests, one GPU, bf16", "2026-01-01"),
+          legacy("bench_getp", "2048 requests, one GPU, bf16", "2026-01-01"),
+          legacy("bench_getp", "4096 requests", "2026-01-02"), legacy("bench_getp", "8 requests", "2026-01-03"),
+          legacy("bench_getp", "512 requests", "2026-01-01", "H200"), -- of another GPU model
+          -- a recorded row stays however old
+          gpu_line({ "2026-01-01", "aaa1111" }, "bf16", 1, 269.6, 3.709, "NVIDIA H100 80GB HBM3"),
+          legacy("bench_gpu", "ctx 64, bf16", "2026-01-09"),
+        })
+    end)
 
   it("draws a row's cells short: GPU models, the short commit, a legacy row's long texts cut", function()
     local line = gpu_line({ "2026-01-01", "abc1234def" }, "bf16", 1, 269.6, 3.709)

@@ -197,12 +197,6 @@ end
 --- The rows drawn from lines (gptoss.results_rows).
 results.rows = results_rows.rows
 
---- examples/RESULTS.md's text drawn from lines, each command shortened by defaults_of (as
--- gptoss.results_command.shorten takes it; nil: as it ran).
-function results.table_text(lines, defaults_of)
-  return results_table.text(results.rows(lines), defaults_of)
-end
-
 -- README.md's table: what a row says, and the benchmark, configuration and GPU model ("" for
 -- a CPU) whose latest run gives its figure (where a later run on another GPU took the place of
 -- a legacy row, that run's); the first FIGURE_ROWS (bench_gpu's) are what the picture draws,
@@ -244,20 +238,41 @@ local function distinct(rows, field)
   return table.concat(values, ", ")
 end
 
+-- The row of rows (results.rows') that gives each of README_ROWS its figure: its key's latest
+-- run (a sweep's runs share a key), else the row of its configuration that took a legacy row's
+-- place; nil where there is none.
+local function readme_rows(rows)
+  local by_key, by_setting = {}, {}
+  local function keep_latest(map, key, row)
+    if not map[key] or row.date:sub(1, 10) > map[key].date:sub(1, 10) then map[key] = row end
+  end
+  for _, row in ipairs(rows) do
+    keep_latest(by_key, results_rows.key(row.benchmark, row.configuration, row.gpu), row)
+    keep_latest(by_setting, row.benchmark .. "\0" .. row.configuration, row)
+  end
+  local chosen = {}
+  for i, r in ipairs(README_ROWS) do
+    chosen[i] = by_key[results_rows.key(r[2], r[3], r[4])] or by_setting[r[2] .. "\0" .. r[3]]
+  end
+  return chosen
+end
+
+--- examples/RESULTS.md's text drawn from lines, each command shortened by defaults_of (as
+-- gptoss.results_command.shorten takes it; nil: as it ran): the rows results_rows.shown keeps,
+-- README.md's among them.
+function results.table_text(lines, defaults_of)
+  local rows, in_readme = results.rows(lines), {}
+  for _, row in pairs(readme_rows(rows)) do in_readme[row] = true end
+  return results_table.text(results_rows.shown(rows, in_readme), defaults_of)
+end
+
 --- README.md's drawn part (BEGIN to END: the picture, its caption and the table of figures),
 -- the lines the picture draws and its title, from lines.
 function results.readme(lines)
-  local by_key, by_setting = {}, {} -- a legacy row given way: the row of its configuration that took its place
-  for _, row in ipairs(results.rows(lines)) do
-    by_key[results_rows.key(row.benchmark, row.configuration, row.gpu)] = row
-    local setting = by_setting[row.benchmark .. "\0" .. row.configuration]
-    if not setting or row.date:sub(1, 10) > setting.date:sub(1, 10) then
-      by_setting[row.benchmark .. "\0" .. row.configuration] = row
-    end
-  end
+  local chosen = readme_rows(results.rows(lines))
   local table_rows, drawn, runs, figure_rows = { "| what | figure | machine |", "|---|---|---|" }, {}, {}, {}
   for i, r in ipairs(README_ROWS) do
-    local row = by_key[results_rows.key(r[2], r[3], r[4])] or by_setting[r[2] .. "\0" .. r[3]]
+    local row = chosen[i]
     if not row then error(("results: README.md's row '%s' has no line of %s, %s"):format(r[1], r[2], r[3]), 0) end
     table_rows[#table_rows + 1] = ("| %s | %s | %s |"):format(r[1], row.figure, row.machine)
     if i <= FIGURE_ROWS then

@@ -3,6 +3,8 @@
 -- flags that differ from its defaults (gptoss.results_command), the commit's short id, and a
 -- legacy row's longer texts cut after a clause (marked "…"; results.jsonl keeps them whole).
 local command = require "gptoss.results_command"
+local kinds = require "gptoss.results_kinds"
+local results_rows = require "gptoss.results_rows"
 
 local tbl = {}
 
@@ -86,9 +88,12 @@ tbl.HEADER = [[
 
 Drawn by `gptoss results` from [results.jsonl](results.jsonl), where a benchmark's `--record` appends
 its lines; `gptoss results --check` fails while this table or README.md's figures differ from what
-it draws ([building.md](../docs/building.md#benchmarks)). A row is the latest run of a benchmark and
-configuration on a GPU model, none estimated; a row written before the benchmarks recorded their
-lines gives way to a later run of its configuration on any GPU. Older runs and every row's whole
+it draws ([building.md](../docs/building.md#benchmarks)). A row is a run of a benchmark and
+configuration on a GPU model, none estimated, showing the latest figure of each batch size (a later
+run of some sizes leaves the others' standing). A row written before the benchmarks recorded their
+lines gives way to a later run of its configuration on any GPU, and to a row of its benchmark on its
+GPU model ]] .. kinds.number(results_rows.STALE_DAYS)
+  .. [[ or more days newer (unless README.md shows it). Older runs and every row's whole
 text: results.jsonl and git; the designs they decided: [decisions.md](../docs/decisions.md).
 
 - Unless a row says otherwise: the synthetic 20b, bf16 weights and KV cache, greedy; `mxfp4`: the
