@@ -151,7 +151,7 @@ template <class W, int COPY> struct wg_stage_weights {
     int chunks_here, bands, bytes;
     __device__ __forceinline__ wg_stage_weights(const gptoss_gemm_args &a, int o0, int st, int chunks)
         : chunks_here(min(2, chunks - 2 * st)), bands(min(WG_BLOCK_BANDS, (a.n - o0 + 15) / GPTOSS_TILE_ROWS)),
-          bytes(W::CODED ? WG_BLOCK_BANDS * 2 * W::TILE_BYTES
+          bytes(W::CODED ? wg_weights_stage<W>
                          : (COPY == WG_BY_MAP ? WG_BLOCK_BANDS : bands) * chunks_here * W::TILE_BYTES) {}
     __device__ __forceinline__ void copy(const gptoss_gemm_args &a, int expert, int o0, int st, int chunks, uint8_t *ws,
                                          const CUtensorMap *wmap, uint64_t *bar) const {
@@ -179,8 +179,8 @@ template <class W, int COPY> struct wg_stage_weights {
  * whole tile) and of the weights, when the consumers have released the
  * stage's slot. */
 template <class W, int COPY, class B>
-__device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_items<B::TILE_ROWS> &items, uint8_t *w_st,
-                                           uint8_t *x_st, uint64_t *full, uint64_t *empty, int chunks,
+__device__ __forceinline__ void wg_produce(const gptoss_gemm_args &a, const wg_items<B::TILE_ROWS> &items,
+                                           uint8_t *w_st, uint8_t *x_st, uint64_t *full, uint64_t *empty, int chunks,
                                            const CUtensorMap *xmap_tile, const CUtensorMap *xmap_group,
                                            const CUtensorMap *wmap) {
     typedef wg_ring<W, B> shape;

@@ -75,9 +75,10 @@ constexpr int WG_SMEM_MAX = 227 * 1024;
 constexpr int WG_SWIZZLE_ALIGN = 1024;
 /* a stage's two mbarriers (full, empty) */
 constexpr int WG_STAGE_BARRIER_BYTES = 2 * sizeof(uint64_t);
+/* a stage's weights of format W: two chunks of the block's bands' tiles */
+template <class W> constexpr int wg_weights_stage = WG_BLOCK_BANDS * 2 * W::TILE_BYTES;
 template <class W, class B> struct wg_ring {
-    static constexpr int WEIGHTS_STAGE = WG_BLOCK_BANDS * 2 * W::TILE_BYTES,
-                         SUMS = B::SUMS_ROWS * WG_SUMS_STRIDE * 4;
+    static constexpr int WEIGHTS_STAGE = wg_weights_stage<W>, SUMS = B::SUMS_ROWS * WG_SUMS_STRIDE * 4;
     /* with the slack to align the ring */
     static constexpr int STAGES = (WG_SMEM_MAX - SUMS - WG_SWIZZLE_ALIGN) /
                                   (WEIGHTS_STAGE + B::ROWS_STAGE_BYTES + WG_STAGE_BARRIER_BYTES);
