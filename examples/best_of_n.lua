@@ -5,9 +5,10 @@
 -- every sample with its score, the best marked, and the prompt rows stepped against n
 -- separate prefills.
 --   gptoss best_of_n [MODEL] [--n 4] [--temperature 0.8] [--seed 1]
+--                    [--presence-penalty P --frequency-penalty F]
 --                    [--max-tokens 24] [--stop TEXT] [--device cpu|N]
--- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens and --seed as
--- every command spells them (gptoss.naming, gptoss.flags).
+-- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens, --seed and
+-- the penalties (counted per sample) as every command spells them (gptoss.naming, gptoss.flags).
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
@@ -23,6 +24,7 @@ parser:option("--n", "Samples.", "4"):convert(cmdline.integer("--n", 1))
 parser:option("--temperature", "Sampling temperature.", "0.8"):convert(cmdline.non_negative)
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(cmdline.non_negative)
 flags.add_seed(parser, 1, "1; sample i draws with seed + i - 1")
+flags.add_penalties(parser, "counted per sample")
 flags.add_max_tokens(parser, 24, "24; a sample each")
 parser:option("--alpha", "Score = summed logprob / length^alpha.", "1"):convert(cmdline.non_negative)
 parser:option("--stop", "Stop a sample where its text contains TEXT (repeatable).", {}):count("*")
@@ -36,7 +38,7 @@ script.run(function()
   local stop_ids = {}
   for i, id in ipairs(harmony.stop_ids) do stop_ids[i] = { id } end
   local result = generate.parallel { replica = r, prompt = prompt, n = a.n, max_tokens = a.max_tokens, alpha = a.alpha,
-    sampling = { temperature = a.temperature, top_p = a.top_p, seed = a.seed },
+    sampling = flags.with_penalties(a, { temperature = a.temperature, top_p = a.top_p, seed = a.seed }),
     stop = { tokenizer = tok, ids = stop_ids, text = #a.stop > 0 and a.stop or nil } }
   print(("prompt: %q (%d ids)"):format(a.prompt, #prompt))
   for i, s in ipairs(result.samples) do

@@ -8,10 +8,10 @@
 -- nothing was typed, Ctrl-C or Ctrl-D (end of input) leaves.
 --   gptoss chat MODEL [--reasoning none|low|medium|high] [--system TEXT] [--show-analysis]
 --              [--json-schema FILE] [--reasoning-budget N]
---              [--temperature 1 --top-p 1 --seed S] [--device cpu|N] [--ctx N]
---              [--max-tokens N] [--demo-tools]
--- MODEL, --device (default: the first GPU, else cpu), --seed and --max-tokens as every command
--- spells them (gptoss.naming, gptoss.flags): MODEL a course .bin, a
+--              [--temperature 1 --top-p 1 --seed S] [--presence-penalty P --frequency-penalty F]
+--              [--device cpu|N] [--ctx N] [--max-tokens N] [--demo-tools]
+-- MODEL, --device (default: the first GPU, else cpu), --seed, the penalties (counted per
+-- answer) and --max-tokens as every command spells them (gptoss.naming, gptoss.flags): MODEL a course .bin, a
 -- checkpoint directory or a synthetic shape (a random model, which does not speak harmony).
 -- The tokenizer is gptoss.tokenizer_path()'s: $GPTOSS_TOKENIZER, else build/tokenizer.bin,
 -- else the one installed with the rock.
@@ -42,6 +42,7 @@ parser:option("--temperature", "Sampling temperature (0: greedy).", "1")
   :convert(script.named("--temperature", cmdline.non_negative))
 parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.named("--top-p", cmdline.non_negative))
 flags.add_seed(parser, nil, "random")
+flags.add_penalties(parser, "counted per answer")
 flags.add_device(parser)
 parser:option("--ctx", "Context length of the conversation (default: the model's, at most 8192).")
   :convert(cmdline.integer("--ctx", 2))
@@ -153,7 +154,7 @@ script.run(function()
     replica = r, tokenizer = tok, max_tokens = args.max_tokens, on_overflow = "drop_oldest",
     system = { reasoning = args.reasoning },
     developer = args.system and { instructions = args.system },
-    sampling = { temperature = args.temperature, top_p = args.top_p, seed = args.seed },
+    sampling = flags.with_penalties(args, { temperature = args.temperature, top_p = args.top_p, seed = args.seed }),
     tools = args.demo_tools and DEMO_TOOLS or nil,
     format = args.json_schema and files.read("--json-schema", args.json_schema),
     max_reasoning_tokens = args.reasoning_budget,

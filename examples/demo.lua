@@ -6,8 +6,9 @@
 -- <|endoftext|> or <|return|>, as the course's generate does.
 --   gptoss demo [MODEL] [--prompt "text"] [--max-tokens N] [--device cpu|N]
 --               [--temperature T --top-p P --top-k K --seed S]
--- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens and --seed as
--- every command spells them (gptoss.naming, gptoss.flags).
+--               [--presence-penalty P --frequency-penalty F]
+-- MODEL (default 7m), --device (default: the first GPU, else cpu), --max-tokens, --seed and
+-- the penalties as every command spells them (gptoss.naming, gptoss.flags).
 -- Exit status: 0 done, 1 anything wrong (usage, files, model), with one message on stderr.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
@@ -26,6 +27,7 @@ parser:option("--top-p", "Nucleus sampling mass (1: off).", "1"):convert(script.
 parser:option("--top-k", "Keep the K most likely tokens (0: off).", "0"):convert(cmdline.integer("--top-k", 0))
 flags.add_seed(parser, 1)
 flags.retire(parser, "--sample-seed")
+flags.add_penalties(parser)
 parser:option("--threads", "CPU threads (0: all; the CPU only).", "0"):convert(cmdline.integer("--threads", 0))
 local args = script.parse(parser)
 
@@ -33,8 +35,8 @@ script.run(function()
   local model, tok, ropts, prompt = naming.open_generation(args)
   print(model)
 
-  local sampler = gptoss.sampler { temperature = args.temperature, top_p = args.top_p, top_k = args.top_k,
-    seed = args.seed }
+  local sampler = gptoss.sampler(flags.with_penalties(args, { temperature = args.temperature, top_p = args.top_p,
+    top_k = args.top_k, seed = args.seed }))
   local stop = { [tok.special.endoftext] = true, [tok.special["return"]] = true }
 
   local replica <close> = model:replica { device = ropts.device, weights = ropts.weights, slots = 1,

@@ -6,8 +6,9 @@
 --   <model.bin> may also be a checkpoint directory (docs/checkpoints.md) or a synthetic
 --   shape: run.lua 7m ... (gptoss.naming)
 -- plus our long options (--device, --weights, --kv, --slots, --threads, --scheduler,
--- --partition, --chat, --no-share-prefix, --top-k, --min-p, --max-tokens, --stop, --profile,
--- --quiet, --json; lua/gptoss/cli.lua has the parsing and the course's rules).
+-- --partition, --chat, --no-share-prefix, --top-k, --min-p, --presence-penalty,
+-- --frequency-penalty, --max-tokens, --stop, --profile, --quiet, --json; lua/gptoss/cli.lua
+-- has the parsing and the course's rules).
 --
 -- stdout carries what run.cpp prints: the 15 header lines at load, then
 --   getp      "requests size = N B", "Num requests: N", "\nwarm up elapsed time(s): X\n"
@@ -23,12 +24,13 @@
 -- terminal, progress lines (a CPU replica's weights being materialised, getp's tokens);
 -- --quiet drops the replicas' and the progress, not the request file's warnings.
 --
--- Sampling: greedy unless -t > 0. generate then draws with the course's sampler (one
--- xorshift stream, docs/course.md#the-sampler), exactly as run.cpp, unless --top-k or --min-p
--- is given, which the course's sampler does not have: then the default-mode sampler draws
--- (docs/api.md#default-mode, seeded with -s, as getp's request 1). getp draws with
--- gptoss.getp's seeded per-request sampler (seed -s + request - 1), since the course's
--- single stream depends on the order in which requests are sampled, which batching changes.
+-- Sampling: greedy unless -t > 0 or a penalty is given. generate then draws with the course's
+-- sampler (one xorshift stream, docs/course.md#the-sampler), exactly as run.cpp, unless
+-- --top-k, --min-p or a penalty is given, which the course's sampler does not have: then the
+-- default-mode sampler draws (docs/api.md#default-mode, seeded with -s, as getp's request 1;
+-- greedy on the penalized logits with -t 0). getp draws with gptoss.getp's seeded
+-- per-request sampler (seed -s + request - 1), since the course's single stream depends on
+-- the order in which requests are sampled, which batching changes.
 -- Under mpirun or srun getp runs on every rank of the job (gptoss.getp_ranks,
 -- docs/getp.md#ranks-under-mpi): rank 0 reads the request file, writes the output file and
 -- prints the lines above, timed across all ranks, and a rank's failure ends the whole job
@@ -246,7 +248,6 @@ local function run_generate(model, tok, steps, prompt, device, weights, kv, figu
   local sampling, default_mode = cli.sampling(a)
   local course_sampler = sampling and not default_mode
       and gptoss.sampler { mode = "course", temperature = a.temperature, top_p = a.top_p, seed = a.seed }
-  if default_mode then r:sampling(1, sampling) end -- the replica draws, keyed by (seed, position)
   local filter = #a.stop > 0 and stops.text(a.stop)
   local decoder = tok:decoder()
   io.write(decoder:add(prompt[1]))
@@ -256,6 +257,9 @@ local function run_generate(model, tok, steps, prompt, device, weights, kv, figu
   while pos < steps do
     local sampled = pos >= #prompt - 1 -- this step's id is generated, not the prompt's
     if sampled and a.max_tokens and generated >= a.max_tokens then break end
+    -- the replica draws, keyed by (seed, position); set at the first generated id, so that the
+    -- penalties count generated ids only, as getp's
+    if default_mode and pos == #prompt - 1 then r:sampling(1, sampling) end
     local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
     local next_id
     if sampled then

@@ -115,6 +115,22 @@ describe("gptoss chat from a pipe", function()
     assert.truthy(out:find("%S"), "the replies are on stdout")
   end)
 
+  it("samples with --presence-penalty and --frequency-penalty: negative ones repeat a greedy reply's first piece",
+    function()
+      local args = { "--max-tokens", "6", "--ctx", "256", "--temperature", "0" }
+      local code, plain, err = chat(args, "Hello\n")
+      assert.are.equal(0, code, err)
+      table.move({ "--presence-penalty=-2", "--frequency-penalty=-2" }, 1, 2, #args + 1, args)
+      local penalized
+      code, penalized, err = chat(args, "Hello\n")
+      assert.are.equal(0, code, err)
+      assert.are_not.equal(plain, penalized)
+      assert.truthy(penalized:find("^(.+)%1%1%1%1%1\n$"), penalized)
+      code, _, err = chat({ "--frequency-penalty", "2.5" }, "")
+      assert.are.equal(1, code)
+      assert.truthy(err:find("--frequency-penalty: '2.5' is not a number in [-2, 2]", 1, true), err)
+    end)
+
   it("drops the oldest turns when the context fills, and ends a reply at its end, turn after turn", function()
     -- the rendering is 57 ids: 8 more fill the context's 64 before 10 are decoded
     local code, out, err = chat({ "--ctx", "64", "--max-tokens", "10" }, ("Hi\n"):rep(5))

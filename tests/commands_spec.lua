@@ -104,7 +104,8 @@ describe("the gptoss program", function()
   end
 
   it("offers the shared options in every command's --help as one spelling, and none retired", function()
-    local dir, with = H.tmpdir(), { device = {}, steps = {}, max_tokens = {}, seed = {} }
+    local dir, with = H.tmpdir(), { device = {}, steps = {}, max_tokens = {}, seed = {}, presence_penalty = {},
+      frequency_penalty = {} }
     for _, name in ipairs(commands.names()) do
       if name ~= "lua" and name ~= "help" and name ~= "version" then
         local help = helps(dir, name)
@@ -121,7 +122,8 @@ describe("the gptoss program", function()
           assert.truthy(weights_seed:find(("(default: %d)"):format(gptoss.DEFAULT_SEED), 1, true), name)
         end
         for key, want in pairs { max_tokens = "^ ?Tokens generated at most, the prompt not counted",
-          steps = "the course's %-n", seed = "^ ?Seed of " } do
+          steps = "the course's %-n", seed = "^ ?Seed of ", presence_penalty = "^ ?In %[%-2, 2%]: ",
+          frequency_penalty = "^ ?In %[%-2, 2%]: " } do
           local text = option_help(help, "--" .. key:gsub("_", "-"))
           if text then
             with[key][#with[key] + 1] = name
@@ -136,6 +138,9 @@ describe("the gptoss program", function()
       "bench_gpu", "bench_prefill", "bench_getp" }, with.device)
     assert.are.same({ "run", "chat", "demo", "speculative", "beam_search", "best_of_n" }, with.max_tokens)
     assert.are.same({ "chat", "demo", "speculative", "best_of_n", "bench_serve", "bench_grammar" }, with.seed)
+    for _, penalty in ipairs { "presence_penalty", "frequency_penalty" } do -- the commands that sample
+      assert.are.same({ "run", "chat", "demo", "best_of_n" }, with[penalty])
+    end
   end)
 
   it("names itself in a command's messages", function()

@@ -79,6 +79,21 @@ describe("the examples on bad input", function()
       "bench_gpu.lua: --prompt (1024) must be less than --ctx (1024): decoding starts after it", true)
   end)
 
+  it("demo.lua: --presence-penalty and --frequency-penalty reach the sampler (negative: greedy repeats its id)",
+    function()
+      local run = H.runner("examples/demo.lua", pending)
+      local code, plain, err = run { "7m", "--device", "cpu", "--max-tokens", "6" }
+      assert.are.equal(0, code, err)
+      local out
+      code, out, err = run { "7m", "--device", "cpu", "--max-tokens", "6", "--presence-penalty=-2",
+        "--frequency-penalty=-2" }
+      assert.are.equal(0, code, err)
+      local first = plain:match("\ngenerated: (%d+)")
+      assert.truthy(first, plain)
+      assert.truthy(out:find(("\ngenerated: %s\n"):format((first .. " "):rep(6):sub(1, -2)), 1, true), out)
+      assert.is_nil(plain:find(("\ngenerated: %s %s"):format(first, first), 1, true), plain)
+    end)
+
   it("--help prints the usage and the options, exit 0", function()
     local run = H.runner("examples/demo.lua", pending)
     local code, out, err = run { "--help" }

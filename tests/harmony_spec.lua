@@ -82,6 +82,22 @@ describe("harmony.render", function()
     assert.truthy(text:find("type f = (_: {\na?: {\n    x?: Array<any>,\n    },\nb: number,\n}) => any;", 1, true), text)
   end)
 
+  it("copies a schema with each object's properties in the order a key-order function gives (harmony_tools.ordered)",
+    function()
+      local harmony_tools = require "gptoss.harmony_tools"
+      local inner = { type = "object", properties = { y = {}, x = {} }, property_order = { "x", "y" } }
+      local schema = { type = "object", properties = { b = { type = "array", items = inner }, a = { oneOf = { inner } } } }
+      local orders = { [schema.properties] = { "b", "gone", "a" } } -- a key the table lacks is left out
+      local copy = harmony_tools.ordered(schema, function(t) return orders[t] end)
+      assert.are.same({ "b", "a" }, copy.property_order)
+      assert.are.same({ { "x", "y" }, { "x", "y" } }, { copy.properties.b.items.property_order,
+        copy.properties.a.oneOf[1].property_order }) -- no order given: the object's own
+      assert.is_nil(schema.property_order) -- the schema itself is left as it was
+      local text = harmony.render({ harmony.developer{ tools = { { name = "f", parameters = copy } } } },
+        { completion = false })
+      assert.truthy(text:find("type f = (_: {\nb?: {\n    x?: any,\n    y?: any,\n    }[],\na?:", 1, true), text)
+    end)
+
 
   it("drops analysis before the first final answer once the last assistant message is final", function()
     local convo = {

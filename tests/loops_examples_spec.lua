@@ -56,6 +56,11 @@ describe("examples/beam_search.lua and examples/best_of_n.lua", function()
     local _, marked = out:gsub("\n%*%s+%d+  seed", "")
     assert.are.equal(1, marked, out)
     assert.truthy(out:find("; 9 prompt rows stepped, where 3 separate prefills would step 21\n", 1, true), out)
+    local penalized
+    code, penalized, err = H.runner("examples/best_of_n.lua", pending) { "--n", "3", "--max-tokens", "5",
+      "--device", "cpu", "--presence-penalty=-2", "--frequency-penalty=-2" }
+    assert.are.equal(0, code, err)
+    assert.are_not.equal(out, penalized) -- the penalties reach the samples' sampling
     H.expect_exits(H.runner("examples/beam_search.lua", pending), 1,
       { { { "--width", "21" }, "beam_search.lua: beam.search: each beam offers its top" } })
   end)

@@ -149,6 +149,24 @@ describe("gptoss.flags", function()
     end
   end)
 
+  it("reads --presence-penalty and --frequency-penalty in [-2, 2] into the sampler's options", function()
+    local function penalties(p) flags.add_penalties(p) end
+    local ok, a = parse(penalties)
+    assert.are.same({ true, false }, { ok, flags.penalized(a) })
+    assert.are.same({ temperature = 1 }, flags.with_penalties(a, { temperature = 1 }))
+    ok, a = parse(penalties, "--presence-penalty", "0.5", "--frequency-penalty=-2")
+    assert.are.same({ true, true }, { ok, flags.penalized(a) })
+    assert.are.same({ temperature = 1, presence_penalty = 0.5, frequency_penalty = -2 },
+      flags.with_penalties(a, { temperature = 1 }))
+    assert.is_false(flags.penalized(select(2, parse(penalties, "--presence-penalty", "0", "--frequency-penalty", "0"))))
+    for _, flag in ipairs { "--presence-penalty", "--frequency-penalty" } do
+      for _, bad in ipairs { "2.5", "-3", "nan", "x" } do
+        local refused = ("%s: '%s' is not a number in [-2, 2]"):format(flag, bad)
+        assert.are.same({ false, refused }, { parse(penalties, flag .. "=" .. bad) })
+      end
+    end
+  end)
+
   it("puts the Lua API's errors a command's user meets in the command line's terms, keeping the others", function()
     for _, case in ipairs {
       { "chat.lua:12: session:ask: the conversation is 357 tokens with no older turn left to drop, the replica's "

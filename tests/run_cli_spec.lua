@@ -93,6 +93,8 @@ describe("gptoss.cli", function()
       { { "m.bin", "--top-k", "2.5" }, "--top-k: '2.5' is not an integer >= 0" },
       { { "m.bin", "--min-p", "1.5" }, "--min-p: '1.5' is not a number in [0, 1]" },
       { { "m.bin", "--min-p", "nan" }, "--min-p: 'nan' is not a number in [0, 1]" },
+      { { "m.bin", "--presence-penalty", "2.5" }, "--presence-penalty: '2.5' is not a number in [-2, 2]" },
+      { { "m.bin", "--frequency-penalty=-3" }, "--frequency-penalty: '-3' is not a number in [-2, 2]" },
       { { "m.bin", "--max-tokens", "x" }, "--max-tokens: 'x' is not an integer >= 0" },
       { { "m.bin", "--threads=-2" }, "--threads: '-2' is not an integer >= 0" },
       { { "m.bin", "--stop", "" }, "--stop: an empty stop string would stop before the first token" },
@@ -125,6 +127,13 @@ describe("gptoss.cli", function()
     -- getp takes the filters
     a = assert(parse("m.bin", "-m", "getp", "-t", "1", "--top-k", "3", "--min-p", "0.5"))
     assert.are.same({ 3, 0.5 }, { cli.sampling(a).top_k, cli.sampling(a).min_p })
+    -- a penalty makes the default mode draw, greedy on the penalized logits with -t 0; 0 is none
+    sampling, default_mode = cli.sampling(assert(parse("m.bin", "-s", "9", "--presence-penalty", "0.5",
+      "--frequency-penalty=-1")))
+    assert.are.same({ temperature = 0, top_p = f32(0.9), seed = 9, presence_penalty = 0.5, frequency_penalty = -1 },
+      sampling)
+    assert.is_true(default_mode)
+    assert.is_nil(cli.sampling(assert(parse("m.bin", "--presence-penalty", "0", "--frequency-penalty", "0"))))
   end)
 
   it("finds the tokenizer as the course does, else falls back, and says why when there is none", function()
@@ -437,13 +446,14 @@ describe("examples/run.lua", function()
 
   -- run.cpp's generate as written there (docs/course.md#the-command-line): one position a step,
   -- the prompt forced until its last token, then sampled (by sampler on the logits, or by the
-  -- replica with the default-mode sampling given); returns every id it prints
+  -- replica with the default-mode sampling given, set at the first sampled id: its penalties
+  -- count the generated ids); returns every id it prints
   local function course_generate(text, steps, sampler, sampling)
     local prompt = tok:encode(text, { max_tokens = model.config.initial_context_length })
     local r <close> = model:replica { device = "cpu", slots = 1, ctx = steps }
-    if sampling then r:sampling(1, sampling) end
     local printed, token, pos = { prompt[1] }, prompt[1], 0
     while pos < steps do
+      if sampling and pos == #prompt - 1 then r:sampling(1, sampling) end
       local h = r:step { slots = { 1 }, positions = { pos }, tokens = { token } }
       local next_id
       if pos < #prompt - 1 then
@@ -548,7 +558,8 @@ describe("examples/run.lua", function()
     assert.is_nil(out:find("\xEF\xBF\xBD", 1, true)) -- no U+FFFD
   end)
 
-  it("samples generate with the default-mode sampler under --top-k or --min-p, as getp's request 1", function()
+  it("samples generate with the default-mode sampler under --top-k, --min-p or a penalty, as getp's request 1",
+    function()
     local run = runner()
     local prompt_text, steps = "Hello world", 12
     local L = #tok:encode(prompt_text)
@@ -556,9 +567,12 @@ describe("examples/run.lua", function()
       { args = { "--top-k", "5" }, sampling = { top_k = 5 } },
       { args = { "--min-p", "0.5" }, sampling = { min_p = 0.5 } },
       { args = { "--top-k", "40", "--min-p", "0.1", "-p", "0.7" }, sampling = { top_k = 40, min_p = 0.1 }, top_p = 0.7 },
+      { args = { "--presence-penalty", "0.5", "--frequency-penalty=-2" },
+        sampling = { presence_penalty = 0.5, frequency_penalty = -2 } },
     } do
       local sampling = { temperature = f32(1.5), top_p = f32(case.top_p or 0.9), seed = 3,
-        top_k = case.sampling.top_k, min_p = case.sampling.min_p }
+        top_k = case.sampling.top_k, min_p = case.sampling.min_p, presence_penalty = case.sampling.presence_penalty,
+        frequency_penalty = case.sampling.frequency_penalty }
       local ids = course_generate(prompt_text, steps, nil, sampling)
       local args = { "7m", "-i", prompt_text, "-n", tostring(steps), "-t", "1.5", "-s", "3",
         "-z", TOKENIZER, "--device", "cpu", "--quiet" }
@@ -589,6 +603,24 @@ describe("examples/run.lua", function()
     local greedy = getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16,
       requests = { PROMPTS[1], PROMPTS[2] } }
     assert.are_not.same(greedy.outputs, expected.outputs) -- the options did sample
+  end)
+
+  it("draws greedy from the penalized logits under a penalty with -t 0: generate and getp", function()
+    local run = runner()
+    local prompt_text, steps = "Hello world", 12
+    local penalized = { temperature = 0, top_p = f32(0.9), seed = 3, presence_penalty = -2, frequency_penalty = -2 }
+    local ids = course_generate(prompt_text, steps, nil, penalized)
+    assert.are_not.same(course_generate(prompt_text, steps), ids) -- the penalties change the ids
+    local flags = { "-t", "0", "-s", "3", "--presence-penalty=-2", "--frequency-penalty=-2", "-z", TOKENIZER,
+      "--device", "cpu", "--quiet" }
+    local code, out, err = run { "7m", "-i", prompt_text, "-n", tostring(steps), table.unpack(flags) }
+    assert.are.equal(0, code, err)
+    assert.are.equal(HEADER .. tok:decode(ids) .. "\n", out)
+    local input, output = request_file { "2", PROMPTS[1], PROMPTS[2] }, tmp()
+    code, _, err = run { "7m", "-m", "getp", "-i", input, "-o", output, "-n", "16", table.unpack(flags) }
+    assert.are.equal(0, code, err)
+    assert.are.same(getp.run { model = model, tokenizer = tok, devices = { "cpu" }, steps = 16, sampling = penalized,
+      requests = { PROMPTS[1], PROMPTS[2] } }.outputs, requests.read_output(output))
   end)
 
   it("runs CPU replicas on --threads threads", function()

@@ -95,6 +95,30 @@ describe("serve_openai's structured-output fields", function()
       assert.are.equal(ORDERED, dkjson.encode(job.settings.format.schema))
     end)
 
+  it("declares a tool's parameters in the body's order in the prompt's # Tools, nested ones too; chat and Responses",
+    function()
+      local serve_http = require "gptoss.serve_http"
+      local serve_responses_input = require "gptoss.serve_responses_input"
+      local parameters = '{"type":"object","required":["zeta"],"properties":{"zeta":{"type":"object","properties":'
+        .. '{"y":{"type":"string"},"x":{"type":"number"}}},"alpha":{"type":"array","items":{"oneOf":[{"type":'
+        .. '"object","properties":{"q":{"type":"boolean"},"p":{"type":"null"}}},{"type":"string"}]}}}}'
+      local declared = "type f = (_: {\nzeta: {\n    y?: string,\n    x?: number,\n    },\nalpha?: \n"
+        .. "     | {\n       q?: boolean,\n       p?: null,\n       }\n     | string[],\n}) => any;"
+      local chat_job = serve_openai.chat(serve_http.decode('{"model":"7m","messages":[{"role":"user","content":"Hi"}],'
+        .. '"tools":[{"type":"function","function":{"name":"f","parameters":' .. parameters .. '}}]}'), tok, 600)
+      local responses_job = serve_responses_input.job(serve_http.decode('{"model":"7m","input":"Hi","tools":[{"type":'
+        .. '"function","name":"f","parameters":' .. parameters .. '}]}'), tok, 600)
+      for _, job in ipairs { chat_job, responses_job } do
+        local shown = tok:decode(job.prompt)
+        assert.truthy(shown:find(declared, 1, true), shown)
+      end
+      -- a body decoded without its text (a caller's tables) keeps name order
+      local unordered = chat { tools = { { type = "function", ["function"] = { name = "f",
+        parameters = cjson.decode(parameters) } } } }
+      local shown = tok:decode(unordered.prompt)
+      assert.truthy(shown:find("type f = (_: {\nalpha?: ", 1, true), shown)
+    end)
+
   it("refuses a bad format, schema, tool choice or budget with a 400 naming the field", function()
     for _, case in ipairs {
       { { response_format = { type = "xml" } }, "response_format", "must be {\"type\": \"text\"}" },

@@ -23,10 +23,12 @@
 --       installed copy (cli.tokenizer_path)
 --
 -- Beyond the course: --top-k and --min-p (sampling filters of the default-mode sampler,
--- which generate then uses instead of the course's), --max-tokens and --stop (generate only),
--- --threads (CPU replicas), --device (gptoss.flags', as every command spells it);
--- cli.parse refuses what does not apply to the mode given. -s, -n and the other course
--- flags keep the course's spelling and meaning: they are the one exception to gptoss.flags.
+-- which generate then uses instead of the course's), --presence-penalty and
+-- --frequency-penalty (gptoss.flags'; the default-mode sampler's too, even with -t 0),
+-- --max-tokens and --stop (generate only), --threads (CPU replicas), --device (gptoss.flags',
+-- as every command spells it); cli.parse refuses what does not apply to the mode given. -s,
+-- -n and the other course flags keep the course's spelling and meaning: they are the one
+-- exception to gptoss.flags.
 local argparse = require "argparse"
 local gptoss = require "gptoss"
 local cmdline = require "gptoss.cmdline"
@@ -45,24 +47,6 @@ local COURSE_FLAGS = {
 }
 local MODES = { "generate", "getp", "chat" }
 local COURSE_TOKENIZER = "tokenizer.bin"
-
--- argparse converters; their messages name the flag, which argparse leaves out
-local function number(flag)
-  return function(s)
-    local v = tonumber(s)
-    if v == nil or v ~= v then return nil, ("%s: '%s' is not a number"):format(flag, s) end
-    return v
-  end
-end
-
--- an argparse converter for a number in [0, 1], naming the flag
-local function fraction(flag)
-  return function(s)
-    local v = tonumber(s)
-    if v == nil or v ~= v or v < 0 or v > 1 then return nil, ("%s: '%s' is not a number in [0, 1]"):format(flag, s) end
-    return v
-  end
-end
 
 -- A course flag with its hidden long alias (what cli.rewrite turns "-t value" into); the
 -- option's field is the alias without dashes (a.temperature, a.top_p, ...).
@@ -84,10 +68,10 @@ function cli.parser(name)
     }, "\n"))
   naming.add_model(p)
   course(p, "-t", "Temperature; 0 is greedy (below 0 means 0). generate samples with the course's sampler, "
-    .. "or with the default-mode one when --top-k or --min-p is given.", "0"):argname("<float>")
-    :convert(number("-t"))
+    .. "or with the default-mode one when --top-k, --min-p or a penalty is given.", "0"):argname("<float>")
+    :convert(cmdline.number("-t"))
   course(p, "-p", "Top-p of sampling (outside [0, 1] means 0.9).", "0.9"):argname("<float>")
-    :convert(number("-p"))
+    :convert(cmdline.number("-p"))
   course(p, "-s", "Sampling seed (0: the time in seconds).", "0"):argname("<int>"):convert(cmdline.integer("-s"))
   course(p, "-n", "Prompt + generated tokens a request may reach (0: the model's max_seq_len).",
     "1024"):argname("<int>"):convert(cmdline.integer("-n"))
@@ -103,7 +87,8 @@ function cli.parser(name)
     :argname("<int>"):convert(cmdline.integer("--top-k", 0))
   p:option("--min-p", "Sample among tokens at least P times as likely as the most likely one only (with -t > 0; "
     .. "0: all); as --top-k, the default-mode sampler.")
-    :argname("<float>"):convert(fraction("--min-p"))
+    :argname("<float>"):convert(cmdline.number("--min-p", 0, 1))
+  flags.add_penalties(p, "with -t 0 too; as --top-k, the default-mode sampler")
   flags.add_max_tokens(p, nil, "none; -n still bounds prompt + generated; -m generate only", 0)
   flags.retire(p, "--max-new")
   p:option("--stop", "generate: stop where the generated text contains TEXT, which is not printed (repeatable).")
@@ -189,13 +174,15 @@ function cli.parse(argv, name, now)
   return a
 end
 
---- The sampling parameters of the options: nil when greedy (-t 0); else {temperature=,
--- top_p=, seed=} plus top_k and min_p when given. The second value says whether the
--- default-mode sampler must draw them (--top-k or --min-p given: the course's has neither).
+--- The sampling parameters of the options: nil when greedy (-t 0) without penalties; else
+-- {temperature=, top_p=, seed=} plus top_k, min_p and the penalties when given. The second
+-- value says whether the default-mode sampler must draw them (--top-k, --min-p or a penalty
+-- given: the course's sampler has none of them).
 function cli.sampling(a)
-  if a.temperature <= 0 then return nil, false end
-  return { temperature = a.temperature, top_p = a.top_p, top_k = a.top_k, min_p = a.min_p, seed = a.seed },
-    a.top_k ~= nil or a.min_p ~= nil
+  local penalized = flags.penalized(a)
+  if a.temperature <= 0 and not penalized then return nil, false end
+  return flags.with_penalties(a, { temperature = a.temperature, top_p = a.top_p, top_k = a.top_k, min_p = a.min_p,
+    seed = a.seed }), a.top_k ~= nil or a.min_p ~= nil or penalized
 end
 
 --- The course's default tokenizer path unless -z is given or the file is missing, then

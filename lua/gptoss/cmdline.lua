@@ -21,6 +21,19 @@ function cmdline.integer(flag, min, max)
   end
 end
 
+--- An argparse converter for a number flag (in [min, max] when given): the number, or nil and
+-- a message naming the flag.
+function cmdline.number(flag, min, max)
+  local what = min and ("a number in [%g, %g]"):format(min, max) or "a number"
+  return function(s)
+    local v = tonumber(s)
+    if v == nil or v ~= v or (min and (v < min or v > max)) then
+      return nil, ("%s: '%s' is not %s"):format(flag, s, what)
+    end
+    return v
+  end
+end
+
 --- The benchmarks' prompt id of slot s at position p (bench_gpu, bench_golden, bench_prefill):
 -- spread over the vocabulary, different for every slot, no tokenizer needed.
 function cmdline.bench_id(s, p, vocab)

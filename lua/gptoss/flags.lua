@@ -4,6 +4,8 @@
 --                           them; a list only where a command runs a replica per device
 --   --max-tokens N          tokens generated at most (the prompt not counted)
 --   --seed N                seed of the sampler's draws
+--   --presence-penalty P    the sampler's penalties of the ids drawn before (docs/api.md#penalties),
+--   --frequency-penalty F   each in [-2, 2]; none when left out (the commands that sample)
 -- (MODEL and --seed-weights are gptoss.naming's.) Default device: the GPUs when there are
 -- any (all of them where a command runs several replicas, the first where it runs one), else
 -- the CPU. The spellings these replace are refused with a message naming the new one
@@ -97,6 +99,36 @@ end
 --- Adds --seed to p: the sampler's seed, default `default` (nil: none), what: the default in words.
 function flags.add_seed(p, default, what)
   return option(p, "--seed", "Seed of the sampler's draws", default, what):convert(cmdline.integer("--seed"))
+end
+
+-- Each penalty's flag, the sampler's option it sets and what it does to a token drawn before.
+local PENALTIES = {
+  { "--presence-penalty", "presence_penalty", "its logit lowered by the value" },
+  { "--frequency-penalty", "frequency_penalty", "its logit lowered by the value times its count" },
+}
+
+--- Adds --presence-penalty and --frequency-penalty to p: the sampler's penalties, each in
+-- [-2, 2] as OpenAI's API takes them; none when left out. what: the help's words on where they
+-- apply, where the command says more.
+function flags.add_penalties(p, what)
+  for _, penalty in ipairs(PENALTIES) do
+    local flag = penalty[1]
+    local help = ("In [-2, 2]: a token drawn before has %s (negative: raised; default 0, none%s; "
+      .. "docs/api.md#penalties)."):format(penalty[3], what and "; " .. what or "")
+    p:option(flag, help):argname("<float>"):convert(cmdline.number(flag, -2, 2))
+  end
+end
+
+--- Whether a, a command's parsed options, set a penalty other than 0.
+function flags.penalized(a)
+  return (a.presence_penalty or 0) ~= 0 or (a.frequency_penalty or 0) ~= 0
+end
+
+--- sampling (a table of the sampler's options) with the penalties of a, a command's parsed
+-- options, set; returned.
+function flags.with_penalties(a, sampling)
+  for _, penalty in ipairs(PENALTIES) do sampling[penalty[2]] = a[penalty[2]] end
+  return sampling
 end
 
 return flags

@@ -164,6 +164,34 @@ function typescript(schema, indent, where, path)
   return text
 end
 
+--- A copy of schema, a parameters table that does not contain itself, in which each object
+-- this module declares lists its properties in property_order as keys(properties) gives them
+-- (a key the table lacks left out; nil: the object as it is): how a caller whose schemas keep
+-- their key order elsewhere (gptoss serve's decoded JSON, gptoss.json_order) has it rendered.
+function harmony_tools.ordered(schema, keys)
+  if type(schema) ~= "table" then return schema end
+  local copy = {}
+  for k, v in pairs(schema) do copy[k] = v end
+  local properties = schema.properties
+  if type(properties) == "table" then
+    copy.properties = {}
+    for name, p in pairs(properties) do copy.properties[name] = harmony_tools.ordered(p, keys) end
+    local order = keys(properties)
+    if order then
+      copy.property_order = {}
+      for _, name in ipairs(order) do
+        if properties[name] ~= nil then copy.property_order[#copy.property_order + 1] = name end
+      end
+    end
+  end
+  copy.items = harmony_tools.ordered(schema.items, keys)
+  if type(schema.oneOf) == "table" then
+    copy.oneOf = {}
+    for i, v in ipairs(schema.oneOf) do copy.oneOf[i] = harmony_tools.ordered(v, keys) end
+  end
+  return copy
+end
+
 --- "# Tools" and one "## name" section per namespace {name=, description=, tools={...}};
 -- errors name `where`.
 function harmony_tools.section(namespaces, where)

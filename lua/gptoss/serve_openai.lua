@@ -11,6 +11,8 @@
 -- is not supported.
 local cjson = require "cjson"
 local harmony = require "gptoss.harmony"
+local harmony_tools = require "gptoss.harmony_tools"
+local json_order = require "gptoss.json_order"
 local valid_utf8 = require("gptoss.harmony_parser").valid_utf8
 local util = require "gptoss.util"
 
@@ -209,7 +211,9 @@ end
 
 -- Function tools [{type = "function", function = {name, description, parameters, strict}}]
 -- as harmony's developer tools: description a string and parameters a JSON schema object,
--- when given; strict (a boolean) is for gptoss.serve_structured.
+-- when given, its properties declared in the body's order (gptoss.json_order's), as OpenAI's
+-- prompts show them; schema (the decoded parameters) and strict (a boolean) are for
+-- gptoss.serve_structured.
 local function function_tools(tools)
   want(type(tools) == "table" and #tools > 0, "tools", "a non-empty list of tools", tools)
   local out = {}
@@ -230,8 +234,10 @@ local function function_tools(tools)
     end
     want(is_null(f.strict) or type(f.strict) == "boolean", ("tools[%d].function.strict"):format(i - 1), "a boolean",
       f.strict)
+    parameters = not is_null(parameters) and parameters or nil
     out[i] = { name = f.name, description = not is_null(description) and description or nil,
-      parameters = not is_null(parameters) and parameters or nil, strict = f.strict == true }
+      parameters = parameters and harmony_tools.ordered(parameters, json_order.keys), schema = parameters,
+      strict = f.strict == true }
   end
   return out
 end

@@ -131,7 +131,7 @@ end
 
 --- The plan of a chat body's turn (constraint.for_turn's) from its response_format,
 -- tool_choice, reasoning_effort and max_reasoning_tokens, and tools, serve_openai's list
--- ({name =, parameters =, strict =}, or nil); nil when the body asks for none of it (the
+-- ({name =, schema =, strict =}, or nil); nil when the body asks for none of it (the
 -- turn is then the model's own). Raises the 400 naming the field. plan.constrains says
 -- whether each choice needs a tracker (plan:new()).
 function serve_structured.plan(body, tools, tokenizer)
@@ -145,7 +145,7 @@ function serve_structured.plan(body, tools, tokenizer)
     opts.tools = {}
     for i, t in ipairs(tools) do
       opts.tools[i] = { type = "function", ["function"] = { name = t.name, strict = t.strict,
-        parameters = t.strict and schema_text(t.parameters, "tools") or nil } }
+        parameters = t.strict and schema_text(t.schema, "tools") or nil } }
       asked = asked or t.strict
     end
   end
