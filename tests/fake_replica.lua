@@ -24,6 +24,13 @@ Replica.__index = Replica
 local Handle = {}
 Handle.__index = Handle
 
+--- The ids of a line of plain text, quotes and backslashes in it and never a stop id: a
+-- text for new{} whose deltas exercise JSON's escapes.
+function fake_replica.plain_text(tokenizer)
+  return tokenizer:encode(" The quick brown fox jumps over the lazy dog, and \"quotes\" \\ backslashes stay escaped.\n",
+    { mode = "o200k" })
+end
+
 --- A fake replica (see the header); rows default to slots + 128, chunk to 128.
 function fake_replica.new(opts)
   assert(opts.text and #opts.text > 0, "fake_replica.new: text must be a non-empty list of ids")

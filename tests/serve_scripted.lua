@@ -41,7 +41,7 @@ local CALL = script { S.channel, "commentary to=functions.get_weather ", S.const
 local ANSWER = script { S.channel, "analysis", S.message, "The tool says sunny.", S["end"], S.start, "assistant",
   S.channel, "final", S.message, "It is sunny in Paris.", S["return"] }
 local ASSISTANT, TOOL = encode("assistant")[1], encode("functions.get_weather")[1]
-local TEXT = encode(" The quick brown fox jumps over the lazy dog, and \"quotes\" \\ backslashes stay escaped.\n")
+local TEXT = fake_replica.plain_text(tok)
 
 -- Where the reply being generated begins in a slot's ids: after the first <|start|>assistant
 -- that follows the last tool message (<|start|>functions...), or nil; and its script.

@@ -2,9 +2,9 @@
 -- or plain) becomes a job (serve_openai), its n choices sequences on the engine; the
 -- request's coroutine then waits on a condition that the engine loop signals, and answers
 -- once every choice has ended, or streams each delta as a server-sent event: the engine
--- loop makes the events as the ids arrive (a content delta from a template of its chunk,
--- only its text encoded), and the coroutine writes those made since its last write in
--- one chunk. A job whose client has gone cancels its sequences, freeing their slots: a
+-- loop makes the events as the ids arrive (from templates encoded once a server, a
+-- delta's text the only part to quote), and the coroutine writes those made since its
+-- last write in one chunk. A job whose client has gone cancels its sequences, freeing their slots: a
 -- stream's when a write fails, a whole answer's when its connection closes while it waits.
 -- Choice i > 1 forks choice 1's prompt (gptoss.runner: prompt_from) instead of feeding it.
 local condition = require "cqueues.condition"
@@ -76,24 +76,81 @@ local function response(server, job, choices, seqs)
     created = job.created, model = server.model_name, choices = out, usage = usage(job, seqs) }
 end
 
--- A content (or reasoning_content) chunk of choice i as the pieces of its event around
--- the quoted text, so that a delta costs one quoted string (serve_http.quote): the event of
--- chunk() split at a mark, which a content delta holds once and a reasoning delta twice
--- (under both its names). nil when the mark is there another number of times (a model
--- name holding it): that choice's chunks are then encoded whole.
-local MARK = "\1delta\1"
-local QUOTED_MARK = serve_http.quote(MARK)
-local MARKS = { content = 1, reasoning_content = 2 }
-local function template(server, job, i, field)
-  local text = serve_http.event(chunk(server, job, i, { [field] = MARK }))
-  local pieces, at = {}, 1
+-- A stream's events from templates, so that they cost no encode: the event of each shape
+-- (a content or reasoning_content delta, the first chunk, the last) is encoded once a server
+-- for each kind, usage asked and choice, with slots where a job's id and created go and where
+-- the text goes (a delta's, or the finish_reason); a job fills in its id and created once
+-- (new_stream), leaving the pieces around the text slots, and a delta costs one quoted
+-- string (serve_http.quote). A model name that holds a slot's mark gets no template: its
+-- events are encoded whole.
+local SLOTS = { id = "\1id\1", created = "\1created\1", text = "\1text\1" }
+local QUOTED_SLOTS = {}
+for name, mark in pairs(SLOTS) do QUOTED_SLOTS[name] = serve_http.quote(mark) end
+-- the text slots of each shape: a reasoning delta holds its text twice (under both its names)
+local TEXT_SLOTS = { content = 1, reasoning_content = 2, first = 0, finish = 1 }
+
+-- An event's text split at its slots: {text, slot name, text, ..., text}, or nil when a slot
+-- is there another number of times than the shape's (id and created: once).
+local function split_at_slots(text, shape)
+  local out, at, seen = {}, 1, { id = 0, created = 0, text = 0 }
   while true do
-    local a, b = text:find(QUOTED_MARK, at, true)
-    pieces[#pieces + 1] = text:sub(at, (a or 0) - 1)
+    local slot, a, b
+    for name, quoted in pairs(QUOTED_SLOTS) do
+      local x, y = text:find(quoted, at, true)
+      if x and (not a or x < a) then slot, a, b = name, x, y end
+    end
+    out[#out + 1] = text:sub(at, (a or 0) - 1)
     if not a then break end
-    at = b + 1
+    out[#out + 1], seen[slot], at = slot, seen[slot] + 1, b + 1
   end
-  return #pieces == MARKS[field] + 1 and pieces or nil
+  if seen.id ~= 1 or seen.created ~= 1 or seen.text ~= TEXT_SLOTS[shape] then return nil end
+  return out
+end
+
+-- The delta of a choice's first chunk: a chat one's carries the role.
+local function first_delta(job)
+  return job.kind == "chat" and { role = "assistant", content = "" } or {}
+end
+
+-- The server's template of a shape for choice i of jobs like job (nil: none, see above).
+local function shape_template(server, job, i, shape)
+  local key = ("%s %s %d %s"):format(job.kind, job.include_usage, i, shape)
+  local templates = server.event_templates or {}
+  server.event_templates = templates
+  if templates[key] == nil then
+    local like = { kind = job.kind, include_usage = job.include_usage, id = SLOTS.id, created = SLOTS.created }
+    local d, finish = {}, nil
+    if shape == "first" then
+      d = first_delta(job)
+    elseif shape == "finish" then
+      finish = SLOTS.text
+    else
+      d[shape] = SLOTS.text
+    end
+    templates[key] = split_at_slots(serve_http.event(chunk(server, like, i, d, finish)), shape) or false
+  end
+  return templates[key] or nil
+end
+
+-- Choice i's template of a shape with job's id and created in: the pieces around its text
+-- slots (nil: none).
+local function template(server, job, i, shape)
+  local split = shape_template(server, job, i, shape)
+  if not split then return nil end
+  local pieces, current = {}, {}
+  for k = 1, #split, 2 do
+    current[#current + 1] = split[k]
+    local slot = split[k + 1]
+    if slot == "id" then
+      current[#current + 1] = serve_http.quote(job.id)
+    elseif slot == "created" then
+      current[#current + 1] = tostring(job.created)
+    elseif slot == "text" then
+      pieces[#pieces + 1], current = table.concat(current), {}
+    end
+  end
+  pieces[#pieces + 1] = table.concat(current)
+  return pieces
 end
 
 -- A job's stream: the text of the events its sequences completed and not yet written (`pending`),
@@ -102,12 +159,23 @@ local function new_stream(server, job)
   local st = { pending = {}, done = false, templates = {} }
   for i = 1, job.n do
     st.templates[i] = { content = template(server, job, i, "content"),
-      reasoning_content = job.kind == "chat" and template(server, job, i, "reasoning_content") or nil }
-    -- each choice begins with an empty chunk, a chat one's carrying the role
-    st.pending[i] = serve_http.event(chunk(server, job, i, job.kind == "chat" and { role = "assistant", content = "" }
-      or {}))
+      reasoning_content = job.kind == "chat" and template(server, job, i, "reasoning_content") or nil,
+      finish = template(server, job, i, "finish") }
+    -- each choice begins with an empty chunk
+    local first = template(server, job, i, "first")
+    st.pending[i] = first and first[1] or serve_http.event(chunk(server, job, i, first_delta(job)))
   end
   return st
+end
+
+-- Appends template t's pieces with the quoted text between them to the pending events.
+local function add_filled(pending, t, text)
+  local quoted = serve_http.quote(text)
+  for k = 1, #t - 1 do
+    local n = #pending
+    pending[n + 1], pending[n + 2] = t[k], quoted
+  end
+  pending[#pending + 1] = t[#t]
 end
 
 -- Choice i's delta d (serve_choice's) as an event in the stream's pending ones, carrying
@@ -116,13 +184,8 @@ local function add_delta(server, job, st, i, d, entries)
   local field = d.content and "content" or d.reasoning_content and "reasoning_content"
   local t = not entries and field and st.templates[i][field]
   local pending = st.pending
-  if t then -- its pieces with the quoted text between them, joined with the others at the write
-    local quoted = serve_http.quote(d[field])
-    for k = 1, #t - 1 do
-      local n = #pending
-      pending[n + 1], pending[n + 2] = t[k], quoted
-    end
-    pending[#pending + 1] = t[#t]
+  if t then -- joined with the others at the write
+    add_filled(pending, t, d[field])
   else
     pending[#pending + 1] = serve_http.event(chunk(server, job, i, d, nil,
       entries and logprobs_object(job.kind, entries)))
@@ -132,7 +195,8 @@ end
 -- Choice c's (i's) deltas as events, the first carrying the logprob entries of the ids
 -- since the last event that carried text.
 local function add_deltas(server, job, st, i, c, deltas)
-  for k, d in ipairs(deltas) do add_delta(server, job, st, i, d, k == 1 and c:take_logprobs() or nil) end
+  local entries = #deltas > 0 and c.logprobs and c:take_logprobs() or nil
+  for k = 1, #deltas do add_delta(server, job, st, i, deltas[k], k == 1 and entries or nil) end
 end
 
 -- Choice i's last events: its last deltas and finish (or the error that ended it); after
@@ -145,8 +209,13 @@ local function add_end(server, job, st, choices, seqs, i)
   else
     add_deltas(server, job, st, i, c, c:close(seq.finish))
     local rest = c:take_logprobs() -- of ids that showed no text
-    pending[#pending + 1] = serve_http.event(chunk(server, job, i, {}, c:finish_reason(),
-      rest and logprobs_object(job.kind, rest)))
+    local t = not rest and st.templates[i].finish
+    if t then
+      add_filled(pending, t, c:finish_reason())
+    else
+      pending[#pending + 1] = serve_http.event(chunk(server, job, i, {}, c:finish_reason(),
+        rest and logprobs_object(job.kind, rest)))
+    end
   end
   if job.ended < job.n then return end
   if job.include_usage then
@@ -195,7 +264,7 @@ local function sequences(server, job, choices, st, wake)
       prompt_from = seqs[1], -- nil for the first
       turn = job.plan and job.plan:new(),
       on_id = function(seq, id, logprob)
-        local now = gptoss.clock()
+        local now = engine.read_at
         if not seq.first_at then
           seq.first_at = now
           metrics:first_token(now - arrived)

@@ -10,7 +10,8 @@
 -- says it is done, so between steps the loop yields and the HTTP side accepts, parses and
 -- streams. Each new id goes to its sequence's on_id(seq, id,
 -- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
--- must not yield.
+-- must not yield. engine.read_at is gptoss.clock() when the step whose ids they get was read
+-- (one clock a step, not one an id).
 --
 -- Each step of a replica is timed from the moment the step before it was read (or, from
 -- idle, it was enqueued) to the moment it is read: host is the part until the loop first
@@ -253,8 +254,8 @@ function Engine:poll_replica(k)
   local oldest = self.flights[k][1]
   if oldest then
     if oldest.handle:ready() then
-      local now = gptoss.clock()
-      self:time_step(k, now, self:advance(k))
+      self.read_at = gptoss.clock()
+      self:time_step(k, self.read_at, self:advance(k))
     else
       local t = self.timing[k]
       if t and not t.waiting and self.turn > t.turn + 1 then t.waiting = gptoss.clock() end

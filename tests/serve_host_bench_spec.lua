@@ -1,0 +1,80 @@
+-- tests/serve_host_bench.lua (gptoss serve's host work an id over a fake replica) runs and
+-- counts every id, and a stream's events made from the server's templates are the chunks a
+-- whole encode makes, with each job's id and created, whatever the model's name holds.
+local dkjson = require "dkjson"
+local H = require "helpers"
+local SH = require "serve_helpers"
+
+describe("serve host bench", function()
+  if SH.why_not_http then
+    pending(SH.why_not_http, function() end)
+    return
+  end
+
+  local function bench(args)
+    local p = assert(io.popen(("cd %s && timeout 120 lua5.4 tests/serve_host_bench.lua %s 2>&1"):format(
+      H.shell_quote(SH.ROOT), args)))
+    local out = p:read("a")
+    p:close()
+    return out, dkjson.decode(out:match("\n(%b{})\n") or "null")
+  end
+
+  it("counts the ids of every request, completions and chat", function()
+    for _, endpoint in ipairs { "completions", "chat" } do
+      local out, line = bench("--requests 6 --output 5 --endpoint " .. endpoint)
+      assert.is_table(line, out)
+      assert.are.equal(30, line.ids, out)
+      assert.are.equal(endpoint, line.endpoint)
+      assert.is_number(line.host_us_per_id)
+      assert.matches("server: replica 1: %d+ steps, 30 ids", out)
+    end
+  end)
+
+  it("makes a stream's events with each job's id, under any model name", function()
+    local condition = require "cqueues.condition"
+    local fake_replica = require "fake_replica"
+    local gptoss = require "gptoss"
+    local serve = require "gptoss.serve"
+    local serve_api = require "gptoss.serve_api"
+    local tok = gptoss.tokenizer()
+    local text = tok:encode(' a "quoted" word\n', { mode = "o200k" })
+    for _, name in ipairs { "plain", "holds \1text\1 and \1id\1" } do
+      local server = serve.new { model = gptoss.synthetic("7m"), model_name = name, tokenizer = tok, port = 0,
+        replicas = { fake_replica.new { slots = 3, ctx = 64, text = text } }, log = function() end }
+      local route = serve_api.routes(server)["POST /v1/chat/completions"]
+      local sinks, done = {}, condition.new()
+      local body = dkjson.encode { model = name, messages = { { role = "user", content = "hi" } }, max_tokens = 6,
+        stream = true, n = 2, stream_options = { include_usage = true } }
+      server.cq:wrap(function() server.engine:run() end)
+      for r = 1, 2 do
+        sinks[r] = { text = {}, open_events = function() return true end, wait = function(_, c) c:wait() return true end,
+          write_events = function(self, t) self.text[#self.text + 1] = t return true end }
+        server.cq:wrap(function()
+          route(sinks[r], body)
+          sinks[r].done = true
+          if sinks[1].done and sinks[2].done then server.engine:stop() end
+        end)
+      end
+      while not server.cq:empty() do assert(server.cq:step()) end
+      local ids = {}
+      for _, sink in ipairs(sinks) do
+        local events, content = {}, { "", "" }
+        for data in table.concat(sink.text):gmatch("data: (.-)\n\n") do events[#events + 1] = data end
+        assert.are.equal("[DONE]", table.remove(events))
+        local usage = dkjson.decode(table.remove(events))
+        assert.are.equal(12, usage.usage.completion_tokens)
+        for _, data in ipairs(events) do
+          local e = dkjson.decode(data)
+          assert.are.same({ usage.id, usage.created, name, "chat.completion.chunk" }, { e.id, e.created, e.model, e.object })
+          local choice = e.choices[1]
+          content[choice.index + 1] = content[choice.index + 1] .. (choice.delta.content or "")
+          if choice.finish_reason then assert.are.equal("length", choice.finish_reason) end
+        end
+        assert.are.equal(content[1], content[2])
+        assert.matches('"', content[1]) -- an escaped quote, through serve_http.quote
+        ids[#ids + 1] = usage.id
+      end
+      assert.are_not.equal(ids[1], ids[2])
+    end
+  end)
+end)
