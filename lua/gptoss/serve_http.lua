@@ -272,7 +272,9 @@ end
 function serve_http.decode(text)
   local ok, body = pcall(json.decode, text)
   if not ok then refuse(400, "the body is not valid JSON: " .. tostring(body):gsub("^.-: ", "")) end
-  json_order.note(text, body) -- a schema in it keeps its properties' order (gptoss.serve_structured)
+  -- a schema in it keeps its properties' order (gptoss.serve_structured); a body that never
+  -- writes "properties" holds none whose order is asked, and is not kept for the walk
+  if text:find('"properties"', 1, true) then json_order.note(text, body) end
   return body
 end
 
