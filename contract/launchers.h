@@ -23,6 +23,7 @@ typedef struct {
     int wgmma;           /* the build has sm_90a's GEMM and the device runs it (gptoss_gemm_wgmma_built) */
     int programmatic;    /* launch the kernels that wait for their predecessor (kernels/launch.h) with
                             programmatic stream serialization: they may start before it ends */
+    int narrow;          /* the build has the streaming GEMM's 8-row tiles (gptoss_gemm_narrow_built) */
 } gptoss_gpu_shape;
 
 /* launch.hip: 1 if the device code built for the stream's device has the
@@ -72,6 +73,8 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
                               hipStream_t stream);
 /* 1 if this build has the sm_90a GEMM and the stream's device runs it */
 int gptoss_gemm_wgmma_built(hipStream_t stream);
+/* 1 if the stream's device code has the streaming GEMM's 8-row tiles (mma.sync) */
+int gptoss_gemm_narrow_built(hipStream_t stream);
 
 /* rope_kv.hip */
 hipError_t gptoss_launch_rope_kv(const gptoss_rope_kv_args *a, const gptoss_gpu_shape *dev, hipStream_t stream);

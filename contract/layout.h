@@ -58,7 +58,7 @@ GPTOSS_HD static inline uint64_t gptoss_mxfp4_tiled_bytes(int64_t n, int64_t k) 
  * that find no tile). A replica sizes its tile table for the smallest tile
  * the GEMMs choose (gptoss_moe_tile_rows). In 64 bits: a memory plan may
  * be asked of any shape. */
-#define GPTOSS_MOE_MIN_TILE_ROWS 16
+#define GPTOSS_MOE_MIN_TILE_ROWS 8
 static inline int64_t gptoss_moe_max_tiles(int64_t rows, int64_t k, int64_t n_experts, int64_t tile_rows) {
     const int64_t pairs = rows * k, tiles = (pairs + tile_rows - 1) / tile_rows + n_experts;
     return tiles < pairs ? tiles : pairs;

@@ -16,8 +16,8 @@
  *    inputs on the matrix cores with fp32 accumulators (matrix_core.h), in
  *    one summation order whatever the kernel (gemm_common.h): streaming
  *    (gemm_stream.h: blocks of 16 rows by 32 outputs, operands straight
- *    into registers) for decode and the experts at up to 16 rows per
- *    expert, staged (gemm_staged.h: 32- or 64-row tiles by 128 outputs
+ *    into registers; of 8 rows on NVIDIA, the weights on the mma's 16-row
+ *    side) for decode and the experts at up to 16 rows per expert, staged (gemm_staged.h: 32- or 64-row tiles by 128 outputs
  *    through a ring of shared-memory stages) for the experts beyond, for
  *    tiled weights at more rows and for dense GEMMs whose 64-row tiles fill
  *    a wave, tiled (gemm_tiled.h: 16 MT rows by 64, through shared
@@ -34,6 +34,9 @@
 #include "gemm_tiled.h"
 #include "gemm_wgmma_launch.h"
 #include "weight_formats.h"
+
+/* the streaming kernel's narrow tiles (tile8w) */
+constexpr int NARROW_ROWS = 8;
 
 /* rows per tile of a dense GEMM in bf16 mode: the largest that still gives
  * the GPU a few hundred blocks (any choice computes the same bits) */
@@ -56,6 +59,11 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
      * taking a second tile */
     if (rows_per_expert > 16 && gemm_wgmma_fits(mlp1, dev) && gemm_wgmma_fits(mlp2, dev))
         return rows_per_expert <= WG_SMALL_TILE_EXPECTED ? WG_SMALL_TILE_ROWS : WG_TILE_ROWS;
+    /* 8-row streaming tiles where the device has them, up to 8 expected
+     * rows per expert: a decode step's experts then multiply no empty rows
+     * and read a chunk's X once a lane */
+    if (dev->narrow && rows_per_expert <= NARROW_ROWS)
+        return NARROW_ROWS;
     /* 16-row streaming tiles up to 16 expected rows per expert (an expert
      * with a few more takes two tiles, its second read of the weights mostly
      * from L2); beyond, staged tiles of 32 rows up to 32 expected rows
@@ -66,7 +74,7 @@ int gptoss_moe_tile_rows(const gptoss_gemm_args *mlp1, const gptoss_gemm_args *m
 }
 
 int gptoss_gemm_takes_rope(const gptoss_gemm_args *a) {
-    /* the streaming kernel's (bf16, dense, 16-row tiles), heads of 64 */
+    /* the streaming kernel's (bf16, dense, tiles of 16 rows or 8), heads of 64 */
     const gptoss_rope_kv_args &rope = a->rope;
     return a->w_layout != GPTOSS_W_FP32_ROWS && !a->tiles && dense_tile_rows(a) == 16 && rope.head_dim == 64 &&
            a->n == (rope.n_heads + 2 * rope.n_kv_heads) * 64;
@@ -77,7 +85,8 @@ enum gemm_family {
     GEMM_EXACT,  /* fp32 mode */
     GEMM_HOPPER, /* gemm_wgmma.h */
     GEMM_STAGED, /* gemm_staged.h */
-    GEMM_STREAM, /* gemm_stream.h */
+    GEMM_STREAM, /* gemm_stream.h, 16-row tiles */
+    GEMM_NARROW, /* gemm_stream.h, 8-row tiles */
     GEMM_TILED,  /* gemm_tiled.h */
     GEMM_NONE    /* a tile table sized for the Hopper GEMM, which this device cannot take */
 };
@@ -101,13 +110,13 @@ static gemm_family choose_family(const gptoss_gemm_args *a, int bm, int row_bloc
     const bool dense_wave = !a->tiles && bm == ST_BM && (long)row_blocks * col_blocks >= 2L * dev->multiprocessors;
     if (((a->tiles || gptoss_layout_tiled(a->w_layout)) && bm > 16) || dense_wave)
         return GEMM_STAGED;
-    return bm == 16 ? GEMM_STREAM : GEMM_TILED;
+    return bm == NARROW_ROWS ? GEMM_NARROW : bm == 16 ? GEMM_STREAM : GEMM_TILED;
 }
 
 hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gptoss_gpu_shape *dev,
                               hipStream_t stream) {
     const bool exact = a->w_layout == GPTOSS_W_FP32_ROWS;
-    int bm = a->tiles ? a->tile_rows : exact ? EX_BM : dense_tile_rows(a);
+    int bm = a->tiles ? a->tile_rows : exact ? EX_BM : dev->narrow && a->rows <= NARROW_ROWS ? NARROW_ROWS : dense_tile_rows(a);
     if (a->epilogue == GPTOSS_GEMM_ROPE_KV && !gptoss_gemm_takes_rope(a))
         return hipErrorInvalidValue;
     int row_blocks = a->tiles ? max_tiles : (a->rows + bm - 1) / bm;
@@ -124,7 +133,13 @@ hipError_t gptoss_launch_gemm(const gptoss_gemm_args *a, int max_tiles, const gp
         case GEMM_STAGED:
             return launch_gemm_staged<W>(a, row_blocks, bm, dev, stream);
         case GEMM_STREAM:
-            return launch_gemm_stream<W>(a, row_blocks, dev, stream);
+            return launch_gemm_stream<W, tile16>(a, row_blocks, dev, stream);
+        case GEMM_NARROW: /* gptoss_gemm_narrow_built: NVIDIA only */
+#if defined(__HIP_PLATFORM_NVIDIA__)
+            return launch_gemm_stream<W, tile8w>(a, row_blocks, dev, stream);
+#else
+            return hipErrorInvalidValue;
+#endif
         case GEMM_TILED: /* [n][k] bf16 weights only */
             return W::CODED ? hipErrorInvalidValue : launch_gemm_tiled(a, row_blocks, bm, dev, stream);
         default:
@@ -141,3 +156,14 @@ int gptoss_gemm_wgmma_built(hipStream_t stream) {
     return 0;
 #endif
 }
+
+/* whether the device code has tile8w's products */
+__global__ void narrow_built_kernel(int *out) {
+#if defined(GPTOSS_MMA_NVIDIA)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+int gptoss_gemm_narrow_built(hipStream_t stream) { return gptoss_device_flag(narrow_built_kernel, stream); }

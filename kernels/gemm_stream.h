@@ -9,6 +9,12 @@
  * a multiprocessor holds (registers): six at DEPTH 3, four at 5, two at 8
  * (the launcher picks by the grid).
  *
+ * F is the product's fragment policy (matrix_core.h): tile16 for tiles of
+ * 16 rows, or on NVIDIA tile8w for tiles of up to 8, the weights on the
+ * mma's 16-row side and the rows on its 8-wide one: half the products and
+ * X loads a chunk, and no empty rows multiplied in a decode step or an
+ * expert's few pairs. Either gives the same bits.
+ *
  * With a coded weight format W (MXFP4: the experts' tiles, mxfp4.h) a
  * lane's ring holds its code words and scales, a quarter of the bytes, and
  * turns them into the same bf16 pieces just before they are multiplied.
@@ -34,7 +40,8 @@ constexpr int STREAM_BN = 32;
  * memory (even) to the odd ones, which store; with ROPE_KV the outputs
  * stay there and the block rotates and stores each pair (i, i + 32) of its
  * head's half. n0: the warp's first output. */
-__device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const row_tile &t, const tile16::acc_t &acc,
+template <class F>
+__device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const row_tile &t, const typename F::acc_t &acc,
                                              float *even, int n0, bool rope) {
     constexpr int BN = STREAM_BN;
     const int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
@@ -42,9 +49,9 @@ __device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const ro
     for (int half = 0; half < 2; half++) { /* even, then odd + even */
         if (parity == half)
 #pragma unroll
-            for (int i = 0; i < tile16::N; i += 2) {
+            for (int i = 0; i < F::N; i += 2) {
                 int row, col;
-                if (!tile16::coords(i, lane, row, col))
+                if (!F::coords(i, lane, row, col))
                     continue;
                 float *e = even + row * BN + 16 * (warp >> 1) + col;
                 int p = t.begin + row, o = n0 + col;
@@ -66,7 +73,7 @@ __device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const ro
     if (rope) {
         __syncthreads();
         const int head = blockIdx.y >> 1, i0 = (blockIdx.y & 1) * 16;
-        for (int item = threadIdx.x; item < 16 * 16; item += blockDim.x) {
+        for (int item = threadIdx.x; item < F::ROWS * 16; item += blockDim.x) {
             const int row = item / 16, c = item % 16, p = t.begin + row;
             if (p >= t.end)
                 continue;
@@ -85,7 +92,7 @@ __device__ __forceinline__ void stream_store(const gptoss_gemm_args &a, const ro
  * row (their sums are never stored): the loads need no checks. With them
  * the dense GEMMs at 64 rows issued an instruction every other cycle, and
  * the depth-3 kernel spilled; without them it does not. */
-template <class W, int DEPTH, bool VEC, bool FULL>
+template <class W, class F, int DEPTH, bool VEC, bool FULL>
 __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3 ? 6 : DEPTH <= 5 ? 4 : 2) gemm_stream_kernel(gptoss_gemm_args a) {
     constexpr int P = tile16::PIECES, BN = STREAM_BN;
     constexpr bool CODED = W::CODED;
@@ -97,9 +104,9 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     if (!weights_first)
         pdl_wait();
     row_tile t;
-    if (!block_rows(a, blockIdx.x, 16, t)) /* grouped tiles past the table's count only */
+    if (!block_rows(a, blockIdx.x, F::ROWS, t)) /* grouped tiles past the table's count only */
         return;
-    __shared__ float even[16 * BN];
+    __shared__ float even[F::ROWS * BN];
     int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize, parity = warp & 1;
     const bool rope = a.epilogue == GPTOSS_GEMM_ROPE_KV;
     int n0 = rope ? (blockIdx.y >> 1) * 64 + (blockIdx.y & 1) * 16 + 32 * (warp >> 1)
@@ -107,12 +114,16 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
     const int kofs = tile16::piece_k(lane), chunks = (a.k + MX_KC - 1) / MX_KC;
     const bf16 *w_rows = CODED ? nullptr : bf16_weights::matrix(a, t.expert);
     const bool w_tiled = gptoss_layout_tiled(a.w_layout);
+    constexpr int XP = F::X_PIECES;
     const bf16 *src[2][P]; /* X, then W, at chunk 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
-        int r = tile16::piece_row(lane, j);
-        const bf16 *x = x_row(a, t, FULL ? min(t.begin + r, t.end - 1) : t.begin + r);
-        src[0][j] = x ? x + kofs : nullptr;
+        if (j < XP) {
+            const int xr = F::x_piece_row(lane, j);
+            const bf16 *x = x_row(a, t, FULL ? min(t.begin + xr, t.end - 1) : t.begin + xr);
+            src[0][j] = x ? x + kofs : nullptr;
+        }
+        const int r = tile16::piece_row(lane, j);
         src[1][j] = CODED || n0 + r >= a.n ? nullptr
                     : w_tiled              ? w_rows + gptoss_tiled_at(n0 + r, kofs, chunks)
                                            : w_rows + (size_t)(n0 + r) * a.k + kofs;
@@ -127,17 +138,17 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
      * unrolled: FULL loads then address from one offset per round of the
      * ring, and skip the ring's fetches past the end (never multiplied) */
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    auto fetch_x = [&](int c0, int ahead, uint4 (&xb)[P]) {
+    auto fetch_x = [&](int c0, int ahead, uint4 (&xb)[XP]) {
         const int c = c0 + ahead;
         if constexpr (FULL) {
             if (c >= chunks)
                 return;
 #pragma unroll
-            for (int j = 0; j < P; j++)
+            for (int j = 0; j < XP; j++)
                 xb[j] = *(const uint4 *)(src[0][j] + (size_t)c0 * MX_KC + ahead * MX_KC);
         } else {
 #pragma unroll
-            for (int j = 0; j < P; j++)
+            for (int j = 0; j < XP; j++)
                 xb[j] = src[0][j] && c < chunks ? load8<VEC>(src[0][j], c * MX_KC, a.k - kofs) : zero;
         }
     };
@@ -167,11 +178,11 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
             }
         }
     };
-    tile16::acc_t acc;
+    typename F::acc_t acc;
 #pragma unroll
-    for (int i = 0; i < tile16::N; i++)
+    for (int i = 0; i < F::N; i++)
         acc[i] = 0.0f;
-    uint4 x_ring[DEPTH][P];
+    uint4 x_ring[DEPTH][XP];
     WP w_ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
@@ -188,22 +199,23 @@ __global__ void GPTOSS_LAUNCH_BOUNDS(STREAM_BN / 8 * GPTOSS_WARP_MAX, DEPTH <= 3
                 break;
             uint4 w[P];
             w_ring[d].to_bf16(w);
-            tile16::mma32(acc, x_ring[d], w, lane);
+            F::mma32(acc, x_ring[d], w, lane);
             fetch_x(c, 2 * (d + DEPTH), x_ring[d]);
             fetch_w(c, 2 * (d + DEPTH), w_ring[d]);
         }
     }
     pdl_launch_dependents();
-    stream_store(a, t, acc, even, n0, rope);
+    F::pair(acc, lane);
+    stream_store<F>(a, t, acc, even, n0, rope);
 }
 
-template <class W, int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
-    return full  ? gemm_stream_kernel<W, DEPTH, true, true>
-           : vec ? gemm_stream_kernel<W, DEPTH, true, false> : gemm_stream_kernel<W, DEPTH, false, false>;
+template <class W, class F, int DEPTH> gemm_kernel_t stream_kernel(bool vec, bool full) {
+    return full  ? gemm_stream_kernel<W, F, DEPTH, true, true>
+           : vec ? gemm_stream_kernel<W, F, DEPTH, true, false> : gemm_stream_kernel<W, F, DEPTH, false, false>;
 }
 
-/* row_blocks tiles of 16 rows (grouped: entries of the tile table) */
-template <class W>
+/* row_blocks tiles of F::ROWS rows (grouped: entries of the tile table) */
+template <class W, class F>
 hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const gptoss_gpu_shape *dev,
                               hipStream_t stream) {
     /* The ring is as deep as the grid lets it be: a grid the
@@ -214,18 +226,22 @@ hipError_t launch_gemm_stream(const gptoss_gemm_args *a, int row_blocks, const g
      * (the experts' grids were slower at 3). Coded formats are the
      * exception: MXFP4 experts' kernel is bound by issuing the
      * dequantization rather than by memory, so beyond one wave of depth 8
-     * six blocks of depth 3 hide more latency than four of depth 5. */
+     * six blocks of depth 3 hide more latency than four of depth 5. On
+     * 8-row tiles a coded ring of 5 fits in 72 registers (seven blocks a
+     * multiprocessor), which beat 3, 8 and 12 at every grid. */
     const bool grouped = a->tiles != nullptr, vec = a->k % 8 == 0;
     dim3 grid(row_blocks, (a->n + STREAM_BN - 1) / STREAM_BN);
     long blocks = (long)grid.x * grid.y, fit = 2L * dev->multiprocessors;
     const bool full = vec && a->k % MX_KC == 0 && a->n % STREAM_BN == 0;
     gemm_kernel_t kernel;
     if constexpr (W::CODED)
-        kernel = blocks <= fit ? stream_kernel<W, 8>(vec, full) : stream_kernel<W, 3>(vec, full);
+        kernel = F::ROWS < 16    ? stream_kernel<W, F, 5>(vec, full)
+                 : blocks <= fit ? stream_kernel<W, F, 8>(vec, full)
+                                 : stream_kernel<W, F, 3>(vec, full);
     else
-        kernel = blocks <= fit                                        ? stream_kernel<W, 8>(vec, full)
-                 : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<W, 3>(vec, full)
-                                                                      : stream_kernel<W, 5>(vec, full);
+        kernel = blocks <= fit                                        ? stream_kernel<W, F, 8>(vec, full)
+                 : !grouped && blocks > 2 * fit && blocks <= 3 * fit ? stream_kernel<W, F, 3>(vec, full)
+                                                                      : stream_kernel<W, F, 5>(vec, full);
     return launch_kernel(kernel, grid, dim3(STREAM_BN / 8 * dev->warp), 0, stream, dev->programmatic, *a);
 }
 

@@ -45,6 +45,11 @@ struct tile16 {
     static constexpr int N = 8, PIECES = 2;
 #endif
     typedef float acc_t[N];
+    /* X's side, as the streaming kernel's fragment policies give it (tile8w below) */
+    static constexpr int ROWS = 16, X_PIECES = PIECES;
+    __device__ static __forceinline__ int x_piece_row(int lane, int j) { return piece_row(lane, j); }
+    /* acc already holds output pairs (coords) */
+    __device__ static __forceinline__ void pair(acc_t &, int) {}
 
     __device__ static __forceinline__ uint32_t word(const uint4 &p, int i) {
         return i == 0 ? p.x : i == 1 ? p.y : i == 2 ? p.z : p.w;
@@ -132,6 +137,67 @@ struct tile16 {
         col = 8 * (i >> 2) + 2 * t + (j & 1);
         return lane < 32;
 #endif
+    }
+};
+
+/* The same product for tiles of at most 8 X rows (a decode step's few
+ * tokens, an expert's few pairs) with the operands swapped: W's 16 rows on
+ * the mma's 16-row side and X's 8 on its 8-wide one, so a chunk takes half
+ * the mma and a lane one X piece instead of two. Each product pairs the
+ * same k in the same mma positions as tile16's, so an output gets tile16's
+ * bits. NVIDIA sm_80+ only (gptoss_gemm_narrow_built); lane (g, t) holds
+ * W rows g and g + 8 and X row g, as tile16 holds them:
+ *
+ *   ROWS, X_PIECES, x_piece_row    X's side: 8 rows, one piece, row g
+ *   mma32(acc, x, w, lane)         acc[0..1]: output g, X rows 2t and 2t + 1;
+ *                                  acc[2..3]: output g + 8, the same rows
+ *   pair(acc, lane)                after the last mma32: acc regrouped by
+ *                                  output pairs across lanes g and g ^ 1, as
+ *                                  the epilogues take them (coords) */
+struct tile8w {
+    static constexpr int N = 4, ROWS = 8, X_PIECES = 1;
+    typedef float acc_t[N];
+
+    __device__ static __forceinline__ int x_piece_row(int lane, int) { return (lane >> 2) & 7; }
+
+    __device__ static __forceinline__ void mma32(acc_t &acc, const uint4 *x, const uint4 *w, int lane) {
+        (void)lane;
+#if defined(GPTOSS_MMA_NVIDIA)
+        for (int s = 0; s < 2; s++) { /* elements 4s..4s+3 of each piece, as tile16's */
+            uint32_t a0 = tile16::word(w[0], 2 * s), a1 = tile16::word(w[1], 2 * s);
+            uint32_t a2 = tile16::word(w[0], 2 * s + 1), a3 = tile16::word(w[1], 2 * s + 1);
+            uint32_t b0 = tile16::word(x[0], 2 * s), b1 = tile16::word(x[0], 2 * s + 1);
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        }
+#else
+        (void)acc;
+        (void)x;
+        (void)w;
+#endif
+    }
+
+    /* even g keeps X row 2t of outputs (g, g + 1), odd g row 2t + 1 of
+     * (g - 1, g): each lane gives the partner lane ^ 4 the value it keeps not */
+    __device__ static __forceinline__ void pair(acc_t &acc, int lane) {
+        const bool odd = (lane >> 2) & 1;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float *c = acc + 2 * h;
+            const float got = __shfl_xor(odd ? c[0] : c[1], 4);
+            if (odd)
+                c[0] = got;
+            else
+                c[1] = got;
+        }
+    }
+
+    __device__ static __forceinline__ bool coords(int i, int lane, int &row, int &col) {
+        row = 2 * (lane & 3) + ((lane >> 2) & 1);
+        col = ((lane >> 2) & 6) + 8 * (i >> 1) + (i & 1);
+        return true;
     }
 };
 

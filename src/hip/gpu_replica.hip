@@ -190,6 +190,8 @@ static gptoss_status gpu_create(gptoss_model *m, const gptoss_engine_opts *o, co
     }
     /* GPTOSS_NO_WGMMA: the other families instead, for comparing them in one process */
     g->dev.wgmma = !env_flag("GPTOSS_NO_WGMMA") && gptoss_gemm_wgmma_built(g->stream);
+    /* GPTOSS_NO_NARROW: the streaming GEMM's 16-row tiles at every row count */
+    g->dev.narrow = !env_flag("GPTOSS_NO_NARROW") && gptoss_gemm_narrow_built(g->stream);
     /* GPTOSS_NO_PDL: graphs of plainly launched kernels, for comparing the two */
     g->dev.programmatic = !env_flag("GPTOSS_NO_PDL") && gptoss_programmatic_built(g->stream);
     if ((e = hipEventCreateWithFlags(&g->bias_sent, hipEventDisableTiming)) != hipSuccess) {

@@ -1,7 +1,8 @@
 // The engine's own GEMM dispatch (kernels/gemm.hip) timed on one decode step's
 // shapes of the 20b at a given row count, each GEMM twice: as a device with the
-// Hopper GEMM runs it and as one without (the mma.sync families), the two
-// outputs compared bit for bit. Dense: qkv, o, the unembedding ([n][k] bf16
+// Hopper GEMM and the streaming kernel's 8-row tiles runs it and as one with
+// neither (the mma.sync families' 16-row and larger tiles), the two outputs
+// compared bit for bit. Dense: qkv, o, the unembedding ([n][k] bf16
 // weights); grouped: mlp1 (SwiGLU) and mlp2 over top-4 routing, random or
 // skewed (empty experts, one-row experts, an expert with every row), with
 // the tile table each path asks for (gptoss_moe_tile_rows), the experts'
@@ -203,8 +204,9 @@ int main(int argc, char **argv) {
     CK(hipDeviceGetAttribute(&with.multiprocessors, hipDeviceAttributeMultiprocessorCount, 0));
     CK(hipDeviceGetAttribute(&with.shared_per_sm, hipDeviceAttributeMaxSharedMemoryPerMultiprocessor, 0));
     with.wgmma = gptoss_gemm_wgmma_built(0);
+    with.narrow = gptoss_gemm_narrow_built(0);
     without = with;
-    without.wgmma = 0;
+    without.wgmma = without.narrow = 0;
     if (!with.wgmma)
         printf("this build or device has no Hopper GEMM: both columns run the mma.sync families\n");
 
@@ -242,7 +244,7 @@ int main(int argc, char **argv) {
     CK(hipMalloc((void **)&tiles, (size_t)(maxP + E) * 16));
     CK(hipMalloc((void **)&tile_count, 4));
 
-    printf("%6s %-6s %10s %10s %9s %9s %s\n", "rows", "gemm", "hopper ms", "other ms", "TFLOP/s", "speedup", "bits");
+    printf("%6s %-6s %10s %10s %9s %9s %s\n", "rows", "gemm", "with ms", "without ms", "TFLOP/s", "speedup", "bits");
     // bytes of one expert's matrix of n x k as the experts lie
     auto expert_bytes = [&](int n, int k) {
         return weights == "mxfp4"   ? (double)gptoss_mxfp4_tiled_bytes(n, k)
@@ -264,7 +266,10 @@ int main(int argc, char **argv) {
             double tf = 2.0 * R * n * k / (h.ms * 1e-3) / 1e12;
             differ += h.out != o.out;
             printf("%6d %-6s %10.3f %10.3f %9.1f %9.2f %s%s\n", R, name, h.ms, o.ms, tf, o.ms / h.ms,
-                   h.out == o.out ? "same" : "DIFFER", gemm_wgmma_takes(&a, &with) ? "" : " (no hopper)");
+                   h.out == o.out ? "same" : "DIFFER",
+                   gemm_wgmma_takes(&a, &with) ? ""
+                   : with.narrow && R <= NARROW_ROWS ? " (8-row tiles)"
+                                                     : " (no hopper)");
         };
         if (!experts_only) {
             dense("qkv", Q, H, w_qkv);
