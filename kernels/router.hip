@@ -33,8 +33,11 @@ namespace {
  * batch), so 256 rows take one wave. */
 constexpr int MAX_EXPERTS = 256, MAX_K = 32, THREADS = 512, MIN_BLOCKS = 2, BATCH = 4;
 /* a row's blocks in a small step: RMS_THREADS threads each, enough of them
- * for two blocks a multiprocessor or one warp an expert */
-constexpr int SPLIT_THREADS = RMS_THREADS, SPLIT_BLOCKS_PER_SM = 2;
+ * for two blocks a multiprocessor or one warp an expert. Each warp loads
+ * its first expert's weights whole (up to PREFETCH loads a lane) before it
+ * waits for the kernel before: they never depend on it, and the row's
+ * norm then overlaps their one round trip instead of preceding several. */
+constexpr int SPLIT_THREADS = RMS_THREADS, SPLIT_BLOCKS_PER_SM = 2, PREFETCH = 12;
 /* shared memory left for the normalized row after the static arrays */
 constexpr size_t ROW_BYTES = 48 * 1024 - sizeof(float) * MAX_EXPERTS - sizeof(double) * (THREADS / 32);
 
@@ -59,7 +62,8 @@ __device__ bool last_of_row(const gptoss_router_args &a, int r, int G, float *lo
     return true;
 }
 
-template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
+template <class T, bool PREFETCHING>
+__global__ void GPTOSS_LAUNCH_BOUNDS(PREFETCHING ? SPLIT_THREADS : THREADS, MIN_BLOCKS) router_kernel(gptoss_router_args a) {
     extern __shared__ uint4 normed_row[]; /* [hidden] of T: the router's input */
     __shared__ float logits[MAX_EXPERTS];
     __shared__ double scratch[THREADS / 32];
@@ -67,6 +71,29 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
     const int r = blockIdx.x, H = a.hidden, lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
     const int warps = blockDim.x / warpSize, G = gridDim.y, b = blockIdx.y;
     const size_t at = (size_t)r * H;
+    constexpr int EPV = 16 / sizeof(T); /* values per 16-byte load */
+    const bool vec = H % EPV == 0;
+    /* lane's weights of expert e, loads u at i = lane EPV + u warpSize EPV:
+     * the order of its sum, prefetched or not */
+    auto weight_load = [&](int e, int i) {
+        return i < H ? *(const uint4 *)((const T *)a.w + (size_t)e * H + i) : make_uint4(0, 0, 0, 0);
+    };
+    auto accumulate = [&](const uint4 &wq, int i, double &s) {
+        float xv[EPV], wv[EPV];
+        unpack16(*(const uint4 *)(xs + i), xv, (const T *)nullptr);
+        unpack16(wq, wv, (const T *)nullptr);
+#pragma unroll
+        for (int q = 0; q < EPV; q++)
+            s += (double)(xv[q] * wv[q]);
+    };
+    const int first = b + G * warp;
+    const bool prefetched = PREFETCHING && vec && first < a.n_experts && H <= PREFETCH * warpSize * EPV;
+    uint4 pre[PREFETCHING ? PREFETCH : 1];
+    if constexpr (PREFETCHING)
+        if (prefetched)
+#pragma unroll
+            for (int u = 0; u < PREFETCH; u++)
+                pre[u] = weight_load(first, lane * EPV + u * warpSize * EPV);
     pdl_wait();
     const double scale = rms_row_scale(a.x + at, H, scratch);
     rms_row_apply(a.x + at, a.norm_w, scale, H, [&](int i, float v) {
@@ -79,30 +106,29 @@ template <class T> __global__ void GPTOSS_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS) rou
         xs[i] = rounded;
     });
     __syncthreads();
-    constexpr int EPV = 16 / sizeof(T); /* values per 16-byte load */
-    const bool vec = H % EPV == 0;
-    for (int e = b + G * warp; e < a.n_experts; e += G * warps) {
+    for (int e = first; e < a.n_experts; e += G * warps) {
         const T *w = (const T *)a.w + (size_t)e * H;
         double s = 0;
-        if (vec) { /* 16 bytes per lane and load, BATCH loads before their sums */
+        if (prefetched && e == first) {
+#pragma unroll
+            for (int u = 0; u < (PREFETCHING ? PREFETCH : 1); u++) {
+                const int i = lane * EPV + u * warpSize * EPV;
+                if (i >= H)
+                    break;
+                accumulate(pre[u], i, s);
+            }
+        } else if (vec) { /* 16 bytes per lane and load, BATCH loads before their sums */
             for (int i0 = lane * EPV; i0 < H; i0 += BATCH * warpSize * EPV) {
                 uint4 wq[BATCH];
 #pragma unroll
-                for (int u = 0; u < BATCH; u++) {
-                    int i = i0 + u * warpSize * EPV;
-                    wq[u] = i < H ? *(const uint4 *)(w + i) : make_uint4(0, 0, 0, 0);
-                }
+                for (int u = 0; u < BATCH; u++)
+                    wq[u] = weight_load(e, i0 + u * warpSize * EPV);
 #pragma unroll
                 for (int u = 0; u < BATCH; u++) {
                     int i = i0 + u * warpSize * EPV;
                     if (i >= H)
                         break;
-                    float xv[EPV], wv[EPV];
-                    unpack16(*(const uint4 *)(xs + i), xv, (const T *)nullptr);
-                    unpack16(wq[u], wv, (const T *)nullptr);
-#pragma unroll
-                    for (int q = 0; q < EPV; q++)
-                        s += (double)(xv[q] * wv[q]);
+                    accumulate(wq[u], i, s);
                 }
             }
         } else {
@@ -176,6 +202,9 @@ hipError_t gptoss_launch_router(const gptoss_router_args *a, int bf16_mode, cons
     const int most = (a->n_experts + split_warps - 1) / split_warps;
     const int G = a->rows >= wanted ? 1 : std::min(most, (wanted + a->rows - 1) / a->rows);
     const dim3 grid(a->rows, G), block(G > 1 ? SPLIT_THREADS : THREADS);
-    return launch_kernel(bf16_mode ? router_kernel<bf16> : router_kernel<float>, grid, block, a->hidden * elem, stream,
-                         dev->programmatic, *a);
+    /* the prefetching blocks hold twice the registers: only where their grid is one wave */
+    const bool prefetch = G > 1 && (long)a->rows * G <= (long)SPLIT_BLOCKS_PER_SM * dev->multiprocessors;
+    auto kernel = prefetch ? (bf16_mode ? router_kernel<bf16, true> : router_kernel<float, true>)
+                           : (bf16_mode ? router_kernel<bf16, false> : router_kernel<float, false>);
+    return launch_kernel(kernel, grid, block, a->hidden * elem, stream, dev->programmatic, *a);
 }
