@@ -353,6 +353,13 @@ describe("GPU engine #gpu", function()
         { { "fp32", 64 }, { "bf16", 64 }, { "bf16", 128 }, { "bf16", 256 }, { "bf16", 512 } })
     end)
 
+  it("batch invariance at row counts a step pads to its graph's bucket, its last row repeated", function()
+    -- 5 rows launch 8, 37 launch 64, 77 launch 80 (gptoss_gpu_padded_rows): the repeated
+    -- rows write the last row's keys and values again, bit for bit, and draw nothing read
+    batch_invariance(gptoss.synthetic("20b-2l", { seed = 12 }), "20b-2l, padded",
+      { { "bf16", 5 }, { "bf16", 37 }, { "bf16", 77 } })
+  end)
+
   it("batch invariance where the experts' staged tiles take their checked copies", function()
     -- k not a multiple of a stage's 64: mlp1's 196 (nor of 8: element by
     -- element) and mlp2's 152 (16-byte copies, zeros past k); 8 experts of

@@ -91,6 +91,7 @@ static int plan_splits(const gptoss_gpu *g, const gptoss_batch *b, int windowed)
  * one by one, as while profiling, each kernel runs alone). */
 typedef struct {
     const gptoss_batch *b;
+    int rows;                              /* launched: b->n, or more for a graph's bucket (padded_rows) */
     const int *tokens, *slots, *positions; /* the upload, on the device */
     int splits_full, splits_window;
     gptoss_trace *trace;
@@ -102,7 +103,7 @@ static gptoss_status embed(gptoss_gpu *g, const pass *p, char *err) {
     gptoss_trace *trace = p->trace;
     /* s.tokens still holds the previous step's draws (this step's come last) */
     RUN("embedding", gptoss_launch_embedding(g->buf.w.w[GPTOSS_T_EMBEDDING], gptoss_weights_bf16(&g->o), p->tokens,
-                                             g->buf.s.tokens, c->vocab_size, p->b->n, c->hidden_dim,
+                                             g->buf.s.tokens, c->vocab_size, p->rows, c->hidden_dim,
                                              g->buf.s.x, &p->dev, g->stream));
     REC(EMBEDDING, -1, 0, c->hidden_dim, g->buf.s.x);
     return GPTOSS_OK;
@@ -118,7 +119,7 @@ static gptoss_rope_kv_args rope_args(const gptoss_gpu *g, const pass *p, int l) 
     rk.sin = g->buf.w.sin;
     rk.slots = p->slots;
     rk.positions = p->positions;
-    rk.rows = p->b->n;
+    rk.rows = p->rows;
     rk.n_heads = c->n_attn_heads;
     rk.n_kv_heads = c->n_kv_heads;
     rk.head_dim = c->head_dim;
@@ -138,7 +139,7 @@ static gptoss_status attention_block(gptoss_gpu *g, const pass *p, int l, char *
     const gptoss_config *c = &g->c;
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
-    const int R = p->b->n, H = c->hidden_dim, Hq = c->n_attn_heads, D = c->head_dim;
+    const int R = p->rows, H = c->hidden_dim, Hq = c->n_attn_heads, D = c->head_dim;
     const int HqD = Hq * D, Q = gptoss_qkv_dim(c), bf = gptoss_weights_bf16(&g->o);
     const int windowed = gptoss_layer_windowed(c, l);
     hipStream_t st = g->stream;
@@ -225,7 +226,7 @@ static gptoss_status moe_block(gptoss_gpu *g, const pass *p, int l, char *err) {
     const gptoss_config *c = &g->c;
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
-    const int R = p->b->n, H = c->hidden_dim, E = c->n_experts, K = c->experts_per_token;
+    const int R = p->rows, H = c->hidden_dim, E = c->n_experts, K = c->experts_per_token;
     const int I = c->intermediate_dim, P = R * K, bf = gptoss_weights_bf16(&g->o);
     hipStream_t st = g->stream;
 
@@ -328,7 +329,7 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
     const gptoss_config *c = &g->c;
     const gptoss_gpu_scratch *s = &g->buf.s;
     gptoss_trace *trace = p->trace;
-    const int R = p->b->n, H = c->hidden_dim, bf = gptoss_weights_bf16(&g->o);
+    const int R = p->rows, H = c->hidden_dim, bf = gptoss_weights_bf16(&g->o);
     if (trace || c->n_layers == 0)
         RUN("rmsnorm", gptoss_launch_rmsnorm(s->x, (const float *)g->buf.w.w[GPTOSS_T_RMS_OUT], R, H, s->x,
                                              bf ? s->t_in : NULL, &p->dev, g->stream));
@@ -350,9 +351,10 @@ static gptoss_status unembed(gptoss_gpu *g, const pass *p, char *err) {
 
 /* captured: the kernels go into a graph, with programmatic launches where
  * the replica has them */
-static gptoss_status forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, int captured, char *err) {
+static gptoss_status forward(gptoss_gpu *g, const gptoss_batch *b, int rows, gptoss_trace *trace, int captured,
+                             char *err) {
     const int *tokens = (const int *)g->buf.s.upload;
-    pass p = {b, tokens, tokens + g->o.rows, tokens + 2 * g->o.rows, plan_splits(g, b, 0),
+    pass p = {b, rows, tokens, tokens + g->o.rows, tokens + 2 * g->o.rows, plan_splits(g, b, 0),
               plan_splits(g, b, g->c.sliding_window > 0), trace, g->dev};
     p.dev.programmatic = captured && g->dev.programmatic;
     gptoss_status s = embed(g, &p, err);
@@ -363,7 +365,7 @@ static gptoss_status forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace 
 }
 
 gptoss_status gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err) {
-    return forward(g, b, trace, 0, err);
+    return forward(g, b, b->n, trace, 0, err);
 }
 
 /* ---- graphs ----------------------------------------------------------------- */
@@ -375,7 +377,18 @@ static gptoss_status replay(gptoss_gpu *g, struct graph_entry *e, char *err) {
     return le == hipSuccess ? GPTOSS_OK : gptoss_gpu_fail(err, g, "launching the captured forward pass", le);
 }
 
-gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err) {
+int gptoss_gpu_padded_rows(const gptoss_gpu *g, int rows) {
+    int bucket = 1;
+    while (bucket < rows)
+        bucket *= 2;
+    if (bucket > 64) { /* eighths of the octave */
+        const int step = bucket / 16;
+        bucket = (rows + step - 1) / step * step;
+    }
+    return bucket < g->o.rows ? bucket : g->o.rows;
+}
+
+gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, int rows, char *err) {
     if (g->prof.on || g->sync_launches)
         return gptoss_gpu_forward(g, b, NULL, err);
     /* fp32 mode's exact attention does not split */
@@ -384,7 +397,7 @@ gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char
     struct graph_entry *slot = &g->graphs.entry[0];
     for (int i = 0; i < GPTOSS_GRAPHS; i++) {
         struct graph_entry *e = &g->graphs.entry[i];
-        if (e->exec && e->rows == b->n && e->splits_full == full && e->splits_window == window)
+        if (e->exec && e->rows == rows && e->splits_full == full && e->splits_window == window)
             return replay(g, e, err);
         if (!e->exec || (slot->exec && e->used < slot->used))
             slot = e; /* a free entry, else the least recently used */
@@ -393,7 +406,7 @@ gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char
         (void)hipGetLastError(); /* no capture here: launch kernel by kernel */
         return gptoss_gpu_forward(g, b, NULL, err);
     }
-    gptoss_status rc = forward(g, b, NULL, 1, err);
+    gptoss_status rc = forward(g, b, rows, NULL, 1, err);
     hipGraph_t graph = NULL;
     hipError_t e = hipStreamEndCapture(g->stream, &graph);
     if (rc || e != hipSuccess) {
@@ -414,7 +427,7 @@ gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char
         (void)hipGetLastError();
         return gptoss_gpu_forward(g, b, NULL, err);
     }
-    slot->rows = b->n;
+    slot->rows = rows;
     slot->splits_full = full;
     slot->splits_window = window;
     return replay(g, slot, err);

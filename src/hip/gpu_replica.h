@@ -34,8 +34,11 @@ typedef struct {
 
 /* Forward passes captured as graphs, replayed by later steps of the same
  * shape (rows and attention splits: the only host values in the launches):
- * one graph launch instead of some 300 kernel launches. */
-enum { GPTOSS_GRAPHS = 16 };
+ * one graph launch instead of some 300 kernel launches. A step's rows are
+ * padded to a bucket (gptoss_gpu_padded_rows), so that a server's steps of
+ * ever-changing sizes replay a few dozen graphs rather than capture one
+ * most steps; the buckets up to 4096 rows and a few split counts fit. */
+enum { GPTOSS_GRAPHS = 64 };
 
 struct graph_entry {
     int rows, splits_full, splits_window;
@@ -117,10 +120,16 @@ void gptoss_gpu_deliver(gptoss_gpu *g, struct ring_entry *r);
  * tokens, slots, positions); with trace != NULL (one row) it waits after
  * each stage and records it. Fills buf.s.logits. */
 gptoss_status gptoss_gpu_forward(gptoss_gpu *g, const gptoss_batch *b, gptoss_trace *trace, char *err);
-/* The same without a trace, from the graph of its shape (captured on first
- * use, its kernels launched programmatically where g->dev says so), or
- * launched kernel by kernel while profiling or syncing launches. */
-gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, char *err);
+/* The rows a step of `rows` rows launches: a power of two up to 64, beyond
+ * a multiple of an eighth of the next power of two (at most an eighth more
+ * rows than asked: the step's cost at those sizes grows with its rows), at
+ * most the replica's rows. The rows past the batch repeat its last one. */
+int gptoss_gpu_padded_rows(const gptoss_gpu *g, int rows);
+/* The same without a trace over `rows` uploaded rows (gptoss_gpu_padded_rows
+ * of b->n), from the graph of its shape (captured on first use, its kernels
+ * launched programmatically where g->dev says so), or launched kernel by
+ * kernel over b->n rows while profiling or syncing launches. */
+gptoss_status gptoss_gpu_forward_step(gptoss_gpu *g, const gptoss_batch *b, int rows, char *err);
 void gptoss_gpu_free_graphs(gptoss_gpu *g);
 
 /* err = "device N: what: <the HIP error>"; returns the status for e (out of

@@ -153,9 +153,12 @@ static gptoss_status check_chunks(gptoss_gpu *g, const gptoss_batch *b, char *er
     return GPTOSS_OK;
 }
 
-/* Checks the batch and uploads it through the next ring entry. */
+/* Checks the batch and uploads it through the next ring entry, padded to
+ * `padded` rows by copies of its last: those write the same keys and
+ * values, bit for bit (a row's sums do not depend on the others), at the
+ * same place, and nobody reads what they draw. */
 static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gptoss_row_sampling *sampling,
-                                struct ring_entry **entry, char *err) {
+                                int padded, struct ring_entry **entry, char *err) {
     gptoss_status s = gptoss_batch_check(b, g->o.slots, g->o.ctx, g->c.vocab_size, g->length, err);
     if (s || (s = check_chunks(g, b, err)))
         return s;
@@ -174,6 +177,9 @@ static gptoss_status begin_step(gptoss_gpu *g, const gptoss_batch *b, const gpto
     memcpy(ints, b->tokens, sizeof(int) * (size_t)R);
     memcpy(ints + cap, b->slots, sizeof(int) * (size_t)R);
     memcpy(ints + 2 * cap, b->positions, sizeof(int) * (size_t)R);
+    for (int i = R; i < padded; i++)
+        for (int field = 0; field < 3; field++)
+            ints[field * cap + i] = ints[field * cap + R - 1];
     gptoss_row_sampling *rs = (gptoss_row_sampling *)(r->upload_host + g->buf.sampling_at);
     if (sampling)
         memcpy(rs, sampling, sizeof *rs * (size_t)R);
@@ -240,17 +246,17 @@ gptoss_status gptoss_gpu_step(void *ctx, const gptoss_batch *b, const gptoss_ste
                                char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
     struct ring_entry *r;
-    gptoss_status s = begin_step(g, b, a->sampling, &r, err);
+    const int R = b->n, padded = gptoss_gpu_padded_rows(g, R);
+    gptoss_status s = begin_step(g, b, a->sampling, padded, &r, err);
     if (s)
         return s;
-    int R = b->n;
     hipError_t e = hipSuccess;
     if (res->logprobs && !r->logprobs_host) /* before the forward pass: a refusal leaves the slots as they were */
         e = hipHostMalloc((void **)&r->logprobs_host, sizeof *r->logprobs_host * (size_t)g->o.rows, 0);
     if (e != hipSuccess)
         return gptoss_gpu_fail(err, g, "cannot allocate pinned host buffers", e);
     const uint32_t *masks;
-    if ((s = upload_masks(g, r, a, R, &masks, err)) || (s = gptoss_gpu_forward_step(g, b, err)))
+    if ((s = upload_masks(g, r, a, R, &masks, err)) || (s = gptoss_gpu_forward_step(g, b, padded, err)))
         return s;
     const gptoss_row_sampling *rs = (const gptoss_row_sampling *)(g->buf.s.upload + g->buf.sampling_at);
     gptoss_row_logprobs *lp = res->logprobs ? g->buf.s.logprobs : NULL;
@@ -332,7 +338,7 @@ gptoss_status gptoss_gpu_trace(void *ctx, const gptoss_batch *b, gptoss_trace *t
                                 char *err) {
     gptoss_gpu *g = (gptoss_gpu *)ctx;
     struct ring_entry *r;
-    gptoss_status s = begin_step(g, b, NULL, &r, err);
+    gptoss_status s = begin_step(g, b, NULL, b->n, &r, err);
     if (s || (s = gptoss_gpu_forward(g, b, trace, err)))
         return s;
     hipError_t e = hipMemcpyAsync(logits, g->buf.s.logits, sizeof(float) * (size_t)g->c.vocab_size,
