@@ -251,6 +251,13 @@ Options:
       "encode 15.25 MB/s one call, 8.77 one call a line; decode 31.0 MB/s; 3.39 bytes a token" },
       row { bench = "tokenizer", mode = "o200k", text = "/x/README.md", mb = 8, bytes = 339, tokens = 100,
         encode_mb_per_s = 15.25, encode_lines_mb_per_s = 8.77, decode_mb_per_s = 31.0 })
+    local serve = { bench = "serve", requests = 1000, lengths = "sharegpt", rate = "inf", output_tok_per_s = 9894.4,
+      elapsed = 20.01, chat_fraction = 0.2, json_schema = "typical" }
+    for _, m in ipairs { "ttft_ms", "tpot_ms", "itl_ms" } do serve[m] = { p50 = 1, p90 = 2, p99 = 3 } end
+    assert.are.equal("1000 streamed completions, 20% of them chat with json_schema typical, sharegpt lengths, "
+      .. "unbounded rate", row(serve)[2])
+    assert.are.equal("1000 streamed completions, sharegpt lengths, unbounded rate",
+      row(H.with(serve, { chat_fraction = 0, json_schema = false }))[2])
   end)
 
   it("says which of README.md's rows has no line", function()

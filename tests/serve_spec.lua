@@ -189,6 +189,44 @@ describe("gptoss serve", function()
     assert.is_true(report.output_tok_per_s > 0)
   end)
 
+  it("sends bench_serve's --chat-fraction as chats of one-token words; --json-schema's answers are JSON", function()
+    -- its own server: a schema's section in the prompt needs more context than s has, and the
+    -- fake replica of tests/serve_scripted.lua draws its ids without the grammar
+    local wide = start { "7m", "--port", "0", "--slots", "8", "--ctx", "1024" }
+    local load = "--requests 8 --lengths fixed --input 20 --output 300 --seed 3 --chat-fraction 0.5"
+    local with, out = bench_serve(wide, load .. " --json-schema typical")
+    assert.are.same({ 8, 0.5, "typical" }, { with.requests, with.chat_fraction, with.json_schema }, out)
+    local chats, outputs = with.chat_requests, with.schema_outputs
+    assert.is_true(chats >= 1 and chats < 8, out)
+    assert.are.equal(chats, outputs.finished + outputs.cut, out)
+    assert.are.same({ outputs.finished, true }, { outputs.valid_json, outputs.finished >= 1 }, out)
+    local line = ("chat: %d of 8 requests (--chat-fraction 0.5), json_schema typical: %d finished, %d of them valid JSON; "
+      .. "%d cut by max_tokens"):format(chats, outputs.finished, outputs.valid_json, outputs.cut)
+    assert.truthy(out:find(line, 1, true), out)
+    -- the same seed draws the same requests without the schema, whose section was in each chat's prompt
+    local without
+    without, out = bench_serve(wide, load)
+    assert.are.same({ chats, false }, { without.chat_requests, without.json_schema }, out)
+    assert.is_nil(without.schema_outputs)
+    line = ("chat: %d of 8 requests (--chat-fraction 0.5), no response_format"):format(chats)
+    assert.truthy(out:find(line, 1, true), out)
+    assert.are.equal(0, (with.input_tokens - without.input_tokens) % chats)
+    assert.is_true(with.input_tokens > without.input_tokens)
+    -- a schema file, sent as its text is
+    local file = H.tmp()
+    H.write_file(file, '{"type":"object","additionalProperties":false,"required":["zeta","alpha"],'
+      .. '"properties":{"zeta":{"type":"boolean"},"alpha":{"enum":["a","b"]}}}')
+    local small = bench_serve(wide, "--requests 2 --lengths fixed --input 8 --output 40 --chat-fraction 1 "
+      .. "--json-schema " .. q(file))
+    assert.are.same({ finished = 2, valid_json = 2, cut = 0 }, small.schema_outputs)
+    -- every word is one token: 20 more words a message are 20 more prompt tokens a chat
+    local short = bench_serve(wide, "--requests 4 --lengths fixed --input 20 --output 4 --chat-fraction 1")
+    local long = bench_serve(wide, "--requests 4 --lengths fixed --input 40 --output 4 --chat-fraction 1")
+    assert.are.same({ 4, 4, 4 * 20 },
+      { short.chat_requests, long.chat_requests, long.input_tokens - short.input_tokens })
+    assert.are.equal(0, stop(wide))
+  end)
+
   it("gives 32 concurrent seeded requests the ids getp gives the same prompts", function()
     local tok = gptoss.tokenizer()
     local prompts, requests = {}, {}
@@ -335,4 +373,28 @@ describe("gptoss serve over a fake replica (tests/serve_scripted.lua --unscripte
     assert.are.equal(0, code)
     assert.truthy(log:find("replica 1: %d+ steps, 5120 ids; host [%d.]+ ms a step %([%d.]+ µs an id%), waited"), log)
   end)
+end)
+
+describe("gptoss bench_serve's options", function()
+  after_each(H.cleanup)
+
+  it("refuses a --chat-fraction out of 0..1 and a --json-schema that is not a JSON object's file, naming them",
+    function()
+      local run = H.runner("examples/bench_serve.lua", pending)
+      local not_json, array = H.tmp(), H.tmp()
+      H.write_file(not_json, "{\"type\": ")
+      H.write_file(array, "[{\"type\": \"object\"}]")
+      H.expect_exits(run, 1, {
+        { { "--chat-fraction", "1.5" }, "--chat-fraction: '1.5' is not a number in [0, 1]" },
+        { { "--chat-fraction=-0.1" }, "--chat-fraction: '-0.1' is not a number in [0, 1]" },
+        { { "--chat-fraction", "half" }, "--chat-fraction: 'half' is not a number in [0, 1]" },
+        { { "--chat-fraction", "0.5", "--json-schema", "/no/such/schema.json" },
+          "--json-schema: cannot open '/no/such/schema.json': No such file or directory" },
+        { { "--chat-fraction", "0.5", "--json-schema", not_json },
+          ("--json-schema: '%s' is not JSON: "):format(not_json) },
+        { { "--chat-fraction", "0.5", "--json-schema", array },
+          ("--json-schema: '%s' is not a JSON object (a schema is one)"):format(array) },
+        { { "--json-schema", "typical" }, "--json-schema: only chat requests carry it: give --chat-fraction above 0" },
+      }, "Usage: bench_serve.lua")
+    end)
 end)

@@ -129,7 +129,9 @@ kinds.serve = {
   configuration = function(r)
     local pace = r.concurrency and ("concurrency %d"):format(r.concurrency)
       or r.rate == "inf" and "unbounded rate" or ("%g requests a second"):format(r.rate)
-    return ("%d streamed completions, %s lengths, %s"):format(r.requests, r.lengths, pace)
+    local chat = (r.chat_fraction or 0) > 0 and (", %g%% of them chat%s"):format(r.chat_fraction * 100,
+      r.json_schema and " with json_schema " .. r.json_schema or "") or ""
+    return ("%d streamed completions%s, %s lengths, %s"):format(r.requests, chat, r.lengths, pace)
   end,
   figure = function(run)
     local r = run[1]
