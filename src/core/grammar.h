@@ -47,6 +47,9 @@ void gptoss_grammar_release(gptoss_grammar *g);
 const char *gptoss_grammar_kind(const gptoss_grammar *g);
 int gptoss_grammar_rules(const gptoss_grammar *g);
 int gptoss_grammar_states(const gptoss_grammar *g);
+/* its states that count a JSON string's characters (a bounded string's body):
+ * their masks' content tokens come by length from the vocabulary's shared masks */
+int gptoss_grammar_counted_states(const gptoss_grammar *g);
 
 /* The vocabulary of a tokenizer as the matchers see it: each token's bytes
  * (its decoded piece) in a trie. Special tokens are left out: they are only

@@ -10,7 +10,11 @@
  * and walks only the distinct suffixes from the real stack below, sharing
  * their prefixes. Most of a walk stays with the frame's own DFA (a string's
  * body, a number's digits): one table lookup a trie node, or none for a
- * subtree of plain text the state has room for. */
+ * subtree of plain text the state has room for. A state that counts a
+ * string's characters (a content_left) walks only the trie of the tokens
+ * that are not string content: each content token it takes or refuses by
+ * its characters alone, never leaving the frame (gm_content_left), so the
+ * vocabulary's mask of that many characters holds those it takes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +31,9 @@ typedef struct {
 
 typedef struct {
     gptoss_constraint *c;
+    const gm_trie *trie; /* the vocabulary's, or for a state with a content_left its tokens that are not content */
     const gm_dfa *rule;
-    int32_t r;
+    int32_t r, state;
     gm_stacks st;
     gm_ints pool, scratch;
     walk_point *points; /* per depth, for the points that are not fast */
@@ -39,7 +44,8 @@ typedef struct {
     int32_t naccepted;
     gm_token_key *keys;
     size_t nkeys, cap;
-    int failure; /* GM_NOMEM or GM_AMBIGUOUS */
+    uint64_t *ranked; /* over the others' trie: a bit per suffix rank (grammar_match.h), the keys found */
+    int failure;      /* GM_NOMEM or GM_AMBIGUOUS */
 } walk;
 
 /* The point after the frame alone moved to state t: fast unless t calls
@@ -105,10 +111,37 @@ static int add_key(walk *w, int32_t id, uint32_t from) {
  * suffixes from each depth before d where the frame could have ended. */
 static int add_suffixes(walk *w, uint32_t i, int d) {
     const gptoss_vocab *v = w->c->v;
-    for (uint32_t k = v->first[i]; k < gm_subtree_tokens_end(v, i); k++)
-        for (int at = 1; at < d; at++)
-            if (w->pops[at] > w->pops[at - 1] && add_key(w, v->sorted[k], (uint32_t)at))
+    const gm_trie *t = w->trie;
+    for (uint32_t k = t->first[i]; k < gm_subtree_tokens_end(t, i); k++)
+        for (int at = 1; at < d; at++) {
+            if (w->pops[at] == w->pops[at - 1])
+                continue;
+            if (!w->ranked && add_key(w, t->sorted[k], (uint32_t)at))
                 return -1;
+            if (w->ranked) { /* each (token, at) comes once: a refused subtree is left at once */
+                int32_t rank = v->suffix_rank[v->suffix_first[k] + at - 1];
+                w->ranked[rank >> 6] |= 1ull << (rank & 63);
+                w->nkeys++;
+            }
+        }
+    return 0;
+}
+
+/* The keys in order: by their ranks' bits, or sorted. */
+static int order_keys(walk *w) {
+    if (!w->ranked) {
+        if (w->nkeys > 1)
+            qsort(w->keys, w->nkeys, sizeof *w->keys, gm_token_key_order);
+        return 0;
+    }
+    const gptoss_vocab *v = w->c->v;
+    free(w->keys);
+    if (!(w->keys = malloc((w->nkeys + 1) * sizeof *w->keys)))
+        return -1;
+    size_t n = 0;
+    for (int32_t word = 0; word < (v->nsuffixes + 63) / 64; word++)
+        for (uint64_t b = w->ranked[word]; b; b &= b - 1)
+            w->keys[n++] = v->suffixes[word * 64 + __builtin_ctzll(b)];
     return 0;
 }
 
@@ -116,7 +149,7 @@ static int add_suffixes(walk *w, uint32_t i, int d) {
  * a branch for the usual none or one: whether a node ends a token is as
  * good as random, and a mispredicted branch a node would cost more than
  * the rest of the walk. */
-static inline int32_t accept_node(const gptoss_vocab *v, uint32_t i, uint32_t *bits) {
+static inline int32_t accept_node(const gm_trie *v, uint32_t i, uint32_t *bits) {
     uint32_t here = v->here[i], k = v->first[i];
     int32_t id = v->sorted[k]; /* node i's first token (k < nsorted: every node leads to one) */
     bits[id >> 5] |= (uint32_t)(here != 0) << (id & 31);
@@ -126,7 +159,7 @@ static inline int32_t accept_node(const gptoss_vocab *v, uint32_t i, uint32_t *b
 }
 
 /* Sets the bits of every token below node i; returns how many. */
-static int32_t accept_subtree(const gptoss_vocab *v, uint32_t i, uint32_t *bits) {
+static int32_t accept_subtree(const gm_trie *v, uint32_t i, uint32_t *bits) {
     uint32_t end = gm_subtree_tokens_end(v, i);
     for (uint32_t k = v->first[i]; k < end; k++)
         bits[v->sorted[k] >> 5] |= 1u << (v->sorted[k] & 31);
@@ -138,8 +171,9 @@ static int32_t accept_subtree(const gptoss_vocab *v, uint32_t i, uint32_t *bits)
  * subtree of plain text whole where the state has the room for it (a
  * string's body: most of the vocabulary, without a step a node); anything
  * else goes through advance. */
-static int walk_trie(walk *w, int32_t state) {
-    const gptoss_vocab *v = w->c->v;
+static int walk_trie(walk *w) {
+    int32_t state = w->state;
+    const gm_trie *v = w->trie;
     const gm_dfa *rule = w->rule;
     const uint16_t *key = v->key;
     const int32_t *next = rule->next;
@@ -190,12 +224,23 @@ static void entry_free(gm_entry *e) {
 }
 
 /* The walk's findings as an entry: accepted tokens listed when they are
- * fewer than the bitset's words, suffixes sorted and told apart. */
+ * fewer than the bitset's words, suffixes sorted and told apart. A state
+ * that takes every content token (a free string's body) keeps them among
+ * its own, so that its masks take one pass over the words as before. */
 static gm_entry *entry_of_walk(walk *w) {
     gm_entry *e = calloc(1, sizeof *e);
-    int words = w->c->v->words;
+    const gptoss_vocab *v = w->c->v;
+    int words = v->words, chars = w->rule->content_left[w->state];
     if (!e)
         return NULL;
+    if (chars >= v->content_most) {
+        const uint32_t *all = v->content_masks + (size_t)v->content_most * (size_t)words;
+        w->naccepted = 0;
+        for (int k = 0; k < words; k++)
+            w->naccepted += __builtin_popcount(w->bits[k] |= all[k]);
+    } else {
+        e->content_chars = chars > 0 ? chars : 0;
+    }
     e->naccepted = w->naccepted;
     if (w->naccepted <= words) {
         e->ids = malloc(((size_t)w->naccepted + 1) * sizeof *e->ids);
@@ -206,8 +251,10 @@ static gm_entry *entry_of_walk(walk *w) {
         e->bits = w->bits;
         w->bits = NULL;
     }
-    if (w->nkeys > 1)
-        qsort(w->keys, w->nkeys, sizeof *w->keys, gm_token_key_order);
+    if (order_keys(w)) {
+        entry_free(e);
+        return NULL;
+    }
     e->suffixes = malloc((w->nkeys + 1) * sizeof *e->suffixes);
     e->suffix_tokens = malloc((w->nkeys + 1) * sizeof *e->suffix_tokens);
     if ((!e->ids && !e->bits) || !e->suffixes || !e->suffix_tokens) {
@@ -235,21 +282,26 @@ static gm_entry *entry_of_walk(walk *w) {
 
 static gm_entry *compute(gptoss_constraint *c, int32_t rule, int32_t state, int *failure) {
     const gptoss_vocab *v = c->v;
-    walk w = {.c = c, .rule = &c->g->rules[rule], .r = rule};
+    walk w = {.c = c, .rule = &c->g->rules[rule], .r = rule, .state = state};
+    int counted = w.rule->content_left[state] >= 0;
+    w.trie = counted ? &v->others : &v->trie;
     size_t depths = (size_t)v->longest + 1;
     w.points = malloc(depths * sizeof *w.points);
     w.fast = malloc(depths * sizeof *w.fast);
     w.pool_end = malloc(depths * sizeof *w.pool_end);
     w.pops = malloc(depths * sizeof *w.pops);
     w.bits = calloc((size_t)v->words, sizeof *w.bits);
+    w.ranked = counted ? calloc((size_t)v->nsuffixes / 64 + 1, sizeof *w.ranked) : NULL;
     gm_entry *e = NULL;
-    if (!w.points || !w.fast || !w.pool_end || !w.pops || !w.bits || gm_stacks_init(&w.st, c->g))
+    if (!w.points || !w.fast || !w.pool_end || !w.pops || !w.bits || (counted && !w.ranked) ||
+        gm_stacks_init(&w.st, c->g))
         w.failure = GM_NOMEM;
-    else if (!walk_trie(&w, state) && !(e = entry_of_walk(&w)))
+    else if (!walk_trie(&w) && !(e = entry_of_walk(&w)))
         w.failure = GM_NOMEM;
     *failure = w.failure;
     gm_stacks_free(&w.st);
     free(w.pool.v), free(w.scratch.v), free(w.points), free(w.fast), free(w.pool_end), free(w.pops), free(w.bits), free(w.keys);
+    free(w.ranked);
     return e;
 }
 

@@ -3,7 +3,8 @@
  * no state is kept from which the rule cannot end (so every allowed token
  * leads somewhere that can still finish), and no rule calls itself before
  * reading a byte (left recursion would push frames forever). And how much
- * plain text each state surely takes (its room), for the cache's walks. */
+ * plain text each state surely takes (its room) and how many characters of
+ * a string's text (grammar_content.c), for the cache's walks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,7 +247,7 @@ int gm_check_rules(gm_builder *b, gm_dfa *rules, int nrules, int root) {
         if (!colour[r])
             rc = left_cycle(b, rules, r, nullable, colour, path, 0, queue, seen);
     for (int r = 0; !rc && r < nrules; r++)
-        rc = room(b, &rules[r], queue);
+        rc = room(b, &rules[r], queue) || gm_content_left(b, &rules[r]);
     free(queue), free(seen), free(ends), free(nullable), free(colour), free(path);
     return rc;
 }

@@ -315,7 +315,7 @@ void gm_dfa_flag(gm_dfa *d) {
 }
 
 void gm_dfa_free(gm_dfa *d) {
-    free(d->next), free(d->flags), free(d->room), free(d->call_first), free(d->calls);
-    d->next = NULL, d->flags = NULL, d->room = NULL, d->call_first = NULL, d->calls = NULL;
+    free(d->next), free(d->flags), free(d->room), free(d->content_left), free(d->call_first), free(d->calls);
+    d->next = NULL, d->flags = NULL, d->room = NULL, d->content_left = NULL, d->call_first = NULL, d->calls = NULL;
     d->states = 0;
 }

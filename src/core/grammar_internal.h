@@ -182,6 +182,7 @@ typedef struct {
     int32_t *next; /* the state after a byte's class, -1 none */
     uint8_t *flags;
     uint8_t *room; /* bytes of plain text (GM_PLAIN) each state surely takes, 255 for any number */
+    int16_t *content_left; /* characters of a JSON string's content each state takes exactly (grammar_content.c), -1 for no count */
     int32_t *call_first;
     gm_call *calls;
     const char *name;
@@ -213,6 +214,16 @@ int gm_check_rules(gm_builder *b, gm_dfa *rules, int nrules, int root);
  * are made of. A state whose room is n takes any n of them in a row, so a
  * trie walk can accept a subtree of plain tokens no longer than that whole. */
 static inline int gm_plain(uint8_t byte) { return byte >= 0x20 && byte < 0x7F && byte != '"' && byte != '\\'; }
+
+/* ---- grammar_content.c: a JSON string's content, counted in characters ---- */
+
+/* a content_left of at least this many characters: more than any token holds (GM_MAX_TOKEN_BYTES) */
+#define GM_CONTENT_ANY 256
+/* Each state's content_left: n when the frame alone takes any n characters
+ * of content (code points other than controls, '"' and '\', as UTF-8) and
+ * refuses any n + 1, never able to end or call on the way (a bounded
+ * string's body: what is left of its maxLength); -1 for any other state. */
+int gm_content_left(gm_builder *b, gm_dfa *r);
 
 /* ---- grammar_compile.c: the compiled grammar ---- */
 

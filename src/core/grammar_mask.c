@@ -48,7 +48,13 @@ static int walk_suffixes(gptoss_matcher *m, const gm_entry *e, int32_t below, ui
 }
 
 /* ORs the tokens an entry accepts for good */
-static void add_accepted(const gm_entry *e, uint32_t *words, int nwords) {
+static void add_accepted(const gptoss_vocab *v, const gm_entry *e, uint32_t *words) {
+    int nwords = v->words;
+    if (e->content_chars) {
+        const uint32_t *content = v->content_masks + (size_t)e->content_chars * (size_t)nwords;
+        for (int w = 0; w < nwords; w++)
+            words[w] |= content[w];
+    }
     if (e->bits)
         for (int w = 0; w < nwords; w++)
             words[w] |= e->bits[w];
@@ -80,7 +86,7 @@ gptoss_status gptoss_matcher_mask(gptoss_matcher *m, uint32_t *words, char *err)
         int32_t state = m->g->state_base[f.rule] + f.state;
         if (m->seen[state] != m->stamp) {
             m->seen[state] = m->stamp;
-            add_accepted(e, words, m->v->words);
+            add_accepted(m->v, e, words);
         }
         int rc = f.parent && e->nsuffixes ? walk_suffixes(m, e, f.parent, words) : 0;
         if (rc < 0)
@@ -133,7 +139,8 @@ gptoss_status gptoss_matcher_forced_bytes(gptoss_matcher *m, uint8_t *buf, size_
 }
 
 /* the longest token that buf[0..n) starts with, and its length; -1 when none */
-static int32_t longest_token(const gptoss_vocab *v, const uint8_t *buf, size_t n, uint32_t *len) {
+static int32_t longest_token(const gptoss_vocab *vocab, const uint8_t *buf, size_t n, uint32_t *len) {
+    const gm_trie *v = &vocab->trie;
     int32_t best = -1;
     uint32_t i = 0, end = v->nnodes; /* the children of the node reached are nodes[i .. end) */
     for (size_t d = 0; d < n; d++) {

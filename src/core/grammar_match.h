@@ -11,29 +11,6 @@
 /* tokens longer than this are left out of the trie (never allowed): o200k's longest is 128 */
 #define GM_MAX_TOKEN_BYTES 255
 
-/* The trie's nodes in preorder, an array a field (a walk reads key alone
- * for most nodes): node i's subtree is the nodes up to end[i]; the tokens
- * through it are sorted[first[i] ..] up to first[end[i]] (its subtree's),
- * and those that end at it sorted[first[i] .. first[i] + here[i]). */
-struct gptoss_vocab {
-    atomic_int refs;
-    int size, words, longest;
-    int32_t nsorted;
-    int32_t *sorted; /* the text tokens, in the order of their bytes */
-    uint32_t *offset, *length; /* per id: its bytes (length 0: special, or no text) */
-    uint8_t *bytes;
-    uint16_t *key;   /* depth << 8 | byte; depth 1 for a root's child */
-    uint16_t *here;
-    uint8_t *plain;  /* when every token below node i is plain text (gm_plain) from its byte on, the longest such rest, else 0 */
-    uint32_t *end, *first;
-    uint32_t nnodes;
-};
-
-static inline const uint8_t *gm_token(const gptoss_vocab *v, int32_t id, uint32_t *len) {
-    *len = v->length[id];
-    return v->bytes + v->offset[id];
-}
-
 /* Bytes of a token (or of its end from some byte on), ordered by the bytes
  * then the token's id: the vocabulary's order, and the cache's suffixes'. */
 typedef struct {
@@ -43,9 +20,51 @@ typedef struct {
 } gm_token_key;
 int gm_token_key_order(const void *a, const void *b);
 
+/* A trie of tokens' bytes, its nodes in preorder, an array a field (a walk
+ * reads key alone for most nodes): node i's subtree is the nodes up to
+ * end[i]; the tokens through it are sorted[first[i] ..] up to
+ * first[end[i]] (its subtree's), and those that end at it
+ * sorted[first[i] .. first[i] + here[i]). */
+typedef struct {
+    int32_t nsorted;
+    int32_t *sorted; /* its tokens, in the order of their bytes */
+    uint16_t *key;   /* depth << 8 | byte; depth 1 for a root's child */
+    uint16_t *here;
+    uint8_t *plain;  /* when every token below node i is plain text (gm_plain) from its byte on, the longest such rest, else 0 */
+    uint32_t *end, *first;
+    uint32_t nnodes;
+} gm_trie;
+
+/* The text tokens (all but the special ones) in a trie; and apart, those
+ * that are JSON string content (grammar_content.c) by their characters,
+ * and a trie of the others. */
+struct gptoss_vocab {
+    atomic_int refs;
+    int size, words, longest;
+    uint32_t *offset, *length; /* per id: its bytes (length 0: special, or no text) */
+    uint8_t *bytes;
+    gm_trie trie;
+    gm_trie others;          /* the text tokens that are not content */
+    /* every suffix of others' tokens (their bytes from 1 on) in order; the
+     * rank in it of others.sorted[k]'s bytes from `from` is
+     * suffix_rank[suffix_first[k] + from - 1] (a walk sorts its suffixes by rank) */
+    gm_token_key *suffixes;
+    int32_t *suffix_rank, *suffix_first, nsuffixes;
+    uint32_t *content_masks; /* mask n (words each): the content tokens of at most n characters, n up to content_most */
+    int content_most;        /* the most characters of a content token */
+};
+
+static inline const uint8_t *gm_token(const gptoss_vocab *v, int32_t id, uint32_t *len) {
+    *len = v->length[id];
+    return v->bytes + v->offset[id];
+}
+
+/* the characters of bytes that are all JSON string content (grammar_content.c), else -1 */
+int gm_content_chars(const uint8_t *p, uint32_t len);
+
 /* the end of the tokens through node i */
-static inline uint32_t gm_subtree_tokens_end(const gptoss_vocab *v, uint32_t i) {
-    return v->end[i] < v->nnodes ? v->first[v->end[i]] : (uint32_t)v->nsorted;
+static inline uint32_t gm_subtree_tokens_end(const gm_trie *t, uint32_t i) {
+    return t->end[i] < t->nnodes ? t->first[t->end[i]] : (uint32_t)t->nsorted;
 }
 
 /* ---- grammar_stack.c: parse stacks, interned so that a stack is one id ---- */
@@ -102,8 +121,10 @@ typedef struct {
 } gm_suffix;
 
 /* A rule state's entry: the tokens it takes whole (a bitset, or a list
- * when few), and the suffixes that depend on the stack. */
+ * when few; and the vocabulary's content mask of content_chars characters
+ * besides), and the suffixes that depend on the stack. */
 typedef struct {
+    int content_chars; /* 0: no content mask */
     int32_t naccepted;
     uint32_t *bits;
     int32_t *ids; /* when bits is NULL */

@@ -187,6 +187,8 @@ static int grammar_get(lua_State *L) {
         lua_pushinteger(L, gptoss_grammar_rules(g));
     else if (!strcmp(k, "states"))
         lua_pushinteger(L, gptoss_grammar_states(g));
+    else if (!strcmp(k, "counted_states"))
+        lua_pushinteger(L, gptoss_grammar_counted_states(g));
     else
         return 0;
     return 1;
