@@ -64,6 +64,19 @@ describe("constraint.for_turn", function()
   end)
 end)
 
+describe("constraint.grammar", function()
+  it("compiles a schema's JSON text once among the latest 32 texts, a table each time", function()
+    local text = '{"type": "object", "properties": {"x": {"type": "integer"}}}'
+    local g = constraint.grammar("f", text)
+    assert.are.equal(g, constraint.grammar("f", text))
+    assert.are_not.equal(g, constraint.grammar("f", text .. " "))
+    assert.are_not.equal(constraint.grammar("f", POINT), constraint.grammar("f", POINT))
+    for i = 1, 32 do constraint.grammar("f", ('{"type": "integer", "maximum": %d}'):format(i)) end
+    assert.are_not.equal(g, constraint.grammar("f", text)) -- evicted, compiled again
+    expect_error(function() constraint.grammar("f", '{"typ": 1}') end, "f: format: $: unknown keyword 'typ'")
+  end)
+end)
+
 describe("a turn's tracker", function()
   it("leaves the analysis free and draws the final channel's message under the format", function()
     local t = constraint.for_turn(tok(), { response_format = RF }):new()

@@ -17,8 +17,25 @@ local constraint_turn = require "gptoss.constraint_turn"
 
 local constraint = {}
 
+-- Grammars compiled from a schema's JSON text, by that text, the COMPILED_KEPT latest:
+-- requests that send one schema (a server's clients, typically) share its compile and the
+-- masks its matchers have cached (a grammar keeps them per tokenizer; nothing else in it
+-- changes with use).
+local COMPILED_KEPT = 32
+local compiled, compiled_order = {}, {}
+
+local function compile_text(text)
+  local g = compiled[text]
+  if g then return g end
+  g = gptoss.grammar.json_schema(text)
+  compiled[text], compiled_order[#compiled_order + 1] = g, text
+  if #compiled_order > COMPILED_KEPT then compiled[table.remove(compiled_order, 1)] = nil end
+  return g
+end
+
 --- A grammar from format: a gptoss grammar as it is, else a JSON schema (a table, a
--- boolean, or its JSON text) compiled; raises "<fn>: format: ..." naming what is wrong.
+-- boolean, or its JSON text) compiled (from text: the one compiled before for the same
+-- text, among the latest few); raises "<fn>: format: ..." naming what is wrong.
 function constraint.grammar(fn, format)
   if util.is_a(format, "gptoss.grammar") then return format end
   local t = type(format)
@@ -26,7 +43,7 @@ function constraint.grammar(fn, format)
     error(("%s: format must be a grammar or a JSON schema (a table or its JSON text) (got %s)")
       :format(fn, util.kind(format)), 0)
   end
-  local ok, g = pcall(gptoss.grammar.json_schema, format)
+  local ok, g = pcall(t == "string" and compile_text or gptoss.grammar.json_schema, format)
   if not ok then error(("%s: format: %s"):format(fn, util.bare(g):gsub("^json_schema: ", "")), 0) end
   return g
 end
@@ -70,7 +87,7 @@ local function response_format(fn, rf)
     error(("%s: response_format must be a table {type = ...} (got %s)"):format(fn, util.kind(rf)), 0)
   end
   if rf.type == "text" then return nil end
-  if rf.type == "json_object" then return gptoss.grammar.json_schema { type = "object" } end
+  if rf.type == "json_object" then return constraint.grammar(fn, '{"type": "object"}') end
   if rf.type ~= "json_schema" then
     error(("%s: response_format.type must be text, json_object or json_schema (got %s)")
       :format(fn, util.quoted(rf.type)), 0)
