@@ -295,7 +295,9 @@ local function use_tensor()
   elseif b == 4 then return t:max_abs_diff(maybe(obj("gptoss.tensor")))
   elseif b == 5 then return t:allclose(maybe(obj("gptoss.tensor")), maybe(1e-5), maybe(1e-5))
   elseif b == 6 then return t:totable()
-  elseif b == 7 then t:save(out_path(maybe(OUT .. "/t.bin")))
+  -- the pool may give another kind: a model saves too, so only a small one (an 11 GB one
+  -- filled the scratch folder for half a minute)
+  elseif b == 7 and (I.kind(t) ~= "gptoss.model" or info(t).bytes <= CAP) then t:save(out_path(maybe(OUT .. "/t.bin")))
   elseif b == 8 then return t[pick { "shape", "dtype", "ndim", "numel" }]
   else return tostring(t) end
 end
