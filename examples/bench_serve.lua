@@ -27,6 +27,7 @@ local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local files = require "gptoss.files"
 local gptoss = require "gptoss"
+local draw_lengths = require "gptoss.lengths"
 local results = require "gptoss.results"
 local script = require "gptoss.script"
 require "gptoss.serve_http" -- lua-http on Lua 5.4's path (its header says why)
@@ -69,7 +70,6 @@ parser:option("--json-schema", "The chat requests carry response_format json_sch
 results.add_option(parser)
 local args = script.parse(parser)
 
-local SHAREGPT = { input = { mean = 220, sigma = 0.8 }, output = { mean = 200, sigma = 0.7 } }
 local PROMPT_IDS = 100000 -- prompt ids drawn below this: ordinary text tokens of o200k
 -- The chat messages' words: each one o200k token, alone and after a space (tests/serve_spec.lua checks)
 local WORDS = { "the", "time", "people", "year", "way", "day", "man", "thing", "woman", "life", "child", "world",
@@ -117,13 +117,6 @@ if args.json_schema and args.chat_fraction == 0 then
   script.usage_error(parser, "--json-schema: only chat requests carry it: give --chat-fraction above 0")
 end
 local schema = args.json_schema and response_format(args.json_schema)
-
--- A lognormal draw of the given mean (mu = log(mean) - sigma^2 / 2), as a token count.
-local function lognormal(d)
-  local z = math.sqrt(-2 * math.log(1 - math.random())) * math.cos(2 * math.pi * math.random())
-  local v = math.exp(math.log(d.mean) - d.sigma ^ 2 / 2 + d.sigma * z)
-  return math.max(4, math.min(args.max_len, math.floor(v + 0.5)))
-end
 
 local function percentiles(list)
   table.sort(list)
@@ -217,8 +210,7 @@ end
 -- words; the draws are the same with --json-schema and without. Returns the path, the body's
 -- JSON text and whether it is a chat.
 local function draw_request(model)
-  local lengths = args.lengths == "fixed" and { args.input, args.output }
-      or { lognormal(SHAREGPT.input), lognormal(SHAREGPT.output) }
+  local lengths = args.lengths == "fixed" and { args.input, args.output } or { draw_lengths.draw_sharegpt(args.max_len) }
   local prompt = {}
   if args.chat_fraction > 0 and math.random() < args.chat_fraction then
     for k = 1, lengths[1] do prompt[k] = WORDS[math.random(#WORDS)] end

@@ -6,7 +6,10 @@
 -- to gptoss bench_serve run as a child process, so that the writes count too. Run as its
 -- own process, from the tree's root (docs/serve.md#measuring has the environment):
 --   lua5.4 tests/serve_host_bench.lua [--requests 512] [--output 200] [--input 14]
+--                                     [--lengths fixed | sharegpt] [--seed 0]
 --                                     [--endpoint completions | chat] [--http] [--profile]
+-- --lengths sharegpt draws each request's lengths as gptoss bench_serve does (gptoss.lengths,
+-- at most MAX_LEN each) instead of sending --input and --output.
 -- It prints the process's CPU seconds (os.clock) an id, less the fake replica's own, the
 -- server's host µs an id (its step_summary, as gptoss serve logs at shutdown), and one JSON
 -- line. --profile samples where the time goes (a debug.sethook count hook) and prints the
@@ -18,6 +21,7 @@ local condition = require "cqueues.condition"
 local cqueues = require "cqueues"
 local fake_replica = require "fake_replica"
 local gptoss = require "gptoss"
+local lengths = require "gptoss.lengths"
 local serve = require "gptoss.serve"
 local serve_api = require "gptoss.serve_api"
 
@@ -33,6 +37,9 @@ local parser = argparse("serve_host_bench", "gptoss serve's host work an id, ove
 parser:option("--requests", "Streamed requests, all at once (one slot each).", "512"):convert(cmdline.integer("--requests", 1))
 parser:option("--output", "Tokens each request generates (max_tokens).", "200"):convert(cmdline.integer("--output", 1))
 parser:option("--input", "Prompt tokens of each request.", "14"):convert(cmdline.integer("--input", 1))
+parser:option("--lengths", "fixed (--input and --output) or sharegpt (drawn as gptoss bench_serve draws them).",
+  "fixed"):choices { "fixed", "sharegpt" }
+parser:option("--seed", "Seed of the lengths drawn.", "0"):convert(cmdline.integer("--seed"))
 parser:option("--endpoint", "completions (prompt ids, as gptoss bench_serve) or chat.", "completions")
   :choices { "completions", "chat" }
 parser:flag("--http", "Serve over loopback to gptoss bench_serve (a child process; completions only).")
@@ -40,9 +47,18 @@ parser:flag("--profile", "Print the functions holding the most samples.")
 local args = parser:parse()
 if args.http and args.endpoint ~= "completions" then parser:error("--http sends completions only (bench_serve's)") end
 
+-- Each request's prompt and output lengths: {input, output}.
+local MAX_LEN = 1024 -- bench_serve's default --max-len
+local drawn = {}
+math.randomseed(args.seed)
+for i = 1, args.requests do
+  drawn[i] = args.lengths == "fixed" and { args.input, args.output } or { lengths.draw_sharegpt(MAX_LEN) }
+end
+local longest = args.lengths == "fixed" and args.input + args.output or 2 * MAX_LEN
+
 local tok = gptoss.tokenizer()
 local TEXT = fake_replica.plain_text(tok)
-local replica = fake_replica.new { slots = args.requests + 1, ctx = args.input + args.output + 64, text = TEXT }
+local replica = fake_replica.new { slots = args.requests + 1, ctx = longest + 64, text = TEXT }
 -- the fake replica's own seconds, which are a device's work, not the server's
 local replica_seconds, step = 0, replica.step
 function replica.step(r, batch)
@@ -54,14 +70,16 @@ end
 local server = serve.new { model = gptoss.synthetic("7m"), model_name = "bench", tokenizer = tok,
   replicas = { replica }, max_queue = args.requests, port = 0, access_log = false, log = function() end }
 
-local function body()
-  local b = { model = "bench", max_tokens = args.output, temperature = 0, stream = true,
+-- Request i's body.
+local function body(i)
+  local input, output = drawn[i][1], drawn[i][2]
+  local b = { model = "bench", max_tokens = output, temperature = 0, stream = true,
     stream_options = { include_usage = true } }
   if args.endpoint == "chat" then
-    b.messages = { { role = "user", content = ("word "):rep(args.input) } }
+    b.messages = { { role = "user", content = ("word "):rep(input) } }
   else
     b.prompt = {}
-    for k = 1, args.input do b.prompt[k] = TEXT[k % #TEXT + 1] end
+    for k = 1, input do b.prompt[k] = TEXT[k % #TEXT + 1] end
   end
   return cjson.encode(b)
 end
@@ -93,16 +111,17 @@ local function print_profile(counts)
   for i = 1, math.min(25, #keys) do print(("%5.1f%%  %s"):format(100 * counts[keys[i]] / total, keys[i])) end
 end
 
--- Runs the requests through the route handler into sinks; returns the bytes they took.
-local function serve_sinks()
-  local text, done, sinks, all_done = body(), 0, {}, condition.new()
+-- Runs the requests (their bodies, encoded before the clock starts: the client's work)
+-- through the route handler into sinks; returns the bytes they took.
+local function serve_sinks(bodies)
+  local done, sinks, all_done = 0, {}, condition.new()
   local route = serve_api.routes(server)["POST /v1/" .. (args.endpoint == "chat" and "chat/completions"
     or "completions")]
   server.cq:wrap(function() server.engine:run() end)
   for i = 1, args.requests do
     sinks[i] = setmetatable({ bytes = 0 }, Sink)
     server.cq:wrap(function()
-      route(sinks[i], text)
+      route(sinks[i], bodies[i])
       done = done + 1
       if done == args.requests then all_done:signal() end
     end)
@@ -118,27 +137,34 @@ local function serve_sinks()
 end
 
 -- Serves over loopback to gptoss bench_serve, run as a child process (its CPU is not this
--- one's), until every request's ids are out; raises the client's output if it ends first.
+-- one's; it draws its lengths alike), until it ends; raises its output if it failed.
 local function serve_http()
   server:start()
   local log = os.tmpname()
-  local client = ("(./gptoss bench_serve --url http://127.0.0.1:%d --requests %d --lengths fixed --input %d "
-    .. "--output %d >%s 2>&1; echo $? >>%s) &"):format(server.port, args.requests, args.input, args.output, log, log)
+  local client = ("(./gptoss bench_serve --url http://127.0.0.1:%d --requests %d --lengths %s --input %d "
+    .. "--output %d --seed %d --max-len %d >%s 2>&1; echo $? >>%s) &"):format(server.port, args.requests, args.lengths,
+      args.input, args.output, args.seed, MAX_LEN, log, log)
   assert(os.execute(client))
-  while server.metrics.generation_tokens < args.requests * args.output or server.answering > 0 do
+  while true do
     assert(server.cq:step(0.5))
     local f = io.open(log)
     local out = f:read("a")
     f:close()
-    if out:match("%d+\n$") then error("gptoss bench_serve ended first:\n" .. out, 0) end
+    local status = out:match("(%d+)\n$")
+    if status then
+      if status ~= "0" then error("gptoss bench_serve failed:\n" .. out, 0) end
+      break
+    end
   end
   os.remove(log)
 end
 
+local bodies = {}
+for i = 1, args.http and 0 or args.requests do bodies[i] = body(i) end
 local counts = args.profile and profile_hook()
 local t0 = os.clock()
 local bytes
-if args.http then serve_http() else bytes = serve_sinks() end
+if args.http then serve_http() else bytes = serve_sinks(bodies) end
 local cpu = os.clock() - t0
 if counts then debug.sethook() end
 

@@ -30,6 +30,16 @@ describe("serve host bench", function()
     end
   end)
 
+  it("draws ShareGPT-like lengths with --lengths sharegpt, as gptoss.lengths does for its seed", function()
+    local lengths = require "gptoss.lengths"
+    math.randomseed(3)
+    local ids = 0
+    for _ = 1, 5 do ids = ids + select(2, lengths.draw_sharegpt(1024)) end
+    local out, line = bench("--requests 5 --lengths sharegpt --seed 3")
+    assert.is_table(line, out)
+    assert.are.equal(ids, line.ids, out)
+  end)
+
   it("makes a stream's events with each job's id, under any model name", function()
     local condition = require "cqueues.condition"
     local fake_replica = require "fake_replica"

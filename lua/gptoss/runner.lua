@@ -45,15 +45,16 @@ Runner.__index = Runner
 --- A runner of replica number `index` over queue (see the header).
 function runner.new(sched, replica, index, queue, opts)
   local free_slots = {}
-  for s = 1, replica.slots do
+  for s = replica.slots, 1, -1 do
     if not (opts.prefix and opts.prefix.slot == s) then free_slots[#free_slots + 1] = s end
   end
   return setmetatable({
     scheduler = sched,
     stop = opts.stop,
     prefix = opts.prefix,
-    free_slots = free_slots, -- ascending: admission takes the lowest
+    free_slots = free_slots, -- descending: admission takes the lowest, from the end
     forking = {}, -- admitted sequences waiting to fork their seq.prompt_from's prompt
+    prefilling = {}, -- admitted sequences with prompt left to feed, in admission order
     state = {
       replica = replica, index = index, waiting = queue, running = {},
       free = #free_slots, slots = #free_slots, rows = opts.rows, chunk = opts.chunk, step = 0,
@@ -96,7 +97,7 @@ local function admit(self)
   local waiting, r, prefix = st.waiting, st.replica, self.prefix
   for i = 1, n do
     local seq = waiting[i]
-    seq.slot = table.remove(self.free_slots, 1)
+    seq.slot = table.remove(self.free_slots)
     seq.position = 0
     if prefix and begins_with(seq.prompt, prefix) then
       r:fork(prefix.slot, seq.slot, prefix.length)
@@ -109,6 +110,7 @@ local function admit(self)
       seq.prompt_from = nil
     end
     st.running[#st.running + 1] = seq
+    self.prefilling[#self.prefilling + 1] = seq
   end
   table.move(waiting, n + 1, #waiting + n, 1)
   st.free = st.free - n
@@ -148,11 +150,26 @@ local function add_row(step, seq, token)
   seq.position = seq.position + 1
 end
 
--- The step's last row yields seq's next id, under seq.turn's matcher if it has one.
+-- Adds n rows feeding ids[first .. first + n - 1] to seq's slot at its next positions (a
+-- prompt's chunk in one pass, not a call a token).
+local function add_rows(step, seq, ids, first, n)
+  local slots, positions, base, slot, position = step.slots, step.positions, #step.slots, seq.slot, seq.position
+  table.move(ids, first, first + n - 1, base + 1, step.tokens)
+  for k = 1, n do
+    slots[base + k], positions[base + k] = slot, position + k - 1
+  end
+  seq.position = position + n
+end
+
+-- The step's last row yields seq's next id, under seq.turn's matcher if it has one. The
+-- sequence notes it (yield_rows: the step's rows list; yield_row: the row), so that the next
+-- step finds the row feeding it without a table of every sequence a step.
 local function yields(step, seq)
-  step.rows[#step.rows + 1], step.seqs[#step.seqs + 1] = #step.slots, seq
+  local row = #step.slots
+  step.rows[#step.rows + 1], step.seqs[#step.seqs + 1] = row, seq
+  seq.yield_rows, seq.yield_row = step.rows, row
   local m = seq.turn and seq.turn:matcher()
-  if m then step.constraint[#step.slots] = m end
+  if m then step.constraint[row] = m end
 end
 
 -- One decode row per running sequence whose prompt is fed, while the step has room: its
@@ -161,34 +178,36 @@ end
 -- (its matcher and forced ids follow from it), then feeds the ids not fed yet: its last,
 -- and those the turn forced after it (in seq.output too).
 local function add_decode_rows(st, step, pending)
-  local fed_by = {} -- the pending step's row that yields each sequence's next id
-  if pending then
-    for i, r in ipairs(pending.rows) do fed_by[pending.seqs[i]] = r end
-  end
+  local pending_rows = pending and pending.rows
   for _, seq in ipairs(st.running) do
     if #step.slots == st.rows then break end
-    local from = fed_by[seq]
-    if from then
+    if pending_rows and seq.yield_rows == pending_rows then -- the pending step yields its next id
       if #seq.output + 1 < seq.limit and not seq.turn then -- else its pending id is its last
-        add_row(step, seq, -from)
+        add_row(step, seq, -seq.yield_row)
         yields(step, seq)
       end
     elseif seq.position >= #seq.prompt and seq.position < #seq.prompt + #seq.output then
       local fed = seq.position - #seq.prompt -- of seq.output
       local last = math.min(#seq.output, fed + st.chunk, fed + st.rows - #step.slots)
-      for k = fed + 1, last do add_row(step, seq, seq.output[k]) end
+      add_rows(step, seq, seq.output, fed + 1, last - fed)
       if last == #seq.output then yields(step, seq) end
     end
   end
 end
 
 -- Prefill chunks in the rows left: for each running sequence with prompt left, as many
--- tokens as the scheduler's prefill_chunk says (default: as many as fit).
-local function add_prefill_rows(st, sched, step)
-  for _, seq in ipairs(st.running) do
+-- tokens as the scheduler's prefill_chunk says (default: as many as fit). Only the
+-- sequences of self.prefilling are looked at (not every running one, each step); those
+-- whose prompt is fed, or that ended, leave it.
+local function add_prefill_rows(self, step)
+  local st, sched, prefilling, still = self.state, self.scheduler, self.prefilling, {}
+  for i, seq in ipairs(prefilling) do
     local left, room = #seq.prompt - seq.position, st.rows - #step.slots
-    if room == 0 then break end
-    if left > 0 and not seq.prompt_from then
+    if room == 0 then
+      table.move(prefilling, i, #prefilling, #still + 1, still)
+      break
+    end
+    if left > 0 and not seq.prompt_from and not seq.finish then
       local most = math.min(left, room, st.chunk)
       local n = most
       if sched.prefill_chunk then
@@ -202,10 +221,12 @@ local function add_prefill_rows(st, sched, step)
               st.chunk), 0)
         end
       end
-      for _ = 1, n do add_row(step, seq, seq.prompt[seq.position + 1]) end
+      add_rows(step, seq, seq.prompt, seq.position + 1, n)
       if n > 0 and seq.position == #seq.prompt then yields(step, seq) end
     end
+    if seq.position < #seq.prompt and not seq.finish then still[#still + 1] = seq end
   end
+  self.prefilling = still
 end
 
 function Runner:build(pending)
@@ -220,7 +241,7 @@ function Runner:build(pending)
   local step = new_step()
   add_decode_rows(st, step, pending)
   local decode_rows = #step.slots
-  add_prefill_rows(st, self.scheduler, step)
+  if #self.prefilling > 0 then add_prefill_rows(self, step) end
   if #step.slots == 0 then
     if pending then return nil end
     error(("scheduler: prefill_chunk returned 0 for every sequence on replica %d and none "
@@ -231,6 +252,17 @@ function Runner:build(pending)
     rows = step.rows, seqs = step.seqs, prefill_rows = #step.slots - decode_rows }
 end
 
+-- Puts slot back into the descending free list at its place (a search, not a sort of the
+-- whole list each step that ends a sequence).
+local function free_slot(free_slots, slot)
+  local lo, hi = 1, #free_slots + 1
+  while lo < hi do
+    local mid = (lo + hi) // 2
+    if free_slots[mid] > slot then lo = mid + 1 else hi = mid end
+  end
+  table.insert(free_slots, lo, slot)
+end
+
 -- Takes the ended sequences out of state.running, their slots back to the free list, and
 -- tells the scheduler.
 local function release(self, ended)
@@ -238,12 +270,11 @@ local function release(self, ended)
   local running = {}
   for _, seq in ipairs(st.running) do
     if seq.finish then
-      table.insert(self.free_slots, seq.slot)
+      free_slot(self.free_slots, seq.slot)
     else
       running[#running + 1] = seq
     end
   end
-  table.sort(self.free_slots)
   st.running, st.free = running, #self.free_slots
   if sched.on_finish then
     for _, seq in ipairs(ended) do sched.on_finish(sched, seq, st) end

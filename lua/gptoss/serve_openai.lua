@@ -402,14 +402,15 @@ function serve_openai.completion(body, tokenizer, ctx, on_unknown)
     job.prompt = tokenizer:encode(prompt)
   else
     want(type(prompt) == "table" and #prompt > 0, "prompt", "a string or a non-empty list of token ids", prompt)
-    job.prompt = {}
+    local ids, vocab, tointeger = {}, tokenizer.vocab_size, math.tointeger -- read once, not once an id
     for i, id in ipairs(prompt) do
-      local v = type(id) == "number" and math.tointeger(id)
-      if not v or v < 0 or v >= tokenizer.vocab_size then
-        fail(("'prompt[%d]' must be a token id 0..%d"):format(i - 1, tokenizer.vocab_size - 1), "prompt")
+      local v = type(id) == "number" and tointeger(id)
+      if not v or v < 0 or v >= vocab then
+        fail(("'prompt[%d]' must be a token id 0..%d"):format(i - 1, vocab - 1), "prompt")
       end
-      job.prompt[i] = v
+      ids[i] = v
     end
+    job.prompt = ids
   end
   if #job.prompt == 0 then fail("'prompt' encodes to no tokens", "prompt") end
   job.logprobs = number(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS, true)
