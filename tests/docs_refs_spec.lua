@@ -29,7 +29,8 @@ end
 -- The ids and branch names text mentions, each {ref, what}; all_digits: a word of digits alone
 -- counts as an id too (a commit field).
 local function mentions(text, all_digits, found, where)
-  for word in text:gmatch("%f[%w]%w+%f[%W]") do
+  -- a number in exponent form is no id: 6.0448000673205e-05's fraction reads as hex
+  for word in text:gsub("%d%.%d+[eE][-+]?%d+", ""):gmatch("%f[%w]%w+%f[%W]") do
     if #word >= 7 and #word <= 40 and word:match("^%x+$") and (all_digits or word:match("%a")) then
       found[#found + 1] = { word, where }
     end
