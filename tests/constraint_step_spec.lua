@@ -114,6 +114,33 @@ describe("a constrained step", function()
     assert.are.same(free_want, free)
   end)
 
+  it("takes many rows' masks of one grammar together (on the host's cores), each row's own", function()
+    -- 8 matchers of one grammar at 8 different states: the masks fill its shared cache
+    -- together, and each row draws what its own matcher allows, the same ids as stepping
+    -- each row alone
+    local g = gptoss.grammar.json_schema(SCHEMA)
+    local starts = { '{"', '{"n":', '{"n":4', '{"n":42,"', '{"n":4,"name":"', '{"n":4,"name":"ab', '{',
+      '{"n":7,"name":"xyz' }
+    local matchers, prompt = {}, tok():encode("Once upon")
+    for i, text in ipairs(starts) do
+      matchers[i] = g:matcher(tok())
+      for _, id in ipairs(tok():encode(text)) do assert(matchers[i]:accept(id)) end
+    end
+    local function draws(rows)
+      local r <close> = model():replica { device = "cpu", slots = 8, ctx = 32 }
+      local b = { slots = {}, positions = {}, tokens = {}, constraint = {} }
+      for k, i in ipairs(rows) do
+        b.slots[k], b.positions[k], b.tokens[k], b.constraint[k] = i, 0, prompt[1], matchers[i]:fork()
+      end
+      return r:step(b):tokens(), b.constraint
+    end
+    local together, forks = draws { 1, 2, 3, 4, 5, 6, 7, 8 }
+    for i = 1, 8 do
+      assert.are.equal(draws { i }[1], together[i])
+      assert.are.equal(1, forks[i].tokens - matchers[i].tokens) -- the fork took its draw
+    end
+  end)
+
   it("feeds from the step before: a matcher waits for its token, read or not", function()
     local r <close> = model():replica { device = "cpu", slots = 1, ctx = 64 }
     r:sampling(1, { temperature = 1, seed = 5 })

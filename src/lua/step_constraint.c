@@ -2,9 +2,63 @@
  * rows that draw under a grammar, each matcher's mask taken for the engine.
  * The tokens drawn go back to the matchers when the step's tokens are read
  * (gptoss_lua_step_settle), or before a matcher is used again. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../core/pool.h"
 #include "binding.h"
+
+/* The masks of a step's constrained rows, one task each: each row's own
+ * matcher, their grammars' caches filling lock-free (grammar.h), so a
+ * server's many constrained rows take the host's cores rather than one.
+ * One pool a process, made at first use, for at most MASK_THREADS; a
+ * step that finds it busy (another thread's) computes its masks itself. */
+enum { MASK_THREADS = 8 };
+static gptoss_pool *mask_pool;
+static pthread_once_t mask_pool_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t mask_pool_busy = PTHREAD_MUTEX_INITIALIZER;
+
+static void make_mask_pool(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 1)
+        mask_pool = gptoss_pool_new(cores < MASK_THREADS ? (int)cores : MASK_THREADS);
+}
+
+typedef struct {
+    gptoss_matcher **matchers;
+    uint32_t *masks;
+    int words;
+    char **errors; /* a failed row's message (malloc'd, or unrecorded_error), else NULL */
+} mask_job;
+
+/* a row's message where copying it failed (never freed) */
+static char unrecorded_error[] = "out of host memory";
+
+static void mask_task(void *ctx, int k) {
+    mask_job *j = ctx;
+    uint32_t *mask = j->masks + (size_t)k * (size_t)j->words;
+    memset(mask, 0, sizeof(uint32_t) * (size_t)j->words); /* tokens past the matcher's vocabulary: never */
+    char err[GPTOSS_ERR_LEN];
+    if (gptoss_matcher_mask(j->matchers[k], mask, err)) {
+        char *copy = strdup(err);
+        j->errors[k] = copy ? copy : unrecorded_error;
+    }
+}
+
+/* the masks of job's count rows, on the pool where it is free */
+static void take_masks(mask_job *job, int count) {
+    pthread_once(&mask_pool_once, make_mask_pool);
+    if (count > 1 && mask_pool && pthread_mutex_trylock(&mask_pool_busy) == 0) {
+        gptoss_pool_run(mask_pool, count, mask_task, job);
+        pthread_mutex_unlock(&mask_pool_busy);
+    } else {
+        for (int k = 0; k < count; k++)
+            mask_task(job, k);
+    }
+}
 
 /* The row key at -2 of constraint, within 1..n. */
 static int constraint_row(lua_State *L, int n) {
@@ -44,9 +98,11 @@ int gptoss_lua_read_constraint(lua_State *L, int tbl, int n, int vocab, gptoss_s
         lua_rawseti(L, own, row);
         count++;
     }
-    int words = gptoss_mask_words(vocab);
-    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)(count ? count : 1), 0);
-    uint32_t *masks = lua_newuserdatauv(L, sizeof(uint32_t) * (size_t)words * (size_t)(count ? count : 1), 0);
+    int words = gptoss_mask_words(vocab), slots = count ? count : 1;
+    int *rows = lua_newuserdatauv(L, sizeof(int) * (size_t)slots, 0);
+    uint32_t *masks = lua_newuserdatauv(L, sizeof(uint32_t) * (size_t)words * (size_t)slots, 0);
+    gptoss_matcher **matchers = lua_newuserdatauv(L, sizeof *matchers * (size_t)slots, 0);
+    char **errors = lua_newuserdatauv(L, sizeof *errors * (size_t)slots, 0);
     int k = 0;
     for (int row = 1; row <= n && k < count; row++) { /* in row order: the engine's masks are indexed so */
         if (lua_rawgeti(L, own, row) == LUA_TNIL) {
@@ -61,14 +117,27 @@ int gptoss_lua_read_constraint(lua_State *L, int tbl, int n, int vocab, gptoss_s
         if (gptoss_matcher_ended(m))
             luaL_error(L, "step: constraint[%d]: the matcher has ended (it took an end token): nothing may follow",
                        row);
-        uint32_t *mask = masks + (size_t)k * (size_t)words;
-        memset(mask, 0, sizeof(uint32_t) * (size_t)words); /* tokens past the matcher's vocabulary: never */
-        char err[GPTOSS_ERR_LEN];
-        if (gptoss_matcher_mask(m, mask, err))
-            luaL_error(L, "step: constraint[%d]: %s", row, err);
+        matchers[k] = m; /* kept alive by own */
+        errors[k] = NULL;
         rows[k++] = row - 1;
         lua_pop(L, 1);
     }
+    mask_job job = {matchers, masks, words, errors};
+    take_masks(&job, count);
+    int failed = -1;
+    char err[GPTOSS_ERR_LEN];
+    for (k = 0; k < count; k++)
+        if (errors[k]) {
+            if (failed < 0) {
+                failed = k;
+                snprintf(err, sizeof err, "%s", errors[k]);
+            }
+            if (errors[k] != unrecorded_error)
+                free(errors[k]);
+        }
+    if (failed >= 0)
+        luaL_error(L, "step: constraint[%d]: %s", rows[failed] + 1, err);
+    lua_pop(L, 2); /* matchers, errors */
     lua_remove(L, seen);
     lua_remove(L, given); /* own, rows, masks from given on */
     lua_rotate(L, given, -1); /* rows, masks, own */
