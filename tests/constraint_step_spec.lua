@@ -4,6 +4,12 @@
 -- token goes back to the matcher; a seeded constrained row draws the same ids alone or in any
 -- batch, and unconstrained rows beside it draw as they would without it; bad constraints are
 -- refused naming the problem. The GPU sampler's copy of these is in constraint_gpu_spec.lua.
+-- Matchers that fail at a real limit, the stacks a matcher may hold (docs/structured.md#limits),
+-- which an ambiguous grammar passes: a row whose mask cannot be computed fails the step before
+-- it runs, naming that row (the first in row order), alone or among rows whose masks the host's
+-- pool takes together; a row whose matcher cannot take the token it drew fails the read of the
+-- step's tokens, after every other row's matcher took its own; the engine, the slots and every
+-- other matcher come out as they were, and the next step works.
 
 local gptoss = require "gptoss"
 local H = require "helpers"
@@ -186,5 +192,122 @@ describe("a constrained step", function()
     assert(m:accept(tok():encode("a")[1]))
     assert(m:accept(0))
     expect_error(function() step { m } end, "step: constraint[1]: the matcher has ended")
+  end)
+end)
+
+-- Every "(" reads two ways (a ")" or a "]" closes it), so k of them open 2^k parse stacks:
+-- a dozen pass the matcher's limit.
+local AMBIGUOUS = [[
+root ::= round | square
+round ::= "(" root ")" | "x"
+square ::= "(" root "]" | "x"
+]]
+local TOO_AMBIGUOUS = "the grammar is too ambiguous here: more than 4096 ways to read the output so far"
+local PROMPT_ID = 13225
+
+-- A matcher of AMBIGUOUS fed "(" until its mask cannot be computed, and how many it took.
+local function past_the_limit()
+  local m = gptoss.grammar.ebnf(AMBIGUOUS):matcher(tok())
+  local open = tok():encode("(")[1]
+  for opens = 1, 20 do
+    assert(m:accept(open))
+    if not pcall(m.mask, m) then return m, opens end
+  end
+  error("20 opening brackets stayed within the matcher's limit")
+end
+
+-- r:step of one row per slot, each at position 0, with the constraint given.
+local function step_all(r, slots, constraint)
+  local b = { slots = {}, positions = {}, tokens = {}, constraint = constraint }
+  for s = 1, slots do b.slots[s], b.positions[s], b.tokens[s] = s, 0, PROMPT_ID end
+  return r:step(b)
+end
+
+-- Each row of constraint stepped once: its token allowed before the step and taken after it.
+local function steps_under(r, slots, constraint)
+  local before = {}
+  for row, m in pairs(constraint) do before[row] = { fork = m:fork(), tokens = m.tokens } end
+  local ids = step_all(r, slots, constraint):tokens()
+  for row, m in pairs(constraint) do
+    assert.is_true(before[row].fork:allows(ids[row]), ("row %d drew %d"):format(row, ids[row]))
+    assert.are.equal(before[row].tokens + 1, m.tokens)
+  end
+end
+
+describe("a constrained step whose matcher fails", function()
+  it("fails where a row's mask cannot be computed, naming it; nothing is stepped, and the next step works", function()
+    local r <close> = model():replica { device = "cpu", slots = 1, ctx = 16 }
+    local m, opens = past_the_limit()
+    expect_error(function() step_all(r, 1, { m }) end, "step: constraint[1]: " .. TOO_AMBIGUOUS)
+    assert.are.equal(0, r:length(1))
+    assert.are.equal(opens, m.tokens)
+    -- rolled back within its limit, the same matcher steps again
+    m:rollback(opens // 2)
+    steps_under(r, 1, { m })
+    assert.are.equal(1, r:length(1))
+    step_all(r, 1):tokens()
+  end)
+
+  it("names the first failing row among several whose masks are taken together; the others stay usable", function()
+    local r <close> = model():replica { device = "cpu", slots = 6, ctx = 16 }
+    local ok = { [1] = json_matcher(), [2] = json_matcher(), [5] = json_matcher(),
+      [6] = gptoss.grammar.regex("[a-z]{2,6}"):matcher(tok()) }
+    local bad, opens = past_the_limit()
+    local function with(extra)
+      local c = {}
+      for row, m in pairs(ok) do c[row] = m end
+      for row, m in pairs(extra) do c[row] = m end
+      return c
+    end
+    -- row 3 is free: the failing row is the third of the constraint's rows, named by its own number
+    expect_error(function() step_all(r, 6, with { [4] = bad }) end, "step: constraint[4]: " .. TOO_AMBIGUOUS)
+    local second = past_the_limit()
+    expect_error(function() step_all(r, 6, with { [2] = second, [4] = bad }) end, "step: constraint[2]: ")
+    for s = 1, 6 do assert.are.equal(0, r:length(s)) end
+    for _, m in pairs(ok) do assert.are.equal(0, m.tokens) end
+    assert.are.equal(opens, bad.tokens)
+    bad:rollback(opens // 2)
+    steps_under(r, 6, with { [4] = bad })
+  end)
+
+  it("fails in a step fed by the one before it, which still feeds the next", function()
+    local r <close> = model():replica { device = "cpu", slots = 1, ctx = 16 }
+    local m, opens = past_the_limit()
+    m:rollback(1)
+    local open, bias = tok():encode("(")[1], {}
+    for _, id in ipairs(m:allowed():ids()) do bias[id] = id ~= open and -math.huge or nil end
+    r:sampling(1, { temperature = 0, logit_bias = bias })
+    local h = r:step { slots = { 1 }, positions = { 0 }, tokens = { PROMPT_ID }, constraint = { m } }
+    expect_error(function() r:step { slots = { 1 }, positions = { 1 }, tokens = h, constraint = { m } } end,
+      "step: constraint[1]: " .. TOO_AMBIGUOUS)
+    assert.are.equal(opens, m.tokens) -- it took the fed step's "(" before its mask failed
+    assert.are.same({ open }, h:tokens())
+    r:step { slots = { 1 }, positions = { 1 }, tokens = h }:tokens()
+    assert.are.equal(2, r:length(1))
+  end)
+
+  it("fails a row whose matcher cannot take the token it drew, after every other row took its own", function()
+    local r <close> = model():replica { device = "cpu", slots = 3, ctx = 16 }
+    local m, opens = past_the_limit()
+    m:rollback(1)
+    -- the mask allows tokens of several "(" that its cache takes whole; the matcher walking them
+    -- from its stacks passes its limit: only those are left to draw
+    local bias, left = {}, 0
+    for _, id in ipairs(m:allowed():ids()) do
+      local f = m:fork()
+      if pcall(f.accept, f, id) then bias[id] = -math.huge else left = left + 1 end
+    end
+    assert.is_true(left > 0)
+    r:sampling(2, { temperature = 0, logit_bias = bias })
+    local first, last = json_matcher(), gptoss.grammar.regex("[a-z]{2,6}"):matcher(tok())
+    local h = step_all(r, 3, { first, m, last })
+    local err = expect_error(function() h:tokens() end, "step: constraint[2]: the matcher cannot take token ",
+      TOO_AMBIGUOUS)
+    assert.is_nil(err:find("a bug", 1, true))
+    assert.are.equal(1, first.tokens)
+    assert.are.equal(1, last.tokens)
+    assert.are.equal(opens - 1, m.tokens) -- as it was, and no longer waiting on the step
+    assert.is_true(m:accept(tok():encode("x")[1]))
+    for s = 1, 3 do assert.are.equal(1, r:length(s)) end
   end)
 end)

@@ -207,8 +207,9 @@ void gptoss_lua_matcher_settle(lua_State *L, int idx);
 void gptoss_lua_matcher_pend(lua_State *L, int idx, int step_idx);
 /* The matcher at idx takes token, drawn for it by the step at step_idx,
  * when that is its pending step (token < 0: the row drew none, the
- * matcher stays as it was); a refusal raises, as a bug. */
-void gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token);
+ * matcher stays as it was); no longer pending either way. A failure
+ * (gptoss_matcher_accept's status and err) leaves it as it was. */
+gptoss_status gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token, char *err);
 
 /* ---- step_constraint.c: r:step's constraint option ---- */
 
@@ -221,7 +222,8 @@ int gptoss_lua_read_constraint(lua_State *L, int tbl, int n, int vocab, gptoss_s
 /* ---- step.c ---- */
 
 /* Gives the matchers of the step at idx (its constraint) the tokens it
- * drew, waiting for them; once. */
+ * drew, waiting for them; once. Each takes its own token before a matcher
+ * that could not take its own raises, naming the first such row. */
 void gptoss_lua_step_settle(lua_State *L, int idx);
 
 /* ---- the classes' open functions and the module's functions ---- */

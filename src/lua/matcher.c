@@ -40,18 +40,16 @@ void gptoss_lua_matcher_pend(lua_State *L, int idx, int step_idx) {
     lua_setiuservalue(L, idx, 3);
 }
 
-void gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token) {
+gptoss_status gptoss_lua_matcher_took(lua_State *L, int idx, int step_idx, int token, char *err) {
     idx = lua_absindex(L, idx);
     lua_getiuservalue(L, idx, 3);
     int pending = lua_rawequal(L, -1, step_idx);
     lua_pop(L, 1);
     if (!pending)
-        return;
+        return GPTOSS_OK;
     lua_pushnil(L);
     lua_setiuservalue(L, idx, 3);
-    char err[GPTOSS_ERR_LEN];
-    if (token >= 0 && gptoss_matcher_accept(gptoss_check_matcher(L, idx, "step"), token, err))
-        luaL_error(L, "step: the matcher refuses token %d, drawn under its own mask (a bug): %s", token, err);
+    return token >= 0 ? gptoss_matcher_accept(gptoss_check_matcher(L, idx, "step"), token, err) : GPTOSS_OK;
 }
 
 /* The matcher a method was called on, given any token a step drew for it first. */

@@ -295,12 +295,26 @@ void gptoss_lua_step_settle(lua_State *L, int idx) {
     if (s && s != GPTOSS_E_DRAW)
         gptoss_raise_status(L, "step", s, err);
     h->settled = 1;
+    /* every row's matcher takes its token, so that one failure loses no other's; then the
+     * first row whose matcher could not take its own raises */
+    int failed = 0, failed_token = -1;
+    gptoss_status failure = GPTOSS_OK;
     if (lua_getiuservalue(L, idx, 2) == LUA_TTABLE)
         for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
-            int row = (int)lua_tointeger(L, -2);
-            gptoss_lua_matcher_took(L, -1, idx, check_step(L, idx)->res.tokens[row - 1]);
+            int row = (int)lua_tointeger(L, -2), token = check_step(L, idx)->res.tokens[row - 1];
+            char why[GPTOSS_ERR_LEN];
+            gptoss_status took = gptoss_lua_matcher_took(L, -1, idx, token, why);
+            if (took && (!failed || row < failed)) {
+                failed = row, failed_token = token, failure = took;
+                snprintf(err, sizeof err, "%s", why);
+            }
         }
     lua_pop(L, 1);
+    if (failure == GPTOSS_E_INVALID)
+        luaL_error(L, "step: constraint[%d]: the matcher refuses token %d, drawn under its own mask (a bug): %s",
+                   failed, failed_token, err);
+    if (failure) /* a limit the grammar's matcher reached (docs/structured.md#limits) */
+        luaL_error(L, "step: constraint[%d]: the matcher cannot take token %d: %s", failed, failed_token, err);
 }
 
 /* h:logprobs([{partial = true}]) -> per row {id =, logprob =, top = {{id =,
