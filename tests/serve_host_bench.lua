@@ -8,8 +8,11 @@
 --   lua5.4 tests/serve_host_bench.lua [--requests 512] [--output 200] [--input 14]
 --                                     [--lengths fixed | sharegpt] [--seed 0]
 --                                     [--endpoint completions | chat] [--http] [--profile]
+--                                     [--delay seconds]
 -- --lengths sharegpt draws each request's lengths as gptoss bench_serve does (gptoss.lengths,
--- at most MAX_LEN each) instead of sending --input and --output.
+-- at most MAX_LEN each) instead of sending --input and --output. --delay makes each step take
+-- that long, as a device's does: each stream then gets one id a write, as a GPU server's do,
+-- and the CPU time spent polling for it counts, where the server's figure leaves it out.
 -- It prints the process's CPU seconds (os.clock) an id, less the fake replica's own, the
 -- server's host µs an id (its step_summary, as gptoss serve logs at shutdown), and one JSON
 -- line. --profile samples where the time goes (a debug.sethook count hook) and prints the
@@ -42,6 +45,8 @@ parser:option("--lengths", "fixed (--input and --output) or sharegpt (drawn as g
 parser:option("--seed", "Seed of the lengths drawn.", "0"):convert(cmdline.integer("--seed"))
 parser:option("--endpoint", "completions (prompt ids, as gptoss bench_serve) or chat.", "completions")
   :choices { "completions", "chat" }
+parser:option("--delay", "Seconds a step of the fake replica takes, as a device's would (0: ready at once).", "0")
+  :convert(cmdline.number("--delay", 0, 10))
 parser:flag("--http", "Serve over loopback to gptoss bench_serve (a child process; completions only).")
 parser:flag("--profile", "Print the functions holding the most samples.")
 local args = parser:parse()
@@ -58,7 +63,7 @@ local longest = args.lengths == "fixed" and args.input + args.output or 2 * MAX_
 
 local tok = gptoss.tokenizer()
 local TEXT = fake_replica.plain_text(tok)
-local replica = fake_replica.new { slots = args.requests + 1, ctx = longest + 64, text = TEXT }
+local replica = fake_replica.new { slots = args.requests + 1, ctx = longest + 64, text = TEXT, delay = args.delay }
 -- the fake replica's own seconds, which are a device's work, not the server's
 local replica_seconds, step = 0, replica.step
 function replica.step(r, batch)
@@ -108,6 +113,7 @@ local function print_profile(counts)
   local keys, total = {}, 0
   for key, n in pairs(counts) do keys[#keys + 1], total = key, total + n end
   table.sort(keys, function(a, b) return counts[a] > counts[b] end)
+  print(("%d samples (thousands of Lua instructions)"):format(total))
   for i = 1, math.min(25, #keys) do print(("%5.1f%%  %s"):format(100 * counts[keys[i]] / total, keys[i])) end
 end
 
@@ -145,15 +151,18 @@ local function serve_http()
     .. "--output %d --seed %d --max-len %d >%s 2>&1; echo $? >>%s) &"):format(server.port, args.requests, args.lengths,
       args.input, args.output, args.seed, MAX_LEN, log, log)
   assert(os.execute(client))
-  while true do
+  -- the log is looked at twice a second, not once a pass of the loop (which comes once a
+  -- turn of the engine's): its opening would count as the server's host work
+  local next_look, status = 0, nil
+  while not status do
     assert(server.cq:step(0.5))
-    local f = io.open(log)
-    local out = f:read("a")
-    f:close()
-    local status = out:match("(%d+)\n$")
-    if status then
-      if status ~= "0" then error("gptoss bench_serve failed:\n" .. out, 0) end
-      break
+    if cqueues.monotime() >= next_look then
+      next_look = cqueues.monotime() + 0.5
+      local f = io.open(log)
+      local out = f:read("a")
+      f:close()
+      status = out:match("(%d+)\n$")
+      if status and status ~= "0" then error("gptoss bench_serve failed:\n" .. out, 0) end
     end
   end
   os.remove(log)

@@ -81,7 +81,7 @@ describe("serve host bench", function()
           if choice.finish_reason then assert.are.equal("length", choice.finish_reason) end
         end
         assert.are.equal(content[1], content[2])
-        assert.matches('"', content[1]) -- an escaped quote, through serve_http.quote
+        assert.matches('"', content[1]) -- an escaped quote, through serve_http.escape
         ids[#ids + 1] = usage.id
       end
       assert.are_not.equal(ids[1], ids[2])

@@ -159,6 +159,14 @@ describe("serve_openai", function()
     assert.is_true(same("sesame", "sesame"))
     for _, given in ipairs { "", "sesam", "sesamee", "Sesame", "sesame\0" } do assert.is_false(same(given, "sesame")) end
   end)
+
+  it("escapes a string's text as dkjson quotes it (serve_http.escape, quote)", function()
+    local serve_http, dkjson = require "gptoss.serve_http", require "dkjson"
+    for _, text in ipairs { "", "plain words", 'a "quote" \\ and \n\t\1', "\u{2028} \u{feff} \127", "é€😀" } do
+      assert.are.equal(dkjson.quotestring(text), serve_http.quote(text))
+      assert.are.equal(dkjson.quotestring(text), '"' .. serve_http.escape(text) .. '"')
+    end
+  end)
 end)
 
 describe("the runner's arrivals and cancellations (gptoss serve's)", function()

@@ -476,6 +476,18 @@ describe("tokenizer", function()
       assert.are.equal("", d:flush())
       expect_error(function() d:add(9) end, "out of range 0..4")
     end)
+
+    it("joins a long piece to the pending bytes as a short one", function()
+      local long = ("a"):rep(300) .. "\xe2\x82" -- past the pieces decoder:add joins on the C stack
+      local t = small({ "\xe2", long, "\xac", "b" })
+      local d = t:decoder()
+      assert.are.equal("", d:add(0))
+      assert.are.equal("\xe2" .. ("a"):rep(300), d:add(1))
+      assert.are.equal(2, d.pending)
+      assert.are.equal("€", d:add(2))
+      assert.are.equal("\xe2" .. ("a"):rep(300) .. "€b", d:add({ 0, 1, 2, 3 }))
+      expect_error(function() d:add("x") end, "must be an integer token id")
+    end)
   end)
 
   describe("lifetime", function()

@@ -143,13 +143,6 @@ local function new_step()
   return { slots = {}, positions = {}, tokens = {}, rows = {}, seqs = {}, constraint = {} }
 end
 
--- Adds a row feeding token to seq's slot at its position, which moves on.
-local function add_row(step, seq, token)
-  local n = #step.slots + 1
-  step.slots[n], step.positions[n], step.tokens[n] = seq.slot, seq.position, token
-  seq.position = seq.position + 1
-end
-
 -- Adds n rows feeding ids[first .. first + n - 1] to seq's slot at its next positions (a
 -- prompt's chunk in one pass, not a call a token).
 local function add_rows(step, seq, ids, first, n)
@@ -176,21 +169,35 @@ end
 -- last id, or the id the pending step's row yields for it (fed on the device), unless that
 -- id is its last. A sequence with a seq.turn waits for its pending id to be read instead
 -- (its matcher and forced ids follow from it), then feeds the ids not fed yet: its last,
--- and those the turn forced after it (in seq.output too).
+-- and those the turn forced after it (in seq.output too). The row the pending step feeds
+-- (every decoding sequence's, each step) is added here in place, as add_rows and yields would
+-- (a sequence with no turn has no matcher), without their calls and lengths (#) a row.
 local function add_decode_rows(st, step, pending)
   local pending_rows = pending and pending.rows
-  for _, seq in ipairs(st.running) do
-    if #step.slots == st.rows then break end
+  local slots, positions, tokens, rows, seqs = step.slots, step.positions, step.tokens, step.rows, step.seqs
+  local n, most, running = #slots, st.rows, st.running
+  for j = 1, #running do
+    local seq = running[j]
+    if n == most then break end
+    local output = seq.output
     if pending_rows and seq.yield_rows == pending_rows then -- the pending step yields its next id
-      if #seq.output + 1 < seq.limit and not seq.turn then -- else its pending id is its last
-        add_row(step, seq, -seq.yield_row)
-        yields(step, seq)
+      if #output + 1 < seq.limit and not seq.turn then -- else its pending id is its last
+        local position = seq.position
+        n = n + 1
+        slots[n], positions[n], tokens[n] = seq.slot, position, -seq.yield_row
+        seq.position = position + 1
+        local k = #rows + 1
+        rows[k], seqs[k] = n, seq
+        seq.yield_rows, seq.yield_row = rows, n
       end
-    elseif seq.position >= #seq.prompt and seq.position < #seq.prompt + #seq.output then
+    else
       local fed = seq.position - #seq.prompt -- of seq.output
-      local last = math.min(#seq.output, fed + st.chunk, fed + st.rows - #step.slots)
-      add_rows(step, seq, seq.output, fed + 1, last - fed)
-      if last == #seq.output then yields(step, seq) end
+      if fed >= 0 and fed < #output then
+        local last = math.min(#output, fed + st.chunk, fed + most - n)
+        add_rows(step, seq, output, fed + 1, last - fed)
+        if last == #output then yields(step, seq) end
+        n = #slots
+      end
     end
   end
 end
@@ -201,7 +208,8 @@ end
 -- whose prompt is fed, or that ended, leave it.
 local function add_prefill_rows(self, step)
   local st, sched, prefilling, still = self.state, self.scheduler, self.prefilling, {}
-  for i, seq in ipairs(prefilling) do
+  for i = 1, #prefilling do
+    local seq = prefilling[i]
     local left, room = #seq.prompt - seq.position, st.rows - #step.slots
     if room == 0 then
       table.move(prefilling, i, #prefilling, #still + 1, still)
@@ -267,8 +275,9 @@ end
 -- tells the scheduler.
 local function release(self, ended)
   local st, sched = self.state, self.scheduler
-  local running = {}
-  for _, seq in ipairs(st.running) do
+  local running, was = {}, st.running
+  for j = 1, #was do
+    local seq = was[j]
     if seq.finish then
       free_slot(self.free_slots, seq.slot)
     else
@@ -305,19 +314,22 @@ function Runner:cancel(seq, finish)
 end
 
 function Runner:apply(plan, ids, failed)
-  local st = self.state
+  local st, rows, seqs, stop = self.state, plan.rows, plan.seqs, self.stop
   local ended, generated = {}, 0
-  for i, r in ipairs(plan.rows) do
-    local seq, id = plan.seqs[i], ids[r]
+  for i = 1, #rows do
+    local r = rows[i]
+    local seq, id = seqs[i], ids[r]
     if not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
       if not id then
         seq.finish, seq.error = "error", "no token could be drawn: " .. failed[r]
       else
         generated = generated + 1
-        seq.output[#seq.output + 1] = id
-        if self.stop[id] then
+        local output = seq.output
+        local n = #output + 1
+        output[n] = id
+        if stop[id] then
           seq.finish = "stop"
-        elseif #seq.output >= seq.limit then
+        elseif n >= seq.limit then
           seq.finish = "length"
         end
       end

@@ -16,6 +16,7 @@ local serve_openai = require "gptoss.serve_openai"
 local serve_api = {}
 
 local NULL = serve_http.null
+local escape = serve_http.escape
 local job_counter = 0
 
 -- The OpenAI usage object of a job's sequences.
@@ -80,12 +81,14 @@ end
 -- (a content or reasoning_content delta, the first chunk, the last) is encoded once a server
 -- for each kind, usage asked and choice, with slots where a job's id and created go and where
 -- the text goes (a delta's, or the finish_reason); a job fills in its id and created once
--- (new_stream), leaving the pieces around the text slots, and a delta costs one quoted
--- string (serve_http.quote). A model name that holds a slot's mark gets no template: its
--- events are encoded whole.
+-- (new_stream), leaving the pieces around the text slots, and a delta costs its text escaped
+-- (serve_http.escape: most need none, and are then no new string). A model name that holds
+-- a slot's mark gets no template: its events are encoded whole.
 local SLOTS = { id = "\1id\1", created = "\1created\1", text = "\1text\1" }
-local QUOTED_SLOTS = {}
-for name, mark in pairs(SLOTS) do QUOTED_SLOTS[name] = serve_http.quote(mark) end
+-- Each slot's mark as the encoded event holds it: the strings' inside their quotes, which
+-- stay in the template's pieces; created's (a number) with its quotes, which it replaces.
+local SLOT_MARKS = { id = serve_http.escape(SLOTS.id), created = serve_http.quote(SLOTS.created),
+  text = serve_http.escape(SLOTS.text) }
 -- the text slots of each shape: a reasoning delta holds its text twice (under both its names)
 local TEXT_SLOTS = { content = 1, reasoning_content = 2, first = 0, finish = 1 }
 
@@ -95,8 +98,8 @@ local function split_at_slots(text, shape)
   local out, at, seen = {}, 1, { id = 0, created = 0, text = 0 }
   while true do
     local slot, a, b
-    for name, quoted in pairs(QUOTED_SLOTS) do
-      local x, y = text:find(quoted, at, true)
+    for name, mark in pairs(SLOT_MARKS) do
+      local x, y = text:find(mark, at, true)
       if x and (not a or x < a) then slot, a, b = name, x, y end
     end
     out[#out + 1] = text:sub(at, (a or 0) - 1)
@@ -142,7 +145,7 @@ local function template(server, job, i, shape)
     current[#current + 1] = split[k]
     local slot = split[k + 1]
     if slot == "id" then
-      current[#current + 1] = serve_http.quote(job.id)
+      current[#current + 1] = serve_http.escape(job.id)
     elseif slot == "created" then
       current[#current + 1] = tostring(job.created)
     elseif slot == "text" then
@@ -168,35 +171,35 @@ local function new_stream(server, job)
   return st
 end
 
--- Appends template t's pieces with the quoted text between them to the pending events.
+-- Appends template t's pieces with the text escaped between them to the pending events.
 local function add_filled(pending, t, text)
-  local quoted = serve_http.quote(text)
+  local escaped, n = escape(text), #pending
   for k = 1, #t - 1 do
-    local n = #pending
-    pending[n + 1], pending[n + 2] = t[k], quoted
+    pending[n + 1], pending[n + 2] = t[k], escaped
+    n = n + 2
   end
-  pending[#pending + 1] = t[#t]
+  pending[n + 1] = t[#t]
 end
 
--- Choice i's delta d (serve_choice's) as an event in the stream's pending ones, carrying
--- the logprob entries not yet sent (nil: none; the event is then made from its template).
-local function add_delta(server, job, st, i, d, entries)
-  local field = d.content and "content" or d.reasoning_content and "reasoning_content"
-  local t = not entries and field and st.templates[i][field]
-  local pending = st.pending
-  if t then -- joined with the others at the write
-    add_filled(pending, t, d[field])
-  else
-    pending[#pending + 1] = serve_http.event(chunk(server, job, i, d, nil,
-      entries and logprobs_object(job.kind, entries)))
-  end
-end
-
--- Choice c's (i's) deltas as events, the first carrying the logprob entries of the ids
--- since the last event that carried text.
+-- Choice c's (i's) deltas (serve_choice's) as events in the stream's pending ones, joined
+-- with the others at the write; the first carries the logprob entries of the ids since the
+-- last event that carried text (an event with entries is encoded whole, the others are
+-- made from their templates).
 local function add_deltas(server, job, st, i, c, deltas)
   local entries = #deltas > 0 and c.logprobs and c:take_logprobs() or nil
-  for k = 1, #deltas do add_delta(server, job, st, i, deltas[k], k == 1 and entries or nil) end
+  local templates, pending = st.templates[i], st.pending
+  for k = 1, #deltas do
+    local d = deltas[k]
+    local field = d.content and "content" or d.reasoning_content and "reasoning_content"
+    local t = not entries and field and templates[field]
+    if t then
+      add_filled(pending, t, d[field])
+    else
+      pending[#pending + 1] = serve_http.event(chunk(server, job, i, d, nil,
+        entries and logprobs_object(job.kind, entries)))
+    end
+    entries = nil
+  end
 end
 
 -- Choice i's last events: its last deltas and finish (or the error that ended it); after

@@ -73,7 +73,8 @@ end
 
 -- The harmony parser's events as deltas.
 function Choice:events(events, out)
-  for _, e in ipairs(events) do
+  for k = 1, #events do
+    local e = events[k]
     if e.type == "start" then
       self.open = e
       local name = e.recipient and e.recipient:match("^functions%.(.+)$")

@@ -180,8 +180,9 @@ local DEPTH = 2
 function Engine:enqueue(k, plan)
   local flight = self.flights[k]
   plan.batch.from = flight[#flight] and flight[#flight].handle
-  for _, seq in ipairs(plan.seqs) do
-    if seq.sampling.logprobs then plan.logprobs = true end
+  local seqs = plan.seqs
+  for i = 1, #seqs do
+    if seqs[i].sampling.logprobs then plan.logprobs = true end
   end
   plan.handle = self.replicas[k]:step(plan.batch)
   flight[#flight + 1] = plan
@@ -207,11 +208,16 @@ function Engine:advance(k)
   local h = plan.handle
   local ids, failed = h:tokens { partial = true }
   local logprobs = plan.logprobs and h:logprobs { partial = true } or {}
-  local live = {}
-  for i, seq in ipairs(plan.seqs) do live[i] = not seq.finish end
+  local seqs, rows, live = plan.seqs, plan.rows, {}
+  for i = 1, #seqs do live[i] = not seqs[i].finish end
   local generated, ended = rn:apply(plan, ids, failed)
-  for i, row in ipairs(plan.rows) do
-    if live[i] and ids[row] then plan.seqs[i].on_id(plan.seqs[i], ids[row], logprobs[row] or nil) end
+  for i = 1, #rows do
+    local row = rows[i]
+    local id = ids[row]
+    if id and live[i] then
+      local seq = seqs[i]
+      seq.on_id(seq, id, logprobs[row] or nil)
+    end
   end
   for _, seq in ipairs(ended) do
     if seq.finish == "error" and self.on_error then self.on_error(("request %d: %s"):format(seq.index, seq.error)) end

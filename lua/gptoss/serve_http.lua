@@ -46,11 +46,17 @@ local function encode(value) return dkjson.encode(value, KEY_ORDER) end
 -- DEL, and the lead bytes of the invisible characters it escapes)
 local ESCAPED = '[%z\1-\31"\\\127\194\216\220\225\226\239]'
 
---- A JSON string of text, as answers encode it: dkjson's, but a text that needs no
--- escape (most deltas of a stream) is only looked at once.
+--- What goes between a JSON string's quotes for text, as answers encode it (dkjson's
+-- escapes): text itself when it needs no escape (most deltas of a stream), found so by
+-- one look at it.
+function serve_http.escape(text)
+  if not text:find(ESCAPED) then return text end
+  return dkjson.quotestring(text):sub(2, -2)
+end
+
+--- A JSON string of text, as answers encode it.
 function serve_http.quote(text)
-  if not text:find(ESCAPED) then return '"' .. text .. '"' end
-  return dkjson.quotestring(text)
+  return '"' .. serve_http.escape(text) .. '"'
 end
 
 --- A server-sent event's text: "data: JSON" (or the text given) and the blank line.
@@ -183,10 +189,22 @@ function Response:open_events()
     { ["cache-control"] = "no-cache" }), false, WRITE_TIMEOUT))
 end
 
+-- The states of a lua-http stream whose response may still be written.
+local WRITABLE = { open = true, ["half closed (remote)"] = true }
+
 --- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
--- False when the client is gone.
+-- False when the client is gone. A chunk before the last, framed as lua-http frames one, goes
+-- to the connection's socket at once: stream:write_chunk's checks and calls would be most
+-- of the Lua work of a write, which comes once a stream a step (the end goes through lua-http,
+-- which closes the stream's state).
 function Response:write_events(text, last)
-  return wrote(self, self.stream:write_chunk(text, last, WRITE_TIMEOUT))
+  local stream = self.stream
+  local socket = stream.connection.socket
+  local direct = socket and stream.body_write_type == "chunked" and WRITABLE[stream.state]
+  if last or text == "" or not direct then
+    return wrote(self, stream:write_chunk(text, last, WRITE_TIMEOUT))
+  end
+  return wrote(self, socket:xwrite(("%x\r\n"):format(#text) .. text .. "\r\n", "n", WRITE_TIMEOUT))
 end
 
 --- Waits for cond to be signalled, or for the client to go: false once it has gone (then

@@ -350,15 +350,19 @@ static int step_logprobs(lua_State *L) {
 }
 
 /* Pushes {[row] = why} for the rows of the step at 1 that no token could be
- * drawn for (1-based rows; why without the "row N: " of an error). */
+ * drawn for (1-based rows; why without the "row N: " of an error). The step
+ * is taken again only after a push, which allocates (a finaliser may run):
+ * a step's every row is looked at, each time it is read. */
 static void push_failures(lua_State *L) {
     lua_newtable(L);
-    for (int i = 0; i < check_step(L, 1)->res.rows; i++) {
+    const lua_step *h = check_delivered(L, 1, "step:tokens", 1);
+    for (int i = 0; i < h->res.rows; i++) {
         char why[GPTOSS_ERR_LEN];
-        if (!gptoss_result_row_failed(&check_delivered(L, 1, "step:tokens", 1)->res, i, why))
+        if (!gptoss_result_row_failed(&h->res, i, why))
             continue;
         lua_pushstring(L, why);
         lua_rawseti(L, -2, i + 1);
+        h = check_delivered(L, 1, "step:tokens", 1);
     }
 }
 

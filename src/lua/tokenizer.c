@@ -252,13 +252,38 @@ int gptoss_lua_tokenizer(lua_State *L) {
 
 /* ---- streaming decoder ---- */
 
+/* Pushes the complete UTF-8 characters of s (n bytes: d's pending bytes and
+ * what follows them) and keeps the rest pending in d. */
+static int push_complete(lua_State *L, lua_decoder *d, const uint8_t *s, size_t n) {
+    size_t ready = gptoss_utf8_complete_prefix(s, n);
+    d->n = n - ready;
+    memcpy(d->pending, s + ready, d->n);
+    lua_pushlstring(L, (const char *)s, ready);
+    return 1;
+}
+
+/* a piece this long or shorter, with the pending bytes, is joined on the C stack */
+#define SHORT_PIECE 256
+
 /* dec:add(id | ids) -> the text that is complete so far ("" while a UTF-8
- * character is still open) */
+ * character is still open). One id of a short piece (a stream's every
+ * step) is joined on the C stack, its piece copied there before anything
+ * allocates (a finaliser run by an allocation may close the tokenizer). */
 static int decoder_add(lua_State *L) {
     lua_decoder *d = gptoss_lua_check(L, 1, GPTOSS_DECODER_MT, NULL);
     lua_settop(L, 2);
     lua_getiuservalue(L, 1, 1); /* 3: the tokenizer */
-    gptoss_check_tokenizer(L, 3, "decoder:add");
+    const gptoss_tokenizer *t = gptoss_check_tokenizer(L, 3, "decoder:add");
+    if (lua_type(L, 2) != LUA_TTABLE) {
+        size_t len;
+        const uint8_t *piece = gptoss_tokenizer_piece(t, check_id(L, t, 2, "decoder:add", "id"), &len);
+        if (len <= SHORT_PIECE) {
+            uint8_t joined[sizeof d->pending + SHORT_PIECE];
+            memcpy(joined, d->pending, d->n);
+            memcpy(joined + d->n, piece, len);
+            return push_complete(L, d, joined, d->n + len);
+        }
+    }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addlstring(&b, (const char *)d->pending, d->n);
@@ -266,11 +291,7 @@ static int decoder_add(lua_State *L) {
     luaL_pushresult(&b);
     size_t len;
     const uint8_t *s = (const uint8_t *)lua_tolstring(L, -1, &len);
-    size_t ready = gptoss_utf8_complete_prefix(s, len);
-    d->n = len - ready;
-    memcpy(d->pending, s + ready, d->n);
-    lua_pushlstring(L, (const char *)s, ready);
-    return 1;
+    return push_complete(L, d, s, len);
 }
 
 /* dec:flush() -> whatever is held back (an incomplete character's bytes) */
