@@ -30,6 +30,13 @@ describe("gptoss.json_order", function()
     assert.are.same({ "x", "w" }, json_order.keys(v.d)) -- the value decoded last
   end)
 
+  it("keeps no order an earlier text of a key given twice gave an object its last text lacks", function()
+    -- d's first text writes an object where its last (kept) writes a list: the list knows no keys
+    local v = noted('{"d":{"p":{"k":1}},"d":{"p":[1]}}')
+    assert.are.same({ "p" }, json_order.keys(v.d))
+    assert.is_nil(json_order.keys(v.d.p))
+  end)
+
   it("knows no order for a table of no noted text", function()
     noted('{"a":1}')
     assert.is_nil(json_order.keys({ a = 1 }))
