@@ -6,7 +6,6 @@
 -- validated by ajv (tests/schema-check).
 local cjson = require "cjson"
 local dkjson = require "dkjson"
-local gptoss = require "gptoss"
 local G = require "grammar_gen"
 local H = require "helpers"
 local SH = require "serve_helpers"
@@ -151,51 +150,14 @@ describe("the serve engine with constrained sequences beside free ones (a 7m rep
     pending("lua-http, lua-cqueues or lua-cjson is missing (make setup)")
     return
   end
-  local cqueues = require "cqueues"
-  local scheduler = require "gptoss.scheduler"
-  local serve_api = require "gptoss.serve_api"
-  local serve_choice = require "gptoss.serve_choice"
-  local serve_engine = require "gptoss.serve_engine"
-  local serve_openai = require "gptoss.serve_openai"
+  local serve_engine_jobs = require "serve_engine_jobs"
   local tok = H.tokenizer(pending)
-  local model = gptoss.synthetic("7m")
-  local QUIET = setmetatable({}, { __index = function() return function() end end }) -- metrics not kept
 
-  -- Runs the jobs of bodies on a fresh replica through serve_api's sequences and the engine's
-  -- loop; every step's batch is seen by on_step(batch, unread) (unread: whether the step
-  -- before was still unread when it was enqueued). Returns each job's choices.
+  -- Each job's choices (tests/serve_engine_jobs.lua); every step's batch is seen by
+  -- on_step(batch, unread) (unread: whether the step before was still unread when it was
+  -- enqueued).
   local function serve(bodies, on_step)
-    local r = model:replica { device = "cpu", slots = 4, ctx = 600 }
-    local last, handle_of = nil, {}
-    local replica = setmetatable({ step = function(_, batch)
-      if on_step then on_step(batch, last ~= nil and not rawget(last, "read")) end
-      batch.from = batch.from and handle_of[batch.from]
-      local h = r:step(batch)
-      last = setmetatable({ tokens = function(self, ...)
-        self.read = true
-        return h:tokens(...)
-      end }, { __index = function(_, k) return function(_, ...) return h[k](h, ...) end end })
-      handle_of[last] = h
-      return last
-    end }, { __index = function(_, k)
-      local v = r[k]
-      if type(v) ~= "function" then return v end
-      return function(_, ...) return v(r, ...) end
-    end })
-    local engine = serve_engine.new { replicas = { replica }, scheduler = scheduler.continuous(), max_queue = 8,
-      on_error = function(message) error("the engine failed: " .. message) end }
-    local server, out = { metrics = QUIET, engine = engine }, {}
-    for k, body in ipairs(bodies) do
-      local job = serve_openai.chat(decoded(body), tok, 600)
-      job.seed, job.ended, out[k] = 100 + k, 0, { serve_choice.new(job, tok) }
-      assert.is_true(engine:submit(serve_api.sequences(server, job, out[k], nil, { signal = function() end })))
-    end
-    engine:stop()
-    local cq = cqueues.new()
-    cq:wrap(function() engine:run() end)
-    assert(cq:loop())
-    for _, choices in ipairs(out) do choices[1]:close() end
-    return out
+    return (serve_engine_jobs(bodies, { tok = tok, on_step = on_step }))
   end
 
   -- Checks that each slot's rows feed its positions in order, none skipped.

@@ -19,9 +19,11 @@
 -- no longer waits.
 --
 -- A sequence may carry seq.turn (gptoss serve's structured outputs: a gptoss.constraint
--- tracker): its rows draw under seq.turn:matcher(), are never fed by a pending step (its
--- next row waits until its last id is read), and feed every id of seq.output not fed yet
--- (the ids the turn forced after its last).
+-- tracker): its rows draw under seq.turn:matcher() and feed every id of seq.output not fed
+-- yet (the ids the turn forced after its last). While its turn is free (no matcher) and its
+-- sampling counts no penalties, a pending step's row feeds it on the device as any other's;
+-- else its next row waits until its last id is read. Once its tracker has taken an id read
+-- for it, r:observed(seq, plan) says whether that id changed the turn (see there).
 --
 -- Sequences may arrive later (r:arrive(seq, at): into state.waiting at index at) and end
 -- early (r:cancel(seq, finish): a waiting one leaves the queue, a running one frees its
@@ -34,9 +36,10 @@
 -- (tokens -j: its row j; the caller sets batch.from to that step); batch.draw lists the
 -- rows whose ids are read (r:step draws no other, and a CPU replica computes no other's
 -- logits); the plan's prefill_rows counts its prompt rows. r:apply(plan, ids [, failed])
--- takes a step's sampled ids and returns how many ids were generated and the list of the
--- sequences that ended; failed ({[row] = why}, h:tokens{partial = true}'s) names rows no
--- id could be drawn for, whose sequences end with finish "error" and error = why.
+-- takes a step's sampled ids and returns how many ids were generated, the list of the
+-- sequences that ended and which rows' ids went to their sequence's output (taken[i] for
+-- plan.rows[i]); failed ({[row] = why}, h:tokens{partial = true}'s) names rows no id could
+-- be drawn for, whose sequences end with finish "error" and error = why.
 local runner = {}
 
 local Runner = {}
@@ -165,13 +168,22 @@ local function yields(step, seq)
   if m then step.constraint[row] = m end
 end
 
+-- Whether seq (with a turn) waits for its pending id to be read before its next row: its
+-- turn has a matcher now, or its draws count penalties (a draw Runner:observed drops would
+-- still be counted for the slot's later draws).
+local function turn_waits(seq)
+  local s = seq.sampling
+  return seq.turn:matcher() ~= nil or (s ~= nil and (s.presence_penalty ~= nil or s.frequency_penalty ~= nil))
+end
+
 -- One decode row per running sequence whose prompt is fed, while the step has room: its
 -- last id, or the id the pending step's row yields for it (fed on the device), unless that
--- id is its last. A sequence with a seq.turn waits for its pending id to be read instead
--- (its matcher and forced ids follow from it), then feeds the ids not fed yet: its last,
--- and those the turn forced after it (in seq.output too). The row the pending step feeds
--- (every decoding sequence's, each step) is added here in place, as add_rows and yields would
--- (a sequence with no turn has no matcher), without their calls and lengths (#) a row.
+-- id is its last. A sequence with a seq.turn under a matcher (or counting penalties) waits
+-- for its pending id to be read instead (its matcher and forced ids follow from it), then
+-- feeds the ids not fed yet: its last, and those the turn forced after it (in seq.output
+-- too). The row the pending step feeds (every decoding sequence's, each step) is added here
+-- in place, as add_rows and yields would (it draws free), without their calls and lengths
+-- (#) a row.
 local function add_decode_rows(st, step, pending)
   local pending_rows = pending and pending.rows
   local slots, positions, tokens, rows, seqs = step.slots, step.positions, step.tokens, step.rows, step.seqs
@@ -181,7 +193,8 @@ local function add_decode_rows(st, step, pending)
     if n == most then break end
     local output = seq.output
     if pending_rows and seq.yield_rows == pending_rows then -- the pending step yields its next id
-      if #output + 1 < seq.limit and not seq.turn then -- else its pending id is its last
+      -- else its pending id is its last, or its turn waits for it
+      if #output + 1 < seq.limit and not (seq.turn and turn_waits(seq)) then
         local position = seq.position
         n = n + 1
         slots[n], positions[n], tokens[n] = seq.slot, position, -seq.yield_row
@@ -313,17 +326,37 @@ function Runner:cancel(seq, finish)
   release(self, { seq })
 end
 
+--- After seq.turn took the id that plan's step yielded for seq (and forced what follows
+-- it): when a step still in flight fed that id on the device (its turn was free) and the id
+-- changed the turn (opened a matcher or forced ids), that step's draw for seq followed the
+-- wrong state: r:apply drops it, and seq's next row feeds from the host the forced ids, or
+-- that id again at its position to draw under the matcher. The step in flight wrote the
+-- id's keys at that position, which stand (fed again, it writes the same); a draw is keyed
+-- by (seed, position), so the ids are those of a run that waited for each id. (A turn that
+-- ended ends its sequence: the caller cancels it.)
+function Runner:observed(seq, plan)
+  local ahead = seq.yield_rows
+  if seq.finish or ahead == plan.rows then return end -- no step in flight fed it
+  local forced = seq.position - #seq.prompt < #seq.output
+  if forced or seq.turn:matcher() ~= nil then
+    seq.dropped_rows, seq.yield_rows = ahead, nil
+    if not forced then seq.position = seq.position - 1 end
+  end
+end
+
 function Runner:apply(plan, ids, failed)
   local st, rows, seqs, stop = self.state, plan.rows, plan.seqs, self.stop
-  local ended, generated = {}, 0
+  local ended, generated, taken = {}, 0, {}
   for i = 1, #rows do
     local r = rows[i]
     local seq, id = seqs[i], ids[r]
-    if not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
+    if seq.dropped_rows == rows then
+      seq.dropped_rows = nil -- a draw that followed an id which changed its turn (Runner:observed)
+    elseif not seq.finish then -- else it ended on a stop id in the step before: a row built ahead
       if not id then
         seq.finish, seq.error = "error", "no token could be drawn: " .. failed[r]
       else
-        generated = generated + 1
+        generated, taken[i] = generated + 1, true
         local output = seq.output
         local n = #output + 1
         output[n] = id
@@ -338,7 +371,7 @@ function Runner:apply(plan, ids, failed)
   end
   st.step = st.step + 1
   if #ended > 0 then release(self, ended) end
-  return generated, ended
+  return generated, ended, taken
 end
 
 return runner

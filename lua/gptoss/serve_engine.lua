@@ -8,10 +8,11 @@
 -- steps in flight, the next built and enqueued (fed by the running one on the device)
 -- before the running one is read, as getp's loop does; a step is read only once h:ready()
 -- says it is done, so between steps the loop yields and the HTTP side accepts, parses and
--- streams. Each new id goes to its sequence's on_id(seq, id,
--- logprob) at once, and an ended sequence to on_end(seq); both are called from the loop and
--- must not yield. engine.read_at is gptoss.clock() when the step whose ids they get was read
--- (one clock a step, not one an id).
+-- streams. Each new id goes to its sequence's on_id(seq, id, logprob) at once (a sequence
+-- with seq.turn has its tracker take it there: the runner then sees whether it changed the
+-- turn), and an ended sequence to on_end(seq); both are called from the loop and must not
+-- yield. engine.read_at is gptoss.clock() when the step whose ids they get was read (one
+-- clock a step, not one an id).
 --
 -- Each step of a replica is timed from the moment the step before it was read (or, from
 -- idle, it was enqueued) to the moment it is read: host is the part until the loop first
@@ -37,6 +38,11 @@ local IDLE_TRIM = 1
 local STOP = {}
 for _, id in ipairs(harmony.stop_ids) do STOP[id] = true end
 
+-- Steps a replica keeps in flight: while one runs the next waits on the device, built
+-- (fed by the one running) before the running one is read, so the device never waits for
+-- the host between steps, as getp's loop keeps it.
+local DEPTH = 2
+
 local Engine = {}
 Engine.__index = Engine
 
@@ -50,10 +56,13 @@ local function prefill_prefix(r, ids)
 end
 
 --- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
--- function(message), on_step = function(k, host, waited, generated, prefilled) or nil}:
+-- function(message), on_step = function(k, host, waited, generated, prefilled) or nil,
+-- depth = steps a replica keeps in flight or nil (DEPTH; 1: each step is built once the one
+-- before is read, no row fed on the device: the reference the pipelined ids must equal)}:
 -- runners over the replicas, nothing running yet.
 function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
+    depth = opts.depth or DEPTH,
     runners = {}, flights = {}, prefixes = {}, wake = condition.new(), stopping = false,
     on_error = opts.on_error, on_step = opts.on_step, next_index = 0, turn = 0, timing = {} }, Engine)
   for k, r in ipairs(self.replicas) do
@@ -170,11 +179,6 @@ function Engine:cancel(seq, finish)
   end
 end
 
--- Steps a replica keeps in flight: while one runs the next waits on the device, built
--- (fed by the one running) before the running one is read, so the device never waits for
--- the host between steps, as getp's loop keeps it.
-local DEPTH = 2
-
 -- Enqueues plan's step on replica k, fed by its newest step in flight (none: fed nothing);
 -- notes whether any of its sequences asked for logprobs.
 function Engine:enqueue(k, plan)
@@ -188,11 +192,11 @@ function Engine:enqueue(k, plan)
   flight[#flight + 1] = plan
 end
 
--- Builds and enqueues steps on replica k until DEPTH are in flight or there is nothing to
--- step.
+-- Builds and enqueues steps on replica k until self.depth are in flight or there is
+-- nothing to step.
 function Engine:fill(k)
   local flight, rn = self.flights[k], self.runners[k]
-  while #flight < DEPTH and rn:busy() do
+  while #flight < self.depth and rn:busy() do
     local plan = rn:build(flight[#flight])
     if not plan then return end
     self:enqueue(k, plan)
@@ -208,15 +212,13 @@ function Engine:advance(k)
   local h = plan.handle
   local ids, failed = h:tokens { partial = true }
   local logprobs = plan.logprobs and h:logprobs { partial = true } or {}
-  local seqs, rows, live = plan.seqs, plan.rows, {}
-  for i = 1, #seqs do live[i] = not seqs[i].finish end
-  local generated, ended = rn:apply(plan, ids, failed)
+  local seqs, rows = plan.seqs, plan.rows
+  local generated, ended, taken = rn:apply(plan, ids, failed)
   for i = 1, #rows do
-    local row = rows[i]
-    local id = ids[row]
-    if id and live[i] then
-      local seq = seqs[i]
-      seq.on_id(seq, id, logprobs[row] or nil)
+    if taken[i] then
+      local seq, row = seqs[i], rows[i]
+      seq.on_id(seq, ids[row], logprobs[row] or nil)
+      if seq.turn then rn:observed(seq, plan) end -- its tracker took the id in on_id
     end
   end
   for _, seq in ipairs(ended) do
