@@ -21,13 +21,13 @@
 -- server's host and waited ms a step over the run and its host µs a generated id.
 -- Exit status 1 when a request fails or the server cannot be reached, with one message.
 local argparse = require "argparse"
+local bench_requests = require "gptoss.bench_requests"
 local cjson = require "cjson"
 local cmdline = require "gptoss.cmdline"
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 local files = require "gptoss.files"
 local gptoss = require "gptoss"
-local draw_lengths = require "gptoss.lengths"
 local results = require "gptoss.results"
 local script = require "gptoss.script"
 require "gptoss.serve_http" -- lua-http on Lua 5.4's path (its header says why)
@@ -70,34 +70,10 @@ parser:option("--json-schema", "The chat requests carry response_format json_sch
 results.add_option(parser)
 local args = script.parse(parser)
 
-local PROMPT_IDS = 100000 -- prompt ids drawn below this: ordinary text tokens of o200k
--- The chat messages' words: each one o200k token, alone and after a space (tests/serve_spec.lua checks)
-local WORDS = { "the", "time", "people", "year", "way", "day", "man", "thing", "woman", "life", "child", "world",
-  "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
-  "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water",
-  "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job",
-  "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour",
-  "game", "line", "end", "member" }
--- --json-schema typical: a record of the size and keywords structured-output requests commonly
--- have, every value bounded; as text, since the properties' order is the body's
-local TYPICAL_SCHEMA = [[{"type": "object", "additionalProperties": false, "properties": {
-  "id": {"type": "integer", "minimum": 1, "maximum": 999999}, "title": {"type": "string", "maxLength": 60},
-  "summary": {"type": "string", "maxLength": 160},
-  "category": {"enum": ["news", "review", "tutorial", "opinion", "reference"]},
-  "rating": {"type": "integer", "minimum": 1, "maximum": 5}, "published": {"type": "boolean"},
-  "tags": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 5},
-  "author": {"type": "object", "additionalProperties": false, "properties": {
-    "name": {"type": "string", "maxLength": 40}, "email": {"type": "string", "maxLength": 60}},
-    "required": ["name", "email"]},
-  "word_count": {"type": "integer", "minimum": 0, "maximum": 100000},
-  "language": {"enum": ["en", "de", "fr", "es", "ja"]}},
-  "required": ["id", "title", "summary", "category", "rating", "published", "tags", "author", "word_count",
-    "language"]}]]
-
 -- --json-schema's value as the response_format's JSON text: {source =, format =}; a usage
 -- error naming the problem for a file that cannot be read or does not hold a JSON object.
 local function response_format(source)
-  local name, text = "typical", TYPICAL_SCHEMA
+  local name, text = "typical", bench_requests.TYPICAL_SCHEMA
   if source ~= "typical" then
     local ok, read = pcall(files.read, "--json-schema", source)
     if not ok then script.usage_error(parser, read) end
@@ -110,8 +86,7 @@ local function response_format(source)
     name, text = source:match("([^/]*)$"):gsub("%.json$", ""):gsub("[^%w_-]", "_"):sub(1, 64), read
     if name == "" then name = "schema" end
   end
-  return { source = source, format = ('{"type":"json_schema","json_schema":{"name":%s,"strict":true,"schema":%s}}')
-    :format(cjson.encode(name), text) }
+  return { source = source, format = bench_requests.response_format(name, text) }
 end
 if args.json_schema and args.chat_fraction == 0 then
   script.usage_error(parser, "--json-schema: only chat requests carry it: give --chat-fraction above 0")
@@ -206,26 +181,6 @@ local function run_one(path, body)
   return r
 end
 
--- The next request, drawn: a completion of random prompt ids, or (--chat-fraction) a chat of
--- words; the draws are the same with --json-schema and without. Returns the path, the body's
--- JSON text and whether it is a chat.
-local function draw_request(model)
-  local lengths = args.lengths == "fixed" and { args.input, args.output } or { draw_lengths.draw_sharegpt(args.max_len) }
-  local prompt = {}
-  if args.chat_fraction > 0 and math.random() < args.chat_fraction then
-    for k = 1, lengths[1] do prompt[k] = WORDS[math.random(#WORDS)] end
-    local body = cjson.encode { model = model, messages = { { role = "user", content = table.concat(prompt, " ") } },
-      max_tokens = lengths[2], temperature = 0, reasoning_effort = "none", stream = true,
-      stream_options = { include_usage = true } }
-    -- spliced as text: a decoded schema re-encoded would lose its properties' order
-    if schema then body = body:sub(1, -2) .. ',"response_format":' .. schema.format .. "}" end
-    return "/v1/chat/completions", body, true
-  end
-  for k = 1, lengths[1] do prompt[k] = math.random(0, PROMPT_IDS - 1) end
-  return "/v1/completions", cjson.encode { model = model, prompt = prompt, max_tokens = lengths[2], temperature = 0,
-    stream = true, stream_options = { include_usage = true } }, false
-end
-
 -- Adds the chat requests' figures to report and prints them: how many went as chat and, with
 -- a schema, how many of them finished (the grammar's end), parsed as JSON, or were cut by max_tokens.
 local function chat_figures(report, done)
@@ -262,7 +217,9 @@ script.run(function()
     before = server_steps()
     started = gptoss.clock()
     for i = 1, args.requests do
-      local path, body, chat = draw_request(model)
+      local path, body, chat = bench_requests.draw { model = model, lengths = args.lengths, input = args.input,
+        output = args.output, max_len = args.max_len, chat_fraction = args.chat_fraction,
+        response_format = schema and schema.format }
       while args.concurrency and in_flight >= args.concurrency do freed:wait() end
       in_flight = in_flight + 1
       cq:wrap(function()

@@ -14,6 +14,12 @@
 -- launch the host's part of enqueueing it (a GPU's kernel launches): r:step spins that
 -- long first.
 -- Rows whose slot asked for logprobs get the id with logprob -1 and no alternatives.
+-- A step's constraint ({[row] = matcher}, docs/structured.md#constrained-steps) is honoured:
+-- such a row's id is the one above when its matcher allows it, else one of m:allowed()
+-- picked by its position (deterministic, spread over the set), and the matcher takes it at
+-- once, as a device's step makes it take it when the ids are read. r.constraint_seconds
+-- counts the CPU of what a device's step does for them on the host: each row's mask (m:mask)
+-- and the matcher's accept; the choice is the fake's own.
 local gptoss = require "gptoss"
 
 local fake_replica = {}
@@ -37,7 +43,7 @@ function fake_replica.new(opts)
   local chunk = opts.chunk or 128
   return setmetatable({ slots = opts.slots, ctx = opts.ctx, device = "fake", rows = opts.rows or opts.slots + chunk,
     chunk = chunk, text = opts.text, delay = opts.delay or 0, launch = opts.launch or 0, choose = opts.choose,
-    held = {}, logprobs = {}, done_at = 0 }, Replica)
+    held = {}, logprobs = {}, done_at = 0, constraint_seconds = 0 }, Replica)
 end
 
 function Replica:sampling(slot, params)
@@ -67,16 +73,44 @@ function Replica:row_id(slot, position, token)
   return text[position % #text + 1]
 end
 
+-- Spreads a position over 1..n (Knuth's multiplicative hash).
+local function spread(position, n)
+  return (position * 2654435761 >> 7) % n + 1
+end
+
+-- The id a constrained row draws: id (the unconstrained choice) if m allows it, else one of
+-- m's allowed set. Raises if m allows nothing (a step that could not draw).
+local function constrained_id(m, id, position)
+  if m:allows(id) then return id end
+  local set = m:allowed()
+  if #set == 0 then error(("fake_replica: the matcher at position %d allows no token"):format(position), 0) end
+  return set:nth(spread(position, #set))
+end
+
 function Replica:step(batch)
   local launched = gptoss.clock() + self.launch
   while gptoss.clock() < launched do end
   local ids, fed, tokens, positions = {}, batch.from and batch.from.ids, batch.tokens, batch.positions
-  local asked = false
+  local constraint, asked = batch.constraint, false
   for i, slot in ipairs(batch.slots) do
     local t = tokens[i]
     if t < 0 then t = fed[-t] end
     ids[i] = self:row_id(slot, positions[i], t)
     asked = asked or self.logprobs[slot] ~= nil
+  end
+  if constraint then
+    -- what a device's step does on the host: each row's mask made (a new buffer, as a step
+    -- makes one for its rows), then its id taken
+    local started = os.clock()
+    for _, m in pairs(constraint) do m:mask() end
+    local seconds = os.clock() - started
+    for row, m in pairs(constraint) do
+      ids[row] = constrained_id(m, ids[row], positions[row])
+      started = os.clock()
+      assert(m:accept(ids[row]))
+      seconds = seconds + os.clock() - started
+    end
+    self.constraint_seconds = self.constraint_seconds + seconds
   end
   local now = gptoss.clock()
   self.done_at = math.max(now, self.done_at) + self.delay

@@ -8,16 +8,24 @@
 --   lua5.4 tests/serve_host_bench.lua [--requests 512] [--output 200] [--input 14]
 --                                     [--lengths fixed | sharegpt] [--seed 0]
 --                                     [--endpoint completions | chat] [--http] [--profile]
---                                     [--delay seconds]
+--                                     [--delay seconds] [--max-len 1024]
+--                                     [--chat-fraction F [--json-schema typical]]
 -- --lengths sharegpt draws each request's lengths as gptoss bench_serve does (gptoss.lengths,
--- at most MAX_LEN each) instead of sending --input and --output. --delay makes each step take
+-- at most --max-len each) instead of sending --input and --output. --delay makes each step take
 -- that long, as a device's does: each stream then gets one id a write, as a GPU server's do,
 -- and the CPU time spent polling for it counts, where the server's figure leaves it out.
 -- It prints the process's CPU seconds (os.clock) an id, less the fake replica's own, the
 -- server's host µs an id (its step_summary, as gptoss serve logs at shutdown), and one JSON
--- line. --profile samples where the time goes (a debug.sethook count hook) and prints the
--- functions holding the most samples.
+-- line. --chat-fraction sends bench_serve's load instead (gptoss.bench_requests: that share
+-- of chats of words, reasoning_effort none, the rest completions; lengths as --lengths), and
+-- --json-schema typical gives its chats bench_serve's schema: the fake replica then draws
+-- their final channel under its matcher, whose masks and accepts count as the server's host
+-- work (a device's step takes them on the host); the line then says how many of them finished
+-- and were valid JSON. --profile samples where the time goes (a debug.sethook count hook: the
+-- CPU time between samples goes to the function sampled) and prints the functions holding
+-- the most of it.
 local argparse = require "argparse"
+local bench_requests = require "gptoss.bench_requests"
 local cjson = require "cjson"
 local cmdline = require "gptoss.cmdline"
 local condition = require "cqueues.condition"
@@ -32,7 +40,11 @@ local serve_api = require "gptoss.serve_api"
 local Sink = {}
 Sink.__index = Sink
 function Sink:open_events() return true end
-function Sink:write_events(text) self.bytes = self.bytes + #text return true end
+function Sink:write_events(text)
+  self.bytes = self.bytes + #text
+  if self.text then self.text[#self.text + 1] = text end
+  return true
+end
 function Sink:wait(cond) cond:wait() return true end
 function Sink:send(status) self.status = status end
 
@@ -47,23 +59,35 @@ parser:option("--endpoint", "completions (prompt ids, as gptoss bench_serve) or 
   :choices { "completions", "chat" }
 parser:option("--delay", "Seconds a step of the fake replica takes, as a device's would (0: ready at once).", "0")
   :convert(cmdline.number("--delay", 0, 10))
+parser:option("--max-len", "Longest prompt or output drawn with --lengths sharegpt (bench_serve's).", "1024")
+  :convert(cmdline.integer("--max-len", 4))
+parser:option("--chat-fraction", "Send bench_serve's requests: this share of them chats (replaces --endpoint).", "0")
+  :convert(cmdline.number("--chat-fraction", 0, 1))
+parser:option("--json-schema", "The chats carry bench_serve's typical response_format.")
+  :choices { "typical" }
 parser:flag("--http", "Serve over loopback to gptoss bench_serve (a child process; completions only).")
-parser:flag("--profile", "Print the functions holding the most samples.")
+parser:flag("--profile", "Print the functions holding the most CPU time between samples.")
 local args = parser:parse()
 if args.http and args.endpoint ~= "completions" then parser:error("--http sends completions only (bench_serve's)") end
+if args.chat_fraction > 0 and args.endpoint ~= "completions" then
+  parser:error("--chat-fraction sends bench_serve's load: leave --endpoint out")
+end
+if args.json_schema and args.chat_fraction == 0 then parser:error("--json-schema: give --chat-fraction above 0") end
+local schema_format = args.json_schema and bench_requests.response_format("typical", bench_requests.TYPICAL_SCHEMA)
 
--- Each request's prompt and output lengths: {input, output}.
-local MAX_LEN = 1024 -- bench_serve's default --max-len
+-- Each request's prompt and output lengths, {input, output}, unless --chat-fraction draws
+-- whole requests (below).
 local drawn = {}
 math.randomseed(args.seed)
-for i = 1, args.requests do
-  drawn[i] = args.lengths == "fixed" and { args.input, args.output } or { lengths.draw_sharegpt(MAX_LEN) }
+for i = 1, args.chat_fraction == 0 and args.requests or 0 do
+  drawn[i] = args.lengths == "fixed" and { args.input, args.output } or { lengths.draw_sharegpt(args.max_len) }
 end
-local longest = args.lengths == "fixed" and args.input + args.output or 2 * MAX_LEN
+-- positions a slot needs at most: a chat's template and schema section come on top of its words
+local longest = (args.lengths == "fixed" and args.input + args.output or 2 * args.max_len) + 1024
 
 local tok = gptoss.tokenizer()
 local TEXT = fake_replica.plain_text(tok)
-local replica = fake_replica.new { slots = args.requests + 1, ctx = longest + 64, text = TEXT, delay = args.delay }
+local replica = fake_replica.new { slots = args.requests + 1, ctx = longest, text = TEXT, delay = args.delay }
 -- the fake replica's own seconds, which are a device's work, not the server's
 local replica_seconds, step = 0, replica.step
 function replica.step(r, batch)
@@ -75,7 +99,7 @@ end
 local server = serve.new { model = gptoss.synthetic("7m"), model_name = "bench", tokenizer = tok,
   replicas = { replica }, max_queue = args.requests, port = 0, access_log = false, log = function() end }
 
--- Request i's body.
+-- Request i's body (--input, --output or drawn lengths, --endpoint).
 local function body(i)
   local input, output = drawn[i][1], drawn[i][2]
   local b = { model = "bench", max_tokens = output, temperature = 0, stream = true,
@@ -89,14 +113,34 @@ local function body(i)
   return cjson.encode(b)
 end
 
+-- The requests, {path =, body =, chat =} each: --chat-fraction's bench_serve load, else --endpoint's.
+local function requests()
+  local list = {}
+  for i = 1, args.requests do
+    if args.chat_fraction > 0 then
+      local path, text, chat = bench_requests.draw { model = "bench", lengths = args.lengths, input = args.input,
+        output = args.output, max_len = args.max_len, chat_fraction = args.chat_fraction,
+        response_format = schema_format }
+      list[i] = { path = path, body = text, chat = chat }
+    else
+      list[i] = { path = args.endpoint == "chat" and "/v1/chat/completions" or "/v1/completions", body = body(i) }
+    end
+  end
+  return list
+end
+
 -- Samples a function's frame every 1000 instructions, in every coroutine the controller
--- wraps from now on (a hook belongs to one coroutine).
+-- wraps from now on (a hook belongs to one coroutine): counts[key] = {samples, CPU seconds
+-- since the sample before}, so that the time of a C function (a mask, a decode) goes to the
+-- Lua function running when it returns, most often its caller.
 local function profile_hook()
-  local counts = {}
+  local counts, last = {}, os.clock()
   local function hook()
     local info = debug.getinfo(2, "S")
-    local key = info.short_src .. ":" .. info.linedefined
-    counts[key] = (counts[key] or 0) + 1
+    local key, now = info.short_src .. ":" .. info.linedefined, os.clock()
+    local c = counts[key] or { 0, 0 }
+    c[1], c[2], last = c[1] + 1, c[2] + now - last, now
+    counts[key] = c
   end
   local wrap
   wrap = cqueues.interpose("wrap", function(cq, f, ...)
@@ -110,24 +154,28 @@ local function profile_hook()
 end
 
 local function print_profile(counts)
-  local keys, total = {}, 0
-  for key, n in pairs(counts) do keys[#keys + 1], total = key, total + n end
-  table.sort(keys, function(a, b) return counts[a] > counts[b] end)
-  print(("%d samples (thousands of Lua instructions)"):format(total))
-  for i = 1, math.min(25, #keys) do print(("%5.1f%%  %s"):format(100 * counts[keys[i]] / total, keys[i])) end
+  local keys, samples, seconds = {}, 0, 0
+  for key, c in pairs(counts) do keys[#keys + 1], samples, seconds = key, samples + c[1], seconds + c[2] end
+  table.sort(keys, function(a, b) return counts[a][2] > counts[b][2] end)
+  print(("%d samples (thousands of Lua instructions), %.3f CPU seconds between them; by CPU time:"):format(samples,
+    seconds))
+  for i = 1, math.min(25, #keys) do
+    local c = counts[keys[i]]
+    print(("%5.1f%% of CPU %5.1f%% of samples  %s"):format(100 * c[2] / seconds, 100 * c[1] / samples, keys[i]))
+  end
 end
 
 -- Runs the requests (their bodies, encoded before the clock starts: the client's work)
--- through the route handler into sinks; returns the bytes they took.
-local function serve_sinks(bodies)
+-- through the route handler into sinks; returns the bytes they took and the sinks. A
+-- structured chat's sink keeps its text (sink.text), to be judged once the clock stops.
+local function serve_sinks(list)
   local done, sinks, all_done = 0, {}, condition.new()
-  local route = serve_api.routes(server)["POST /v1/" .. (args.endpoint == "chat" and "chat/completions"
-    or "completions")]
+  local routes = serve_api.routes(server)
   server.cq:wrap(function() server.engine:run() end)
   for i = 1, args.requests do
-    sinks[i] = setmetatable({ bytes = 0 }, Sink)
+    sinks[i] = setmetatable({ bytes = 0, text = schema_format and list[i].chat and {} or nil }, Sink)
     server.cq:wrap(function()
-      route(sinks[i], bodies[i])
+      routes["POST " .. list[i].path](sinks[i], list[i].body)
       done = done + 1
       if done == args.requests then all_done:signal() end
     end)
@@ -139,7 +187,31 @@ local function serve_sinks(bodies)
   while not server.cq:empty() do assert(server.cq:step()) end
   local bytes = 0
   for _, s in ipairs(sinks) do bytes = bytes + s.bytes end
-  return bytes
+  return bytes, sinks
+end
+
+-- The structured chats' outputs, as bench_serve counts them: {finished =, valid_json =, cut =}.
+local function schema_outputs(sinks)
+  local outputs = { finished = 0, valid_json = 0, cut = 0 }
+  for _, sink in ipairs(sinks) do
+    if sink.text then
+      local content, finish = {}, nil
+      for data in table.concat(sink.text):gmatch("data: (.-)\n\n") do
+        local choice = data ~= "[DONE]" and cjson.decode(data).choices[1]
+        if choice then
+          content[#content + 1] = type(choice.delta.content) == "string" and choice.delta.content or nil
+          finish = type(choice.finish_reason) == "string" and choice.finish_reason or finish
+        end
+      end
+      if finish == "length" then
+        outputs.cut = outputs.cut + 1
+      elseif finish == "stop" then
+        outputs.finished = outputs.finished + 1
+        if pcall(cjson.decode, table.concat(content)) then outputs.valid_json = outputs.valid_json + 1 end
+      end
+    end
+  end
+  return outputs
 end
 
 -- Serves over loopback to gptoss bench_serve, run as a child process (its CPU is not this
@@ -148,8 +220,9 @@ local function serve_http()
   server:start()
   local log = os.tmpname()
   local client = ("(./gptoss bench_serve --url http://127.0.0.1:%d --requests %d --lengths %s --input %d "
-    .. "--output %d --seed %d --max-len %d >%s 2>&1; echo $? >>%s) &"):format(server.port, args.requests, args.lengths,
-      args.input, args.output, args.seed, MAX_LEN, log, log)
+    .. "--output %d --seed %d --max-len %d --chat-fraction %.17g%s >%s 2>&1; echo $? >>%s) &"):format(server.port,
+      args.requests, args.lengths, args.input, args.output, args.seed, args.max_len, args.chat_fraction,
+      args.json_schema and " --json-schema " .. args.json_schema or "", log, log)
   assert(os.execute(client))
   -- the log is looked at twice a second, not once a pass of the loop (which comes once a
   -- turn of the engine's): its opening would count as the server's host work
@@ -168,19 +241,28 @@ local function serve_http()
   os.remove(log)
 end
 
-local bodies = {}
-for i = 1, args.http and 0 or args.requests do bodies[i] = body(i) end
+local list = not args.http and requests()
 local counts = args.profile and profile_hook()
 local t0 = os.clock()
-local bytes
-if args.http then serve_http() else bytes = serve_sinks(bodies) end
+local bytes, sinks
+if args.http then serve_http() else bytes, sinks = serve_sinks(list) end
 local cpu = os.clock() - t0
 if counts then debug.sethook() end
 
 local ids = server.metrics.generation_tokens
-local host_us = (cpu - replica_seconds) * 1e6 / ids
-print(("%d requests, %d ids%s; %.2f µs of host CPU an id (%.2f with the fake replica's)")
-  :format(args.requests, ids, bytes and (", %d bytes streamed"):format(bytes) or " over HTTP", host_us, cpu * 1e6 / ids))
+-- the constrained rows' masks and accepts stay in: a device's step takes them on the host
+local host_us = (cpu - replica_seconds + replica.constraint_seconds) * 1e6 / ids
+local constraint_us = replica.constraint_seconds * 1e6 / ids
+print(("%d requests, %d ids%s; %.2f µs of host CPU an id (%.2f of it masks and accepts; %.2f with the fake "
+  .. "replica's)"):format(args.requests, ids, bytes and (", %d bytes streamed"):format(bytes) or " over HTTP", host_us,
+  constraint_us, cpu * 1e6 / ids))
 for _, line in ipairs(server.metrics:step_summary()) do print("server: " .. line) end
-print(cjson.encode { requests = args.requests, ids = ids, endpoint = args.endpoint, host_us_per_id = host_us })
+local outputs = sinks and schema_format and schema_outputs(sinks)
+if outputs then
+  print(("json_schema typical: %d finished, %d of them valid JSON; %d cut by max_tokens"):format(outputs.finished,
+    outputs.valid_json, outputs.cut))
+end
+print(cjson.encode { requests = args.requests, ids = ids, endpoint = args.endpoint, chat_fraction = args.chat_fraction,
+  json_schema = args.json_schema or false, host_us_per_id = host_us, constraint_us_per_id = constraint_us,
+  schema_outputs = outputs or nil })
 if counts then print_profile(counts) end

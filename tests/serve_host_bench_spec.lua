@@ -1,6 +1,8 @@
 -- tests/serve_host_bench.lua (gptoss serve's host work an id over a fake replica) runs and
--- counts every id, and a stream's events made from the server's templates are the chunks a
--- whole encode makes, with each job's id and created, whatever the model's name holds.
+-- counts every id, sends bench_serve's load with --chat-fraction (its structured chats drawn
+-- under their matchers by the fake replica, valid JSON where they finish), and a stream's
+-- events made from the server's templates are the chunks a whole encode makes, with each
+-- job's id and created, whatever the model's name holds.
 local dkjson = require "dkjson"
 local H = require "helpers"
 local SH = require "serve_helpers"
@@ -38,6 +40,46 @@ describe("serve host bench", function()
     local out, line = bench("--requests 5 --lengths sharegpt --seed 3")
     assert.is_table(line, out)
     assert.are.equal(ids, line.ids, out)
+  end)
+
+  it("sends bench_serve's load with --chat-fraction, its chats' answers JSON under --json-schema typical", function()
+    local bench_requests = require "gptoss.bench_requests"
+    math.randomseed(1)
+    local chats = 0
+    for _ = 1, 12 do
+      local _, _, chat = bench_requests.draw { model = "bench", lengths = "sharegpt", max_len = 300, chat_fraction = 0.5 }
+      if chat then chats = chats + 1 end
+    end
+    local out, line = bench("--requests 12 --lengths sharegpt --seed 1 --max-len 300 --chat-fraction 0.5 "
+      .. "--json-schema typical")
+    assert.is_table(line, out)
+    local outputs = line.schema_outputs
+    assert.are.equal("typical", line.json_schema)
+    assert.is_true(outputs.finished > 0, out)
+    assert.are.equal(outputs.finished, outputs.valid_json, out)
+    assert.are.equal(chats, outputs.finished + outputs.cut, out)
+    assert.is_number(line.constraint_us_per_id)
+  end)
+
+  it("refuses --json-schema without chats and --chat-fraction with --endpoint, naming them", function()
+    assert.matches("%-%-json%-schema: give %-%-chat%-fraction above 0", (bench("--json-schema typical")))
+    assert.matches("%-%-chat%-fraction sends bench_serve's load: leave %-%-endpoint out",
+      (bench("--chat-fraction 0.5 --endpoint chat")))
+  end)
+
+  it("has the fake replica draw a constrained row's id from its matcher, which takes it", function()
+    local fake_replica = require "fake_replica"
+    local gptoss = require "gptoss"
+    local tok = gptoss.tokenizer()
+    local text = fake_replica.plain_text(tok)
+    local replica = fake_replica.new { slots = 2, ctx = 64, text = text }
+    local m = gptoss.grammar.regex("[0-9]+"):matcher(tok)
+    local ids = replica:step { slots = { 1, 2 }, positions = { 0, 0 }, tokens = { 1, 2 }, constraint = { [2] = m } }
+      :tokens()
+    assert.are.equal(text[1], ids[1]) -- an unconstrained row keeps its text
+    assert.are.equal(1, m.tokens)
+    assert.matches("^[0-9]+$", tok:decode { ids[2] })
+    assert.is_true(replica.constraint_seconds >= 0)
   end)
 
   it("makes a stream's events with each job's id, under any model name", function()

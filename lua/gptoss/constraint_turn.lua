@@ -11,6 +11,8 @@ local harmony = require "gptoss.harmony"
 local constraint_turn = {}
 
 local special = harmony.special
+local FIRST_SPECIAL = special.startoftext -- the lowest special id: every id below it is text
+local NO_IDS = {} -- observe's answer when nothing is forced (never written to)
 
 -- The ids of harmony text whose specials are spelled "<|name|>".
 local function ids_of(tokenizer, text)
@@ -69,7 +71,8 @@ Tracker.__index = Tracker
 -- prefill (both fed already).
 function Plan:new()
   local parser = harmony.parser(self.tokenizer, { role = "assistant", strict = false })
-  local t = setmetatable({ plan = self, parser = parser, reasoning = 0, finished = false }, Tracker)
+  local t = setmetatable({ plan = self, parser = parser, reasoning = 0, finished = false, in_message = false },
+    Tracker)
   t:force(self.prefill)
   return t
 end
@@ -107,14 +110,19 @@ function Tracker:started(e)
   end
 end
 
--- The parser's events for id, acted on; returns ids to force after it.
+-- The parser's events for id, acted on; returns ids to force after it. Inside a message a
+-- text id makes only text events, which a tracker does not act on: the parser is not asked,
+-- so that a structured id is not decoded twice (the choice's own parser decodes it).
 function Tracker:observe(id)
-  local forced = {}
+  if self.in_message and id < FIRST_SPECIAL then return NO_IDS end
+  local forced = NO_IDS
   for _, e in ipairs(self.parser:push(id)) do
     if e.type == "start" then
+      self.in_message = true
       self:started(e)
     elseif e.type == "end" then
       local was = self.kind
+      self.in_message = false
       self:close()
       if e.stop == "return" or e.stop == "call" or e.stop == "endoftext" or (was == "final" and e.stop == "end") then
         self.finished = true

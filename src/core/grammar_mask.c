@@ -92,7 +92,7 @@ gptoss_status gptoss_matcher_mask(gptoss_matcher *m, uint32_t *words, char *err)
         if (rc < 0)
             return gm_stack_failure(rc, err);
     }
-    for (int w = 0; w < m->v->words; w++) { /* end tokens: only at the end */
+    for (int w = m->end_lo; w < m->end_hi; w++) { /* end tokens: only at the end */
         words[w] &= ~m->end_bits[w];
         words[w] |= m->closed_ends ? m->end_bits[w] : 0;
     }

@@ -187,8 +187,13 @@ gptoss_status gptoss_matcher_new(gptoss_constraint *c, const int32_t *end_ids, i
         gptoss_matcher_free(m);
         return gm_stack_failure(GM_NOMEM, err);
     }
-    for (int i = 0; i < n_end; i++)
-        m->end_bits[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
+    m->end_lo = n_end > 0 ? c->v->words : 0;
+    for (int i = 0; i < n_end; i++) {
+        int32_t w = end_ids[i] >> 5;
+        m->end_bits[w] |= 1u << (end_ids[i] & 31);
+        m->end_lo = w < m->end_lo ? w : m->end_lo;
+        m->end_hi = w + 1 > m->end_hi ? w + 1 : m->end_hi;
+    }
     *out = m;
     return GPTOSS_OK;
 }
@@ -210,6 +215,7 @@ gptoss_status gptoss_matcher_fork(const gptoss_matcher *m, gptoss_matcher **out,
         return gm_stack_failure(GM_NOMEM, err);
     }
     memcpy(f->end_bits, m->end_bits, (size_t)m->v->words * sizeof *f->end_bits);
+    f->end_lo = m->end_lo, f->end_hi = m->end_hi;
     f->ended = m->ended;
     *out = f;
     return GPTOSS_OK;

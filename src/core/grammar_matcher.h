@@ -14,6 +14,7 @@ struct gptoss_matcher {
     gm_ints starts;    /* where configuration i starts: one more than the tokens accepted */
     int32_t ended;     /* the configuration an end token made, or -1 */
     uint32_t *end_bits;
+    int32_t end_lo, end_hi; /* end_bits' words [end_lo, end_hi) hold every end token: a mask's pass is theirs alone */
     gm_ints closed;    /* the current configuration closed, when closed_valid */
     int closed_valid, closed_ends;
     gm_ints a, b, pool; /* scratch */
