@@ -40,7 +40,9 @@ static char unrecorded_error[] = "out of host memory";
 static void mask_task(void *ctx, int k) {
     mask_job *j = ctx;
     uint32_t *mask = j->masks + (size_t)k * (size_t)j->words;
-    memset(mask, 0, sizeof(uint32_t) * (size_t)j->words); /* tokens past the matcher's vocabulary: never */
+    /* the matcher clears its own words; tokens past its vocabulary: never */
+    const int matcher_words = gptoss_matcher_mask_words(j->matchers[k]);
+    memset(mask + matcher_words, 0, sizeof(uint32_t) * (size_t)(j->words - matcher_words));
     char err[GPTOSS_ERR_LEN];
     if (gptoss_matcher_mask(j->matchers[k], mask, err)) {
         char *copy = strdup(err);
