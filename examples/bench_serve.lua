@@ -18,7 +18,7 @@
 -- completions (their text and the counting: the option's help), carrying --json-schema's
 -- response_format when it is given, so that runs with and without it send the same load.
 -- When the server's /metrics has gptoss serve's step histograms, it also prints the
--- server's host and waited ms a step over the run and its host µs a generated id.
+-- server's host and waited ms a step over the run, its host µs a generated id and its rows a step.
 -- Exit status 1 when a request fails or the server cannot be reached, with one message.
 local argparse = require "argparse"
 local bench_requests = require "gptoss.bench_requests"
@@ -122,7 +122,7 @@ local function request(path, body)
   return stream
 end
 
--- The server's step figures from /metrics: {host =, waited =, steps =, generated =} summed
+-- The server's step figures from /metrics: {host =, waited =, steps =, generated =, prefilled =} summed
 -- over its replicas, or nil when it has none (another server).
 local function server_steps()
   local ok, text = pcall(function() return request("/metrics"):get_body_as_string(30) end)
@@ -134,6 +134,7 @@ local function server_steps()
     elseif name == "gptoss_step_host_seconds_count" then t.steps = t.steps + tonumber(value) end
   end
   t.generated = tonumber(text:match("\ngptoss_generation_tokens_total (%S+)")) or 0
+  t.prefilled = tonumber(text:match("\ngptoss_prefill_rows_total (%S+)")) or 0
   return t
 end
 
@@ -268,10 +269,13 @@ script.run(function()
     local steps = math.max(after.steps - before.steps, 1)
     report.server = { steps = after.steps - before.steps, host_ms_per_step = (after.host - before.host) * 1000 / steps,
       waited_ms_per_step = (after.waited - before.waited) * 1000 / steps,
-      host_us_per_token = (after.host - before.host) * 1e6 / math.max(after.generated - before.generated, 1) }
-    print(("server: %d steps, host %.3f ms a step (%.1f µs a generated id), waited %.3f ms a step"):format(
-      report.server.steps, report.server.host_ms_per_step, report.server.host_us_per_token,
-      report.server.waited_ms_per_step))
+      host_us_per_token = (after.host - before.host) * 1e6 / math.max(after.generated - before.generated, 1),
+      generated_per_step = (after.generated - before.generated) / steps,
+      prefill_rows_per_step = (after.prefilled - before.prefilled) / steps }
+    print(("server: %d steps, host %.3f ms a step (%.1f µs a generated id), waited %.3f ms a step; rows a step: "
+      .. "%.1f generated, %.1f prompt"):format(report.server.steps, report.server.host_ms_per_step,
+      report.server.host_us_per_token, report.server.waited_ms_per_step, report.server.generated_per_step,
+      report.server.prefill_rows_per_step))
   end
   print(require("dkjson").encode(report))
   record({ report })

@@ -32,11 +32,14 @@ describe("serve host bench", function()
     end
   end)
 
-  it("draws ShareGPT-like lengths with --lengths sharegpt, as gptoss.lengths does for its seed", function()
-    local lengths = require "gptoss.lengths"
+  it("sends bench_serve's requests for its seed, ShareGPT-like lengths with --lengths sharegpt", function()
+    local bench_requests = require "gptoss.bench_requests"
     math.randomseed(3)
     local ids = 0
-    for _ = 1, 5 do ids = ids + select(2, lengths.draw_sharegpt(1024)) end
+    for _ = 1, 5 do
+      local _, body = bench_requests.draw { model = "bench", lengths = "sharegpt", max_len = 1024, chat_fraction = 0 }
+      ids = ids + dkjson.decode(body).max_tokens
+    end
     local out, line = bench("--requests 5 --lengths sharegpt --seed 3")
     assert.is_table(line, out)
     assert.are.equal(ids, line.ids, out)
@@ -65,6 +68,18 @@ describe("serve host bench", function()
     assert.matches("%-%-json%-schema: give %-%-chat%-fraction above 0", (bench("--json-schema typical")))
     assert.matches("%-%-chat%-fraction sends bench_serve's load: leave %-%-endpoint out",
       (bench("--chat-fraction 0.5 --endpoint chat")))
+    assert.matches("%-%-model serves on its replica without sockets: leave %-%-http and %-%-delay out",
+      (bench("--model 7m --device cpu --http")))
+  end)
+
+  it("serves the requests on a real replica with --model, timing its throughput", function()
+    local out, line = bench("--requests 3 --output 4 --model 7m --device cpu --ctx 64")
+    assert.is_table(line, out)
+    assert.are.equal(12, line.ids, out)
+    assert.are.equal("7m", line.model)
+    assert.is_true(line.elapsed > 0 and math.abs(line.output_tok_per_s * line.elapsed - 12) < 1e-6, out)
+    assert.matches("12 ids, %d+ bytes streamed on 7m: [%d.]+ s, [%d.]+ output tok/s", out)
+    assert.matches("server: replica 1: %d+ steps, 12 ids", out)
   end)
 
   it("has the fake replica draw a constrained row's id from its matcher, which takes it", function()

@@ -370,7 +370,12 @@ describe("gptoss serve over a fake replica (tests/serve_scripted.lua --unscripte
     -- are mostly waited for
     assert.is_true(server.host_us_per_token > 0 and server.host_us_per_token < 1000, out)
     assert.is_true(server.waited_ms_per_step > 0, out)
-    assert.truthy(out:find("server: %d+ steps, host [%d.]+ ms a step %([%d.]+ µs a generated id%), waited"), out)
+    -- the rows a step: every id generated, every prompt token the fake replica was fed
+    assert.is_true(math.abs(server.generated_per_step * server.steps - 256 * 20) < 1e-6, out)
+    assert.is_true(math.abs(server.prefill_rows_per_step * server.steps - metric(s, "gptoss_prefill_rows_total")) < 1e-6,
+      out)
+    assert.truthy(out:find("server: %d+ steps, host [%d.]+ ms a step %([%d.]+ µs a generated id%), waited [%d.]+ ms "
+      .. "a step; rows a step: [%d.]+ generated, [%d.]+ prompt"), out)
     local code, log = stop(s)
     assert.are.equal(0, code)
     assert.truthy(log:find("replica 1: %d+ steps, 5120 ids; host [%d.]+ ms a step %([%d.]+ µs an id%), waited"), log)

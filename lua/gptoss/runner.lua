@@ -8,15 +8,18 @@
 -- others itself). opts: rows and chunk (the state's bounds), stop (a set of ids that end a
 -- sequence), prefix (nil, or {slot =, ids =, length =}: that slot holds the first length
 -- ids, which admission forks into the slot of a sequence whose prompt begins with them and
--- goes on past them; the slot is not offered to requests).
+-- goes on past them; the slot is not offered to requests), share (true: a sequence admitted
+-- without a prompt_from takes as its donor the latest one admitted whose prompt begins as
+-- its own, at least SHARE_MIN ids alike, and forks what they share as prompt_from says).
 --
 -- A sequence may name another of the same prompt in seq.prompt_from (gptoss serve's choices
--- of one request): admitted while that one runs and has fed no more than its prompt, it
--- feeds nothing until the steps built so far feed that prompt but its last token, then
--- forks those positions from the other's slot and feeds only the last token itself (its
--- first id is its own draw). Admitted later, or when the other ends first, it feeds its own
--- prompt. Its prefill_chunk is not asked while it waits. seq.prompt_from is nil once it
--- no longer waits.
+-- of one request): admitted while that one runs and its slot can still give that prompt but
+-- its last token (a GPU slot's windowed rings lose the oldest keys: r:rewind_limit), it
+-- feeds nothing until the steps built so far feed those positions, then forks them from the
+-- other's slot and feeds only the last token itself (its first id is its own draw). When the
+-- other can no longer give them, or ends first, it feeds its own prompt. Its prefill_chunk
+-- is not asked while it waits. seq.prompt_from is nil once it no longer waits; seq.shared
+-- is the length it waits for (a donor's: the ids both prompts begin with).
 --
 -- A sequence may carry seq.turn (gptoss serve's structured outputs: a gptoss.constraint
 -- tracker): its rows draw under seq.turn:matcher() and feed every id of seq.output not fed
@@ -57,6 +60,7 @@ function runner.new(sched, replica, index, queue, opts)
     prefix = opts.prefix,
     free_slots = free_slots, -- descending: admission takes the lowest, from the end
     forking = {}, -- admitted sequences waiting to fork their seq.prompt_from's prompt
+    sharers = opts.share and {} or nil, -- share_key => the latest sequence admitted with it
     prefilling = {}, -- admitted sequences with prompt left to feed, in admission order
     state = {
       replica = replica, index = index, waiting = queue, running = {},
@@ -79,13 +83,51 @@ local function begins_with(prompt, prefix)
   return true
 end
 
--- Whether seq, being admitted, waits to fork its prompt_from's prompt: that one runs and has
--- fed no more than its prompt (its slot holds it, and a GPU's ring still holds its keys),
--- and the prompt goes on past where seq starts (else the fork saves no row).
-local function waits_to_fork(seq)
+-- Prompts that begin with this many ids alike share them (runner.new's share): fewer would
+-- save less than the fork and the wait cost.
+local SHARE_MIN = 32
+local SHARE_FORMAT = "<" .. ("i4"):rep(SHARE_MIN)
+
+-- The key of the sequences whose prompts may share a beginning with prompt: its first
+-- SHARE_MIN ids, or nil when it has no more than that (its last id is always fed).
+local function share_key(prompt)
+  if #prompt <= SHARE_MIN then return nil end
+  return string.pack(SHARE_FORMAT, table.unpack(prompt, 1, SHARE_MIN))
+end
+
+-- How many ids a and b begin with alike, at most most.
+local function common_length(a, b, most)
+  local n = 0
+  while n < most and a[n + 1] == b[n + 1] do n = n + 1 end
+  return n
+end
+
+-- Whether from's slot holds, or will hold once its prompt is fed, its first length positions
+-- for a fork: from runs and has not written past what its rings keep for them.
+local function can_give(r, from, length)
+  if from.slot == nil or from.finish then return false end
+  if from.position < length then return true end
+  local limit = r.rewind_limit and r:rewind_limit(from.slot) or 0
+  return limit == 0 or length >= limit
+end
+
+-- seq's donor, with share on: the latest sequence admitted whose prompt begins with the
+-- same SHARE_MIN ids (seq becomes the latest), when they share more than seq holds already.
+local function find_donor(self, seq)
+  local key = share_key(seq.prompt)
+  if not key then return end
+  local donor = self.sharers[key]
+  self.sharers[key], seq.share_key = seq, key
+  if donor then
+    local n = common_length(seq.prompt, donor.prompt, #seq.prompt - 1)
+    if n >= SHARE_MIN and n > seq.position then seq.prompt_from, seq.shared = donor, n end
+  end
+end
+
+-- Whether seq, being admitted, waits to fork from its prompt_from (else the fork saves no row).
+local function waits_to_fork(r, seq)
   local from = seq.prompt_from
-  return from ~= nil and from.slot ~= nil and not from.finish and from.position <= #from.prompt
-    and #seq.prompt - 1 > seq.position
+  return from ~= nil and seq.shared > seq.position and can_give(r, from, seq.shared)
 end
 
 local function admit(self)
@@ -107,10 +149,15 @@ local function admit(self)
       seq.position = prefix.length
     end
     if seq.sampling then r:sampling(seq.slot, seq.sampling) else r:sampling(seq.slot) end
-    if waits_to_fork(seq) then
+    if seq.prompt_from then
+      seq.shared = #seq.prompt - 1
+    elseif self.sharers then
+      find_donor(self, seq)
+    end
+    if waits_to_fork(r, seq) then
       self.forking[#self.forking + 1] = seq
     else
-      seq.prompt_from = nil
+      seq.prompt_from, seq.shared = nil, nil
     end
     st.running[#st.running + 1] = seq
     self.prefilling[#self.prefilling + 1] = seq
@@ -119,19 +166,19 @@ local function admit(self)
   st.free = st.free - n
 end
 
--- Forks into each waiting sequence (self.forking) its prompt_from's prompt less the last
--- token once the steps built so far feed it (the caller has enqueued them: a GPU replica
--- copies in step order); one whose prompt_from ended first, or that ended itself, waits no
--- more.
+-- Forks into each waiting sequence (self.forking) its prompt_from's first seq.shared
+-- positions once the steps built so far feed them (the caller has enqueued them: a GPU
+-- replica copies in step order); one whose prompt_from ended first or can no longer give
+-- them, or that ended itself, waits no more.
 local function fork_prompts(self)
   local r, waiting = self.state.replica, {}
   for _, seq in ipairs(self.forking) do
-    local from, length = seq.prompt_from, #seq.prompt - 1
-    if seq.finish or from.finish then
-      seq.prompt_from = nil
+    local from, length = seq.prompt_from, seq.shared
+    if seq.finish or not can_give(r, from, length) then
+      seq.prompt_from, seq.shared = nil, nil
     elseif from.position >= length then
       r:fork(from.slot, seq.slot, length)
-      seq.position, seq.prompt_from = length, nil
+      seq.position, seq.prompt_from, seq.shared = length, nil, nil
     else
       waiting[#waiting + 1] = seq
     end
@@ -293,6 +340,7 @@ local function release(self, ended)
     local seq = was[j]
     if seq.finish then
       free_slot(self.free_slots, seq.slot)
+      if seq.share_key and self.sharers[seq.share_key] == seq then self.sharers[seq.share_key] = nil end
     else
       running[#running + 1] = seq
     end

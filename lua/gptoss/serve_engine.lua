@@ -1,8 +1,10 @@
 --- gptoss.serve_engine (internal, gptoss.serve's): the engine loop. Requests arrive as
 -- sequences (gptoss.scheduler's header describes them) while replicas step; each replica
 -- has a runner (gptoss.runner) under the server's scheduler, which admits the waiting into
--- free slots, prefills prompts in chunks beside the decoding rows and forks the shared
--- prefix (the default harmony system message) into each slot whose prompt begins with it.
+-- free slots, prefills prompts in chunks beside the decoding rows, forks the shared
+-- prefix (the default harmony system message) into each slot whose prompt begins with it,
+-- and forks into a request's slot the beginning its prompt shares with one admitted before
+-- it (runner.new's share: the same system and developer messages, tools or schema).
 --
 -- The loop is one cqueues coroutine of the server's one Lua thread. A replica keeps two
 -- steps in flight, the next built and enqueued (fed by the running one on the device)
@@ -78,7 +80,7 @@ end
 function Engine:restart_runner(k)
   local rows, chunk = getp_replicas.bounds(self.replicas[k])
   self.runners[k] = runner.new(self.scheduler, self.replicas[k], k, {},
-    { rows = rows, chunk = chunk, stop = STOP, prefix = self.prefixes[k] })
+    { rows = rows, chunk = chunk, stop = STOP, prefix = self.prefixes[k], share = true })
 end
 
 -- Sequences queued on a runner that its free slots will not take at its next step.
