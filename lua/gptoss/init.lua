@@ -178,6 +178,11 @@ function gptoss.trim_memory()
   collectgarbage("collect")
   return core.trim_memory()
 end
+--- A thread that writes bytes to sockets for the Lua thread ({timeout = seconds a client may
+-- read nothing, max_queued = bytes that may wait for it}): s:attach(fd) -> handle,
+-- s:send(handle, text), s:flush(), s:pending(handle), s:detach(handle), s:close()
+-- (docs/api.md#sockets-written-from-a-thread).
+gptoss.sender = core.sender
 --- Whether path is a regular file, looked at without opening it (io.open waits for a writer
 -- on a named pipe): true; false and why ("'p' is a named pipe, not a regular file"); nil and
 -- the system's reason when nothing can be looked at there.

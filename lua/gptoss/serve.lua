@@ -55,6 +55,7 @@ local serve_api = require "gptoss.serve_api"
 local serve_engine = require "gptoss.serve_engine"
 local serve_http = require "gptoss.serve_http"
 local serve_metrics = require "gptoss.serve_metrics"
+local serve_stream = require "gptoss.serve_stream"
 local util = require "gptoss.util"
 
 local serve = {}
@@ -157,7 +158,7 @@ function serve.new(opts)
     body_timeout = opts.body_timeout or DEFAULT_BODY_TIMEOUT,
     max_connections = opts.max_connections or DEFAULT_CONNECTIONS, cors_origin = opts.cors_origin,
     access_log = opts.access_log ~= false, stored_responses = opts.stored_responses,
-    metrics = serve_metrics.new(), started = os.time(), cq = cqueues.new(), answering = 0,
+    metrics = serve_metrics.new(), started = os.time(), cq = cqueues.new(), answering = 0, marked_streams = {},
     signals = signal and signal.listen(signal.SIGTERM, signal.SIGINT) }, Server)
   -- the default system message, which every chat request of default reasoning effort starts with
   local prefix = harmony.render_ids({ harmony.system {} }, tokenizer, { completion = false })
@@ -165,7 +166,8 @@ function serve.new(opts)
     max_queue = opts.max_queue or DEFAULT_QUEUE, on_error = function(message) log("engine: " .. message) end,
     on_step = function(k, host, waited, generated, prefilled)
       self.metrics:step(k, host, waited, generated, prefilled)
-    end }
+    end,
+    on_ids = function() serve_stream.send_marked(self) end }
   return self
 end
 
@@ -179,8 +181,10 @@ local function access_line(status, res)
     (cqueues.monotime() - res.started) * 1000)
 end
 
---- Listens (s.port is then the port taken) and starts the engine loop; returns s.
+--- Listens (s.port is then the port taken) and starts the engine loop and the sender, the
+-- thread that writes the streams' events (gptoss.serve_stream); returns s.
 function Server:start()
+  self.sender = self.sender or gptoss.sender { timeout = serve_http.WRITE_TIMEOUT }
   self.http, self.port = serve_http.listen(self.cq, {
     host = self.host, port = self.port, routes = serve_api.routes(self), api_key = self.api_key,
     max_body = self.max_body, header_timeout = self.header_timeout, body_timeout = self.body_timeout,
@@ -240,10 +244,11 @@ function Server:run()
   self:close()
 end
 
---- Closes the replicas the server built (not given ones). Idempotent.
+--- Closes the sender and the replicas the server built (not given ones). Idempotent.
 function Server:close()
   if self.closed then return end
   self.closed = true
+  if self.sender then self.sender:close() end
   if self.owned then getp_replicas.close_all(self.replicas) end
 end
 

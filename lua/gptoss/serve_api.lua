@@ -3,8 +3,8 @@
 -- request's coroutine then waits on a condition that the engine loop signals, and answers
 -- once every choice has ended, or streams each delta as a server-sent event: the engine
 -- loop makes the events as the ids arrive (from templates encoded once a server, a
--- delta's text the only part to quote), and the coroutine writes those made since its
--- last write in one chunk. A job whose client has gone cancels its sequences, freeing their slots: a
+-- delta's text the only part to quote), and gptoss.serve_stream writes those made in a step
+-- in one chunk. A job whose client has gone cancels its sequences, freeing their slots: a
 -- stream's when a write fails, a whole answer's when its connection closes while it waits.
 -- Choice i > 1 forks choice 1's prompt (gptoss.runner: prompt_from) instead of feeding it.
 local condition = require "cqueues.condition"
@@ -12,6 +12,7 @@ local gptoss = require "gptoss"
 local serve_choice = require "gptoss.serve_choice"
 local serve_http = require "gptoss.serve_http"
 local serve_openai = require "gptoss.serve_openai"
+local serve_stream = require "gptoss.serve_stream"
 
 local serve_api = {}
 
@@ -156,10 +157,12 @@ local function template(server, job, i, shape)
   return pieces
 end
 
--- A job's stream: the text of the events its sequences completed and not yet written (`pending`),
--- made in the engine loop as each id arrives; `done` once the last event is in.
-local function new_stream(server, job)
-  local st = { pending = {}, done = false, templates = {} }
+-- A job's stream (gptoss.serve_stream's): the text of the events its sequences completed and
+-- not yet written (`pending`), made in the engine loop as each id arrives; `done` once the
+-- last event is in.
+local function new_stream(server, job, wake)
+  local st = serve_stream.new(wake)
+  st.templates = {}
   for i = 1, job.n do
     st.templates[i] = { content = template(server, job, i, "content"),
       reasoning_content = job.kind == "chat" and template(server, job, i, "reasoning_content") or nil,
@@ -245,8 +248,8 @@ local function follow_turn(engine, seq, id, take)
 end
 
 -- The sequences of a job, each feeding its choice and counting job.ended; a streamed
--- job's (st: new_stream's) also make its events. `wake` is signalled when there is
--- something to write, and when a choice ends. A job with a plan gives each sequence its
+-- job's (st: new_stream's) also make its events, and mark the stream (serve_stream.touched)
+-- when there is something to write. `wake` is signalled when a choice ends. A job with a plan gives each sequence its
 -- tracker (seq.turn), whose forced ids its choice takes as generated ones.
 local function sequences(server, job, choices, st, wake)
   local seqs, metrics, engine = {}, server.metrics, server.engine
@@ -258,7 +261,7 @@ local function sequences(server, job, choices, st, wake)
       local deltas = c:add(id, logprob)
       if st and #deltas > 0 then -- an id that shows no text yet has nothing to write
         add_deltas(server, job, st, i, c, deltas)
-        wake:signal()
+        serve_stream.touched(server, st)
       end
       if c.stopped then engine:cancel(seqs[i], "stop") end
     end
@@ -285,29 +288,6 @@ local function sequences(server, job, choices, st, wake)
     }
   end
   return seqs
-end
-
--- Writes a stream's events as they come, those made between two writes in one chunk.
--- Returns false when the client went away: a write failed, or, before the first id (a
--- stream queued for a slot), its connection closed; once ids flow, the writes tell.
-local function stream_job(res, st, wake)
-  if not res:open_events() then return false end
-  local spare, writes = {}, 0
-  while true do
-    if #st.pending == 0 then
-      if writes > 1 then wake:wait() elseif not res:wait(wake) then return false end
-    end
-    local parts, last = st.pending, st.done
-    st.pending = spare
-    local text = table.concat(parts)
-    for k = #parts, 1, -1 do parts[k] = nil end
-    spare = parts
-    if text ~= "" or last then
-      if not res:write_events(text, last) then return false end
-      writes = writes + 1
-    end
-    if last then return true end
-  end
 end
 
 -- Ends a job whose client went away: its sequences cancelled, their slots free.
@@ -338,11 +318,11 @@ local function run_job(server, res, job)
   job.ended = 0 -- choices whose sequence has ended
   local choices, wake = {}, condition.new()
   for i = 1, job.n do choices[i] = serve_choice.new(job, server.tokenizer) end
-  local st = job.stream and new_stream(server, job) or nil
+  local st = job.stream and new_stream(server, job, wake) or nil
   local seqs = sequences(server, job, choices, st, wake)
   submit(server, job, seqs)
   if st then
-    if not stream_job(res, st, wake) then abandon(server, job, seqs) end
+    if not serve_stream.run(server, res, st) then abandon(server, job, seqs) end
     return
   end
   while job.ended < job.n do
@@ -417,6 +397,6 @@ function serve_api.routes(server)
 end
 
 -- gptoss.serve_responses runs its jobs with these
-serve_api.sequences, serve_api.submit, serve_api.stream_job, serve_api.abandon = sequences, submit, stream_job, abandon
+serve_api.sequences, serve_api.submit, serve_api.abandon = sequences, submit, abandon
 
 return serve_api

@@ -59,6 +59,7 @@ end
 
 --- serve_engine.new{replicas =, scheduler =, prefix = ids or nil, max_queue =, on_error =
 -- function(message), on_step = function(k, host, waited, generated, prefilled) or nil,
+-- on_ids = function() or nil (called once a step's ids and ends are all handed out),
 -- depth = steps a replica keeps in flight or nil (DEPTH; 1: each step is built once the one
 -- before is read, no row fed on the device: the reference the pipelined ids must equal)}:
 -- runners over the replicas, nothing running yet.
@@ -66,7 +67,8 @@ function serve_engine.new(opts)
   local self = setmetatable({ replicas = opts.replicas, scheduler = opts.scheduler, max_queue = opts.max_queue,
     depth = opts.depth or DEPTH,
     runners = {}, flights = {}, prefixes = {}, wake = condition.new(), stopping = false,
-    on_error = opts.on_error, on_step = opts.on_step, next_index = 0, turn = 0, timing = {} }, Engine)
+    on_error = opts.on_error, on_step = opts.on_step, on_ids = opts.on_ids, next_index = 0, turn = 0, timing = {} },
+    Engine)
   for k, r in ipairs(self.replicas) do
     self.prefixes[k] = prefill_prefix(r, opts.prefix)
     self.flights[k] = {} -- the steps enqueued and not yet read, oldest first
@@ -227,6 +229,7 @@ function Engine:advance(k)
     if seq.finish == "error" and self.on_error then self.on_error(("request %d: %s"):format(seq.index, seq.error)) end
   end
   for _, seq in ipairs(ended) do seq.on_end(seq) end
+  if self.on_ids then self.on_ids() end
   self:fill(k)
   return generated, plan.prefill_rows
 end

@@ -64,8 +64,10 @@ function serve_http.event(data)
   return "data: " .. (type(data) == "string" and data or encode(data)) .. "\n\n"
 end
 
--- Seconds a client may take to take a chunk of the response before it counts as gone.
-local WRITE_TIMEOUT = 30
+--- Seconds a client may take to take a chunk of the response before it counts as gone (the
+-- server's sender holds its streams to it too).
+serve_http.WRITE_TIMEOUT = 30
+local WRITE_TIMEOUT = serve_http.WRITE_TIMEOUT
 -- A request line or header line longer than this (CRLF included) is refused: cqueues' line
 -- buffer, where lua-http reads them.
 local MAX_LINE = 4096
@@ -192,17 +194,23 @@ end
 -- The states of a lua-http stream whose response may still be written.
 local WRITABLE = { open = true, ["half closed (remote)"] = true }
 
---- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
--- False when the client is gone. A chunk before the last, framed as lua-http frames one, goes
--- to the connection's socket at once: stream:write_chunk's checks and calls would be most
--- of the Lua work of a write, which comes once a stream a step (the end goes through lua-http,
--- which closes the stream's state).
-function Response:write_events(text, last)
+--- The connection's socket where this response's chunks may go to it directly (a chunked
+-- body, its stream still writable), else nil: framed as lua-http frames them, they skip
+-- stream:write_chunk's checks and calls (gptoss.serve_stream hands it to the sender).
+function Response:chunk_socket()
   local stream = self.stream
   local socket = stream.connection.socket
-  local direct = socket and stream.body_write_type == "chunked" and WRITABLE[stream.state]
-  if last or text == "" or not direct then
-    return wrote(self, stream:write_chunk(text, last, WRITE_TIMEOUT))
+  if socket and stream.body_write_type == "chunked" and WRITABLE[stream.state] then return socket end
+  return nil
+end
+
+--- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
+-- False when the client is gone. A chunk before the last goes to chunk_socket at once (the
+-- end goes through lua-http, which closes the stream's state).
+function Response:write_events(text, last)
+  local socket = self:chunk_socket()
+  if last or text == "" or not socket then
+    return wrote(self, self.stream:write_chunk(text, last, WRITE_TIMEOUT))
   end
   return wrote(self, socket:xwrite(("%x\r\n"):format(#text) .. text .. "\r\n", "n", WRITE_TIMEOUT))
 end

@@ -13,6 +13,7 @@ local serve_http = require "gptoss.serve_http"
 local serve_openai = require "gptoss.serve_openai"
 local serve_responses_input = require "gptoss.serve_responses_input"
 local serve_responses_output = require "gptoss.serve_responses_output"
+local serve_stream = require "gptoss.serve_stream"
 
 local serve_responses = {}
 
@@ -95,7 +96,7 @@ end
 -- The job's choice, wrapped so that each id's deltas build its output items (and events)
 -- and the ids of its analysis messages' content (their <|end|> included, not their
 -- headers) are counted as reasoning tokens: those the harmony parser reads in one.
-local function output_choice(server, job, wake, stream)
+local function output_choice(server, job, stream)
   local choice = serve_choice.new(job, server.tokenizer)
   job.reasoning_tokens = 0
   local wrapped = setmetatable({}, { __index = choice })
@@ -104,7 +105,7 @@ local function output_choice(server, job, wake, stream)
     if open and open.channel == "analysis" then job.reasoning_tokens = job.reasoning_tokens + 1 end
     local deltas = choice:add(id, logprob)
     for _, d in ipairs(deltas) do job.output:add(d) end
-    if stream and #deltas > 0 then wake:signal() end -- an id that shows no text has nothing to write
+    if stream and #deltas > 0 then serve_stream.touched(server, stream) end -- an id that shows no text has nothing to write
     return deltas
   end
   return choice, wrapped
@@ -144,10 +145,11 @@ local function run_job(server, res, job)
   job.id, job.created, job.ended = new_id("resp"), os.time(), 0
   job.seed = math.random(0, 2 ^ 31 - 1)
   local wake = condition.new()
-  local st = job.stream and { pending = {}, done = false, sequence = 0 } or nil
+  local st = job.stream and serve_stream.new(wake) or nil
+  if st then st.sequence = 0 end
   local emit = st and emitter(st) or function() end
   job.output = serve_responses_output.new(new_id, st and emit)
-  local choice, wrapped = output_choice(server, job, wake, st)
+  local choice, wrapped = output_choice(server, job, st)
   local seqs = serve_api.sequences(server, job, { wrapped }, nil, wake)
   local seq, on_end = seqs[1], seqs[1].on_end
   seq.on_end = function(s)
@@ -160,7 +162,7 @@ local function run_job(server, res, job)
     local r = response(server, job, "in_progress")
     emit("response.created", { response = r })
     emit("response.in_progress", { response = r })
-    if not serve_api.stream_job(res, st, wake) then serve_api.abandon(server, job, seqs) end
+    if not serve_stream.run(server, res, st) then serve_api.abandon(server, job, seqs) end
     return
   end
   while job.ended < 1 do

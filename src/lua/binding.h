@@ -238,6 +238,7 @@ void gptoss_open_tokenizer(lua_State *L);
 void gptoss_open_sampler(lua_State *L);
 void gptoss_open_grammar(lua_State *L);
 void gptoss_open_matcher(lua_State *L);
+void gptoss_open_sender(lua_State *L);
 /* mpi.c: adds the mpi_* functions to the module table on top of the stack */
 void gptoss_open_mpi(lua_State *L);
 
@@ -272,6 +273,7 @@ int gptoss_lua_regular_file(lua_State *L);
 int gptoss_lua_catch_interrupts(lua_State *L);
 int gptoss_lua_interrupted(lua_State *L);
 int gptoss_lua_wait_readable(lua_State *L);
+int gptoss_lua_sender(lua_State *L);         /* sender.c */
 int gptoss_lua_edit_open(lua_State *L);     /* line_edit.c */
 int gptoss_lua_edit_line(lua_State *L);
 int gptoss_lua_edit_history(lua_State *L);

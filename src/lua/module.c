@@ -11,6 +11,7 @@ int luaopen_gptoss_core(lua_State *L) {
     gptoss_open_sampler(L);
     gptoss_open_grammar(L);
     gptoss_open_matcher(L);
+    gptoss_open_sender(L);
     static const luaL_Reg fns[] = {
         {"load", gptoss_lua_load},
         {"synthetic", gptoss_lua_synthetic},
@@ -35,6 +36,7 @@ int luaopen_gptoss_core(lua_State *L) {
         {"realtime_ms", gptoss_lua_realtime_ms},
         {"isatty", gptoss_lua_isatty},
         {"trim_memory", gptoss_lua_trim_memory},
+        {"sender", gptoss_lua_sender},
         {"regular_file", gptoss_lua_regular_file},
         {"catch_interrupts", gptoss_lua_catch_interrupts},
         {"interrupted", gptoss_lua_interrupted},

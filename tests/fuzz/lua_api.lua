@@ -356,6 +356,26 @@ local function use_matcher()
   else return m:forced() end
 end
 
+-- A sender's surface (docs/api.md#sockets-written-from-a-thread) without a socket: a
+-- generated descriptor could be the harness's own, which its bytes would then reach, so
+-- attach is only given one that is never open (tests/sender_spec.lua sends to sockets).
+I.MAKE["gptoss.sender"] = function() return gptoss.sender { timeout = 0.5, max_queued = 4096 } end
+local function use_sender()
+  local b = byte() % 6
+  if b == 0 then
+    return keep(gptoss.sender(maybe({ timeout = maybe(0.5), max_queued = maybe(int(1, 4096)) })))
+  end
+  local s = obj("gptoss.sender")
+  if b == 1 then return s:attach(-1)
+  elseif b == 2 then return s:send(maybe(int(1, 3)), maybe("chunk"), maybe("\r\n"))
+  elseif b == 3 then return s:pending(maybe(int(1, 3)))
+  elseif b == 4 then return s:detach(maybe(int(1, 3)))
+  else
+    s:flush()
+    return s.bytes, s.closed
+  end
+end
+
 -- A method of one object's class called on any pool object (none whose cost grows with
 -- a model's size: their caps could not hold).
 local METHODS = { "step", "trace", "reset", "length", "close", "sampling", "check_sampling", "fork", "tokens",
@@ -368,7 +388,7 @@ end
 
 -- A finaliser (or __close) run by hand where the metatable is reachable.
 local KINDS = { "gptoss.model", "gptoss.replica", "gptoss.step", "gptoss.tokenizer", "gptoss.decoder",
-  "gptoss.sampler", "gptoss.tensor", "gptoss.grammar", "gptoss.matcher" }
+  "gptoss.sampler", "gptoss.tensor", "gptoss.grammar", "gptoss.matcher", "gptoss.sender" }
 local function finalize()
   local x = obj(pick(KINDS))
   local mt = getmetatable(x)
@@ -406,7 +426,7 @@ end
 -- step twice: the call that most of a replica's state hangs on
 I.OPS = { new_model, new_replica, step, step, use_step, sampling, use_replica, new_tokenizer, use_tokenizer,
   use_decoder, new_sampler, sample, new_tensor, use_tensor, use_model, module_fn, cross, finalize, new_grammar,
-  use_matcher,
+  use_matcher, use_sender,
   function() collectgarbage(byte() % 2 == 0 and "collect" or "step") end,
   I.drop, I.bury, I.exhume, scope, bombs, gc_mode, compare, mutate, function() keep(value()) end, I.raise }
 
