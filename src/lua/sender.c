@@ -57,6 +57,8 @@ typedef struct {
     struct pollfd *polled; /* the blocked sockets of a poll, and their entries: kept for the next */
     int *polled_index;
     int polled_cap;
+    int polling;    /* the thread is in poll(): s:flush writes to wake_pipe */
+    int wake_pipe[2];
     int stopping;
     double timeout;
     size_t max_queued;
@@ -122,7 +124,7 @@ static void send_some(sender_state *s, int i) {
     } else if (sent > 0) {
         o->out_sent += (size_t)sent, o->progress = now_s();
         s->bytes_sent += sent;
-    } else if (err == EAGAIN || err == EWOULDBLOCK) {
+    } else if (sent == 0 || err == EAGAIN || err == EWOULDBLOCK) {
         o->blocked = 1;
     } else if (err != EINTR) {
         o->failed = err;
@@ -145,21 +147,29 @@ static int poll_room(sender_state *s, int count) {
     return 1;
 }
 
-/* Waits (the lock released) until one of the count blocked sockets can take bytes, or
+/* Waits (the lock released) until one of the count blocked sockets can take bytes, s:flush
+ * gives new ones (wake_pipe: the other sockets' bytes must not wait for a slow client), or
  * BLOCKED_POLL_MS pass; clears blocked where it can. Short of memory, it only waits, and
  * every socket is tried again. */
 static void poll_blocked(sender_state *s, int count) {
-    int k = 0;
-    if (poll_room(s, count)) {
+    int k = 0, polled = 0; /* the blocked sockets, and all polled (the wake pipe after them) */
+    if (poll_room(s, count + 1)) {
         for (int i = 0; i < s->n && k < count; i++) {
             if (s->outlets[i].fd >= 0 && s->outlets[i].blocked && !s->outlets[i].failed)
                 s->polled[k] = (struct pollfd){.fd = s->outlets[i].fd, .events = POLLOUT}, s->polled_index[k++] = i;
         }
+        s->polled[k] = (struct pollfd){.fd = s->wake_pipe[0], .events = POLLIN};
+        polled = k + 1;
     }
     struct pollfd *fds = s->polled; /* only this thread grows it */
+    s->polling = 1;
     pthread_mutex_unlock(&s->lock);
-    poll(k ? fds : NULL, (nfds_t)k, BLOCKED_POLL_MS);
+    poll(polled ? fds : NULL, (nfds_t)polled, BLOCKED_POLL_MS);
+    char drained[64];
+    while (read(s->wake_pipe[0], drained, sizeof drained) > 0)
+        continue;
     pthread_mutex_lock(&s->lock);
+    s->polling = 0;
     /* blocked is a hint: an entry detached (or reused) during the poll gets it wrong for a round */
     for (int j = 0; j < k; j++)
         s->outlets[s->polled_index[j]].blocked = fds[j].revents == 0;
@@ -167,6 +177,13 @@ static void poll_blocked(sender_state *s, int count) {
         for (int i = 0; i < s->n; i++)
             s->outlets[i].blocked = 0;
     }
+}
+
+/* Wakes the thread (the lock held): from its wait for work, or from its poll. */
+static void wake_thread(sender_state *s) {
+    pthread_cond_signal(&s->work);
+    if (s->polling)
+        (void)!write(s->wake_pipe[1], "", 1); /* refused when full: a wake is pending already */
 }
 
 static void *send_loop(void *arg) {
@@ -298,7 +315,7 @@ static int sender_send(lua_State *L) {
 static int sender_flush(lua_State *L) {
     sender_state *s = check_sender(L);
     pthread_mutex_lock(&s->lock);
-    pthread_cond_signal(&s->work);
+    wake_thread(s);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -358,9 +375,11 @@ static int sender_end(lua_State *L, gptoss_lua_life how) {
     sender_state *s = ls->s;
     pthread_mutex_lock(&s->lock);
     s->stopping = 1;
-    pthread_cond_signal(&s->work);
+    wake_thread(s);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    close(s->wake_pipe[0]);
+    close(s->wake_pipe[1]);
     for (int i = 0; i < s->n; i++) {
         if (s->outlets[i].fd >= 0)
             free_outlet(&s->outlets[i]);
@@ -396,12 +415,23 @@ int gptoss_lua_sender(lua_State *L) {
     if (!s)
         return luaL_error(L, "sender: out of host memory");
     s->timeout = timeout, s->max_queued = (size_t)max_queued;
+    if (pipe(s->wake_pipe) != 0) {
+        int err = errno;
+        free(s);
+        return luaL_error(L, "sender: cannot make its wake pipe: %s", strerror(err));
+    }
+    for (int end = 0; end < 2; end++) {
+        fcntl(s->wake_pipe[end], F_SETFL, O_NONBLOCK);
+        fcntl(s->wake_pipe[end], F_SETFD, FD_CLOEXEC);
+    }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work, NULL);
     int err = pthread_create(&s->thread, NULL, send_loop, s);
     if (err) {
         pthread_cond_destroy(&s->work);
         pthread_mutex_destroy(&s->lock);
+        close(s->wake_pipe[0]);
+        close(s->wake_pipe[1]);
         free(s);
         return luaL_error(L, "sender: cannot start its thread: %s", strerror(err));
     }
