@@ -137,4 +137,21 @@ describe("the runner's prompts that begin alike (share)", function()
     end
     assert.are.same({ 46, 0, 46, 0 }, fed)
   end)
+
+  it("shares no beginning that goes fewer than 32 ids past the prefix slot's", function()
+    local rs = gptoss.synthetic("7m"):replica { slots = 4, ctx = 128 }
+    local ids = prompt(0, 1000)
+    local prefix = { slot = 4, ids = table.move(ids, 1, 40, 1, {}), length = 40 }
+    local slots, positions = {}, {}
+    for p = 0, 39 do slots[p + 1], positions[p + 1] = 4, p end
+    rs:step { slots = slots, positions = positions, tokens = prefix.ids } -- the prefix slot, filled
+    local rn = runner.new(scheduler.continuous(), rs, 1, {}, { rows = 64, chunk = 64, stop = {}, prefix = prefix,
+      share = true })
+    -- both begin with the prefix and 3 ids more: each forks the prefix and feeds its own rest
+    local a, b = prompt(3, 2000), prompt(3, 3000)
+    for i, p in ipairs { a, b } do
+      rn:arrive({ prompt = p, output = {}, limit = 1, position = 0, index = i }, i)
+    end
+    assert.are.equal(2 * (#a - 40), rn:build().prefill_rows)
+  end)
 end)

@@ -112,7 +112,8 @@ local function can_give(r, from, length)
 end
 
 -- seq's donor, with share on: the latest sequence admitted whose prompt begins with the
--- same SHARE_MIN ids (seq becomes the latest), when they share more than seq holds already.
+-- same SHARE_MIN ids (seq becomes the latest), when they share SHARE_MIN ids or more past
+-- what seq holds already (the default system message, forked at admission).
 local function find_donor(self, seq)
   local key = share_key(seq.prompt)
   if not key then return end
@@ -120,7 +121,7 @@ local function find_donor(self, seq)
   self.sharers[key], seq.share_key = seq, key
   if donor then
     local n = common_length(seq.prompt, donor.prompt, #seq.prompt - 1)
-    if n >= SHARE_MIN and n > seq.position then seq.prompt_from, seq.shared = donor, n end
+    if n - seq.position >= SHARE_MIN then seq.prompt_from, seq.shared = donor, n end
   end
 end
 

@@ -296,6 +296,14 @@ local function abandon(server, job, seqs)
   server.log(("%s: the client went away; its slots are free"):format(job.id))
 end
 
+-- Streams a job's events (serve_stream.run); a client gone, or an error raised on the way,
+-- cancels its sequences (the error is raised again, for the handler to answer or close).
+local function stream_job(server, res, job, st, seqs)
+  local ok, answered = pcall(serve_stream.run, server, res, st)
+  if not (ok and answered) then abandon(server, job, seqs) end
+  if not ok then error(answered, 0) end
+end
+
 -- Queues a job's sequences (job.seqs), or raises the 503 of a draining server or the 429 of
 -- a full queue.
 local function submit(server, job, seqs)
@@ -321,10 +329,7 @@ local function run_job(server, res, job)
   local st = job.stream and new_stream(server, job, wake) or nil
   local seqs = sequences(server, job, choices, st, wake)
   submit(server, job, seqs)
-  if st then
-    if not serve_stream.run(server, res, st) then abandon(server, job, seqs) end
-    return
-  end
+  if st then return stream_job(server, res, job, st, seqs) end
   while job.ended < job.n do
     if not res:wait(wake) then return abandon(server, job, seqs) end
   end
@@ -397,6 +402,7 @@ function serve_api.routes(server)
 end
 
 -- gptoss.serve_responses runs its jobs with these
-serve_api.sequences, serve_api.submit, serve_api.abandon = sequences, submit, abandon
+serve_api.sequences, serve_api.submit, serve_api.stream_job = sequences, submit, stream_job
+serve_api.abandon = abandon
 
 return serve_api

@@ -162,8 +162,7 @@ local function run_job(server, res, job)
     local r = response(server, job, "in_progress")
     emit("response.created", { response = r })
     emit("response.in_progress", { response = r })
-    if not serve_stream.run(server, res, st) then serve_api.abandon(server, job, seqs) end
-    return
+    return serve_api.stream_job(server, res, job, st, seqs)
   end
   while job.ended < 1 do
     if not res:wait(wake) then return serve_api.abandon(server, job, seqs) end

@@ -38,20 +38,22 @@ local function take_pending(st)
 end
 
 --- Each marked stream's new events to the sender as one chunk, or its coroutine woken (its
--- last events, a stream without a sender's handle, one whose client failed).
+-- last events, a stream without a sender's handle, one whose client failed). A send that
+-- raises (out of memory) fails its stream alone.
 function serve_stream.send_marked(server)
   local marked, sender = server.marked_streams, server.sender
-  local n = #marked
-  for i = 1, n do
+  if #marked == 0 then return end
+  server.marked_streams = {}
+  for i = 1, #marked do
     local st = marked[i]
-    marked[i], st.marked = nil, false
+    st.marked = false
     local handle = st.handle
     if handle and not st.done then
       local text = take_pending(st)
       if text ~= "" then
-        local ok, why = sender:send(handle, ("%x\r\n"):format(#text), text, "\r\n")
-        if not ok then
-          st.failed = why
+        local ok, sent, why = pcall(sender.send, sender, handle, ("%x\r\n"):format(#text), text, "\r\n")
+        if not (ok and sent) then
+          st.failed = ok and why or tostring(sent)
           st.wake:signal()
         end
       end
@@ -59,14 +61,18 @@ function serve_stream.send_marked(server)
       st.wake:signal()
     end
   end
-  if n > 0 and sender then sender:flush() end
+  if sender then sender:flush() end
 end
 
 -- A stream whose events go through the sender (handle): waits for its end or its client's
 -- departure, then for the sender to have sent what it was given, and writes the rest with
--- the end. False when the client went away.
+-- the end. False when the client went away. The handle is detached however it ends.
 local function run_sent(server, res, st, handle)
   local sender = server.sender
+  local _ <close> = setmetatable({}, { __close = function()
+    st.handle = nil
+    if not sender.closed then sender:detach(handle) end
+  end })
   st.handle = handle
   serve_stream.touched(server, st) -- what was made before the handle
   while not (st.done or st.failed) do
@@ -78,7 +84,6 @@ local function run_sent(server, res, st, handle)
     cqueues.sleep(DRAIN_LOOK)
     left = sender:pending(handle)
   end
-  sender:detach(handle)
   if not left then
     res.gone = true
     return false
@@ -92,7 +97,11 @@ end
 function serve_stream.run(server, res, st)
   if not res:open_events() then return false end
   local socket = server.sender and res.chunk_socket and res:chunk_socket()
-  if socket then return run_sent(server, res, st, server.sender:attach(socket:pollfd())) end
+  -- a socket the sender cannot take (no descriptor left to duplicate) is written from here
+  if socket then
+    local attached, handle = pcall(server.sender.attach, server.sender, socket:pollfd())
+    if attached then return run_sent(server, res, st, handle) end
+  end
   local writes = 0
   while true do
     if #st.pending == 0 and not st.done then

@@ -1,14 +1,10 @@
-/* gptoss.sender(opts): a thread of its own that writes bytes to sockets, so
- * that gptoss serve's Lua thread hands a step's stream chunks over in one
- * pass instead of making a send() for each stream (docs/serve.md#inside).
- *
- * A socket is attached as a duplicate of its descriptor, owned here until
- * detached: the connection's own descriptor may close and its number be
- * reused without these bytes reaching another connection. A socket's bytes
- * go out in the order given. A client that stops reading keeps them queued
- * until no byte went out for `timeout` seconds or more than `max_queued`
- * wait; then, as when a send fails (the client closed, reset), the socket
- * has failed: s:send and s:pending say why and queue nothing more. */
+/* gptoss.sender(opts): a thread that writes bytes to sockets, so that gptoss serve's
+ * Lua thread hands a step's stream chunks over in one pass instead of a send() a stream
+ * (docs/api.md#sockets-written-from-a-thread). A socket is attached as a duplicate of its
+ * descriptor, owned here until detached: the connection's own may close and its number be
+ * reused without these bytes reaching another connection. A socket's bytes go out in order;
+ * it fails when no byte went out for `timeout` seconds, when more than `max_queued` would
+ * wait, or when a send fails (the client closed, reset): s:send and s:pending say why. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -149,9 +145,9 @@ static int poll_room(sender_state *s, int count) {
 
 /* Waits (the lock released) until one of the count blocked sockets can take bytes, s:flush
  * gives new ones (wake_pipe: the other sockets' bytes must not wait for a slow client), or
- * BLOCKED_POLL_MS pass; clears blocked where it can. Short of memory, it only waits, and
+ * wait_ms pass; clears blocked where it can. Short of memory, it only waits, and
  * every socket is tried again. */
-static void poll_blocked(sender_state *s, int count) {
+static void poll_blocked(sender_state *s, int count, int wait_ms) {
     int k = 0, polled = 0; /* the blocked sockets, and all polled (the wake pipe after them) */
     if (poll_room(s, count + 1)) {
         for (int i = 0; i < s->n && k < count; i++) {
@@ -164,7 +160,7 @@ static void poll_blocked(sender_state *s, int count) {
     struct pollfd *fds = s->polled; /* only this thread grows it */
     s->polling = 1;
     pthread_mutex_unlock(&s->lock);
-    poll(polled ? fds : NULL, (nfds_t)polled, BLOCKED_POLL_MS);
+    poll(polled ? fds : NULL, (nfds_t)polled, wait_ms);
     char drained[64];
     while (read(s->wake_pipe[0], drained, sizeof drained) > 0)
         continue;
@@ -202,8 +198,8 @@ static void *send_loop(void *arg) {
                 send_some(s, i);
             }
         }
-        if (blocked && !ready)
-            poll_blocked(s, blocked);
+        if (blocked) /* looked at without waiting while others take bytes: never starved */
+            poll_blocked(s, blocked, ready ? 0 : BLOCKED_POLL_MS);
         else if (!ready)
             pthread_cond_wait(&s->work, &s->lock);
     }
@@ -241,9 +237,10 @@ static outlet *check_outlet(lua_State *L, sender_state *s, int idx, const char *
 static int sender_attach(lua_State *L) {
     sender_state *s = check_sender(L);
     lua_Integer fd = luaL_checkinteger(L, 2);
-    int dup = fd < 0 || fd > INT_MAX ? -1 : fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+    int in_range = fd >= 0 && fd <= INT_MAX;
+    int dup = in_range ? fcntl((int)fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (dup < 0)
-        return luaL_error(L, "sender:attach: descriptor %I: %s", fd, strerror(fd < 0 ? EBADF : errno));
+        return luaL_error(L, "sender:attach: descriptor %I: %s", fd, strerror(in_range ? errno : EBADF));
     pthread_mutex_lock(&s->lock);
     int h = 0;
     while (h < s->n && s->outlets[h].fd >= 0)
@@ -279,11 +276,12 @@ static int sender_send(lua_State *L) {
     outlet *o = check_outlet(L, s, 2, "send");
     if (!o->failed && unsent(o) + len > s->max_queued)
         o->failed = EMSGSIZE;
-    if (o->failed) {
+    if (o->failed) { /* pushed once the lock is released: a push may raise (out of memory) */
         char why[160];
-        lua_pushboolean(L, 0);
-        lua_pushstring(L, failure(s, o, why, sizeof why));
+        failure(s, o, why, sizeof why);
         pthread_mutex_unlock(&s->lock);
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, why);
         return 2;
     }
     byte_buffer *in = &o->in;
@@ -326,16 +324,18 @@ static int sender_pending(lua_State *L) {
     pthread_mutex_lock(&s->lock);
     outlet *o = check_outlet(L, s, 2, "pending");
     char why[160];
-    int results = 1;
-    if (o->failed) {
-        lua_pushnil(L);
-        lua_pushstring(L, failure(s, o, why, sizeof why));
-        results = 2;
-    } else {
-        lua_pushinteger(L, (lua_Integer)unsent(o));
+    int failed = o->failed != 0;
+    lua_Integer left = (lua_Integer)unsent(o);
+    if (failed)
+        failure(s, o, why, sizeof why);
+    pthread_mutex_unlock(&s->lock); /* before the pushes, which may raise (out of memory) */
+    if (!failed) {
+        lua_pushinteger(L, left);
+        return 1;
     }
-    pthread_mutex_unlock(&s->lock);
-    return results;
+    lua_pushnil(L);
+    lua_pushstring(L, why);
+    return 2;
 }
 
 /* s:detach(h): the duplicate closed, what was not sent dropped; the handle is free */
