@@ -38,8 +38,9 @@ local function take_pending(st)
 end
 
 --- Each marked stream's new events to the sender as one chunk, or its coroutine woken (its
--- last events, a stream without a sender's handle, one whose client failed). A send that
--- raises (out of memory) fails its stream alone.
+-- last events, a stream without a sender's handle, one whose socket failed: a client gone,
+-- too slow, or no memory for its bytes). The list is taken first: a call that raises leaves
+-- none half read for the next.
 function serve_stream.send_marked(server)
   local marked, sender = server.marked_streams, server.sender
   if #marked == 0 then return end
@@ -51,9 +52,9 @@ function serve_stream.send_marked(server)
     if handle and not st.done then
       local text = take_pending(st)
       if text ~= "" then
-        local ok, sent, why = pcall(sender.send, sender, handle, ("%x\r\n"):format(#text), text, "\r\n")
-        if not (ok and sent) then
-          st.failed = ok and why or tostring(sent)
+        local sent, why = sender:send(handle, ("%x\r\n"):format(#text), text, "\r\n")
+        if not sent then
+          st.failed = why
           st.wake:signal()
         end
       end

@@ -21,8 +21,7 @@
 
 #define SENDER_MT "gptoss.sender"
 
-/* how long the thread waits on sockets that would block before it looks at
- * deadlines and new bytes again */
+/* how long the thread waits on blocked sockets before it looks at deadlines again */
 enum { BLOCKED_POLL_MS = 10 };
 
 typedef struct {
@@ -51,7 +50,7 @@ typedef struct {
     outlet *outlets; /* handle h is outlets[h - 1] */
     int n;
     struct pollfd *polled; /* the blocked sockets of a poll, and their entries: kept for the next */
-    int *polled_index;
+    int *polled_index;     /* inside polled's block */
     int polled_cap;
     int polling;    /* the thread is in poll(): s:flush writes to wake_pipe */
     int wake_pipe[2];
@@ -70,6 +69,20 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Room for size bytes in b; false when memory is short (b unchanged). */
+static int grow_to(byte_buffer *b, size_t size) {
+    if (size <= b->cap)
+        return 1;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < size)
+        cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (!grown)
+        return 0;
+    b->data = grown, b->cap = cap;
+    return 1;
 }
 
 static size_t unsent(const outlet *o) {
@@ -127,19 +140,15 @@ static void send_some(sender_state *s, int i) {
     }
 }
 
-/* Room for count polled sockets (the lock held); false when memory is short. */
+/* Room for count polled sockets (the lock held), their entries' indices after them in one
+ * block; false when memory is short. */
 static int poll_room(sender_state *s, int count) {
     if (count <= s->polled_cap)
         return 1;
-    struct pollfd *fds = realloc(s->polled, sizeof *fds * (size_t)count);
-    if (fds)
-        s->polled = fds;
-    int *index = realloc(s->polled_index, sizeof *index * (size_t)count);
-    if (index)
-        s->polled_index = index;
-    if (!fds || !index)
+    struct pollfd *block = realloc(s->polled, (sizeof *block + sizeof(int)) * (size_t)count);
+    if (!block)
         return 0;
-    s->polled_cap = count;
+    s->polled = block, s->polled_index = (int *)(block + count), s->polled_cap = count;
     return 1;
 }
 
@@ -213,6 +222,8 @@ static const char *failure(const sender_state *s, const outlet *o, char *buf, si
         snprintf(buf, size, "the client read nothing for %g s", s->timeout);
     else if (o->failed == EMSGSIZE)
         snprintf(buf, size, "the client reads too slowly (more than %zu bytes wait for it)", s->max_queued);
+    else if (o->failed == ENOMEM)
+        snprintf(buf, size, "out of host memory for the bytes it waits for");
     else
         snprintf(buf, size, "the connection failed: %s", strerror(o->failed));
     return buf;
@@ -276,6 +287,8 @@ static int sender_send(lua_State *L) {
     outlet *o = check_outlet(L, s, 2, "send");
     if (!o->failed && unsent(o) + len > s->max_queued)
         o->failed = EMSGSIZE;
+    if (!o->failed && !grow_to(&o->in, o->in.len + len))
+        o->failed = ENOMEM; /* this socket's bytes are lost: it fails alone */
     if (o->failed) { /* pushed once the lock is released: a push may raise (out of memory) */
         char why[160];
         failure(s, o, why, sizeof why);
@@ -285,17 +298,6 @@ static int sender_send(lua_State *L) {
         return 2;
     }
     byte_buffer *in = &o->in;
-    if (in->len + len > in->cap) {
-        size_t cap = in->cap ? in->cap : 4096;
-        while (cap < in->len + len)
-            cap *= 2;
-        char *grown = realloc(in->data, cap);
-        if (!grown) {
-            pthread_mutex_unlock(&s->lock);
-            return luaL_error(L, "sender:send: out of host memory");
-        }
-        in->data = grown, in->cap = cap;
-    }
     if (unsent(o) == 0)
         o->progress = now_s(); /* the deadline runs from the first byte that waits */
     for (int i = 3; i <= top; i++) {
@@ -386,7 +388,6 @@ static int sender_end(lua_State *L, gptoss_lua_life how) {
     }
     free(s->outlets);
     free(s->polled);
-    free(s->polled_index);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->lock);
     free(s);
