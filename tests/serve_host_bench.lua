@@ -12,7 +12,8 @@
 --                                     [--chat-fraction F [--json-schema typical]]
 -- The requests are those gptoss bench_serve sends for the same --seed and options
 -- (gptoss.bench_requests): completions of random prompt ids; --lengths sharegpt draws their
--- lengths as it does (gptoss.lengths, at most --max-len each) instead of --input and --output. --delay makes each step take
+-- lengths as it does (gptoss.lengths, at most --max-len each) instead of --input and
+-- --output. --delay makes each step take
 -- that long, as a device's does: each stream then gets one id a write, as a GPU server's do,
 -- and the CPU time spent polling for it counts, where the server's figure leaves it out.
 -- It prints the process's CPU seconds (os.clock) an id, less the fake replica's own, the
@@ -60,7 +61,8 @@ parser:option("--output", "Tokens each request generates (max_tokens).", "200"):
 parser:option("--input", "Prompt tokens of each request.", "14"):convert(cmdline.integer("--input", 1))
 parser:option("--lengths", "fixed (--input and --output) or sharegpt (drawn as gptoss bench_serve draws them).",
   "fixed"):choices { "fixed", "sharegpt" }
-parser:option("--seed", "Seed of the lengths and prompts drawn (bench_serve's).", "0"):convert(cmdline.integer("--seed"))
+parser:option("--seed", "Seed of the lengths and prompts drawn (bench_serve's).", "0")
+  :convert(cmdline.integer("--seed"))
 parser:option("--endpoint", "completions (prompt ids, as gptoss bench_serve) or chat.", "completions")
   :choices { "completions", "chat" }
 parser:option("--delay", "Seconds a step of the fake replica takes, as a device's would (0: ready at once).", "0")
@@ -97,8 +99,8 @@ local server, replica
 local replica_seconds = 0
 if args.model then
   server = serve.new { model = naming.open(args.model), model_name = "bench", tokenizer = tok,
-    devices = { flags.one_device(args.device) }, ctx = args.ctx, max_queue = args.requests, port = 0, access_log = false,
-    log = function() end }
+    devices = { flags.one_device(args.device) }, ctx = args.ctx, max_queue = args.requests, port = 0,
+    access_log = false, log = function() end }
 else
   replica = fake_replica.new { slots = args.requests + 1, ctx = longest, text = TEXT, delay = args.delay }
   local step = replica.step

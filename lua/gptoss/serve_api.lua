@@ -249,8 +249,9 @@ end
 
 -- The sequences of a job, each feeding its choice and counting job.ended; a streamed
 -- job's (st: new_stream's) also make its events, and mark the stream (serve_stream.touched)
--- when there is something to write. `wake` is signalled when a choice ends. A job with a plan gives each sequence its
--- tracker (seq.turn), whose forced ids its choice takes as generated ones.
+-- when there is something to write. `wake` is signalled when a choice ends. A job with a
+-- plan gives each sequence its tracker (seq.turn), whose forced ids its choice takes as
+-- generated ones.
 local function sequences(server, job, choices, st, wake)
   local seqs, metrics, engine = {}, server.metrics, server.engine
   local arrived = gptoss.clock()

@@ -105,7 +105,8 @@ local function output_choice(server, job, stream)
     if open and open.channel == "analysis" then job.reasoning_tokens = job.reasoning_tokens + 1 end
     local deltas = choice:add(id, logprob)
     for _, d in ipairs(deltas) do job.output:add(d) end
-    if stream and #deltas > 0 then serve_stream.touched(server, stream) end -- an id that shows no text has nothing to write
+    -- an id that shows no text has nothing to write
+    if stream and #deltas > 0 then serve_stream.touched(server, stream) end
     return deltas
   end
   return choice, wrapped
