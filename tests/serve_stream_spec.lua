@@ -13,9 +13,11 @@ describe("a listening server's streams", function()
     return
   end
   local cjson = require "cjson"
-  local cqueues = require "cqueues"
+  local condition = require "cqueues.condition"
   local fake_replica = require "fake_replica"
   local serve = require "gptoss.serve"
+  local serve_api = require "gptoss.serve_api"
+  local serve_stream = require "gptoss.serve_stream"
   local http_request = require("gptoss.lua_http").require("http.request")
 
   local tok = gptoss.tokenizer()
@@ -101,8 +103,6 @@ describe("a listening server's streams", function()
   end
 
   it("fails a stream whose socket failed, the others sent, and takes marks again after", function()
-    local condition = require "cqueues.condition"
-    local serve_stream = require "gptoss.serve_stream"
     local sent = {}
     local sender = { flush = function() end, send = function(_, handle, size, text)
       if handle == 1 then return false, "out of host memory for the bytes it waits for" end
@@ -126,8 +126,6 @@ describe("a listening server's streams", function()
   end)
 
   it("writes a stream from its coroutine when the sender cannot take its socket", function()
-    local condition = require "cqueues.condition"
-    local serve_stream = require "gptoss.serve_stream"
     local sender = { attach = function() error("sender:attach: descriptor 99: Too many open files") end }
     local st = serve_stream.new(condition.new())
     st.pending[1], st.pending[2], st.done = "data: a\n\n", "data: [DONE]\n\n", true
@@ -138,9 +136,6 @@ describe("a listening server's streams", function()
   end)
 
   it("cancels a streamed job's sequences when an error is raised on the way, and raises it", function()
-    local condition = require "cqueues.condition"
-    local serve_api = require "gptoss.serve_api"
-    local serve_stream = require "gptoss.serve_stream"
     local cancelled = {}
     local server = { marked_streams = {}, log = function() end,
       engine = { cancel = function(_, seq, finish) cancelled[#cancelled + 1] = { seq, finish } end } }

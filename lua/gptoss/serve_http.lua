@@ -64,8 +64,7 @@ function serve_http.event(data)
   return "data: " .. (type(data) == "string" and data or encode(data)) .. "\n\n"
 end
 
---- Seconds a client may take to take a chunk of the response before it counts as gone (the
--- server's sender holds its streams to it too).
+--- Seconds a client may take to take a chunk before it counts as gone (the sender's too).
 serve_http.WRITE_TIMEOUT = 30
 local WRITE_TIMEOUT = serve_http.WRITE_TIMEOUT
 -- A request line or header line longer than this (CRLF included) is refused: cqueues' line
@@ -194,15 +193,18 @@ end
 -- The states of a lua-http stream whose response may still be written.
 local WRITABLE = { open = true, ["half closed (remote)"] = true }
 
---- The connection's socket where this response's chunks may go to it directly (a chunked
--- body, its stream still writable), else nil: framed as lua-http frames them, they skip
--- stream:write_chunk's checks and calls (gptoss.serve_stream hands it to the sender).
+--- The connection's socket where this response's chunks may go directly (a chunked body, its
+-- stream still writable), else nil: they skip stream:write_chunk's checks and calls.
 function Response:chunk_socket()
   local stream = self.stream
   local socket = stream.connection.socket
   if socket and stream.body_write_type == "chunked" and WRITABLE[stream.state] then return socket end
   return nil
 end
+
+--- The size line that frames n bytes as an HTTP/1.1 chunk, and the chunk's end.
+function serve_http.chunk_head(n) return ("%x\r\n"):format(n) end
+serve_http.CHUNK_END = "\r\n"
 
 --- Writes events (serve_http.event's texts, joined) in one chunk; last ends the stream.
 -- False when the client is gone. A chunk before the last goes to chunk_socket at once (the
@@ -212,7 +214,7 @@ function Response:write_events(text, last)
   if last or text == "" or not socket then
     return wrote(self, self.stream:write_chunk(text, last, WRITE_TIMEOUT))
   end
-  return wrote(self, socket:xwrite(("%x\r\n"):format(#text) .. text .. "\r\n", "n", WRITE_TIMEOUT))
+  return wrote(self, socket:xwrite(serve_http.chunk_head(#text) .. text .. serve_http.CHUNK_END, "n", WRITE_TIMEOUT))
 end
 
 --- Waits for cond to be signalled, or for the client to go: false once it has gone (then

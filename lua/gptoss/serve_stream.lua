@@ -8,6 +8,7 @@
 -- coroutine (run) writes a stream's last events itself, once the sender has sent those before
 -- them; it wakes before that only when the client went away.
 local cqueues = require "cqueues"
+local serve_http = require "gptoss.serve_http"
 
 local serve_stream = {}
 
@@ -52,7 +53,7 @@ function serve_stream.send_marked(server)
     if handle and not st.done then
       local text = take_pending(st)
       if text ~= "" then
-        local sent, why = sender:send(handle, ("%x\r\n"):format(#text), text, "\r\n")
+        local sent, why = sender:send(handle, serve_http.chunk_head(#text), text, serve_http.CHUNK_END)
         if not sent then
           st.failed = why
           st.wake:signal()
